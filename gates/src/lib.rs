@@ -1,0 +1,2 @@
+//! Doors, matrices, oracles, gates, verdicts, promotion and the command line.
+pub mod cli;

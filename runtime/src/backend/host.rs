@@ -1,0 +1,1 @@
+//! Host backend (in progress)

@@ -1,0 +1,130 @@
+//! The backend contract: what the canonical program asks of a machine.
+//!
+//! A backend owns `ranks()` ranks. Each rank has private memory (an arena on the host, a CUDA
+//! context's allocations on a device) and executes its work in issue order, like a stream.
+//! [`Backend::launch`] and [`Backend::copy`] may return before the work is done; ordering across
+//! ranks exists only through `copy` (the destination's later work sees the bytes; the source's
+//! earlier work produced them). [`Backend::read`] and [`Backend::collect`] wait.
+//!
+//! Every [`Op`] is one kernel; its arithmetic is the host twin's in `memra_kernels::twins`.
+
+pub mod host;
+
+use crate::config::Transport;
+use crate::model::matrix::MatrixShard;
+use crate::Result;
+
+/// A rank-local f32 buffer (u32 payloads such as router ids travel as bit patterns).
+pub type BufId = u32;
+/// A rank-local weight shard.
+pub type WeightId = u32;
+
+/// `len` elements of buffer `buf` from element `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slice {
+    pub buf: BufId,
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl Slice {
+    pub fn new(buf: BufId, offset: usize, len: usize) -> Slice {
+        Slice { buf, offset, len }
+    }
+    /// The sub-slice `[start, start + len)` of this slice.
+    pub fn sub(self, start: usize, len: usize) -> Slice {
+        debug_assert!(start + len <= self.len, "sub-slice {start}+{len} outside slice of {}", self.len);
+        Slice { buf: self.buf, offset: self.offset + start, len }
+    }
+}
+
+/// How a row-parallel reduction or GEMV is ordered — canonical, or the arithmetic of a
+/// NUMERIC-CLASS door.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowOrder {
+    /// The canonical K-block program (`gemv_rows`).
+    Canonical,
+    /// QKV_FUSED: one pairwise tree over the whole row (`gemv_rows_tree`).
+    Tree,
+}
+
+/// One kernel launch on one rank. All slices are on that rank.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// `out[r]` = whole row r of the weight applied to `x`.
+    GemvRows { w: WeightId, x: Slice, out: Slice, order: RowOrder },
+    /// K-block partials of every row of the weight: `out[k * rows + r]`.
+    GemvPartials { w: WeightId, x: Slice, out: Slice },
+    /// `out[i]` = canonical fold over `n_parts` vectors of `parts` (`[part][width]`).
+    Fold { parts: Slice, n_parts: usize, reverse: bool, out: Slice },
+    /// `out[i] = a[i] + b[i]`.
+    Add { a: Slice, b: Slice, out: Slice },
+    /// `out = x * s` elementwise (the NVFP4 per-matrix scale, applied once).
+    Scale { x: Slice, s: f32, out: Slice },
+    /// Row-wise RMSNorm of `x` (`rows` rows of `w.len` values).
+    RmsNorm { x: Slice, w: Slice, eps: f32, out: Slice },
+    /// `h = x + a; out = rmsnorm(h)`.
+    AddRmsNorm { x: Slice, a: Slice, w: Slice, eps: f32, h: Slice, out: Slice },
+    /// OPROJ_TAIL: `a = fold(parts)`, then `h = x + a; out = rmsnorm(h)` in one kernel.
+    FoldAddRmsNorm { parts: Slice, n_parts: usize, x: Slice, w: Slice, eps: f32, h: Slice, out: Slice },
+    /// Per-head RMSNorm + NeoX RoPE in place (`x` is `[heads][128]`).
+    QkNormRope { x: Slice, w: Slice, eps: f32, cos_sin: Slice },
+    /// Partitioned decode attention over `len` cached positions, gated per head.
+    Attention { q: Slice, k: Slice, v: Slice, gate: Slice, len: usize, q_heads: usize, kv_heads: usize, out: Slice },
+    /// Sigmoid top-k router: `out` = k ids (bits) then k weights.
+    Router { logits: Slice, bias: Slice, k: usize, normalize: bool, scaling: f32, out: Slice, device_variant: bool },
+    /// SwiGLU with the Step clamp.
+    Swiglu { gate: Slice, up: Slice, limit: Option<f32>, out: Slice },
+    /// `out = Σ_s w[s] · y[s]` in slot order from +0.0 (`y` is `[slots][out.len]`).
+    Combine { y: Slice, w: Slice, out: Slice },
+    /// `out[0]` = argmax bits of `x`.
+    Argmax { x: Slice, out: Slice },
+    /// CANARY: flip the lowest bit of `x[0]`.
+    FlipLowBit { x: Slice },
+}
+
+/// What `collect` returns: digests in ticket order, and per-rank timing marks (ns since the
+/// first mark after the previous collect).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Collected {
+    pub digests: Vec<u64>,
+    pub marks_ns: Vec<Vec<u64>>,
+}
+
+/// Result of the byte-integrity probe for one ordered rank pair and size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeResult {
+    pub src: usize,
+    pub dst: usize,
+    pub bytes: usize,
+    pub bad_words: usize,
+    /// Peer access is not available for this pair: native-P2P runs must be SKIPPED.
+    pub no_peer_access: Option<String>,
+}
+
+/// A machine that runs the canonical program.
+pub trait Backend {
+    /// One line: backend, devices, placement of ranks.
+    fn describe(&self) -> String;
+    fn ranks(&self) -> usize;
+    /// Place a weight shard on a rank.
+    fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> Result<WeightId>;
+    /// A zero-initialised buffer of `len` elements on a rank.
+    fn alloc(&mut self, rank: usize, len: usize) -> Result<BufId>;
+    /// Host → rank; `data.len() == dst.len`.
+    fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> Result<()>;
+    /// Rank → host, after the rank's prior work.
+    fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>>;
+    fn launch(&mut self, rank: usize, op: Op) -> Result<()>;
+    /// Move `src.len` elements from a slice of `src_rank` to one of `dst_rank` over `transport`.
+    fn copy(&mut self, transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()>;
+    /// Queue a digest (`digest_f32` with global base index) of a slice; its value comes back in
+    /// `collect().digests[ticket]`.
+    fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize>;
+    /// Queue a timing mark on every rank.
+    fn mark(&mut self) -> Result<()>;
+    /// Wait for every rank; return queued digests and marks and reset both queues.
+    fn collect(&mut self) -> Result<Collected>;
+    /// The byte-integrity probe of DESIGN.md §3.5 over every ordered pair at `sizes_bytes`.
+    fn probe(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>>;
+}

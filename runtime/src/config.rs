@@ -1,0 +1,131 @@
+//! A run configuration: everything that decides what one run computes. Doors are explicit values
+//! here — never process-global state — so one process can run many combinations.
+
+use crate::error::RuntimeError;
+
+/// How bytes move between ranks (DESIGN.md §3.5). A transport never does arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Transport {
+    /// rank → (pinned) host staging → destination: the exactness reference.
+    HostBounce,
+    /// Direct peer copies between rank memories.
+    NativeP2p,
+    /// NCCL moves the bytes (one device per rank).
+    Nccl,
+}
+
+impl Transport {
+    pub const ALL: [Transport; 3] = [Transport::HostBounce, Transport::NativeP2p, Transport::Nccl];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::HostBounce => "host-bounce",
+            Transport::NativeP2p => "native-p2p",
+            Transport::Nccl => "nccl",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, RuntimeError> {
+        Transport::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| {
+            RuntimeError::Config(format!("transport `{s}` is unknown; the transports are host-bounce, native-p2p, nccl"))
+        })
+    }
+}
+
+/// A planted defect (CANARY class): its gate must FAIL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Canary {
+    /// Flip the lowest mantissa bit of element 0 of a seam's tensor at one layer and step.
+    FlipBit { layer: usize, seam: crate::record::Seam, step: usize },
+    /// Row-parallel K-block partials folded in reverse order (only at TP > 1).
+    ReverseKBlocks,
+    /// The o_join reads the previous step's partials (a stale buffer) at every step after the first.
+    StaleBuffer,
+    /// A join reads a peer's buffer without waiting for its producer (device only).
+    SkipFence,
+}
+
+/// Explicit door values of one run (all `false` = every door at its default-off state).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct DoorSet {
+    pub bulk_p2p: bool,
+    pub oproj_direct: bool,
+    pub oproj_tail: bool,
+    pub moe_direct: bool,
+    pub routes_prestage: bool,
+    pub fence_memops: bool,
+    pub rank0_merge: bool,
+    pub graph: bool,
+    pub f32_mirror: bool,
+    pub step_ep: bool,
+    pub qkv_fused: bool,
+    pub dev_router: bool,
+    pub w8: bool,
+    pub nvfp4_ep2: bool,
+    pub nccl_allreduce: bool,
+    pub canary: Option<Canary>,
+}
+
+/// The prompts a run decodes and how many tokens it generates after each.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Battery {
+    pub prompts: Vec<Vec<u32>>,
+    pub gen_tokens: usize,
+}
+
+impl Battery {
+    /// The documented default battery: 8 prompts of 4..=7 tokens drawn from a splitmix64 stream
+    /// seeded with `seed`, token ids uniform over `0..vocab`, and 8 generated tokens each.
+    pub fn default_for(vocab: usize, seed: u64) -> Battery {
+        let mut state = seed;
+        let mut next = || {
+            state = state.wrapping_add(1);
+            memra_kernels::twins::digest::splitmix64(state)
+        };
+        let prompts = (0..8)
+            .map(|_| {
+                let len = 4 + (next() % 4) as usize;
+                (0..len).map(|_| (next() % vocab as u64) as u32).collect()
+            })
+            .collect();
+        Battery { prompts, gen_tokens: 8 }
+    }
+
+    /// Decode steps one prompt takes: every prompt token is fed, then `gen_tokens − 1` generated
+    /// ones (the last generated token is produced, not fed).
+    pub fn steps_of(&self, prompt: usize) -> usize {
+        self.prompts[prompt].len() + self.gen_tokens - 1
+    }
+}
+
+/// Everything that decides one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunConfig {
+    pub tp: usize,
+    pub transport: Transport,
+    pub doors: DoorSet,
+    pub battery: Battery,
+    /// Teacher forcing: when set, step inputs after the prompt are these tokens (per prompt)
+    /// instead of the run's own argmax (NUMERIC-CLASS gates consume the oracle's tape).
+    pub forced_tokens: Option<Vec<Vec<u32>>>,
+    /// (prompt, step, layer, seam) whose full logical tensor the record must carry.
+    pub capture: Vec<crate::record::CaptureKey>,
+}
+
+impl RunConfig {
+    pub fn new(tp: usize, transport: Transport, battery: Battery) -> Result<Self, RuntimeError> {
+        check_tp(tp)?;
+        Ok(RunConfig { tp, transport, doors: DoorSet::default(), battery, forced_tokens: None, capture: Vec::new() })
+    }
+}
+
+/// TP must be 1, 2, 4 or 8 (the canonical grid has 8 blocks).
+pub fn check_tp(tp: usize) -> Result<(), RuntimeError> {
+    if matches!(tp, 1 | 2 | 4 | 8) {
+        Ok(())
+    } else {
+        Err(RuntimeError::Config(format!(
+            "TP size {tp} is not allowed: TP must be 1, 2, 4 or 8 (it must divide the canonical grid of 8 blocks)"
+        )))
+    }
+}

@@ -1,0 +1,34 @@
+//! The one error type of the runtime crate. Messages name the thing, the value and the rule.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A model file or in-memory model breaks a rule (tensor name, dtype, shape, value).
+    #[error("model tensor `{tensor}`: {detail}")]
+    Model { tensor: String, detail: String },
+    /// The whole file could not be parsed as safetensors.
+    #[error("model file {path}: {detail}")]
+    ModelFile { path: PathBuf, detail: String },
+    /// A request that cannot be run (TP size, shape off the canonical grid, preset name...).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A kernel contract (shape, format) was broken.
+    #[error(transparent)]
+    Kernel(#[from] memra_kernels::KernelError),
+    /// The backend is unavailable (no driver, no device); the reason is typed text for receipts.
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    /// A device fault during a run: where it happened and what the driver said.
+    #[error("device fault at {location}: {detail}")]
+    Device { location: String, detail: String },
+    /// An I/O failure on a named path.
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+impl RuntimeError {
+    pub fn model(tensor: impl Into<String>, detail: impl Into<String>) -> Self {
+        RuntimeError::Model { tensor: tensor.into(), detail: detail.into() }
+    }
+}

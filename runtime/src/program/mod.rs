@@ -1,0 +1,1 @@
+//! Canonical decode program (in progress)

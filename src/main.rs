@@ -1,0 +1,1 @@
+fn main() -> std::process::ExitCode { memra_gating::cli::main() }
