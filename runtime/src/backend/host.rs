@@ -1,1 +1,469 @@
-//! Host backend (in progress)
+//! The host backend: every rank is a thread with a private arena, and runs the kernel twins.
+//!
+//! A rank thread executes the commands queued to it in order, like a CUDA stream. Nothing is
+//! shared between arenas: a [`Backend::copy`] queues a *send* on the source rank (after its
+//! earlier work) and a *receive* on the destination rank (before its later work), so the only
+//! cross-rank ordering is the one the program asks for. `host-bounce` moves the bytes through a
+//! staging arena (a pool of host buffers standing in for pinned staging memory); `native-p2p`
+//! hands them from arena to arena. Both only move bytes.
+//!
+//! No deadlock is possible: every receive waits for a send that was queued earlier in the single
+//! issue order of the driver thread, and a send never waits.
+
+use super::{Backend, BufId, Collected, Op, ProbeResult, RowOrder, Slice, WeightId};
+use crate::config::Transport;
+use crate::error::RuntimeError;
+use crate::model::matrix::MatrixShard;
+use crate::Result;
+use memra_kernels::twins::{attention, digest, gemv, moe, norm};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// One rank's private memory.
+struct Arena {
+    bufs: Vec<Vec<f32>>,
+    weights: Vec<MatrixShard>,
+    marks_ns: Vec<u64>,
+    epoch: Instant,
+}
+
+type Command = Box<dyn FnOnce(&mut Arena) + Send>;
+
+struct RankWorker {
+    queue: Option<Sender<Command>>,
+    thread: Option<JoinHandle<()>>,
+    /// Driver-side copy of buffer lengths, so slices are checked before anything is queued.
+    buf_lens: Vec<usize>,
+    n_weights: usize,
+}
+
+/// CPU ranks as threads with private arenas.
+pub struct HostBackend {
+    ranks: Vec<RankWorker>,
+    staging_pool: Arc<Mutex<Vec<Vec<f32>>>>,
+    digests: Arc<Mutex<Vec<u64>>>,
+    n_tickets: usize,
+}
+
+impl HostBackend {
+    pub fn new(n_ranks: usize) -> Result<HostBackend> {
+        crate::config::check_tp(n_ranks)?;
+        let mut ranks = Vec::with_capacity(n_ranks);
+        for r in 0..n_ranks {
+            let (tx, rx) = channel::<Command>();
+            let thread = std::thread::Builder::new()
+                .name(format!("memra-rank{r}"))
+                .spawn(move || {
+                    let mut arena =
+                        Arena { bufs: Vec::new(), weights: Vec::new(), marks_ns: Vec::new(), epoch: Instant::now() };
+                    for cmd in rx {
+                        cmd(&mut arena);
+                    }
+                })
+                .map_err(|e| RuntimeError::Unavailable(format!("cannot start host rank thread {r}: {e}")))?;
+            ranks.push(RankWorker { queue: Some(tx), thread: Some(thread), buf_lens: Vec::new(), n_weights: 0 });
+        }
+        Ok(HostBackend {
+            ranks,
+            staging_pool: Arc::new(Mutex::new(Vec::new())),
+            digests: Arc::new(Mutex::new(Vec::new())),
+            n_tickets: 0,
+        })
+    }
+
+    fn submit(&self, rank: usize, cmd: Command) -> Result<()> {
+        let queue = self.ranks[rank].queue.as_ref().expect("rank queue lives until drop");
+        queue.send(cmd).map_err(|_| RuntimeError::Device {
+            location: format!("host rank {rank}"),
+            detail: "the rank thread died (a kernel twin panicked); see stderr".into(),
+        })
+    }
+
+    fn check_rank(&self, rank: usize) -> Result<()> {
+        if rank < self.ranks.len() {
+            Ok(())
+        } else {
+            Err(RuntimeError::Config(format!("rank {rank} does not exist: this backend has {} ranks", self.ranks.len())))
+        }
+    }
+
+    fn check_slice(&self, rank: usize, s: Slice, what: &str) -> Result<()> {
+        self.check_rank(rank)?;
+        let lens = &self.ranks[rank].buf_lens;
+        match lens.get(s.buf as usize) {
+            Some(&len) if s.offset + s.len <= len => Ok(()),
+            Some(&len) => Err(RuntimeError::Config(format!(
+                "{what}: slice {}+{} of buffer {} on rank {rank} exceeds its {len} elements",
+                s.offset, s.len, s.buf
+            ))),
+            None => Err(RuntimeError::Config(format!("{what}: buffer {} does not exist on rank {rank}", s.buf))),
+        }
+    }
+
+    fn check_op(&self, rank: usize, op: &Op) -> Result<()> {
+        let name = op_name(op);
+        for s in op_slices(op) {
+            self.check_slice(rank, s, name)?;
+        }
+        match op {
+            Op::GemvRows { w, .. } | Op::GemvPartials { w, .. } if *w as usize >= self.ranks[rank].n_weights => {
+                Err(RuntimeError::Config(format!("{name}: weight {w} does not exist on rank {rank}")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Wait until every rank has executed everything queued so far.
+    fn barrier(&self) -> Result<Vec<Vec<u64>>> {
+        let mut replies = Vec::new();
+        for r in 0..self.ranks.len() {
+            let (tx, rx) = sync_channel::<Vec<u64>>(1);
+            self.submit(
+                r,
+                Box::new(move |a: &mut Arena| {
+                    let _ = tx.send(std::mem::take(&mut a.marks_ns));
+                }),
+            )?;
+            replies.push(rx);
+        }
+        replies
+            .into_iter()
+            .enumerate()
+            .map(|(r, rx)| {
+                rx.recv().map_err(|_| RuntimeError::Device {
+                    location: format!("host rank {r}"),
+                    detail: "the rank thread died before reaching the barrier (a kernel twin panicked)".into(),
+                })
+            })
+            .collect()
+    }
+}
+
+impl Drop for HostBackend {
+    fn drop(&mut self) {
+        for w in &mut self.ranks {
+            w.queue.take();
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn read_slice(a: &Arena, s: Slice) -> &[f32] {
+    &a.bufs[s.buf as usize][s.offset..s.offset + s.len]
+}
+
+fn write_slice(a: &mut Arena, s: Slice, data: &[f32]) {
+    a.bufs[s.buf as usize][s.offset..s.offset + s.len].copy_from_slice(data);
+}
+
+/// Every slice an op touches (for bounds checks before queueing).
+fn op_slices(op: &Op) -> Vec<Slice> {
+    match *op {
+        Op::GemvRows { x, out, .. } | Op::GemvPartials { x, out, .. } => vec![x, out],
+        Op::Fold { parts, out, .. } => vec![parts, out],
+        Op::Add { a, b, out } => vec![a, b, out],
+        Op::Scale { x, out, .. } => vec![x, out],
+        Op::RmsNorm { x, w, out, .. } => vec![x, w, out],
+        Op::AddRmsNorm { x, a, w, h, out, .. } => vec![x, a, w, h, out],
+        Op::FoldAddRmsNorm { parts, x, w, a, h, out, .. } => vec![parts, x, w, a, h, out],
+        Op::QkNormRope { x, w, cos_sin, .. } => vec![x, w, cos_sin],
+        Op::Attention { q, k, v, gate, out, .. } => vec![q, k, v, gate, out],
+        Op::Router { logits, bias, out, .. } => vec![logits, bias, out],
+        Op::Swiglu { gate, up, out, .. } => vec![gate, up, out],
+        Op::Combine { y, w, out } => vec![y, w, out],
+        Op::Argmax { x, out } => vec![x, out],
+        Op::FlipLowBit { x } => vec![x],
+    }
+}
+
+pub(crate) fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::GemvRows { .. } => "gemv_rows",
+        Op::GemvPartials { .. } => "gemv_partials",
+        Op::Fold { .. } => "fold",
+        Op::Add { .. } => "add",
+        Op::Scale { .. } => "scale",
+        Op::RmsNorm { .. } => "rmsnorm",
+        Op::AddRmsNorm { .. } => "add_rmsnorm",
+        Op::FoldAddRmsNorm { .. } => "fold_add_rmsnorm",
+        Op::QkNormRope { .. } => "qk_norm_rope",
+        Op::Attention { .. } => "attention",
+        Op::Router { .. } => "router",
+        Op::Swiglu { .. } => "swiglu",
+        Op::Combine { .. } => "combine",
+        Op::Argmax { .. } => "argmax",
+        Op::FlipLowBit { .. } => "flip_low_bit",
+    }
+}
+
+/// Run one op's host twin on an arena. Inputs are copied out first, so an op may read and write
+/// the same buffer (distinct or identical ranges) exactly like an in-place kernel would.
+fn execute(a: &mut Arena, op: Op) {
+    match op {
+        Op::GemvRows { w, x, out, order } => {
+            let xv = read_slice(a, x).to_vec();
+            let mut o = vec![0.0f32; out.len];
+            let view = a.weights[w as usize].view();
+            match order {
+                RowOrder::Canonical => gemv::gemv_rows(&view, &xv, &mut o),
+                RowOrder::Tree => gemv::gemv_rows_tree(&view, &xv, &mut o),
+            }
+            write_slice(a, out, &o);
+        }
+        Op::GemvPartials { w, x, out } => {
+            let xv = read_slice(a, x).to_vec();
+            let mut o = vec![0.0f32; out.len];
+            gemv::gemv_partials(&a.weights[w as usize].view(), &xv, &mut o);
+            write_slice(a, out, &o);
+        }
+        Op::Fold { parts, n_parts, reverse, out } => {
+            let mut o = vec![0.0f32; out.len];
+            gemv::fold_partials(read_slice(a, parts), n_parts, out.len, reverse, &mut o);
+            write_slice(a, out, &o);
+        }
+        Op::Add { a: x, b, out } => {
+            let o: Vec<f32> = read_slice(a, x).iter().zip(read_slice(a, b)).map(|(p, q)| p + q).collect();
+            write_slice(a, out, &o);
+        }
+        Op::Scale { x, s, out } => {
+            let o: Vec<f32> = read_slice(a, x).iter().map(|v| v * s).collect();
+            write_slice(a, out, &o);
+        }
+        Op::RmsNorm { x, w, eps, out } => {
+            let mut o = vec![0.0f32; out.len];
+            norm::rmsnorm_rows(read_slice(a, x), read_slice(a, w), eps, &mut o);
+            write_slice(a, out, &o);
+        }
+        Op::AddRmsNorm { x, a: upd, w, eps, h, out } => {
+            let (mut hv, mut o) = (vec![0.0f32; h.len], vec![0.0f32; out.len]);
+            norm::add_rmsnorm(read_slice(a, x), read_slice(a, upd), read_slice(a, w), eps, &mut hv, &mut o);
+            write_slice(a, h, &hv);
+            write_slice(a, out, &o);
+        }
+        Op::FoldAddRmsNorm { parts, n_parts, x, w, eps, a: a_out, h, out } => {
+            let mut av = vec![0.0f32; a_out.len];
+            gemv::fold_partials(read_slice(a, parts), n_parts, a_out.len, false, &mut av);
+            let (mut hv, mut o) = (vec![0.0f32; h.len], vec![0.0f32; out.len]);
+            norm::add_rmsnorm(read_slice(a, x), &av, read_slice(a, w), eps, &mut hv, &mut o);
+            write_slice(a, a_out, &av);
+            write_slice(a, h, &hv);
+            write_slice(a, out, &o);
+        }
+        Op::QkNormRope { x, w, eps, cos_sin } => {
+            let mut xv = read_slice(a, x).to_vec();
+            attention::qk_norm_rope(&mut xv, read_slice(a, w), eps, read_slice(a, cos_sin));
+            write_slice(a, x, &xv);
+        }
+        Op::Attention { q, k, v, gate, len, q_heads, kv_heads, out } => {
+            let mut o = vec![0.0f32; out.len];
+            attention::decode_attention(
+                read_slice(a, q),
+                read_slice(a, k),
+                read_slice(a, v),
+                read_slice(a, gate),
+                len,
+                q_heads,
+                kv_heads,
+                &mut o,
+            );
+            write_slice(a, out, &o);
+        }
+        Op::Router { logits, bias, k, normalize, scaling, out, device_variant } => {
+            let (ids, weights) = if device_variant {
+                moe::router_topk_device_variant(read_slice(a, logits), read_slice(a, bias), k, normalize, scaling)
+            } else {
+                moe::router_topk(read_slice(a, logits), read_slice(a, bias), k, normalize, scaling)
+            };
+            let o: Vec<f32> = ids.iter().map(|i| f32::from_bits(*i)).chain(weights).collect();
+            write_slice(a, out, &o);
+        }
+        Op::Swiglu { gate, up, limit, out } => {
+            let mut o = vec![0.0f32; out.len];
+            moe::swiglu(read_slice(a, gate), read_slice(a, up), limit, &mut o);
+            write_slice(a, out, &o);
+        }
+        Op::Combine { y, w, out } => {
+            let mut o = vec![0.0f32; out.len];
+            moe::combine_slots(read_slice(a, y), read_slice(a, w), out.len, &mut o);
+            write_slice(a, out, &o);
+        }
+        Op::Argmax { x, out } => {
+            let idx = moe::argmax(read_slice(a, x));
+            write_slice(a, out, &[f32::from_bits(idx)]);
+        }
+        Op::FlipLowBit { x } => {
+            let v = read_slice(a, x.sub(0, 1))[0];
+            write_slice(a, x.sub(0, 1), &[f32::from_bits(v.to_bits() ^ 1)]);
+        }
+    }
+}
+
+impl Backend for HostBackend {
+    fn describe(&self) -> String {
+        format!("host: {} CPU rank thread(s) with private arenas", self.ranks.len())
+    }
+
+    fn ranks(&self) -> usize {
+        self.ranks.len()
+    }
+
+    fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> Result<WeightId> {
+        self.check_rank(rank)?;
+        let shard = shard.clone();
+        self.submit(rank, Box::new(move |a: &mut Arena| a.weights.push(shard)))?;
+        let w = &mut self.ranks[rank];
+        w.n_weights += 1;
+        Ok((w.n_weights - 1) as WeightId)
+    }
+
+    fn alloc(&mut self, rank: usize, len: usize) -> Result<BufId> {
+        self.check_rank(rank)?;
+        self.submit(rank, Box::new(move |a: &mut Arena| a.bufs.push(vec![0.0; len])))?;
+        let w = &mut self.ranks[rank];
+        w.buf_lens.push(len);
+        Ok((w.buf_lens.len() - 1) as BufId)
+    }
+
+    fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> Result<()> {
+        self.check_slice(rank, dst, "write")?;
+        if data.len() != dst.len {
+            return Err(RuntimeError::Config(format!("write: {} values into a slice of {}", data.len(), dst.len)));
+        }
+        let data = data.to_vec();
+        self.submit(rank, Box::new(move |a: &mut Arena| write_slice(a, dst, &data)))
+    }
+
+    fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>> {
+        self.check_slice(rank, src, "read")?;
+        let (tx, rx) = sync_channel(1);
+        self.submit(
+            rank,
+            Box::new(move |a: &mut Arena| {
+                let _ = tx.send(read_slice(a, src).to_vec());
+            }),
+        )?;
+        rx.recv().map_err(|_| RuntimeError::Device {
+            location: format!("host rank {rank} read"),
+            detail: "the rank thread died before the read (a kernel twin panicked)".into(),
+        })
+    }
+
+    fn launch(&mut self, rank: usize, op: Op) -> Result<()> {
+        self.check_op(rank, &op)?;
+        self.submit(rank, Box::new(move |a: &mut Arena| execute(a, op)))
+    }
+
+    fn copy(&mut self, transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
+        self.check_slice(src_rank, src, "copy source")?;
+        self.check_slice(dst_rank, dst, "copy destination")?;
+        if src.len != dst.len {
+            return Err(RuntimeError::Config(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
+        }
+        if src_rank == dst_rank {
+            return self.submit(
+                src_rank,
+                Box::new(move |a: &mut Arena| {
+                    let v = read_slice(a, src).to_vec();
+                    write_slice(a, dst, &v);
+                }),
+            );
+        }
+        let (tx, rx): (Sender<Vec<f32>>, Receiver<Vec<f32>>) = channel();
+        match transport {
+            Transport::HostBounce => {
+                // rank → staging arena → destination: the staging buffer is taken from (and
+                // returned to) a pool, like a reused pinned host region.
+                let pool = self.staging_pool.clone();
+                self.submit(
+                    src_rank,
+                    Box::new(move |a: &mut Arena| {
+                        let mut stage = pool.lock().map(|mut p| p.pop().unwrap_or_default()).unwrap_or_default();
+                        stage.clear();
+                        stage.extend_from_slice(read_slice(a, src));
+                        let _ = tx.send(stage);
+                    }),
+                )?;
+                let pool = self.staging_pool.clone();
+                self.submit(
+                    dst_rank,
+                    Box::new(move |a: &mut Arena| {
+                        if let Ok(stage) = rx.recv() {
+                            write_slice(a, dst, &stage);
+                            if let Ok(mut p) = pool.lock() {
+                                p.push(stage);
+                            }
+                        }
+                    }),
+                )
+            }
+            Transport::NativeP2p | Transport::Nccl => {
+                self.submit(
+                    src_rank,
+                    Box::new(move |a: &mut Arena| {
+                        let _ = tx.send(read_slice(a, src).to_vec());
+                    }),
+                )?;
+                self.submit(
+                    dst_rank,
+                    Box::new(move |a: &mut Arena| {
+                        if let Ok(v) = rx.recv() {
+                            write_slice(a, dst, &v);
+                        }
+                    }),
+                )
+            }
+        }
+    }
+
+    fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {
+        self.check_slice(rank, src, "digest")?;
+        let ticket = self.n_tickets;
+        self.n_tickets += 1;
+        let sink = self.digests.clone();
+        self.submit(
+            rank,
+            Box::new(move |a: &mut Arena| {
+                let d = digest::digest_f32(read_slice(a, src), base);
+                if let Ok(mut v) = sink.lock() {
+                    if v.len() <= ticket {
+                        v.resize(ticket + 1, 0);
+                    }
+                    v[ticket] = d;
+                }
+            }),
+        )?;
+        Ok(ticket)
+    }
+
+    fn mark(&mut self) -> Result<()> {
+        for r in 0..self.ranks.len() {
+            self.submit(
+                r,
+                Box::new(|a: &mut Arena| {
+                    let t = a.epoch.elapsed().as_nanos() as u64;
+                    a.marks_ns.push(t);
+                }),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn collect(&mut self) -> Result<Collected> {
+        let marks_ns = self.barrier()?;
+        let mut digests = std::mem::take(&mut *self.digests.lock().map_err(|_| RuntimeError::Device {
+            location: "host digest sink".into(),
+            detail: "poisoned by a panicking rank".into(),
+        })?);
+        digests.resize(self.n_tickets, 0);
+        self.n_tickets = 0;
+        Ok(Collected { digests, marks_ns })
+    }
+
+    fn probe(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>> {
+        super::run_probe(self, transport, sizes_bytes)
+    }
+}

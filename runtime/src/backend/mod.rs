@@ -65,8 +65,9 @@ pub enum Op {
     RmsNorm { x: Slice, w: Slice, eps: f32, out: Slice },
     /// `h = x + a; out = rmsnorm(h)`.
     AddRmsNorm { x: Slice, a: Slice, w: Slice, eps: f32, h: Slice, out: Slice },
-    /// OPROJ_TAIL: `a = fold(parts)`, then `h = x + a; out = rmsnorm(h)` in one kernel.
-    FoldAddRmsNorm { parts: Slice, n_parts: usize, x: Slice, w: Slice, eps: f32, h: Slice, out: Slice },
+    /// OPROJ_TAIL: `a = fold(parts)`, then `h = x + a; out = rmsnorm(h)` in one kernel (`a` is
+    /// also written out so the o_join seam stays observable).
+    FoldAddRmsNorm { parts: Slice, n_parts: usize, x: Slice, w: Slice, eps: f32, a: Slice, h: Slice, out: Slice },
     /// Per-head RMSNorm + NeoX RoPE in place (`x` is `[heads][128]`).
     QkNormRope { x: Slice, w: Slice, eps: f32, cos_sin: Slice },
     /// Partitioned decode attention over `len` cached positions, gated per head.
@@ -127,4 +128,39 @@ pub trait Backend {
     fn collect(&mut self) -> Result<Collected>;
     /// The byte-integrity probe of DESIGN.md §3.5 over every ordered pair at `sizes_bytes`.
     fn probe(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>>;
+}
+
+/// The probe sizes of DESIGN.md §3.5.
+pub const PROBE_SIZES_BYTES: [usize; 4] = [16 << 10, 64 << 10, 1 << 20, 64 << 20];
+
+/// Word `i` of the probe pattern for (src, dst): hashed so a shifted, truncated or stale copy
+/// cannot match by accident.
+pub fn probe_word(src: usize, dst: usize, i: usize) -> u32 {
+    memra_kernels::twins::digest::splitmix64(((src as u64) << 56) ^ ((dst as u64) << 48) ^ i as u64) as u32
+}
+
+/// The byte-integrity probe, written once over the trait: for every ordered pair and size, fill
+/// the source with the hashed pattern, poison the destination, copy over `transport`, read the
+/// destination back and count every wrong word.
+pub fn run_probe<B: Backend + ?Sized>(b: &mut B, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>> {
+    const POISON: u32 = 0xDEAD_BEEF;
+    let mut out = Vec::new();
+    let n = b.ranks();
+    for &bytes in sizes_bytes {
+        let words = bytes / 4;
+        let bufs: Vec<BufId> = (0..n).map(|r| b.alloc(r, words)).collect::<Result<_>>()?;
+        for src in 0..n {
+            for dst in (0..n).filter(|d| *d != src) {
+                let pattern: Vec<f32> = (0..words).map(|i| f32::from_bits(probe_word(src, dst, i))).collect();
+                b.write(src, Slice::new(bufs[src], 0, words), &pattern)?;
+                b.write(dst, Slice::new(bufs[dst], 0, words), &vec![f32::from_bits(POISON); words])?;
+                b.copy(transport, src, Slice::new(bufs[src], 0, words), dst, Slice::new(bufs[dst], 0, words))?;
+                let got = b.read(dst, Slice::new(bufs[dst], 0, words))?;
+                let bad_words =
+                    got.iter().enumerate().filter(|(i, v)| v.to_bits() != probe_word(src, dst, *i)).count();
+                out.push(ProbeResult { src, dst, bytes, bad_words, no_peer_access: None });
+            }
+        }
+    }
+    Ok(out)
 }

@@ -1,0 +1,131 @@
+//! The activation buffers of the decode step, allocated once per run on their ranks. Every
+//! buffer is fully overwritten before its consumers read it within a step; only the KV caches
+//! carry state from one step to the next.
+
+use super::placement::Placement;
+use crate::backend::{Backend, BufId, Slice};
+use crate::model::ModelConfig;
+use crate::Result;
+
+/// One rank's buffers.
+#[derive(Debug, Clone)]
+pub struct RankBuffers {
+    /// Replicated attention input (attn_norm output).
+    pub normed: Slice,
+    pub q: Slice,
+    pub k: Slice,
+    pub v: Slice,
+    pub g: Slice,
+    pub attn: Slice,
+    /// This rank's o_proj K-block partials `[G_local][hidden]`.
+    pub opart: Slice,
+    /// Replicated expert input (ffn_norm output).
+    pub xin: Slice,
+    pub eg: Slice,
+    pub eu: Slice,
+    pub ea: Slice,
+    /// Expert down partials, slot s at `s * gmax * hidden`.
+    pub epart: Slice,
+    /// Folded per-slot expert outputs `[slots][hidden]` (EP owners, NVFP4 ranks).
+    pub ey: Slice,
+    /// Route weights copied to this rank (NVFP4_EP2 per-rank sums).
+    pub rw: Slice,
+    /// This rank's slot-ordered partial routed sum (NVFP4_EP2).
+    pub esum: Slice,
+    /// `kc[layer]`, `vc[layer]`: `[max_positions][kv_heads_local][128]`.
+    pub kc: Vec<BufId>,
+    pub vc: Vec<BufId>,
+}
+
+/// Root-only buffers (rank 0).
+#[derive(Debug, Clone)]
+pub struct RootBuffers {
+    /// Residual stream (layer input; the residual seam writes the next layer's input here).
+    pub x: Slice,
+    pub opart_all: Slice,
+    pub ojoin: Slice,
+    pub h: Slice,
+    pub router_logits: Slice,
+    /// k ids (bits) then k weights.
+    pub route: Slice,
+    pub epart_all: Slice,
+    /// `[slots][hidden]`.
+    pub y: Slice,
+    /// `[routed | shared]`.
+    pub moe: Slice,
+    pub moe_sum: Slice,
+    /// NVFP4_EP2: both ranks' partial routed sums `[2][hidden]`.
+    pub rank_sums: Slice,
+    pub fnorm: Slice,
+    pub logits: Slice,
+    pub amax: Slice,
+}
+
+#[derive(Debug, Clone)]
+pub struct Buffers {
+    pub ranks: Vec<RankBuffers>,
+    pub root: RootBuffers,
+    /// Largest G of any expert down projection (slot stride of expert partials).
+    pub gmax: usize,
+    /// Routed slots + the shared expert.
+    pub slots: usize,
+}
+
+fn whole(b: &mut dyn Backend, rank: usize, len: usize) -> Result<Slice> {
+    Ok(Slice::new(b.alloc(rank, len)?, 0, len))
+}
+
+pub fn allocate(b: &mut dyn Backend, c: &ModelConfig, p: &Placement, n_layers: usize) -> Result<Buffers> {
+    let hd = c.head_dim;
+    let gmax = p.down_kblocks.max(p.shared_kblocks);
+    let slots = c.top_k + 1;
+    let width_max = c.expert_width.max(c.shared_width);
+    let mut ranks = Vec::new();
+    for r in 0..p.tp {
+        let lq = p.q_heads_per_rank * hd;
+        let lkv = p.kv_heads_per_rank * hd;
+        let g_local = p.o_kblocks / p.tp;
+        let mut kc = Vec::new();
+        let mut vc = Vec::new();
+        for _ in 0..n_layers {
+            kc.push(b.alloc(r, c.max_positions * lkv)?);
+            vc.push(b.alloc(r, c.max_positions * lkv)?);
+        }
+        ranks.push(RankBuffers {
+            normed: whole(b, r, c.hidden)?,
+            q: whole(b, r, lq)?,
+            k: whole(b, r, lkv)?,
+            v: whole(b, r, lkv)?,
+            g: whole(b, r, p.q_heads_per_rank)?,
+            attn: whole(b, r, lq)?,
+            opart: whole(b, r, g_local * c.hidden)?,
+            xin: whole(b, r, c.hidden)?,
+            eg: whole(b, r, width_max)?,
+            eu: whole(b, r, width_max)?,
+            ea: whole(b, r, width_max)?,
+            epart: whole(b, r, slots * gmax * c.hidden)?,
+            ey: whole(b, r, slots * c.hidden)?,
+            rw: whole(b, r, 2 * c.top_k)?,
+            esum: whole(b, r, c.hidden)?,
+            kc,
+            vc,
+        });
+    }
+    let root = RootBuffers {
+        x: whole(b, 0, c.hidden)?,
+        opart_all: whole(b, 0, p.o_kblocks * c.hidden)?,
+        ojoin: whole(b, 0, c.hidden)?,
+        h: whole(b, 0, c.hidden)?,
+        router_logits: whole(b, 0, c.experts)?,
+        route: whole(b, 0, 2 * c.top_k)?,
+        epart_all: whole(b, 0, slots * gmax * c.hidden)?,
+        y: whole(b, 0, slots * c.hidden)?,
+        moe: whole(b, 0, 2 * c.hidden)?,
+        moe_sum: whole(b, 0, c.hidden)?,
+        rank_sums: whole(b, 0, 2 * c.hidden)?,
+        fnorm: whole(b, 0, c.hidden)?,
+        logits: whole(b, 0, c.vocab)?,
+        amax: whole(b, 0, 1)?,
+    };
+    Ok(Buffers { ranks, root, gmax, slots })
+}

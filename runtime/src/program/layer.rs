@@ -1,0 +1,335 @@
+//! One decoder layer: the attention half (attn_norm … ffn_norm) and the MoE half (router …
+//! residual). Every arithmetic step is one kernel on one rank; every cross-rank step is a copy.
+
+use super::placement::ExpertMode;
+use super::{Ctx, Part};
+use crate::backend::{Op, RowOrder, Slice};
+use crate::config::{Canary, Transport};
+use crate::record::Seam;
+use crate::Result;
+
+/// Copy from a rank to another over the run's transport, or over peer stores when a direct
+/// door asks for them.
+fn move_bytes(ctx: &mut Ctx, direct: bool, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
+    let t = if direct { Transport::NativeP2p } else { ctx.cfg.transport };
+    ctx.b.copy(t, src_rank, src, dst_rank, dst)
+}
+
+/// Root → every other rank (the replicated rows of attn_norm and ffn_norm).
+fn broadcast(ctx: &mut Ctx, src: Slice, dst: impl Fn(&super::buffers::RankBuffers) -> Slice) -> Result<()> {
+    for r in 1..ctx.p.tp {
+        let d = dst(&ctx.buf.ranks[r]);
+        ctx.b.copy(ctx.cfg.transport, 0, src, r, d)?;
+    }
+    Ok(())
+}
+
+pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> {
+    let c = &ctx.model.config;
+    let (hidden, hd, eps) = (c.hidden, c.head_dim, c.eps);
+    let (qh, kvh) = (c.q_heads, c.kv_heads);
+    let tp = ctx.p.tp;
+    let root = ctx.buf.root.clone();
+    let lay = ctx.w.param_layout.clone();
+    let order = if ctx.cfg.doors.qkv_fused { RowOrder::Tree } else { RowOrder::Canonical };
+
+    // attn_norm: root normalizes the residual stream, then replicates it.
+    ctx.begin()?;
+    let normed0 = ctx.buf.ranks[0].normed;
+    ctx.b.launch(0, Op::RmsNorm { x: root.x, w: lay.attn_norm(ctx.w.params[0], l), eps, out: normed0 })?;
+    ctx.seam(l, Seam::AttnNorm, &Ctx::root_part(normed0))?;
+    broadcast(ctx, normed0, |rb| rb.normed)?;
+
+    // qkv: column-parallel, each rank its chunks of whole heads.
+    ctx.begin()?;
+    let mut parts: Vec<Part> = Vec::new();
+    for r in 0..tp {
+        let (rb, h) = (ctx.buf.ranks[r].clone(), ctx.w.layers[l][r].clone());
+        for (w, out) in [(h.wq, rb.q), (h.wk, rb.k), (h.wv, rb.v), (h.wg, rb.g)] {
+            ctx.b.launch(r, Op::GemvRows { w, x: rb.normed, out, order })?;
+        }
+        let (lq, lkv) = (rb.q.len, rb.k.len);
+        parts.push((r, rb.q, (r * lq) as u64));
+        parts.push((r, rb.k, (qh * hd + r * lkv) as u64));
+        parts.push((r, rb.v, (qh * hd + kvh * hd + r * lkv) as u64));
+        parts.push((r, rb.g, (qh * hd + 2 * kvh * hd + r * rb.g.len) as u64));
+    }
+    if ctx.cfg.doors.qkv_fused {
+        ctx.bump("qkv_fused", Seam::Qkv);
+    }
+    ctx.seam(l, Seam::Qkv, &parts)?;
+
+    // rope: per-head q/k norm + RoPE, then K/V appended to this rank's cache at `pos`.
+    ctx.begin()?;
+    let mut parts: Vec<Part> = Vec::new();
+    for r in 0..tp {
+        let rb = ctx.buf.ranks[r].clone();
+        let prm = ctx.w.params[r];
+        let cs = lay.rope(prm, pos);
+        ctx.b.launch(r, Op::QkNormRope { x: rb.q, w: lay.q_norm(prm, l), eps, cos_sin: cs })?;
+        ctx.b.launch(r, Op::QkNormRope { x: rb.k, w: lay.k_norm(prm, l), eps, cos_sin: cs })?;
+        let lkv = rb.k.len;
+        ctx.b.copy(ctx.cfg.transport, r, rb.k, r, Slice::new(rb.kc[l], pos * lkv, lkv))?;
+        ctx.b.copy(ctx.cfg.transport, r, rb.v, r, Slice::new(rb.vc[l], pos * lkv, lkv))?;
+        parts.push((r, rb.q, (r * rb.q.len) as u64));
+        parts.push((r, rb.k, (qh * hd + r * lkv) as u64));
+    }
+    ctx.seam(l, Seam::Rope, &parts)?;
+
+    // attn: decode attention over the cache, gated per head.
+    ctx.begin()?;
+    let mut parts: Vec<Part> = Vec::new();
+    for r in 0..tp {
+        let rb = ctx.buf.ranks[r].clone();
+        let lkv = rb.k.len;
+        let len = pos + 1;
+        ctx.b.launch(
+            r,
+            Op::Attention {
+                q: rb.q,
+                k: Slice::new(rb.kc[l], 0, len * lkv),
+                v: Slice::new(rb.vc[l], 0, len * lkv),
+                gate: rb.g,
+                len,
+                q_heads: ctx.p.q_heads_per_rank,
+                kv_heads: ctx.p.kv_heads_per_rank,
+                out: rb.attn,
+            },
+        )?;
+        parts.push((r, rb.attn, (r * rb.attn.len) as u64));
+    }
+    ctx.seam(l, Seam::Attn, &parts)?;
+
+    // o_proj: each rank's canonical K-block partials of the row-parallel output projection.
+    ctx.begin()?;
+    let mut parts: Vec<Part> = Vec::new();
+    for r in 0..tp {
+        let rb = ctx.buf.ranks[r].clone();
+        let wo = ctx.w.layers[l][r].wo;
+        ctx.b.launch(r, Op::GemvPartials { w: wo, x: rb.attn, out: rb.opart })?;
+        parts.push((r, rb.opart, (r * rb.opart.len) as u64));
+    }
+    ctx.seam(l, Seam::OProj, &parts)?;
+
+    // o_join: partials moved to the root, reduced in canonical order (or deferred into the
+    // ffn_norm kernel by OPROJ_TAIL).
+    ctx.begin()?;
+    let direct = ctx.cfg.doors.oproj_direct;
+    if !ctx.stale() {
+        for r in 0..tp {
+            let src = ctx.buf.ranks[r].opart;
+            move_bytes(ctx, direct, r, src, 0, root.opart_all.sub(r * src.len, src.len))?;
+        }
+    }
+    if direct {
+        ctx.bump("oproj_direct", Seam::OJoin);
+    }
+    if ctx.stale() {
+        ctx.bump("canary_stale_buffer", Seam::OJoin);
+    }
+    let g = ctx.p.o_kblocks;
+    let reverse = ctx.cfg.doors.canary == Some(Canary::ReverseKBlocks) && tp > 1;
+    if reverse {
+        ctx.bump("canary_reverse_kblocks", Seam::OJoin);
+    }
+    let ffn_w = lay.ffn_norm(ctx.w.params[0], l);
+    if ctx.cfg.doors.oproj_tail {
+        // The add happens inside the ffn_norm kernel: same operands, same order.
+        ctx.b.launch(
+            0,
+            Op::FoldAddRmsNorm {
+                parts: root.opart_all,
+                n_parts: g,
+                x: root.x,
+                w: ffn_w,
+                eps,
+                a: root.ojoin,
+                h: root.h,
+                out: ctx.buf.ranks[0].xin,
+            },
+        )?;
+        ctx.bump("oproj_tail", Seam::FfnNorm);
+    } else {
+        ctx.b.launch(0, Op::Fold { parts: root.opart_all, n_parts: g, reverse, out: root.ojoin })?;
+    }
+    ctx.seam(l, Seam::OJoin, &Ctx::root_part(root.ojoin))?;
+
+    // ffn_norm: residual add + RMSNorm.
+    ctx.begin()?;
+    let xin0 = ctx.buf.ranks[0].xin;
+    if !ctx.cfg.doors.oproj_tail {
+        ctx.b.launch(0, Op::AddRmsNorm { x: root.x, a: root.ojoin, w: ffn_w, eps, h: root.h, out: xin0 })?;
+    }
+    ctx.seam(l, Seam::FfnNorm, &[(0, root.h, 0), (0, xin0, hidden as u64)])
+}
+
+pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
+    let c = ctx.model.config.clone();
+    let hidden = c.hidden;
+    let tp = ctx.p.tp;
+    let root = ctx.buf.root.clone();
+    let lay = ctx.w.param_layout.clone();
+    let doors = ctx.cfg.doors;
+    let xin0 = ctx.buf.ranks[0].xin;
+
+    // ROUTES_PRESTAGE: the expert input is broadcast before the router runs.
+    if doors.routes_prestage {
+        broadcast(ctx, xin0, |rb| rb.xin)?;
+        ctx.bump("routes_prestage", Seam::Router);
+    }
+    // router: root GEMV + sigmoid top-k.
+    ctx.begin()?;
+    let router_w = ctx.w.layers[l][0].router.expect("the root holds the router");
+    ctx.b.launch(0, Op::GemvRows { w: router_w, x: xin0, out: root.router_logits, order: RowOrder::Canonical })?;
+    ctx.b.launch(
+        0,
+        Op::Router {
+            logits: root.router_logits,
+            bias: lay.router_bias(ctx.w.params[0], l),
+            k: c.top_k,
+            normalize: c.route_norm,
+            scaling: c.route_scale,
+            out: root.route,
+            device_variant: doors.dev_router,
+        },
+    )?;
+    if doors.dev_router {
+        ctx.bump("dev_router", Seam::Router);
+    }
+    ctx.seam(l, Seam::Router, &Ctx::root_part(root.route))?;
+    let route = ctx.b.read(0, root.route)?;
+    let ids: Vec<usize> = route[..c.top_k].iter().map(|v| v.to_bits() as usize).collect();
+    if let Some(bad) = ids.iter().find(|e| **e >= c.experts) {
+        return Err(crate::RuntimeError::Device {
+            location: format!("layer {l} router"),
+            detail: format!("selected expert id {bad} is outside 0..{}", c.experts),
+        });
+    }
+    if !doors.routes_prestage {
+        broadcast(ctx, xin0, |rb| rb.xin)?;
+    }
+
+    // experts: each selected expert (TP shards or whole on its owner) and the shared expert.
+    ctx.begin()?;
+    let gmax = ctx.buf.gmax;
+    let slot_stride = gmax * hidden;
+    let mut parts: Vec<Part> = Vec::new();
+    let slots: Vec<Option<usize>> = ids.iter().map(|e| Some(*e)).chain([None]).collect();
+    for (s, expert) in slots.iter().enumerate() {
+        for r in 0..tp {
+            let h = &ctx.w.layers[l][r];
+            let held = match expert {
+                Some(e) => h.experts[*e],
+                None => h.shared,
+            };
+            let Some(eh) = held else { continue };
+            let rb = ctx.buf.ranks[r].clone();
+            let limit = c.swiglu_limit;
+            let (gate, up, act) = (rb.eg.sub(0, eh.width), rb.eu.sub(0, eh.width), rb.ea.sub(0, eh.width));
+            ctx.b.launch(r, Op::GemvRows { w: eh.gate, x: rb.xin, out: gate, order: RowOrder::Canonical })?;
+            ctx.b.launch(r, Op::GemvRows { w: eh.up, x: rb.xin, out: up, order: RowOrder::Canonical })?;
+            if let Some([sg, su, _]) = eh.nvfp4_scales {
+                ctx.b.launch(r, Op::Scale { x: gate, s: sg, out: gate })?;
+                ctx.b.launch(r, Op::Scale { x: up, s: su, out: up })?;
+            }
+            ctx.b.launch(r, Op::Swiglu { gate, up, limit, out: act })?;
+            let out = rb.epart.sub(s * slot_stride, eh.kblocks * hidden);
+            ctx.b.launch(r, Op::GemvPartials { w: eh.down, x: act, out })?;
+            // Global index: slot stride, then this rank's first K-block (0 for a whole expert).
+            let first_kb = if slot_sharded(ctx, expert) { r * eh.kblocks } else { 0 };
+            parts.push((r, out, (s * slot_stride + first_kb * hidden) as u64));
+        }
+    }
+    if ctx.p.experts == ExpertMode::ExpertParallel && doors.step_ep {
+        ctx.bump("step_ep", Seam::Experts);
+    }
+    if ctx.p.experts == ExpertMode::Interleaved2 {
+        ctx.bump("nvfp4_ep2", Seam::Experts);
+    }
+    ctx.seam(l, Seam::Experts, &parts)?;
+
+    // moe_join: partials to the root (TP) or per-slot outputs from owners (EP), canonical folds,
+    // weighted combine in slot order.
+    ctx.begin()?;
+    let direct = doors.moe_direct;
+    let routed = root.moe.sub(0, hidden);
+    let shared = root.moe.sub(hidden, hidden);
+    let k = c.top_k;
+    for (s, expert) in slots.iter().enumerate() {
+        let sharded = slot_sharded(ctx, expert);
+        let g = if expert.is_some() { ctx.p.down_kblocks } else { ctx.p.shared_kblocks };
+        let y_s = root.y.sub(s * hidden, hidden);
+        if sharded {
+            for r in 0..tp {
+                let gl = g / tp;
+                let src = ctx.buf.ranks[r].epart.sub(s * slot_stride, gl * hidden);
+                move_bytes(ctx, direct, r, src, 0, root.epart_all.sub(s * slot_stride + r * gl * hidden, gl * hidden))?;
+            }
+            let parts = root.epart_all.sub(s * slot_stride, g * hidden);
+            ctx.b.launch(0, Op::Fold { parts, n_parts: g, reverse: false, out: y_s })?;
+        } else {
+            // Whole expert on its owner: the owner folds, the root overwrites the slot.
+            let owner = match expert {
+                Some(e) => ctx.p.expert_owner(*e, c.experts),
+                None => 0,
+            };
+            let ob = ctx.buf.ranks[owner].clone();
+            let parts = ob.epart.sub(s * slot_stride, g * hidden);
+            let oy = ob.ey.sub(s * hidden, hidden);
+            ctx.b.launch(owner, Op::Fold { parts, n_parts: g, reverse: false, out: oy })?;
+            let held = match expert {
+                Some(e) => ctx.w.layers[l][owner].experts[*e],
+                None => ctx.w.layers[l][owner].shared,
+            };
+            if let Some([_, _, sd]) = held.and_then(|h| h.nvfp4_scales) {
+                // The per-matrix NVFP4 scale, applied once after the full row reduce.
+                ctx.b.launch(owner, Op::Scale { x: oy, s: sd, out: oy })?;
+            }
+            if ctx.p.experts != ExpertMode::Interleaved2 || expert.is_none() {
+                move_bytes(ctx, direct, owner, oy, 0, y_s)?;
+            }
+        }
+    }
+    if direct {
+        ctx.bump("moe_direct", Seam::MoeJoin);
+    }
+    let weights = root.route.sub(k, k);
+    if ctx.p.experts == ExpertMode::Interleaved2 {
+        // NVFP4_EP2: each rank sums its own slots in slot order; the root adds the two sums.
+        for r in 0..2 {
+            let rb = ctx.buf.ranks[r].clone();
+            let mine: Vec<usize> = (0..k).filter(|s| ctx.p.expert_owner(ids[*s], c.experts) == r).collect();
+            let acc = rb.esum;
+            ctx.b.write(r, acc, &vec![0.0; hidden])?;
+            if !mine.is_empty() {
+                ctx.b.copy(ctx.cfg.transport, 0, weights, r, rb.rw.sub(0, k))?;
+                for s in mine {
+                    let ys = rb.ey.sub(s * hidden, hidden);
+                    let tmp = rb.eg.sub(0, hidden);
+                    ctx.b.launch(r, Op::Combine { y: ys, w: rb.rw.sub(s, 1), out: tmp })?;
+                    ctx.b.launch(r, Op::Add { a: acc, b: tmp, out: acc })?;
+                }
+            }
+            ctx.b.copy(ctx.cfg.transport, r, acc, 0, root.rank_sums.sub(r * hidden, hidden))?;
+        }
+        ctx.b.launch(0, Op::Add { a: root.rank_sums.sub(0, hidden), b: root.rank_sums.sub(hidden, hidden), out: routed })?;
+    } else {
+        ctx.b.launch(0, Op::Combine { y: root.y.sub(0, k * hidden), w: weights, out: routed })?;
+    }
+    ctx.b.copy(ctx.cfg.transport, 0, root.y.sub(k * hidden, hidden), 0, shared)?;
+    ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe))?;
+
+    // residual: h + (routed + shared), in exactly that operand order.
+    ctx.begin()?;
+    ctx.b.launch(0, Op::Add { a: routed, b: shared, out: root.moe_sum })?;
+    ctx.b.launch(0, Op::Add { a: root.h, b: root.moe_sum, out: root.x })?;
+    ctx.seam(l, Seam::Residual, &Ctx::root_part(root.x))
+}
+
+/// Whether a slot's expert (`None` = shared) is TP-sharded over the ranks.
+fn slot_sharded(ctx: &Ctx, expert: &Option<usize>) -> bool {
+    match expert {
+        Some(_) => ctx.p.experts == ExpertMode::TensorParallel,
+        None => ctx.p.shared_sharded,
+    }
+}
