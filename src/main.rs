@@ -1,1 +1,9 @@
-fn main() -> std::process::ExitCode { memra_gating::cli::main() }
+//! The `memra-gates` binary: provenance stamped by build.rs, everything else in `memra-gating`.
+
+fn main() -> std::process::ExitCode {
+    memra_gating::cli::main(memra_gating::cli::Provenance {
+        git_rev: env!("MEMRA_GIT_REV"),
+        kernel_digest: env!("MEMRA_KERNEL_DIGEST"),
+        rustc: env!("MEMRA_RUSTC_VERSION"),
+    })
+}

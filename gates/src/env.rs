@@ -1,1 +1,298 @@
-//! (in progress)
+//! The edge where doors enter: environment variables and `--door` flags become an explicit
+//! [`DoorRequest`], strictly, before any work starts (DESIGN.md §4.1, §9). The engine this tool
+//! gates once read doors as "exactly `1` or silently off", so a typo or a `yes` ran the default
+//! path and passed; here every `MEMRA_*` name must be declared in the registry and every value
+//! must be one the registry's rules accept, or the request fails with the value and the rule.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use memra_runtime::config::DoorSet;
+
+use crate::registry::{FlipAt, Registry, RegistryError, SettingValue, CANARY_FLIP_AT, REQUIRE_GPU};
+
+/// The prefix every door variable and tool setting shares.
+pub const PREFIX: &str = "MEMRA_";
+
+/// Largest edit distance at which a did-you-mean suggestion is offered.
+pub const MAX_SUGGESTION_DISTANCE: usize = 3;
+
+/// Doors and settings as the user asked for them: only what was given explicitly.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DoorRequest {
+    /// Explicit value per door id; a door that is absent takes its registry default.
+    pub doors: BTreeMap<String, bool>,
+    /// Settings given with a non-empty value, by environment name.
+    pub settings: BTreeMap<String, SettingValue>,
+}
+
+impl DoorRequest {
+    /// The doors that are on: the explicit values, and the registry default for the rest.
+    pub fn enabled(&self, registry: &Registry) -> BTreeSet<String> {
+        registry
+            .doors()
+            .iter()
+            .filter(|d| self.doors.get(&d.id).copied().unwrap_or(d.default))
+            .map(|d| d.id.clone())
+            .collect()
+    }
+
+    /// Lay `later` over this request: its explicit values win (flags override the environment).
+    pub fn overlay(&mut self, later: DoorRequest) {
+        self.doors.extend(later.doors);
+        self.settings.extend(later.settings);
+    }
+
+    /// `MEMRA_REQUIRE_GPU`: whether GPU skips must become failures.
+    pub fn require_gpu(&self, registry: &Registry) -> bool {
+        let given = self.settings.get(REQUIRE_GPU).copied();
+        let default = registry.setting(REQUIRE_GPU).and_then(|s| s.default_value);
+        matches!(given.or(default), Some(SettingValue::Bool(true)))
+    }
+
+    /// `MEMRA_CANARY_FLIP_AT`, or the registry default.
+    pub fn canary_flip_at(&self, registry: &Registry) -> Option<FlipAt> {
+        match self.settings.get(CANARY_FLIP_AT) {
+            Some(SettingValue::FlipAt(at)) => Some(*at),
+            _ => registry.default_flip_at(),
+        }
+    }
+
+    /// The runtime's explicit door values for this request.
+    pub fn to_door_set(&self, registry: &Registry) -> Result<DoorSet, RegistryError> {
+        registry.to_door_set(&self.enabled(registry), self.canary_flip_at(registry))
+    }
+}
+
+/// The value of a door variable or flag: unset (not passed here), `""` or `"0"` → off,
+/// `"1"` → on; anything else (`"yes"`, `"2"`, `" 1"`) is an error that quotes it.
+pub fn parse_door_value(name: &str, value: &str) -> Result<bool, RegistryError> {
+    match value {
+        "" | "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(RegistryError::DoorValue { name: name.to_string(), value: value.to_string() }),
+    }
+}
+
+/// Read the `MEMRA_*` variables out of an environment (pass `std::env::vars()` or a test list).
+/// Other variables are ignored. Every problem is reported, one per line.
+pub fn parse_env<I>(vars: I, registry: &Registry) -> Result<DoorRequest, RegistryError>
+where
+    I: IntoIterator<Item = (String, String)>,
+{
+    let mut given: BTreeMap<String, String> = BTreeMap::new();
+    let mut errors = Vec::new();
+    for (name, value) in vars {
+        if !name.to_ascii_uppercase().starts_with(PREFIX) {
+            continue;
+        }
+        match given.get(&name) {
+            Some(prev) if *prev != value => errors.push(RegistryError::Flag {
+                flag: name.clone(),
+                value: value.clone(),
+                rule: format!("the variable is given twice with different values ({prev:?} first)"),
+            }),
+            _ => {
+                given.insert(name, value);
+            }
+        }
+    }
+    let mut request = DoorRequest::default();
+    for (name, value) in &given {
+        if let Some(door) = registry.by_env(name) {
+            match parse_door_value(name, value) {
+                Ok(on) => {
+                    request.doors.insert(door.id.clone(), on);
+                }
+                Err(e) => errors.push(e),
+            }
+        } else if let Some(setting) = registry.setting(name) {
+            match setting.format.parse(name, value) {
+                Ok(Some(v)) => {
+                    request.settings.insert(name.clone(), v);
+                }
+                Ok(None) => {}
+                Err(e) => errors.push(e),
+            }
+        } else {
+            let case = name.starts_with(PREFIX);
+            errors.push(RegistryError::UnknownName {
+                name: name.clone(),
+                kind: "MEMRA_* variable".to_string(),
+                rule: if case {
+                    format!("every MEMRA_* variable must be a door or a setting of {}", registry.origin())
+                } else {
+                    "environment names are case-sensitive: doors and settings are spelled MEMRA_ in upper case"
+                        .to_string()
+                },
+                suggestion: suggest_env(&name.to_ascii_uppercase(), registry),
+            });
+        }
+    }
+    RegistryError::collect(errors)?;
+    Ok(request)
+}
+
+/// Parse the values of repeated `--door NAME[=0|1]` flags. NAME is a door's environment name
+/// (`MEMRA_OPROJ_DIRECT`) or its id (`oproj_direct`, any case); a bare NAME means `NAME=1`.
+pub fn parse_door_flags(flags: &[String], registry: &Registry) -> Result<DoorRequest, RegistryError> {
+    const RULE: &str = "use NAME, NAME=1 or NAME=0, where NAME is a door id or its MEMRA_* variable";
+    let mut request = DoorRequest::default();
+    let mut errors = Vec::new();
+    for flag in flags {
+        let (name, value) = match flag.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (flag.as_str(), None),
+        };
+        let door = registry.by_env(name).or_else(|| registry.door(&name.to_ascii_lowercase()));
+        let Some(door) = door else {
+            if registry.setting(name).is_some() {
+                errors.push(RegistryError::Flag {
+                    flag: "--door".to_string(),
+                    value: flag.clone(),
+                    rule: format!("{name} is a setting, not a door: set it in the environment"),
+                });
+            } else {
+                errors.push(RegistryError::UnknownName {
+                    name: format!("--door {name:?}"),
+                    kind: "door".to_string(),
+                    rule: format!("doors are the ids and MEMRA_* variables of {}", registry.origin()),
+                    suggestion: suggest_door(name, registry),
+                });
+            }
+            continue;
+        };
+        let on = match value {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(_) => {
+                errors.push(RegistryError::Flag {
+                    flag: "--door".to_string(),
+                    value: flag.clone(),
+                    rule: RULE.to_string(),
+                });
+                continue;
+            }
+        };
+        match request.doors.insert(door.id.clone(), on) {
+            Some(prev) if prev != on => errors.push(RegistryError::Flag {
+                flag: "--door".to_string(),
+                value: flag.clone(),
+                rule: format!("{} is set both on and off by --door flags", door.id),
+            }),
+            _ => {}
+        }
+    }
+    RegistryError::collect(errors)?;
+    Ok(request)
+}
+
+/// Refuse a request whose enabled doors (explicit, or on by default) miss a requirement or
+/// conflict; the error quotes each broken rule.
+pub fn check_explicit(request: &DoorRequest, registry: &Registry) -> Result<(), RegistryError> {
+    let enabled = request.enabled(registry);
+    let mut errors = Vec::new();
+    let on = |id: &str| match request.doors.get(id) {
+        Some(true) => format!("{}=1", env_of(registry, id)),
+        _ => format!("{} (on by default)", env_of(registry, id)),
+    };
+    for id in &enabled {
+        let Some(door) = registry.door(id) else { continue };
+        for link in &door.requires {
+            if !enabled.contains(&link.id) {
+                let given_off = match request.doors.get(&link.id) {
+                    Some(false) => format!("; {}=0 was given", env_of(registry, &link.id)),
+                    _ => String::new(),
+                };
+                errors.push(RegistryError::Request(format!(
+                    "{} requires {}=1 (rule: {}){given_off}",
+                    on(id),
+                    env_of(registry, &link.id),
+                    link.why
+                )));
+            }
+        }
+        for link in &door.conflicts {
+            if id < &link.id && enabled.contains(&link.id) {
+                errors.push(RegistryError::Request(format!(
+                    "{} conflicts with {} (rule: {}); set one of them to 0",
+                    on(id),
+                    on(&link.id),
+                    link.why
+                )));
+            }
+        }
+    }
+    RegistryError::collect(errors)
+}
+
+fn env_of<'r>(registry: &'r Registry, id: &'r str) -> &'r str {
+    registry.door(id).map(|d| d.env.as_str()).unwrap_or(id)
+}
+
+/// The declared name nearest to an unknown `MEMRA_*` name. Besides the declared names, each
+/// door's id spelled as `MEMRA_<ID>` counts as a spelling of its variable, because the engine's
+/// names are irregular (`MEMRA_BULK_P2P` means `MEMRA_STEP_TP_BULK_P2P`).
+pub fn suggest_env(name: &str, registry: &Registry) -> Option<String> {
+    let mut spellings: Vec<(String, &str)> = registry.env_names().into_iter().map(|e| (e.to_string(), e)).collect();
+    for d in registry.doors() {
+        spellings.push((format!("{PREFIX}{}", d.id.to_ascii_uppercase()), d.env.as_str()));
+    }
+    best(name, spellings.iter().map(|(s, target)| (s.as_str(), *target))).map(str::to_string)
+}
+
+/// The door nearest to an unknown `--door` NAME, as "id (ENV)".
+fn suggest_door(name: &str, registry: &Registry) -> Option<String> {
+    let lower = name.to_ascii_lowercase();
+    let upper = name.to_ascii_uppercase();
+    let by_id = best(&lower, registry.doors().iter().map(|d| (d.id.as_str(), d.id.as_str())));
+    let by_env = best(&upper, registry.doors().iter().map(|d| (d.env.as_str(), d.id.as_str())));
+    let pick = match (by_id, by_env) {
+        (Some(a), Some(b)) => {
+            let da = edit_distance(&lower, a);
+            let db = registry.door(b).map(|d| edit_distance(&upper, &d.env)).unwrap_or(usize::MAX);
+            Some(if db < da { b } else { a })
+        }
+        (a, b) => a.or(b),
+    }?;
+    registry.door(pick).map(|d| format!("{} ({})", d.id, d.env))
+}
+
+/// The candidate nearest to `name` within [`MAX_SUGGESTION_DISTANCE`] (ties: the smallest name).
+pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    best(name, candidates.into_iter().map(|c| (c, c)))
+}
+
+/// Nearest spelling within the limit; returns the target that spelling stands for.
+fn best<'a>(name: &str, spellings: impl Iterator<Item = (&'a str, &'a str)>) -> Option<&'a str> {
+    spellings
+        .map(|(s, target)| (edit_distance(name, s), target))
+        .filter(|(d, _)| *d <= MAX_SUGGESTION_DISTANCE)
+        .min()
+        .map(|(_, target)| target)
+}
+
+/// Damerau–Levenshtein distance (optimal string alignment: insertions, deletions,
+/// substitutions and transpositions of adjacent characters each cost 1).
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let w = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * w];
+    for i in 0..=a.len() {
+        d[i * w] = i;
+    }
+    for (j, cell) in d.iter_mut().enumerate().take(w) {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[(i - 1) * w + j] + 1).min(d[i * w + j - 1] + 1).min(d[(i - 1) * w + j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[(i - 2) * w + j - 2] + 1);
+            }
+            d[i * w + j] = v;
+        }
+    }
+    d[a.len() * w + b.len()]
+}

@@ -1,8 +1,17 @@
 //! Doors, matrices, oracles, gates, verdicts, promotion and the command line.
+//!
+//! The gates consume records (`memra_runtime::record`), never runtime internals, so another
+//! subject (an external engine's tape, DESIGN.md §10) can be gated the same way.
 pub mod cli;
+pub mod commands;
 pub mod env;
 pub mod error;
+pub mod gate;
 pub mod matrix;
+pub mod plan;
 pub mod registry;
+pub mod registry_view;
+pub mod selftest;
+pub mod suite;
 
 pub use error::GateError;

@@ -1,10 +1,167 @@
 //! The CUDA C sources of the kernels, embedded at compile time, and the closed list of kernel
 //! names the runtime launches (checked after every NVRTC load).
+//!
+//! The sources are one translation unit for NVRTC: `canon.cuh` (canonical math, the dot32 lane
+//! order, the weight decoders) first, then one `.cu` file per kernel family. Each `.cu` file
+//! includes `canon.cuh` only behind its include guard, so the concatenation needs no include path.
 
-/// All kernel sources concatenated in a fixed order (one translation unit for NVRTC).
+/// (file name, contents) in the fixed concatenation order.
+const SOURCES: [(&str, &str); 7] = [
+    ("canon.cuh", include_str!("../cuda/canon.cuh")),
+    ("gemv.cu", include_str!("../cuda/gemv.cu")),
+    ("norm.cu", include_str!("../cuda/norm.cu")),
+    ("attention.cu", include_str!("../cuda/attention.cu")),
+    ("moe.cu", include_str!("../cuda/moe.cu")),
+    ("elementwise.cu", include_str!("../cuda/elementwise.cu")),
+    ("digest.cu", include_str!("../cuda/digest.cu")),
+];
+
+/// All kernel sources concatenated in a fixed order (one translation unit for NVRTC). A
+/// `#line` directive before each file keeps NVRTC's error messages pointing at the right file.
 pub fn cuda_source() -> String {
-    String::new()
+    let mut out = String::new();
+    for (name, text) in SOURCES {
+        out.push_str(&format!("#line 1 \"{name}\"\n"));
+        out.push_str(text);
+        if !text.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The file names of the sources in concatenation order (for provenance and error messages).
+pub fn source_files() -> impl Iterator<Item = &'static str> {
+    SOURCES.iter().map(|(name, _)| *name)
+}
+
+/// Stable digest of [`cuda_source`]: 16 hex digits of FNV-1a 64 over its bytes. It changes
+/// whenever any kernel source changes, so receipts and the binary's provenance stamp can name the
+/// exact kernels a run used.
+pub fn source_digest() -> String {
+    const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
+    let digest = cuda_source().bytes().fold(FNV_OFFSET, |h, b| (h ^ b as u64).wrapping_mul(FNV_PRIME));
+    format!("{digest:016x}")
 }
 
 /// Every `extern "C"` kernel the CUDA backend launches.
-pub const KERNEL_NAMES: &[&str] = &[];
+pub const KERNEL_NAMES: &[&str] = &[
+    // gemv.cu
+    "gemv_rows_bf16",
+    "gemv_rows_f32",
+    "gemv_rows_e4m3",
+    "gemv_rows_nvfp4",
+    "gemv_partials_bf16",
+    "gemv_partials_f32",
+    "gemv_partials_e4m3",
+    "gemv_partials_nvfp4",
+    "gemv_rows_tree_bf16",
+    "gemv_rows_tree_f32",
+    "fold_f32",
+    // norm.cu
+    "rmsnorm_f32",
+    "add_rmsnorm_f32",
+    "fold_add_rmsnorm_f32",
+    // attention.cu
+    "qk_norm_rope_f32",
+    "decode_attention_f32",
+    // moe.cu
+    "router_topk_f32",
+    "router_topk_dev_f32",
+    "swiglu_f32",
+    "combine_f32",
+    "argmax_f32",
+    // elementwise.cu
+    "add_f32",
+    "scale_f32",
+    "flip_low_bit_f32",
+    // digest.cu
+    "digest_f32",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Names declared as `extern "C" __global__ void [__launch_bounds__(..)] NAME(` in the source.
+    fn declared_kernels(src: &str) -> BTreeSet<String> {
+        let mut names = BTreeSet::new();
+        let mut rest = src;
+        while let Some(at) = rest.find("extern \"C\" __global__ void") {
+            rest = &rest[at + "extern \"C\" __global__ void".len()..];
+            let mut head = rest.trim_start();
+            if let Some(after) = head.strip_prefix("__launch_bounds__(") {
+                let close = after.find(')').expect("unclosed __launch_bounds__");
+                head = after[close + 1..].trim_start();
+            }
+            let end = head.find('(').expect("a kernel name is followed by its parameter list");
+            names.insert(head[..end].trim().to_string());
+        }
+        names
+    }
+
+    #[test]
+    fn every_listed_kernel_is_declared_and_every_declared_kernel_is_listed() {
+        let declared = declared_kernels(&cuda_source());
+        let listed: BTreeSet<String> = KERNEL_NAMES.iter().map(|s| s.to_string()).collect();
+        assert_eq!(listed.len(), KERNEL_NAMES.len(), "KERNEL_NAMES has a duplicate");
+        let missing: Vec<_> = listed.difference(&declared).collect();
+        let unlisted: Vec<_> = declared.difference(&listed).collect();
+        assert!(missing.is_empty(), "listed but not declared as extern \"C\" __global__ void NAME: {missing:?}");
+        assert!(unlisted.is_empty(), "declared but missing from KERNEL_NAMES: {unlisted:?}");
+    }
+
+    #[test]
+    fn kernel_names_follow_op_dtype() {
+        for name in KERNEL_NAMES {
+            let dtype = name.rsplit('_').next().unwrap_or("");
+            assert!(["f32", "bf16", "e4m3", "nvfp4"].contains(&dtype), "{name} does not end in _<dtype>");
+        }
+    }
+
+    #[test]
+    fn canon_header_comes_first_and_digest_is_stable() {
+        assert_eq!(source_files().next(), Some("canon.cuh"));
+        let d = source_digest();
+        assert_eq!(d.len(), 16);
+        assert_eq!(d, source_digest());
+        assert!(d.chars().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    /// Every f32 constant in the device math is written as a bit pattern, never as a decimal
+    /// literal that could parse to a neighbouring float (integer literals are allowed).
+    #[test]
+    fn no_decimal_float_literals_in_kernels() {
+        for (name, text) in SOURCES {
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                let bytes = code.as_bytes();
+                for (i, w) in bytes.windows(2).enumerate() {
+                    let digit_dot = w[0].is_ascii_digit() && w[1] == b'.';
+                    let prev_ident = i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+                    assert!(!digit_dot || prev_ident, "{name}:{}: decimal float literal in `{}`", n + 1, line.trim());
+                }
+            }
+        }
+    }
+
+    /// The canonical program never calls CUDA math functions, intrinsics that approximate, or an
+    /// explicit fused multiply-add.
+    #[test]
+    fn no_platform_math_in_kernels() {
+        let banned = [
+            "fmaf(", "__fmaf", "expf(", "__expf", "exp2f(", "rsqrtf(", "__frsqrt", "logf(", "tanhf(", "__fdividef",
+            "sqrtf(", "powf(", "__powf",
+        ];
+        for (name, text) in SOURCES {
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                for b in banned {
+                    assert!(!code.contains(b), "{name}:{}: calls {b}", n + 1);
+                }
+            }
+        }
+    }
+}

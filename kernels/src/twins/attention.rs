@@ -1,16 +1,45 @@
 //! Per-head q/k RMSNorm + NeoX RoPE, and partitioned decode attention with a per-head gate.
+//!
+//! Attention is where TP invariance is easiest to lose: a kernel that splits the KV sequence
+//! differently, or combines partitions in another order, changes the low bits. So the partition
+//! length is a constant of the program (not of the launch), partitions are combined in order,
+//! and heads never interact — sharding heads over ranks changes nothing.
+
+use crate::canon::{dot32, exp_c, rmsnorm_c, sigmoid_c};
 
 /// Head dimension of every preset.
 pub const HEAD_DIM: usize = 128;
 /// Fixed KV partition length of decode attention.
 pub const ATTN_PARTITION: usize = 32;
+/// Bits of the attention score scale 1/sqrt(128) as an f32.
+pub const ATTN_SCALE_BITS: u32 = 0x3DB5_04F3;
+
+const HALF: usize = HEAD_DIM / 2;
 
 /// For each head h of `x` (`[heads][128]`): `x_h = rmsnorm_c(x_h, w, eps)` (w has 128 entries),
 /// then NeoX RoPE with the table row `cos_sin` (`[64 cos][64 sin]` for this position):
 /// for i < 64: `a = x[i], b = x[i+64]; x[i] = a*c - b*s; x[i+64] = b*c + a*s` (products rounded,
 /// then the difference / sum).
+///
+/// `heads = x.len() / 128`; `x.len()` must be a multiple of 128, `w` and `cos_sin` have exactly
+/// 128 entries (checked; a violation panics).
 pub fn qk_norm_rope(x: &mut [f32], w: &[f32], eps: f32, cos_sin: &[f32]) {
-    todo!("helper B: {} {} {eps} {}", x.len(), w.len(), cos_sin.len())
+    assert_eq!(x.len() % HEAD_DIM, 0, "qk_norm_rope: x has {} elements, not whole heads of {HEAD_DIM}", x.len());
+    assert_eq!(w.len(), HEAD_DIM, "qk_norm_rope: norm weight has {} entries, expected {HEAD_DIM}", w.len());
+    assert_eq!(cos_sin.len(), HEAD_DIM, "qk_norm_rope: cos_sin row has {} entries, expected {HEAD_DIM}", cos_sin.len());
+    let (cos, sin) = cos_sin.split_at(HALF);
+    let mut normed = [0.0f32; HEAD_DIM];
+    for head in x.chunks_exact_mut(HEAD_DIM) {
+        rmsnorm_c(head, w, eps, &mut normed);
+        let (lo, hi) = head.split_at_mut(HALF);
+        let (nlo, nhi) = normed.split_at(HALF);
+        for i in 0..HALF {
+            let (a, b) = (nlo[i], nhi[i]);
+            let (c, s) = (cos[i], sin[i]);
+            lo[i] = a * c - b * s;
+            hi[i] = b * c + a * s;
+        }
+    }
 }
 
 /// Decode attention of `q` (`[q_heads][128]`) over a cache of `len` positions
@@ -22,6 +51,20 @@ pub fn qk_norm_rope(x: &mut [f32], w: &[f32], eps: f32, cos_sin: &[f32]) {
 /// combine in partition order: `M = max m_p`, `c_p = exp_c(m_p - M)`,
 /// `L = fold(l_p * c_p)`, `O[d] = fold(o_p[d] * c_p)` from +0.0; `out[d] = O[d] / L`;
 /// then the gate: `out[d] = out[d] * sigmoid_c(gate[h])`.
+///
+/// The last partition holds `len % ATTN_PARTITION` positions when that is not zero.
+///
+/// Both maxima are plain comparisons in index order: `m = first; if x > m { m = x }`. For
+/// non-NaN values this is the exact maximum, whatever the order. NaN behaviour (scores are
+/// finite in practice): a NaN score is skipped by the comparison unless it comes first, but it
+/// reaches `exp_c` either way (`exp_c(NaN − m)` or `exp_c(s − NaN)`), so any NaN score makes
+/// that head's whole output NaN; an infinite score gives `inf − inf = NaN` the same way.
+///
+/// Preconditions (checked; a violation panics with the numbers): `len >= 1`, `kv_heads >= 1`,
+/// `q_heads % kv_heads == 0`, `q.len() == q_heads * 128`, `gate.len() == q_heads`,
+/// `out.len() == q_heads * 128`, and `k`, `v` hold at least `len * kv_heads * 128` values (a cache
+/// allocated for more positions is fine; only the first `len` are read). Scratch is one
+/// allocation of O(len + 128·len/32) floats per call, reused across heads.
 #[allow(clippy::too_many_arguments)]
 pub fn decode_attention(
     q: &[f32],
@@ -33,5 +76,93 @@ pub fn decode_attention(
     kv_heads: usize,
     out: &mut [f32],
 ) {
-    todo!("helper B: {} {} {} {} {len} {q_heads} {kv_heads} {}", q.len(), k.len(), v.len(), gate.len(), out.len())
+    assert!(len >= 1, "decode_attention: len must be at least 1");
+    assert!(kv_heads >= 1, "decode_attention: kv_heads must be at least 1");
+    assert!(
+        q_heads.is_multiple_of(kv_heads),
+        "decode_attention: q_heads {q_heads} is not a multiple of kv_heads {kv_heads}"
+    );
+    let q_len = q_heads.checked_mul(HEAD_DIM).expect("decode_attention: q_heads * 128 overflows usize");
+    assert_eq!(q.len(), q_len, "decode_attention: q has {} elements, expected q_heads {q_heads} * 128", q.len());
+    assert_eq!(out.len(), q_len, "decode_attention: out has {} elements, expected q_heads {q_heads} * 128", out.len());
+    assert_eq!(gate.len(), q_heads, "decode_attention: gate has {} entries, expected q_heads {q_heads}", gate.len());
+    let stride = kv_heads.checked_mul(HEAD_DIM).expect("decode_attention: kv_heads * 128 overflows usize");
+    let need = len.checked_mul(stride);
+    assert!(
+        need.is_some_and(|n| k.len() >= n && v.len() >= n),
+        "decode_attention: k has {} and v has {} elements, fewer than len {len} * kv_heads {kv_heads} * 128",
+        k.len(),
+        v.len()
+    );
+
+    let group = q_heads / kv_heads;
+    let scale = f32::from_bits(ATTN_SCALE_BITS);
+    let n_parts = len.div_ceil(ATTN_PARTITION);
+    let mut scores = vec![0.0f32; len];
+    let mut part_m = vec![0.0f32; n_parts];
+    let mut part_l = vec![0.0f32; n_parts];
+    let mut part_o = vec![0.0f32; n_parts * HEAD_DIM];
+
+    for (h, (q_h, out_h)) in q.chunks_exact(HEAD_DIM).zip(out.chunks_exact_mut(HEAD_DIM)).enumerate() {
+        let kv_off = (h / group) * HEAD_DIM;
+        let row = |cache, t| kv_row(cache, t, stride, kv_off);
+
+        for (t, s) in scores.iter_mut().enumerate() {
+            *s = dot32(q_h, row(k, t)) * scale;
+        }
+
+        for (p, ((s_p, (m_p, l_p)), o_p)) in scores
+            .chunks(ATTN_PARTITION)
+            .zip(part_m.iter_mut().zip(part_l.iter_mut()))
+            .zip(part_o.chunks_exact_mut(HEAD_DIM))
+            .enumerate()
+        {
+            let m = max_in_order(s_p);
+            let mut l = 0.0f32;
+            o_p.fill(0.0);
+            for (j, &s) in s_p.iter().enumerate() {
+                let e = exp_c(s - m);
+                l += e;
+                for (o, &vd) in o_p.iter_mut().zip(row(v, p * ATTN_PARTITION + j)) {
+                    *o += e * vd;
+                }
+            }
+            *m_p = m;
+            *l_p = l;
+        }
+
+        let m_all = max_in_order(&part_m);
+        let mut l_all = 0.0f32;
+        out_h.fill(0.0);
+        for ((&m_p, &l_p), o_p) in part_m.iter().zip(&part_l).zip(part_o.chunks_exact(HEAD_DIM)) {
+            let c = exp_c(m_p - m_all);
+            l_all += l_p * c;
+            for (o, &od) in out_h.iter_mut().zip(o_p) {
+                *o += od * c;
+            }
+        }
+        let g = sigmoid_c(gate[h]);
+        for o in out_h.iter_mut() {
+            *o /= l_all;
+            *o *= g;
+        }
+    }
+}
+
+/// Row of kv head at offset `kv_off` of position `t` in a position-major cache.
+fn kv_row(cache: &[f32], t: usize, stride: usize, kv_off: usize) -> &[f32] {
+    let start = t * stride + kv_off;
+    &cache[start..start + HEAD_DIM]
+}
+
+/// Maximum by plain comparisons in index order (`m = xs[0]; if x > m { m = x }`); `xs` is not
+/// empty. A leading NaN stays; a later NaN is skipped.
+fn max_in_order(xs: &[f32]) -> f32 {
+    let mut m = xs[0];
+    for &x in &xs[1..] {
+        if x > m {
+            m = x;
+        }
+    }
+    m
 }

@@ -164,3 +164,37 @@ pub fn run_probe<B: Backend + ?Sized>(b: &mut B, transport: Transport, sizes_byt
     }
     Ok(out)
 }
+
+/// Which backend a run asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BackendKind {
+    Host,
+    Cuda,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Host => "host",
+            BackendKind::Cuda => "cuda",
+        }
+    }
+}
+
+/// Open a backend of `kind` with `ranks` ranks.
+pub fn open(kind: BackendKind, ranks: usize) -> Result<Box<dyn Backend>> {
+    match kind {
+        BackendKind::Host => Ok(Box::new(host::HostBackend::new(ranks)?)),
+        BackendKind::Cuda => open_cuda(ranks),
+    }
+}
+
+fn open_cuda(_ranks: usize) -> Result<Box<dyn Backend>> {
+    Err(crate::RuntimeError::Unavailable("the CUDA backend is not built into this binary yet".into()))
+}
+
+/// Whether a CUDA driver and device are usable: `Ok(description)` or `Err(reason)`. Never panics
+/// on a machine without CUDA.
+pub fn cuda_available() -> std::result::Result<String, String> {
+    Err("this build has no CUDA backend yet".into())
+}

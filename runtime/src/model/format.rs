@@ -1,25 +1,650 @@
 //! The model file format: safetensors with documented tensor names and a versioned metadata
 //! block. Writing and loading (with validation of every tensor) live here and only here.
+//!
+//! A model file is how a generated model reaches a GPU machine and how a user's own weights enter
+//! the harness, so a reader must be able to trust it completely: loading checks every rule below
+//! and answers a bad file with an error that names the tensor (or metadata key) and the rule —
+//! never a panic, and never a half-checked model.
+//!
+//! # Format `memra-model`, version 1
+//!
+//! A [safetensors](https://github.com/huggingface/safetensors) file. Its `__metadata__` holds
+//! exactly these keys (any other key is refused):
+//!
+//! | key | value |
+//! |---|---|
+//! | `memra.format` | `"memra-model"` |
+//! | `memra.format_version` | `"1"` (any other version is refused) |
+//! | `memra.config` | the [`ModelConfig`] as JSON; unknown fields are refused and it must pass [`ModelConfig::validate`] |
+//!
+//! The tensors, for `i` in `0..layers` and `e` in `0..experts` (W = `expert_width`,
+//! S = `shared_width`, `ceil(n)` = ⌈n / 128⌉); no other tensor may be present:
+//!
+//! | name | dtype | shape |
+//! |---|---|---|
+//! | `embed.weight` | BF16 | `[vocab, hidden]` |
+//! | `layers.{i}.attn_norm.weight` | F32 | `[hidden]` |
+//! | `layers.{i}.attn.q.weight` | BF16 | `[q_heads·128, hidden]` |
+//! | `layers.{i}.attn.k.weight` | BF16 | `[kv_heads·128, hidden]` |
+//! | `layers.{i}.attn.v.weight` | BF16 | `[kv_heads·128, hidden]` |
+//! | `layers.{i}.attn.gate.weight` | BF16 | `[q_heads, hidden]` |
+//! | `layers.{i}.attn.q_norm.weight` | F32 | `[128]` |
+//! | `layers.{i}.attn.k_norm.weight` | F32 | `[128]` |
+//! | `layers.{i}.attn.o.weight` | BF16 | `[hidden, q_heads·128]` |
+//! | `layers.{i}.ffn_norm.weight` | F32 | `[hidden]` |
+//! | `layers.{i}.router.weight` | BF16 | `[experts, hidden]` |
+//! | `layers.{i}.router.bias` | F32 | `[experts]` |
+//! | `layers.{i}.experts.{e}.gate.weight`, `….up.weight` | F8_E4M3 | `[W, hidden]` |
+//! | `layers.{i}.experts.{e}.gate.weight_scale`, `….up.weight_scale` | F32 | `[ceil(W), ceil(hidden)]` |
+//! | `layers.{i}.experts.{e}.down.weight` | F8_E4M3 | `[hidden, W]` |
+//! | `layers.{i}.experts.{e}.down.weight_scale` | F32 | `[ceil(hidden), ceil(W)]` |
+//! | `layers.{i}.shared.{gate,up}.weight` (+ `_scale`) | F8_E4M3 (+ F32) | `[S, hidden]` (+ `[ceil(S), ceil(hidden)]`) |
+//! | `layers.{i}.shared.down.weight` (+ `_scale`) | F8_E4M3 (+ F32) | `[hidden, S]` (+ `[ceil(hidden), ceil(S)]`) |
+//! | `final_norm.weight` | F32 | `[hidden]` |
+//! | `lm_head.weight` | BF16 | `[vocab, hidden]` |
+//!
+//! Matrices are `[out_features, in_features]` row-major. F8_E4M3 is OCP E4M3FN; the value of a
+//! code is `decode(code) × weight_scale[row/128][col/128]` (DESIGN.md §3.3).
+//!
+//! Value rules: every F32 tensor is finite; every `weight_scale` element is finite and > 0; no
+//! BF16 element is ±inf or NaN; no F8_E4M3 code is NaN (`0x7F`/`0xFF`). The byte length of every
+//! tensor is its shape times its dtype size (safetensors checks the offsets, this module checks
+//! again).
+//!
+//! Example: the header of `ModelConfig::preset("tiny", Some(1))` as written here (shortened at
+//! `…`; the line breaks are not in the file):
+//!
+//! ```json
+//! {"__metadata__":{"memra.format":"memra-model","memra.format_version":"1",
+//!   "memra.config":"{\"preset\":\"tiny\",\"hidden\":1024,\"layers\":1,\"q_heads\":8,\"kv_heads\":8,\"head_dim\":128,\"experts\":8,\"top_k\":2,\"expert_width\":1024,\"shared_width\":1024,\"vocab\":1024,\"eps\":0.000001,\"rope_theta\":10000.0,\"swiglu_limit\":7.0,\"route_scale\":2.5,\"route_norm\":true,\"max_positions\":64}"},
+//!  "layers.0.attn_norm.weight":{"dtype":"F32","shape":[1024],"data_offsets":[0,4096]},
+//!  "layers.0.attn.q_norm.weight":{"dtype":"F32","shape":[128],"data_offsets":[4096,4608]},
+//!  …
+//!  "embed.weight":{"dtype":"BF16","shape":[1024,1024],"data_offsets":[20256,2117408]},
+//!  …
+//!  "layers.0.experts.0.gate.weight":{"dtype":"F8_E4M3","shape":[1024,1024],"data_offsets":[12635936,13684512]},
+//!  …}
+//! ```
+//!
+//! Files written here are byte-for-byte a function of the model: the header lists the metadata
+//! keys in the order above, then the tensors in data order — F32 tensors, then BF16, then
+//! F8_E4M3 (descending alignment, as the safetensors crate lays them out), each group in the
+//! order of the table — padded with spaces to a multiple of 8 bytes. (The header is written here
+//! rather than by `safetensors::serialize`, whose `__metadata__` comes from a `HashMap` and so
+//! changes order from one call to the next.) Any safetensors writer's file with the same tensors
+//! and metadata loads.
 
-use super::Model;
-use std::path::Path;
+use super::{Expert, Layer, Matrix, Model, ModelConfig};
+use crate::error::RuntimeError;
+use memra_kernels::formats::E4M3_BLOCK;
+use safetensors::{Dtype, SafeTensors};
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Value of the `memra.format` metadata key.
+pub const FORMAT_NAME: &str = "memra-model";
+/// The format version this build writes and the only one it reads.
+pub const FORMAT_VERSION: &str = "1";
+/// Metadata key: the format name.
+pub const KEY_FORMAT: &str = "memra.format";
+/// Metadata key: the format version.
+pub const KEY_FORMAT_VERSION: &str = "memra.format_version";
+/// Metadata key: the model configuration as JSON.
+pub const KEY_CONFIG: &str = "memra.config";
+
+/// Tensor names of the format (also the keys of the generator's per-tensor streams).
+pub mod names {
+    /// The token embedding.
+    pub const EMBED: &str = "embed.weight";
+    /// The final RMSNorm weight.
+    pub const FINAL_NORM: &str = "final_norm.weight";
+    /// The output projection.
+    pub const LM_HEAD: &str = "lm_head.weight";
+
+    /// `layers.{layer}.{suffix}`.
+    pub fn layer(layer: usize, suffix: &str) -> String {
+        format!("layers.{layer}.{suffix}")
+    }
+    /// Prefix of routed expert `expert` of `layer`: `layers.{layer}.experts.{expert}`.
+    pub fn expert(layer: usize, expert: usize) -> String {
+        format!("layers.{layer}.experts.{expert}")
+    }
+    /// Prefix of the shared expert of `layer`: `layers.{layer}.shared`.
+    pub fn shared(layer: usize) -> String {
+        format!("layers.{layer}.shared")
+    }
+}
 
 /// Serialize a model to safetensors bytes.
-pub fn to_bytes(model: &Model) -> Result<Vec<u8>, crate::RuntimeError> {
-    todo!("helper E: {}", model.layers.len())
+pub fn to_bytes(model: &Model) -> Result<Vec<u8>, RuntimeError> {
+    let (header, entries) = prepare(model)?;
+    let mut bytes = Vec::with_capacity(header.len() + entries.iter().map(|e| e.data.len_bytes()).sum::<usize>());
+    write_to(&header, &entries, &mut bytes).expect("writing to a Vec cannot fail");
+    Ok(bytes)
 }
 
 /// Parse and validate a model from safetensors bytes; `origin` names the file in errors.
-pub fn from_bytes(bytes: &[u8], origin: &Path) -> Result<Model, crate::RuntimeError> {
-    todo!("helper E: {} {}", bytes.len(), origin.display())
+pub fn from_bytes(bytes: &[u8], origin: &Path) -> Result<Model, RuntimeError> {
+    let file_err = |detail: String| RuntimeError::ModelFile { path: origin.to_path_buf(), detail };
+    let st = SafeTensors::deserialize(bytes)
+        .map_err(|e| file_err(format!("not a valid safetensors file ({} bytes): {e}", bytes.len())))?;
+    let (_, header) = SafeTensors::read_metadata(bytes)
+        .map_err(|e| file_err(format!("not a valid safetensors file ({} bytes): {e}", bytes.len())))?;
+    let config = read_metadata(header.metadata().as_ref(), &file_err)?;
+    let mut reader = Reader { st, consumed: HashSet::new() };
+    let model = reader.model(config)?;
+    // Every tensor of the file must have been read: anything left is not part of the format.
+    if reader.consumed.len() != reader.st.len() {
+        let mut extra: Vec<&str> = reader.st.names().into_iter().filter(|n| !reader.consumed.contains(*n)).collect();
+        extra.sort_unstable();
+        if let Some(name) = extra.first() {
+            return Err(RuntimeError::model(
+                *name,
+                format!(
+                    "unexpected tensor: not part of format {FORMAT_NAME} version {FORMAT_VERSION} for this \
+                     configuration ({} unexpected tensor(s) in all)",
+                    extra.len()
+                ),
+            ));
+        }
+    }
+    Ok(model)
 }
 
 /// Write atomically (temp file + rename).
-pub fn save(model: &Model, path: &Path) -> Result<(), crate::RuntimeError> {
-    todo!("helper E: {} {}", model.layers.len(), path.display())
+///
+/// The model is checked completely before anything is created; the bytes go to a temporary file
+/// in the destination's directory, which is flushed to disk (`fsync`) and then renamed over
+/// `path`, so a reader sees the old file or the whole new one. On any failure the temporary file
+/// is removed and `path` is untouched.
+pub fn save(model: &Model, path: &Path) -> Result<(), RuntimeError> {
+    let (header, entries) = prepare(model)?;
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RuntimeError::Io { path, source }
+    };
+    let file_name = path.file_name().ok_or_else(|| {
+        io_err(path)(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path (no file name)"))
+    })?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let unique = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{}.tmp-{}-{unique}", file_name.to_string_lossy(), std::process::id()));
+
+    let write = || -> Result<(), RuntimeError> {
+        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(io_err(&tmp))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+        write_to(&header, &entries, &mut w).map_err(io_err(&tmp))?;
+        let file = w.into_inner().map_err(|e| io_err(&tmp)(e.into_error()))?;
+        file.sync_all().map_err(io_err(&tmp))?;
+        std::fs::rename(&tmp, path).map_err(io_err(path))
+    };
+    if let Err(e) = write() {
+        // Best effort: the temporary file may not exist (the error may be its creation).
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    // Make the rename durable. Some filesystems refuse to fsync a directory; the file itself is
+    // already on disk, so that refusal is not an error of the save.
+    if let Ok(d) = std::fs::File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
 }
 
 /// Read and validate.
-pub fn load(path: &Path) -> Result<Model, crate::RuntimeError> {
-    todo!("helper E: {}", path.display())
+pub fn load(path: &Path) -> Result<Model, RuntimeError> {
+    let bytes = std::fs::read(path).map_err(|source| RuntimeError::Io { path: path.to_path_buf(), source })?;
+    from_bytes(&bytes, path)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metadata
+
+fn read_metadata(
+    metadata: Option<&std::collections::HashMap<String, String>>,
+    file_err: &dyn Fn(String) -> RuntimeError,
+) -> Result<ModelConfig, RuntimeError> {
+    let empty = std::collections::HashMap::new();
+    let meta = metadata.unwrap_or(&empty);
+    let get = |key: &str| {
+        meta.get(key).ok_or_else(|| {
+            file_err(format!(
+                "metadata key `{key}` is missing (a {FORMAT_NAME} file carries {KEY_FORMAT}, {KEY_FORMAT_VERSION} \
+                 and {KEY_CONFIG})"
+            ))
+        })
+    };
+    let format = get(KEY_FORMAT)?;
+    if format != FORMAT_NAME {
+        return Err(file_err(format!("metadata `{KEY_FORMAT}` is `{format}`, expected `{FORMAT_NAME}`")));
+    }
+    let version = get(KEY_FORMAT_VERSION)?;
+    if version != FORMAT_VERSION {
+        return Err(file_err(format!(
+            "metadata `{KEY_FORMAT_VERSION}` is `{version}`: unknown version, this build reads version {FORMAT_VERSION}"
+        )));
+    }
+    let mut unknown: Vec<&String> =
+        meta.keys().filter(|k| ![KEY_FORMAT, KEY_FORMAT_VERSION, KEY_CONFIG].contains(&k.as_str())).collect();
+    unknown.sort_unstable();
+    if let Some(key) = unknown.first() {
+        return Err(file_err(format!(
+            "metadata key `{key}` is unknown to format {FORMAT_NAME} version {FORMAT_VERSION} (its keys are \
+             {KEY_FORMAT}, {KEY_FORMAT_VERSION}, {KEY_CONFIG})"
+        )));
+    }
+    let config: ModelConfig = serde_json::from_str(get(KEY_CONFIG)?)
+        .map_err(|e| file_err(format!("metadata `{KEY_CONFIG}` is not a valid model configuration: {e}")))?;
+    config.validate().map_err(|e| {
+        let rule = match e {
+            RuntimeError::Config(msg) => msg,
+            other => other.to_string(),
+        };
+        file_err(format!("metadata `{KEY_CONFIG}` is refused: {rule}"))
+    })?;
+    Ok(config)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Value rules, shared by the writer and the reader
+
+/// `[r, c]` (or `[i]`) of flat index `i` in a tensor of `shape`.
+fn index_of(i: usize, shape: &[usize]) -> String {
+    match shape {
+        [_, cols] if *cols > 0 => format!("[{}, {}]", i / cols, i % cols),
+        _ => format!("[{i}]"),
+    }
+}
+
+fn check_f32(name: &str, v: &[f32], shape: &[usize]) -> Result<(), RuntimeError> {
+    match v.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(RuntimeError::model(
+            name,
+            format!("element {} is {}: every F32 value must be finite", index_of(i, shape), v[i]),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn check_scales(name: &str, v: &[f32], shape: &[usize]) -> Result<(), RuntimeError> {
+    match v.iter().position(|x| !(x.is_finite() && *x > 0.0)) {
+        Some(i) => Err(RuntimeError::model(
+            name,
+            format!("scale {} is {:?}: every weight_scale must be finite and > 0", index_of(i, shape), v[i]),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn check_bf16(name: &str, bits: &[u16], shape: &[usize]) -> Result<(), RuntimeError> {
+    match bits.iter().position(|b| b & 0x7F80 == 0x7F80) {
+        Some(i) => Err(RuntimeError::model(
+            name,
+            format!(
+                "element {} is 0x{:04X} ({}): every BF16 value must be finite",
+                index_of(i, shape),
+                bits[i],
+                memra_kernels::formats::bf16_to_f32(bits[i])
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn check_e4m3(name: &str, codes: &[u8], shape: &[usize]) -> Result<(), RuntimeError> {
+    match codes.iter().position(|c| c & 0x7F == 0x7F) {
+        Some(i) => Err(RuntimeError::model(
+            name,
+            format!("element {} is code 0x{:02X} (NaN): no F8_E4M3 weight may be NaN", index_of(i, shape), codes[i]),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn scale_shape(out_features: usize, in_features: usize) -> [usize; 2] {
+    [out_features.div_ceil(E4M3_BLOCK), in_features.div_ceil(E4M3_BLOCK)]
+}
+
+/// The expected (out, in) of every matrix of a layer, in file order of an expert.
+fn expert_shapes(hidden: usize, width: usize) -> [(&'static str, usize, usize); 3] {
+    [("gate", width, hidden), ("up", width, hidden), ("down", hidden, width)]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+/// A tensor's storage, borrowed from the model.
+enum Data<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [u16]),
+    E4m3(&'a [u8]),
+}
+
+impl Data<'_> {
+    fn dtype(&self) -> Dtype {
+        match self {
+            Data::F32(_) => Dtype::F32,
+            Data::Bf16(_) => Dtype::BF16,
+            Data::E4m3(_) => Dtype::F8_E4M3,
+        }
+    }
+    fn len_bytes(&self) -> usize {
+        match self {
+            Data::F32(v) => v.len() * 4,
+            Data::Bf16(v) => v.len() * 2,
+            Data::E4m3(v) => v.len(),
+        }
+    }
+    /// Data order of the file: F32, then BF16, then F8 (descending alignment).
+    fn group(&self) -> u8 {
+        match self {
+            Data::F32(_) => 0,
+            Data::Bf16(_) => 1,
+            Data::E4m3(_) => 2,
+        }
+    }
+    fn write(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        let mut buf = Vec::with_capacity(1 << 16);
+        match self {
+            Data::F32(v) => {
+                for chunk in v.chunks(1 << 14) {
+                    buf.clear();
+                    chunk.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes()));
+                    w.write_all(&buf)?;
+                }
+            }
+            Data::Bf16(v) => {
+                for chunk in v.chunks(1 << 15) {
+                    buf.clear();
+                    chunk.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes()));
+                    w.write_all(&buf)?;
+                }
+            }
+            Data::E4m3(v) => w.write_all(v)?,
+        }
+        Ok(())
+    }
+}
+
+struct Entry<'a> {
+    name: String,
+    shape: Vec<usize>,
+    data: Data<'a>,
+}
+
+/// Every tensor of the model, checked against the configuration and the value rules, in data
+/// order; and the header that describes them.
+fn prepare(model: &Model) -> Result<(Vec<u8>, Vec<Entry<'_>>), RuntimeError> {
+    let c = &model.config;
+    c.validate()?;
+    let mut w = EntryList { entries: Vec::new() };
+    w.bf16(names::EMBED, &model.embed, c.vocab, c.hidden)?;
+    if model.layers.len() != c.layers {
+        return Err(RuntimeError::model(
+            "layers",
+            format!("the model holds {} layers, its configuration says {}", model.layers.len(), c.layers),
+        ));
+    }
+    for (i, layer) in model.layers.iter().enumerate() {
+        let Layer { attn_norm, wq, wk, wv, wg, q_norm, k_norm, wo, ffn_norm, router, router_bias, experts, shared } =
+            layer;
+        let n = |suffix: &str| names::layer(i, suffix);
+        w.f32(n("attn_norm.weight"), attn_norm, c.hidden)?;
+        w.bf16(&n("attn.q.weight"), wq, c.q_width(), c.hidden)?;
+        w.bf16(&n("attn.k.weight"), wk, c.kv_width(), c.hidden)?;
+        w.bf16(&n("attn.v.weight"), wv, c.kv_width(), c.hidden)?;
+        w.bf16(&n("attn.gate.weight"), wg, c.q_heads, c.hidden)?;
+        w.f32(n("attn.q_norm.weight"), q_norm, c.head_dim)?;
+        w.f32(n("attn.k_norm.weight"), k_norm, c.head_dim)?;
+        w.bf16(&n("attn.o.weight"), wo, c.hidden, c.q_width())?;
+        w.f32(n("ffn_norm.weight"), ffn_norm, c.hidden)?;
+        w.bf16(&n("router.weight"), router, c.experts, c.hidden)?;
+        w.f32(n("router.bias"), router_bias, c.experts)?;
+        if experts.len() != c.experts {
+            return Err(RuntimeError::model(
+                n("experts"),
+                format!("the layer holds {} routed experts, the configuration says {}", experts.len(), c.experts),
+            ));
+        }
+        for (e, expert) in experts.iter().enumerate() {
+            w.expert(&names::expert(i, e), expert, c.hidden, c.expert_width)?;
+        }
+        w.expert(&names::shared(i), shared, c.hidden, c.shared_width)?;
+    }
+    w.f32(names::FINAL_NORM.into(), &model.final_norm, c.hidden)?;
+    w.bf16(names::LM_HEAD, &model.lm_head, c.vocab, c.hidden)?;
+
+    let mut entries = w.entries;
+    entries.sort_by_key(|e| e.data.group()); // stable: the table's order inside each group
+    let header = header_bytes(c, &entries)?;
+    Ok((header, entries))
+}
+
+struct EntryList<'a> {
+    entries: Vec<Entry<'a>>,
+}
+
+impl<'a> EntryList<'a> {
+    fn f32(&mut self, name: String, v: &'a [f32], len: usize) -> Result<(), RuntimeError> {
+        if v.len() != len {
+            return Err(RuntimeError::model(name, format!("holds {} values, expected {len}", v.len())));
+        }
+        check_f32(&name, v, &[len])?;
+        self.entries.push(Entry { name, shape: vec![len], data: Data::F32(v) });
+        Ok(())
+    }
+
+    fn bf16(&mut self, name: &str, m: &'a Matrix, out_f: usize, in_f: usize) -> Result<(), RuntimeError> {
+        let shape = [out_f, in_f];
+        match m {
+            Matrix::Bf16 { out_features, in_features, bits }
+                if [*out_features, *in_features] == shape && bits.len() == out_f * in_f =>
+            {
+                check_bf16(name, bits, &shape)?;
+                self.entries.push(Entry { name: name.into(), shape: shape.to_vec(), data: Data::Bf16(bits) });
+                Ok(())
+            }
+            _ => Err(mismatch(name, m, "BF16", shape)),
+        }
+    }
+
+    fn expert(&mut self, prefix: &str, x: &'a Expert, hidden: usize, width: usize) -> Result<(), RuntimeError> {
+        for ((proj, out_f, in_f), m) in expert_shapes(hidden, width).into_iter().zip([&x.gate, &x.up, &x.down]) {
+            let name = format!("{prefix}.{proj}.weight");
+            let shape = [out_f, in_f];
+            let sshape = scale_shape(out_f, in_f);
+            match m {
+                Matrix::E4m3 { out_features, in_features, codes, scales }
+                    if [*out_features, *in_features] == shape
+                        && codes.len() == out_f * in_f
+                        && scales.len() == sshape[0] * sshape[1] =>
+                {
+                    check_e4m3(&name, codes, &shape)?;
+                    let scale_name = format!("{name}_scale");
+                    check_scales(&scale_name, scales, &sshape)?;
+                    self.entries.push(Entry { name, shape: shape.to_vec(), data: Data::E4m3(codes) });
+                    self.entries.push(Entry { name: scale_name, shape: sshape.to_vec(), data: Data::F32(scales) });
+                }
+                _ => return Err(mismatch(&name, m, "E4M3", shape)),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn mismatch(name: &str, m: &Matrix, format: &str, shape: [usize; 2]) -> RuntimeError {
+    let (got, len) = match m {
+        Matrix::Bf16 { bits, .. } => ("BF16", format!("{} values", bits.len())),
+        Matrix::E4m3 { codes, scales, .. } => ("E4M3", format!("{} codes and {} scales", codes.len(), scales.len())),
+    };
+    RuntimeError::model(
+        name,
+        format!(
+            "the model holds a {got} [{}, {}] matrix with {len}; the format needs {format} {shape:?}",
+            m.out_features(),
+            m.in_features()
+        ),
+    )
+}
+
+fn header_bytes(config: &ModelConfig, entries: &[Entry]) -> Result<Vec<u8>, RuntimeError> {
+    use serde_json::{json, Map, Value};
+    let config_json = serde_json::to_string(config)
+        .map_err(|e| RuntimeError::Config(format!("model configuration cannot be written as JSON: {e}")))?;
+    let mut header = Map::new();
+    header.insert(
+        "__metadata__".into(),
+        json!({ KEY_FORMAT: FORMAT_NAME, KEY_FORMAT_VERSION: FORMAT_VERSION, KEY_CONFIG: config_json }),
+    );
+    let mut offset = 0usize;
+    for e in entries {
+        let end = offset + e.data.len_bytes();
+        let dtype = match e.data.dtype() {
+            Dtype::F32 => "F32",
+            Dtype::BF16 => "BF16",
+            _ => "F8_E4M3",
+        };
+        header.insert(e.name.clone(), json!({ "dtype": dtype, "shape": e.shape, "data_offsets": [offset, end] }));
+        offset = end;
+    }
+    let mut bytes = serde_json::to_vec(&Value::Object(header))
+        .map_err(|e| RuntimeError::Config(format!("model header cannot be written as JSON: {e}")))?;
+    bytes.resize(bytes.len().next_multiple_of(8), b' ');
+    Ok(bytes)
+}
+
+/// `[u64 LE header length][header][tensor data in entry order]`.
+fn write_to(header: &[u8], entries: &[Entry], w: &mut dyn Write) -> std::io::Result<()> {
+    w.write_all(&(header.len() as u64).to_le_bytes())?;
+    w.write_all(header)?;
+    for e in entries {
+        e.data.write(w)?;
+    }
+    w.flush()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+struct Reader<'a> {
+    st: SafeTensors<'a>,
+    /// Names read so far; what remains at the end is unexpected.
+    consumed: HashSet<String>,
+}
+
+impl<'a> Reader<'a> {
+    /// The bytes of tensor `name`, after checking that it exists with exactly this dtype and shape.
+    fn take(&mut self, name: &str, dtype: Dtype, shape: &[usize]) -> Result<&'a [u8], RuntimeError> {
+        let view = self.st.tensor(name).map_err(|_| {
+            RuntimeError::model(
+                name,
+                format!(
+                    "missing: format {FORMAT_NAME} version {FORMAT_VERSION} requires it ({dtype:?} {shape:?}) for \
+                     this configuration"
+                ),
+            )
+        })?;
+        if view.dtype() != dtype {
+            return Err(RuntimeError::model(name, format!("dtype {:?}, expected {dtype:?}", view.dtype())));
+        }
+        if view.shape() != shape {
+            return Err(RuntimeError::model(name, format!("shape {:?}, expected {shape:?}", view.shape())));
+        }
+        let want = shape.iter().product::<usize>() * dtype.bitsize() / 8;
+        if view.data().len() != want {
+            return Err(RuntimeError::model(
+                name,
+                format!("byte length {}, expected {want} for {dtype:?} {shape:?}", view.data().len()),
+            ));
+        }
+        self.consumed.insert(name.to_string());
+        Ok(view.data())
+    }
+
+    fn f32_values(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, RuntimeError> {
+        let bytes = self.take(name, Dtype::F32, shape)?;
+        Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    }
+
+    fn f32(&mut self, name: &str, len: usize) -> Result<Vec<f32>, RuntimeError> {
+        let v = self.f32_values(name, &[len])?;
+        check_f32(name, &v, &[len])?;
+        Ok(v)
+    }
+
+    fn bf16(&mut self, name: &str, out_features: usize, in_features: usize) -> Result<Matrix, RuntimeError> {
+        let shape = [out_features, in_features];
+        let bytes = self.take(name, Dtype::BF16, &shape)?;
+        let bits: Vec<u16> = bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+        check_bf16(name, &bits, &shape)?;
+        Ok(Matrix::Bf16 { out_features, in_features, bits })
+    }
+
+    fn e4m3(&mut self, name: &str, out_features: usize, in_features: usize) -> Result<Matrix, RuntimeError> {
+        let shape = [out_features, in_features];
+        let codes = self.take(name, Dtype::F8_E4M3, &shape)?.to_vec();
+        check_e4m3(name, &codes, &shape)?;
+        let scale_name = format!("{name}_scale");
+        let sshape = scale_shape(out_features, in_features);
+        let scales = self.f32_values(&scale_name, &sshape)?;
+        check_scales(&scale_name, &scales, &sshape)?;
+        Ok(Matrix::E4m3 { out_features, in_features, codes, scales })
+    }
+
+    fn expert(&mut self, prefix: &str, hidden: usize, width: usize) -> Result<Expert, RuntimeError> {
+        let [gate, up, down] = expert_shapes(hidden, width);
+        let mut m =
+            |(proj, out_f, in_f): (&str, usize, usize)| self.e4m3(&format!("{prefix}.{proj}.weight"), out_f, in_f);
+        Ok(Expert { gate: m(gate)?, up: m(up)?, down: m(down)? })
+    }
+
+    /// The whole model, in table order. Loops grow their vectors as tensors are found (no
+    /// capacity taken from the configuration), so a configuration that claims more than the
+    /// file holds ends at its first missing tensor.
+    fn model(&mut self, c: ModelConfig) -> Result<Model, RuntimeError> {
+        let embed = self.bf16(names::EMBED, c.vocab, c.hidden)?;
+        let mut layers = Vec::new();
+        for i in 0..c.layers {
+            let n = |suffix: &str| names::layer(i, suffix);
+            let attn_norm = self.f32(&n("attn_norm.weight"), c.hidden)?;
+            let wq = self.bf16(&n("attn.q.weight"), c.q_width(), c.hidden)?;
+            let wk = self.bf16(&n("attn.k.weight"), c.kv_width(), c.hidden)?;
+            let wv = self.bf16(&n("attn.v.weight"), c.kv_width(), c.hidden)?;
+            let wg = self.bf16(&n("attn.gate.weight"), c.q_heads, c.hidden)?;
+            let q_norm = self.f32(&n("attn.q_norm.weight"), c.head_dim)?;
+            let k_norm = self.f32(&n("attn.k_norm.weight"), c.head_dim)?;
+            let wo = self.bf16(&n("attn.o.weight"), c.hidden, c.q_width())?;
+            let ffn_norm = self.f32(&n("ffn_norm.weight"), c.hidden)?;
+            let router = self.bf16(&n("router.weight"), c.experts, c.hidden)?;
+            let router_bias = self.f32(&n("router.bias"), c.experts)?;
+            let mut experts = Vec::new();
+            for e in 0..c.experts {
+                experts.push(self.expert(&names::expert(i, e), c.hidden, c.expert_width)?);
+            }
+            let shared = self.expert(&names::shared(i), c.hidden, c.shared_width)?;
+            layers.push(Layer {
+                attn_norm,
+                wq,
+                wk,
+                wv,
+                wg,
+                q_norm,
+                k_norm,
+                wo,
+                ffn_norm,
+                router,
+                router_bias,
+                experts,
+                shared,
+            });
+        }
+        let final_norm = self.f32(names::FINAL_NORM, c.hidden)?;
+        let lm_head = self.bf16(names::LM_HEAD, c.vocab, c.hidden)?;
+        Ok(Model { config: c, embed, layers, final_norm, lm_head })
+    }
 }

@@ -68,7 +68,8 @@ impl Ctx<'_> {
         self.pending.push((idx, tickets));
         let key = CaptureKey { prompt: self.prompt, step: self.step, layer, seam };
         if self.cfg.capture.contains(&key) {
-            let total: usize = parts.iter().map(|p| p.1.len).sum();
+            // Parts may leave gaps (the expert slot stride is the largest G); gaps read as +0.0.
+            let total: usize = parts.iter().map(|p| p.2 as usize + p.1.len).max().unwrap_or(0);
             let mut bits = vec![0u32; total];
             let mut owners = Vec::new();
             for &(rank, s, base) in parts {

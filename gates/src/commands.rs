@@ -1,0 +1,128 @@
+//! The subcommands other than `selftest`: run, gen-model, doors, matrix, diff.
+
+use crate::cli::{input, DiffArgs, DoorsArgs, GenModelArgs, MatrixArgs, Provenance, RunArgs};
+use crate::error::GateError;
+use crate::plan;
+use crate::suite::{Suite, SuiteOptions};
+use memra_receipts::schema::{Receipt, Summary, Verdict};
+use memra_receipts::{export, store};
+use std::io::IsTerminal;
+
+/// Exit status of a set of receipts: 1 when any is FAIL, VOID or ERROR; 2 when nothing passed
+/// (an empty or all-skipped selection tested nothing); else 0.
+pub fn exit_status(receipts: &[Receipt]) -> Result<u8, GateError> {
+    let bad = receipts.iter().any(|r| matches!(r.evidence.verdict, Verdict::Fail | Verdict::Void | Verdict::Error));
+    if bad {
+        return Ok(1);
+    }
+    if !receipts.iter().any(|r| r.evidence.verdict == Verdict::Pass) {
+        return Err(input("nothing was tested: no configuration ran to a verdict (all skipped or not applicable)"));
+    }
+    Ok(0)
+}
+
+/// Write the matrix outputs beside the receipts: summary.json, junit.xml, latency.csv, summary.md.
+pub fn write_outputs(dir: &std::path::Path, name: &str, receipts: &[Receipt]) -> Result<Summary, GateError> {
+    let summary = Summary::from_receipts(name, receipts);
+    store::write_summary(dir, &summary)?;
+    store::write_atomic(&dir.join("junit.xml"), export::junit_xml(name, receipts).as_bytes())?;
+    store::write_atomic(&dir.join("latency.csv"), export::latency_csv(receipts)?.as_bytes())?;
+    store::write_atomic(&dir.join("summary.md"), export::summary_markdown(&summary).as_bytes())?;
+    Ok(summary)
+}
+
+pub fn run(args: &RunArgs, prov: Provenance) -> Result<u8, GateError> {
+    let registry = plan::load_registry(&args.registry)?;
+    let req = plan::door_request(&registry, &args.doors)?;
+    let backend = plan::resolve_backend(&args.backend)?;
+    let (name, matrix) = plan::run_matrix(&registry, args, &req, backend)?;
+    let jobs = plan::jobs_of(&registry, &matrix, &req)?;
+    if jobs.is_empty() {
+        return Err(input(format!("matrix `{name}` selects no configuration: nothing would be tested")));
+    }
+    let subject = plan::load_subject(&args.model, |c| plan::battery_of(c, args.battery_seed, args.prompts, args.gen_tokens))?;
+    std::fs::create_dir_all(&args.out).map_err(|e| input(format!("--out {}: {e}", args.out.display())))?;
+    let workers = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let opts = SuiteOptions {
+        out_dir: Some(args.out.clone()),
+        resume: args.resume,
+        workers,
+        kernel_digest: prov.kernel_digest.to_string(),
+        progress: !args.quiet && std::io::stderr().is_terminal(),
+    };
+    eprintln!(
+        "memra-gates: {} configuration(s) of matrix `{name}` on {} ({} excluded), model {} {}",
+        jobs.len(),
+        backend.name(),
+        matrix.excluded.len(),
+        subject.model_evidence.preset,
+        subject.model_evidence.digest
+    );
+    let suite = Suite::new(&subject, opts)?;
+    let receipts = suite.run_all(&jobs);
+    let summary = write_outputs(&args.out, &name, &receipts)?;
+    println!("{}", memra_tools::table::summary_table(&receipts));
+    println!("{}  → {}", summary.counts.one_line(), args.out.display());
+    exit_status(&receipts)
+}
+
+pub fn gen_model(args: &GenModelArgs) -> Result<u8, GateError> {
+    let cfg = memra_runtime::model::ModelConfig::preset(&args.preset, args.layers)?;
+    let model = memra_runtime::model::gen::generate(&cfg, args.seed)?;
+    memra_runtime::model::format::save(&model, &args.out)?;
+    println!("wrote {} ({} preset, seed {}, {} layers)", args.out.display(), args.preset, args.seed, cfg.layers);
+    Ok(0)
+}
+
+pub fn doors(args: &DoorsArgs) -> Result<u8, GateError> {
+    let registry = plan::load_registry(&args.registry)?;
+    if args.json {
+        println!("{}", crate::registry_view::to_json(&registry));
+    } else {
+        println!("{}", crate::registry_view::to_table(&registry));
+    }
+    Ok(0)
+}
+
+pub fn matrix(args: &MatrixArgs) -> Result<u8, GateError> {
+    let registry = plan::load_registry(&args.registry)?;
+    plan::check_tps(&args.tp)?;
+    let transports = plan::parse_transports(&args.transport)?;
+    let backends = args
+        .backend
+        .iter()
+        .map(|b| crate::registry::BackendKind::parse(b).ok_or_else(|| input(format!("--backend `{b}` is unknown: use host or cuda"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let kind = crate::matrix::MatrixKind::parse(&args.matrix).map_err(|e| input(e.to_string()))?;
+    let mut plan = crate::matrix::enumerate(&registry, &kind, &args.tp, &transports, &backends)
+        .map_err(|e| input(e.to_string()))?;
+    if let Some(spec) = &args.shard {
+        let (i, n) = crate::matrix::parse_shard(spec).map_err(|e| input(e.to_string()))?;
+        plan = crate::matrix::shard(&plan, i, n).map_err(|e| input(e.to_string()))?;
+    }
+    for c in &plan.legal {
+        println!("{}", c.label());
+    }
+    for n in &plan.not_applicable {
+        println!("{}  NOT-APPLICABLE: {}", n.config.label(), n.reason);
+    }
+    println!("{} legal, {} not applicable, {} excluded", plan.legal.len(), plan.not_applicable.len(), plan.excluded.len());
+    if args.explain {
+        println!("{}", plan.explain());
+    }
+    Ok(0)
+}
+
+pub fn diff(args: &DiffArgs) -> Result<u8, GateError> {
+    let load = |p: &std::path::Path| -> Result<Vec<Receipt>, GateError> {
+        if p.is_dir() {
+            Ok(store::load_dir(p)?)
+        } else {
+            Ok(vec![memra_receipts::json::read_receipt(p)?])
+        }
+    };
+    let format: memra_receipts::DiffFormat = args.format.parse().map_err(input)?;
+    let report = memra_receipts::diff(&load(&args.old)?, &load(&args.new)?, args.threshold)?;
+    println!("{}", report.render(format)?);
+    Ok(if report.regressed() { 1 } else { 0 })
+}

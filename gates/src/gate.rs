@@ -1,0 +1,250 @@
+//! The gates of DESIGN.md §4.2, as pure functions over records.
+//!
+//! Gates see only [`Record`]s — digests, captures, tokens, engagement counters — never runtime
+//! internals, so a tape written by an external engine can be gated the same way (§10).
+
+use memra_runtime::record::{Capture, CaptureKey, Record, Seam};
+use std::collections::BTreeMap;
+
+/// Where two records first differ, as precisely as the evidence allows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirstDivergence {
+    pub prompt: usize,
+    pub step: usize,
+    pub layer: usize,
+    pub seam: Seam,
+    /// Filled in by [`localise`] from full captures.
+    pub element: Option<Element>,
+}
+
+/// The first differing element of a seam tensor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Element {
+    pub index: u64,
+    pub rank: Option<usize>,
+    pub oracle_bits: u32,
+    pub observed_bits: u32,
+    pub ulp: u64,
+}
+
+impl FirstDivergence {
+    pub fn key(&self) -> CaptureKey {
+        CaptureKey { prompt: self.prompt, step: self.step, layer: self.layer, seam: self.seam }
+    }
+}
+
+/// Outcome of one gate: `Ok(detail)` passes, `Err(detail)` fails.
+pub type GateOutcome = Result<String, String>;
+
+/// Identity: every layer × seam × step digest equal. Structural differences (prompt or step
+/// counts) are failures too, reported at the first missing position.
+pub fn first_digest_divergence(oracle: &Record, run: &Record) -> Result<Option<FirstDivergence>, String> {
+    if oracle.n_layers != run.n_layers {
+        return Err(format!("the run has {} layers, the oracle {}", run.n_layers, oracle.n_layers));
+    }
+    if oracle.digests.len() != run.digests.len() {
+        return Err(format!("the run decoded {} prompts, the oracle {}", run.digests.len(), oracle.digests.len()));
+    }
+    for (prompt, (po, pr)) in oracle.digests.iter().zip(&run.digests).enumerate() {
+        if po.len() != pr.len() {
+            return Err(format!("prompt {prompt}: the run has {} steps, the oracle {}", pr.len(), po.len()));
+        }
+        for (step, (so, sr)) in po.iter().zip(pr).enumerate() {
+            if so.len() != sr.len() {
+                return Err(format!("prompt {prompt} step {step}: {} seams vs {}", sr.len(), so.len()));
+            }
+            if let Some(idx) = so.iter().zip(sr).position(|(a, b)| a != b) {
+                let (layer, seam) = Record::seam_at(oracle.n_layers, idx);
+                return Ok(Some(FirstDivergence { prompt, step, layer, seam, element: None }));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// ULP distance between two f32 bit patterns on the monotone integer line (−0 and +0 are 1
+/// apart, so a sign-of-zero difference is never distance 0).
+pub fn ulp_distance(a: u32, b: u32) -> u64 {
+    fn ordered(x: u32) -> i64 {
+        if x & 0x8000_0000 != 0 {
+            -((x & 0x7FFF_FFFF) as i64) - 1
+        } else {
+            x as i64
+        }
+    }
+    (ordered(a) - ordered(b)).unsigned_abs()
+}
+
+/// The first differing element of two captures of the same seam.
+pub fn localise(oracle: &Capture, run: &Capture) -> Option<Element> {
+    let n = oracle.bits.len().max(run.bits.len());
+    (0..n).find_map(|i| {
+        let (a, b) = (oracle.bits.get(i).copied(), run.bits.get(i).copied());
+        if a == b {
+            return None;
+        }
+        let (a, b) = (a.unwrap_or(0), b.unwrap_or(0));
+        Some(Element { index: i as u64, rank: run.owner_of(i), oracle_bits: a, observed_bits: b, ulp: ulp_distance(a, b) })
+    })
+}
+
+/// Determinism: the same configuration twice gives identical digests and tokens.
+pub fn determinism(first: &Record, second: &Record) -> GateOutcome {
+    match first_digest_divergence(first, second)? {
+        None if first.tokens == second.tokens => Ok("two runs gave identical digests and tokens".into()),
+        None => Err("two runs gave identical digests but different tokens".into()),
+        Some(d) => Err(format!(
+            "two runs of the same configuration differ first at prompt {} step {} layer {} seam {}",
+            d.prompt,
+            d.step,
+            d.layer,
+            d.seam.name()
+        )),
+    }
+}
+
+/// Non-triviality: the run must produce varied, non-degenerate output (a run that writes zeros
+/// can match a broken oracle "exactly").
+pub fn non_triviality(run: &Record) -> GateOutcome {
+    let tokens: Vec<u32> = run.tokens.iter().flatten().copied().collect();
+    if tokens.is_empty() {
+        return Err("no token was generated".into());
+    }
+    if tokens.iter().all(|t| *t == tokens[0]) {
+        return Err(format!("every generated token is {}", tokens[0]));
+    }
+    let steps: Vec<&(f32, f32)> = run.top2.iter().flatten().collect();
+    if steps.iter().all(|(a, b)| a == b) {
+        return Err("the top-two logits are equal at every step (constant logits)".into());
+    }
+    if let Some((a, _)) = steps.iter().find(|(a, _)| !a.is_finite()) {
+        return Err(format!("a top logit is not finite ({a})"));
+    }
+    let residual_last = Record::seam_index(run.n_layers, run.n_layers.saturating_sub(1), Seam::Residual);
+    let rows: Vec<u64> = run.digests.iter().flatten().filter_map(|r| r.get(residual_last).copied()).collect();
+    if rows.len() > 1 && rows.iter().all(|d| *d == rows[0]) {
+        return Err("the last layer's residual is identical at every step".into());
+    }
+    Ok(format!("{} tokens, {} distinct", tokens.len(), distinct(&tokens)))
+}
+
+fn distinct(t: &[u32]) -> usize {
+    let mut v = t.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v.len()
+}
+
+/// Engagement: every enabled door's counter ran (> 0). `expected` maps door id → counter name.
+pub fn engagement(run: &Record, expected: &BTreeMap<String, String>) -> GateOutcome {
+    let missing: Vec<String> = expected
+        .iter()
+        .filter(|(_, counter)| run.engaged.get(counter.as_str()).copied().unwrap_or(0) == 0)
+        .map(|(door, counter)| format!("{door} (counter {counter} = 0)"))
+        .collect();
+    if missing.is_empty() {
+        Ok(format!("{} door(s) engaged", expected.len()))
+    } else {
+        Err(format!("enabled but never engaged: {}", missing.join(", ")))
+    }
+}
+
+/// A step whose oracle top-two margin lies within the budget: reported, never hidden.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NearTie {
+    pub prompt: usize,
+    pub token_index: usize,
+    pub margin: f32,
+    pub oracle_token: u32,
+    pub run_token: u32,
+}
+
+/// Argmax tape under teacher forcing: every token equals the oracle's except at near-ties.
+pub fn argmax_tape(oracle: &Record, run: &Record, margin_budget: f32) -> (GateOutcome, Vec<NearTie>) {
+    let mut ties = Vec::new();
+    let mut flips = Vec::new();
+    for (p, (to, tr)) in oracle.tokens.iter().zip(&run.tokens).enumerate() {
+        for (i, (a, b)) in to.iter().zip(tr).enumerate() {
+            let (t1, t2) = oracle.top2[p][i];
+            let margin = t1 - t2;
+            if margin <= margin_budget * t1.abs().max(1.0) {
+                ties.push(NearTie { prompt: p, token_index: i, margin, oracle_token: *a, run_token: *b });
+            } else if a != b {
+                flips.push(format!("prompt {p} token {i}: oracle {a}, run {b} (margin {margin})"));
+            }
+        }
+    }
+    if oracle.tokens.len() != run.tokens.len() || oracle.tokens.iter().zip(&run.tokens).any(|(a, b)| a.len() != b.len()) {
+        return (Err("the run's token tape has a different shape from the oracle's".into()), ties);
+    }
+    let outcome = if flips.is_empty() {
+        Ok(format!("tape equal outside {} near-tie(s)", ties.len()))
+    } else {
+        Err(format!("{} argmax flip(s) outside near-ties; first: {}", flips.len(), flips[0]))
+    };
+    (outcome, ties)
+}
+
+/// Per layer × seam error of a run against the oracle, from full captures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeamError {
+    pub layer: usize,
+    pub seam: Seam,
+    pub max_ulp: u64,
+    /// Normwise: max |run − oracle| / max |oracle| over the seam tensor, max over steps.
+    pub max_rel: f64,
+}
+
+/// Error budget over every captured seam present in both records. Router ids are compared as
+/// ids (any difference counts as a routing flip, and the expert seams of that step are left out
+/// of the relative error, since they compare different experts).
+pub fn error_budget(oracle: &Record, run: &Record) -> (Vec<SeamError>, usize) {
+    let mut acc: BTreeMap<(usize, Seam), (u64, f64)> = BTreeMap::new();
+    let mut flipped_steps = std::collections::BTreeSet::new();
+    for (key, co) in &oracle.captures {
+        if key.seam == Seam::Router {
+            if let Some(cr) = run.captures.get(key) {
+                let k = co.bits.len() / 2;
+                if co.bits[..k] != cr.bits[..k] {
+                    flipped_steps.insert((key.prompt, key.step, key.layer));
+                }
+            }
+        }
+    }
+    for (key, co) in &oracle.captures {
+        let Some(cr) = run.captures.get(key) else { continue };
+        let routed = matches!(key.seam, Seam::Experts | Seam::MoeJoin);
+        if routed && flipped_steps.contains(&(key.prompt, key.step, key.layer)) {
+            continue;
+        }
+        let skip = if key.seam == Seam::Router { co.bits.len() / 2 } else { 0 };
+        let (mut max_ulp, mut max_abs, mut max_ref) = (0u64, 0f64, 0f64);
+        for (a, b) in co.bits.iter().zip(&cr.bits).skip(skip) {
+            let (fa, fb) = (f32::from_bits(*a) as f64, f32::from_bits(*b) as f64);
+            max_ulp = max_ulp.max(ulp_distance(*a, *b));
+            max_abs = max_abs.max((fa - fb).abs());
+            max_ref = max_ref.max(fa.abs());
+        }
+        let rel = if max_abs == 0.0 { 0.0 } else { max_abs / max_ref.max(f64::MIN_POSITIVE) };
+        let e = acc.entry((key.layer, key.seam)).or_insert((0, 0.0));
+        e.0 = e.0.max(max_ulp);
+        e.1 = if rel.is_nan() || e.1.is_nan() { f64::NAN } else { e.1.max(rel) };
+    }
+    let errors =
+        acc.into_iter().map(|((layer, seam), (max_ulp, max_rel))| SeamError { layer, seam, max_ulp, max_rel }).collect();
+    (errors, flipped_steps.len())
+}
+
+/// Every seam key of prompt 0 (for error-budget captures).
+pub fn all_keys_of_prompt(record_shape: &Record, prompt: usize) -> Vec<CaptureKey> {
+    let steps = record_shape.digests.get(prompt).map(|d| d.len()).unwrap_or(0);
+    let per = record_shape.seams_per_step();
+    (0..steps)
+        .flat_map(|step| {
+            (0..per).map(move |i| {
+                let (layer, seam) = Record::seam_at(record_shape.n_layers, i);
+                CaptureKey { prompt, step, layer, seam }
+            })
+        })
+        .collect()
+}

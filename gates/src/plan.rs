@@ -1,0 +1,215 @@
+//! From parsed flags to a checked plan: registry, door requests (environment + flags, strictly),
+//! backend, model, battery, matrix and jobs. All validation happens here, before any run.
+
+use crate::cli::{input, ModelArgs, RunArgs};
+use crate::env::{check_explicit, parse_door_flags, parse_env, DoorRequest};
+use crate::error::GateError;
+use crate::matrix::{self, Configuration, MatrixKind, MatrixPlan};
+use crate::registry::{self, DoorClass, Registry};
+use crate::suite::{Job, JobClass, Subject};
+use memra_receipts::schema::{ModelEvidence, Verdict};
+use memra_runtime::backend::BackendKind;
+use memra_runtime::model::{format, gen, ModelConfig};
+use memra_runtime::{Battery, Transport};
+use std::collections::BTreeMap;
+
+/// Load the registry named on the command line, or the built-in one.
+pub fn load_registry(path: &Option<std::path::PathBuf>) -> Result<Registry, GateError> {
+    let r = match path {
+        Some(p) => Registry::from_path(p),
+        None => Registry::builtin(),
+    };
+    r.map_err(|e| input(e.to_string()))
+}
+
+/// Door requests from the process environment, then `--door` flags on top; explicit conflicts
+/// are refused with the rule quoted.
+pub fn door_request(registry: &Registry, flags: &[String]) -> Result<DoorRequest, GateError> {
+    let mut req = parse_env(std::env::vars(), registry).map_err(|e| input(e.to_string()))?;
+    req.overlay(parse_door_flags(flags, registry).map_err(|e| input(e.to_string()))?);
+    check_explicit(&req, registry).map_err(|e| input(e.to_string()))?;
+    Ok(req)
+}
+
+/// `auto` takes CUDA when a driver and a device are present, and says which it took.
+pub fn resolve_backend(name: &str) -> Result<BackendKind, GateError> {
+    match name {
+        "host" => Ok(BackendKind::Host),
+        "cuda" => match memra_runtime::backend::cuda_available() {
+            Ok(desc) => {
+                eprintln!("memra-gates: backend cuda ({desc})");
+                Ok(BackendKind::Cuda)
+            }
+            Err(reason) => Err(input(format!("--backend cuda: {reason}"))),
+        },
+        "auto" => match memra_runtime::backend::cuda_available() {
+            Ok(desc) => {
+                eprintln!("memra-gates: backend auto → cuda ({desc})");
+                Ok(BackendKind::Cuda)
+            }
+            Err(reason) => {
+                eprintln!("memra-gates: backend auto → host ({reason})");
+                Ok(BackendKind::Host)
+            }
+        },
+        other => Err(input(format!("--backend `{other}` is unknown: use auto, host or cuda"))),
+    }
+}
+
+/// The model and its evidence (preset name and a digest of the file bytes).
+pub fn load_subject(m: &ModelArgs, battery: impl FnOnce(&ModelConfig) -> Battery) -> Result<Subject, GateError> {
+    let (model, preset) = match &m.model {
+        Some(path) => (format::load(path)?, "file".to_string()),
+        None => {
+            let cfg = ModelConfig::preset(&m.preset, m.layers)?;
+            (gen::generate(&cfg, m.seed)?, m.preset.clone())
+        }
+    };
+    let bytes = format::to_bytes(&model)?;
+    let digest = format!("{:016x}", memra_receipts::schema::fnv1a64(&bytes));
+    let battery = battery(&model.config);
+    Ok(Subject { model, model_evidence: ModelEvidence { preset, digest }, battery })
+}
+
+/// The battery of a run: the documented default, optionally shortened.
+pub fn battery_of(cfg: &ModelConfig, seed: u64, prompts: Option<usize>, gen_tokens: Option<usize>) -> Battery {
+    let mut b = Battery::default_for(cfg.vocab, seed);
+    if let Some(n) = prompts {
+        b.prompts.truncate(n.max(1));
+    }
+    if let Some(g) = gen_tokens {
+        b.gen_tokens = g;
+    }
+    b
+}
+
+pub fn parse_transports(names: &[String]) -> Result<Vec<Transport>, GateError> {
+    names.iter().map(|n| Transport::parse(n).map_err(GateError::from)).collect()
+}
+
+pub fn check_tps(tps: &[usize]) -> Result<(), GateError> {
+    for tp in tps {
+        memra_runtime::config::check_tp(*tp)?;
+    }
+    if tps.is_empty() {
+        return Err(input("--tp is empty: nothing would be tested"));
+    }
+    Ok(())
+}
+
+fn registry_backend(b: BackendKind) -> registry::BackendKind {
+    match b {
+        BackendKind::Host => registry::BackendKind::Host,
+        BackendKind::Cuda => registry::BackendKind::Cuda,
+    }
+}
+
+/// The matrix of a `run`: a named matrix filtered by explicit requests, or (without --matrix)
+/// the requested door set at every TP size and transport.
+pub fn run_matrix(
+    registry: &Registry,
+    args: &RunArgs,
+    req: &DoorRequest,
+    backend: BackendKind,
+) -> Result<(String, MatrixPlan), GateError> {
+    check_tps(&args.tp)?;
+    let transports = parse_transports(&args.transport)?;
+    let backends = [registry_backend(backend)];
+    let (name, mut plan) = match &args.matrix {
+        Some(m) => {
+            let kind = MatrixKind::parse(m).map_err(|e| input(e.to_string()))?;
+            let plan = matrix::enumerate(registry, &kind, &args.tp, &transports, &backends)
+                .map_err(|e| input(e.to_string()))?;
+            (m.clone(), filter_by_request(plan, req))
+        }
+        None => {
+            let doors = req.enabled(registry);
+            let mut plan = MatrixPlan::default();
+            for &tp in &args.tp {
+                for &t in &transports {
+                    let config = Configuration { backend: backends[0], tp, transport: t, doors: doors.clone() };
+                    match matrix::classify(registry, &config).map_err(|e| input(e.to_string()))? {
+                        matrix::Legality::Legal => plan.legal.push(config),
+                        matrix::Legality::Excluded(rule) => plan.excluded.push(matrix::Exclusion { config, rule }),
+                        matrix::Legality::NotApplicable(reason) => {
+                            plan.not_applicable.push(matrix::NotApplicable { config, reason })
+                        }
+                    }
+                }
+            }
+            if plan.legal.is_empty() && plan.not_applicable.is_empty() {
+                let why: Vec<String> =
+                    plan.excluded.iter().map(|e| format!("{}: {}", e.config.label(), e.rule)).collect();
+                return Err(input(format!("no legal configuration for the requested doors:\n  {}", why.join("\n  "))));
+            }
+            ("requested".to_string(), plan)
+        }
+    };
+    if let Some(spec) = &args.shard {
+        let (i, n) = matrix::parse_shard(spec).map_err(|e| input(e.to_string()))?;
+        plan = matrix::shard(&plan, i, n).map_err(|e| input(e.to_string()))?;
+    }
+    Ok((name, plan))
+}
+
+/// Explicitly-on doors keep only configurations that contain them; explicitly-off doors drop
+/// configurations that contain them (so `MEMRA_X=0 memra-gates --matrix all` excludes door X).
+fn filter_by_request(mut plan: MatrixPlan, req: &DoorRequest) -> MatrixPlan {
+    let keep = |c: &Configuration| req.doors.iter().all(|(id, on)| c.doors.contains(id) == *on);
+    plan.legal.retain(keep);
+    plan.not_applicable.retain(|n| keep(&n.config));
+    plan
+}
+
+/// Resolve configurations into jobs: class, budgets, engagement counters, runtime door values.
+pub fn jobs_of(registry: &Registry, plan: &MatrixPlan, req: &DoorRequest) -> Result<Vec<Job>, GateError> {
+    let flip = req.canary_flip_at(registry);
+    let mut jobs = Vec::new();
+    for c in &plan.legal {
+        jobs.push(job_of(registry, c, flip, None)?);
+    }
+    for n in &plan.not_applicable {
+        jobs.push(job_of(registry, &n.config, flip, Some((Verdict::NotApplicable, n.reason.clone())))?);
+    }
+    Ok(jobs)
+}
+
+pub fn job_of(
+    registry: &Registry,
+    c: &Configuration,
+    flip: Option<registry::FlipAt>,
+    not_run: Option<(Verdict, String)>,
+) -> Result<Job, GateError> {
+    let doors: Vec<&registry::Door> = c
+        .doors
+        .iter()
+        .map(|id| registry.door(id).ok_or_else(|| input(format!("door `{id}` is not in the registry"))))
+        .collect::<Result<_, _>>()?;
+    let class = if doors.iter().any(|d| d.is_canary()) {
+        JobClass::Canary
+    } else if let Some(budget) = doors
+        .iter()
+        .filter(|d| d.class == DoorClass::Numeric)
+        .filter_map(|d| d.error_budget.as_ref())
+        .map(|b| (b.near_tie_margin, b.max_rel_error))
+        .reduce(|a, b| (a.0.max(b.0), a.1.max(b.1)))
+    {
+        JobClass::Numeric { margin_budget: budget.0 as f32, rel_budget: budget.1 }
+    } else {
+        JobClass::Identity
+    };
+    let door_set = c.door_set(registry, flip).map_err(|e| input(e.to_string()))?;
+    Ok(Job {
+        doors_env: doors.iter().map(|d| (d.env.clone(), true)).collect(),
+        doors: door_set,
+        class,
+        engagement: doors.iter().map(|d| (d.id.clone(), d.engagement.clone())).collect::<BTreeMap<_, _>>(),
+        tp: c.tp,
+        transport: c.transport,
+        backend: match c.backend {
+            registry::BackendKind::Host => BackendKind::Host,
+            registry::BackendKind::Cuda => BackendKind::Cuda,
+        },
+        not_run,
+    })
+}

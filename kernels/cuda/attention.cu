@@ -1,0 +1,118 @@
+// Per-head q/k RMSNorm + NeoX RoPE, and partitioned decode attention with a per-head gate: the
+// device twins of `twins/attention.rs`.
+//
+// Heads never interact, so sharding heads over ranks changes nothing; the KV sequence is cut into
+// fixed partitions of ATTN_PARTITION positions combined in order, so the split of the sequence is
+// a property of the program, not of the launch.
+
+#ifndef MEMRA_CANON_CUH
+#include "canon.cuh"
+#endif
+
+#define HEAD_DIM 128
+#define ATTN_PARTITION 32
+#define ATTN_THREADS 128
+// 1/sqrt(128) (twins::attention::ATTN_SCALE_BITS).
+#define C_ATTN_SCALE __uint_as_float(0x3DB504F3u)
+// 128.0, the RMSNorm width of a head.
+#define C_HEAD_DIM_F __uint_as_float(0x43000000u)
+
+// In place, for each head of x ([heads][128]): x_h = rmsnorm_c(x_h, w, eps), then NeoX RoPE with
+// cos_sin = [64 cos][64 sin]: x[i] = a*c - b*s, x[i+64] = b*c + a*s for i < 64. One warp per head;
+// lane l holds elements l, l+32, l+64, l+96 (its dot32 lane and both of its rotation pairs), so it
+// reads everything before writing anything.
+extern "C" __global__ void qk_norm_rope_f32(float* x, const float* w, float eps, const float* cos_sin, int heads) {
+    const int h = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (h >= heads) return;  // warp-uniform
+    float* xh = x + (size_t)h * HEAD_DIM;
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = xh[lane + 32 * k];
+    float acc = C_ZERO;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) acc = acc + v[k] * v[k];
+    const float ss = butterfly32(acc);
+    const float inv = rsqrt_c(div_c(ss, C_HEAD_DIM_F) + eps);
+    float nrm[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) nrm[k] = (v[k] * inv) * w[lane + 32 * k];
+    // pairs (i, i+64) for i = lane (k = 0, 2) and i = lane + 32 (k = 1, 3)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const int i = lane + 32 * k;
+        const float c = cos_sin[i];
+        const float s = cos_sin[64 + i];
+        const float a = nrm[k];
+        const float b = nrm[k + 2];
+        xh[i] = a * c - b * s;
+        xh[i + 64] = b * c + a * s;
+    }
+}
+
+// max by plain comparisons in index order (a leading NaN stays, a later NaN is skipped).
+__device__ __forceinline__ float max_in_order_c(const float* xs, int n) {
+    float m = xs[0];
+    for (int i = 1; i < n; ++i) {
+        if (xs[i] > m) m = xs[i];
+    }
+    return m;
+}
+
+// Decode attention of q ([q_heads][128]) over `len` cached positions (k, v: [len][kv_heads][128]),
+// gated per head. One block of 128 threads per q head, scores in dynamic shared memory (len
+// floats). Phase 1: the 4 warps compute s_t = dot32(q_h, k_t) * scale for t = warp, warp+4, ….
+// Phase 2: thread d owns output dimension d; every thread recomputes the partition maxima, the
+// weights e = exp_c(s_t - m_p) and the sums l_p (identical values in every thread) and
+// accumulates o_p[d] in position order; partitions are combined in order with c_p = exp_c(m_p - M).
+// The combine is interleaved with the partitions here while the host runs all partitions first:
+// each value is the same sequence of IEEE operations either way.
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
+    decode_attention_f32(const float* q, const float* k, const float* v, const float* gate, int len, int q_heads,
+                         int kv_heads, float* out) {
+    extern __shared__ float scores[];
+    const int h = blockIdx.x;
+    if (h >= q_heads || len < 1) return;  // block-uniform
+    const int group = q_heads / kv_heads;
+    const size_t stride = (size_t)kv_heads * HEAD_DIM;
+    const size_t kv_off = (size_t)(h / group) * HEAD_DIM;
+    const float* qh = q + (size_t)h * HEAD_DIM;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    for (int t = warp; t < len; t += ATTN_THREADS / 32) {
+        const float s = dot32_warp(qh, k + (size_t)t * stride + kv_off, HEAD_DIM, lane) * C_ATTN_SCALE;
+        if (lane == 0) scores[t] = s;
+    }
+    __syncthreads();
+
+    const int d = threadIdx.x;
+    const int n_parts = (len + ATTN_PARTITION - 1) / ATTN_PARTITION;
+    float m_all = C_ZERO;
+    for (int p = 0; p < n_parts; ++p) {
+        const int t0 = p * ATTN_PARTITION;
+        const int cnt = min(ATTN_PARTITION, len - t0);
+        const float m = max_in_order_c(scores + t0, cnt);
+        if (p == 0 || m > m_all) m_all = m;
+    }
+    float l_all = C_ZERO;
+    float o_all = C_ZERO;
+    for (int p = 0; p < n_parts; ++p) {
+        const int t0 = p * ATTN_PARTITION;
+        const int cnt = min(ATTN_PARTITION, len - t0);
+        const float m = max_in_order_c(scores + t0, cnt);
+        float l = C_ZERO;
+        float o = C_ZERO;
+        for (int j = 0; j < cnt; ++j) {
+            const float e = exp_c(scores[t0 + j] - m);
+            l = l + e;
+            o = o + e * v[(size_t)(t0 + j) * stride + kv_off + d];
+        }
+        const float c = exp_c(m - m_all);
+        l_all = l_all + l * c;
+        o_all = o_all + o * c;
+    }
+    const float g = sigmoid_c(gate[h]);
+    float r = div_c(o_all, l_all);
+    r = r * g;
+    out[(size_t)h * HEAD_DIM + d] = r;
+}

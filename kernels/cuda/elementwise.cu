@@ -1,0 +1,21 @@
+// Elementwise kernels: the residual add, the NVFP4 per-matrix scale (applied once), and the
+// flip-bit CANARY. Each is one IEEE operation per element, so in-place use (out == input) is safe.
+
+#ifndef MEMRA_CANON_CUH
+#include "canon.cuh"
+#endif
+
+// out[i] = a[i] + b[i].
+extern "C" __global__ void add_f32(const float* a, const float* b, float* out, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = a[i] + b[i];
+}
+
+// out[i] = x[i] * s.
+extern "C" __global__ void scale_f32(const float* x, float s, float* out, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = x[i] * s;
+}
+
+// CANARY: flip the lowest bit of x[0].
+extern "C" __global__ void flip_low_bit_f32(float* x) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) x[0] = __uint_as_float(__float_as_uint(x[0]) ^ 1u);
+}

@@ -1,0 +1,420 @@
+// Block GEMV on the canonical grid (DESIGN.md §3.4): the device twin of `twins/gemv.rs`.
+//
+// Why it looks like this: the K-block partials and the lane order of dot32 are fixed by the
+// contract, so the only freedom left is which warp computes which (row, K-block) and how the
+// bytes reach the lanes. One warp computes one (row, K-block) task: lane l accumulates the
+// elements l, l+32, l+64, … of the K-block in that order, then the xor-butterfly. A block of 8
+// warps owns `rpb` rows × all K-blocks; for `gemv_rows_*` it folds each row's partials from +0.0
+// in K-block order from shared memory.
+//
+// Storage layouts (chosen by the runtime at upload, `vec` argument):
+// - `vec == 0`: row-major, exactly as `MatrixShard` stores it; every lane loads its own strided
+//   elements (works for every shape, and for NVFP4 and E4M3 weights holding NaN codes).
+// - `vec == V > 0` ("lane-major"): inside each K-block, the n = kw/32 elements of lane l are
+//   stored as n/V vectors of V consecutive elements, vector g of lane l at ((g*32 + l) * V):
+//   column c = j*32 + l of the K-block (j = g*V + t) lives at position (j/V*32 + l)*V + j%V.
+//   One 16-byte (or 8/4-byte) load then hands a lane the next V elements of its own sequence,
+//   in order, and a warp's load is one contiguous 32·V-element run. Requires kw % 128 == 0 and
+//   (kw/32) % V == 0. E4M3 in this layout additionally has no NaN code (decode_finite).
+// The layout changes where bytes live, never which operations run in which order.
+
+#ifndef MEMRA_CANON_CUH
+#include "canon.cuh"
+#endif
+
+#define FMT_BF16 0
+#define FMT_F32 1
+#define FMT_E4M3 2
+#define FMT_NVFP4 3
+
+#define GEMV_WARPS 8
+#define GEMV_THREADS 256
+// rows_per_block × K-blocks held in shared memory for the row fold (checked by the runtime).
+#define GEMV_MAX_TASKS 64
+#define E4M3_BLOCK 128
+#define NVFP4_GROUP 16
+
+// ---- lane-major loads: V elements of lane `lane`'s vector g (element offset of the K-block `kb`).
+
+template <int V>
+__device__ __forceinline__ void load_bf16(const u16* __restrict__ w, size_t kb, int g, int lane, float* out) {
+    const u16* p = w + kb + ((size_t)g * 32 + lane) * V;
+    if constexpr (V == 8) {
+        uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
+        u32 words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            out[2 * i] = __uint_as_float(words[i] << 16);
+            out[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+        }
+    } else {
+        uint2 q = __ldg(reinterpret_cast<const uint2*>(p));
+        out[0] = __uint_as_float(q.x << 16);
+        out[1] = __uint_as_float(q.x & 0xFFFF0000u);
+        out[2] = __uint_as_float(q.y << 16);
+        out[3] = __uint_as_float(q.y & 0xFFFF0000u);
+    }
+}
+
+__device__ __forceinline__ void load_f32x4(const float* __restrict__ w, size_t kb, int g, int lane, float* out) {
+    float4 q = __ldg(reinterpret_cast<const float4*>(w + kb + ((size_t)g * 32 + lane) * 4));
+    out[0] = q.x;
+    out[1] = q.y;
+    out[2] = q.z;
+    out[3] = q.w;
+}
+
+// ---- the partial of one (row, K-block) task, returned in every lane.
+
+// BF16 / F32, lane-major layout.
+template <int FMT, int V>
+__device__ __forceinline__ float partial_dense_lm(const void* wv, const float* __restrict__ xk, size_t kb, int kw,
+                                                  int lane) {
+    const int nv = (kw >> 5) / V;
+    float acc = C_ZERO;
+#pragma unroll 2
+    for (int g = 0; g < nv; ++g) {
+        float wv_[V];
+        if constexpr (FMT == FMT_BF16) {
+            load_bf16<V>(static_cast<const u16*>(wv), kb, g, lane, wv_);
+        } else {
+            load_f32x4(static_cast<const float*>(wv), kb, g, lane, wv_);
+        }
+#pragma unroll
+        for (int t = 0; t < V; ++t) {
+            const int j = g * V + t;
+            acc = acc + wv_[t] * __ldg(xk + j * 32 + lane);
+        }
+    }
+    return butterfly32(acc);
+}
+
+// BF16 / F32, row-major layout (any kw): lane l takes i = l, l+32, … < kw.
+template <int FMT>
+__device__ __forceinline__ float partial_dense_rm(const void* wv, const float* __restrict__ xk, size_t kb, int kw,
+                                                  int lane) {
+    float acc = C_ZERO;
+    if constexpr (FMT == FMT_BF16) {
+        const u16* w = static_cast<const u16*>(wv) + kb;
+        for (int i = lane; i < kw; i += 32) acc = acc + bf16_to_f32_c(__ldg(w + i)) * __ldg(xk + i);
+    } else {
+        const float* w = static_cast<const float*>(wv) + kb;
+        for (int i = lane; i < kw; i += 32) acc = acc + __ldg(w + i) * __ldg(xk + i);
+    }
+    return butterfly32(acc);
+}
+
+// Four butterflies at once (blocks q = 0..3 of one lane-major E4M3 vector). A reduce-scatter over
+// the first two levels: at o = 16 a lane keeps the two blocks whose bit 1 matches lane bit 4 and
+// hands the other two to its partner; at o = 8 it keeps one block. Every value a lane computes is
+// exactly the value the full butterfly computes at that lane (same operands, IEEE addition is
+// commutative), so block q's result, held by lanes 16·(q>>1) + 8·(q&1) + 0..7, equals the
+// canonical dot32. 10 shuffles for four blocks instead of 20.
+__device__ __forceinline__ void butterfly32_x4(float p0, float p1, float p2, float p3, int lane, float* d) {
+    const bool hi = (lane >> 4) & 1;
+    float k0 = hi ? p2 : p0;
+    float k1 = hi ? p3 : p1;
+    const float s0 = hi ? p0 : p2;
+    const float s1 = hi ? p1 : p3;
+    k0 = k0 + __shfl_xor_sync(MEMRA_FULL_MASK, s0, 16);
+    k1 = k1 + __shfl_xor_sync(MEMRA_FULL_MASK, s1, 16);
+    const bool mid = (lane >> 3) & 1;
+    float keep = mid ? k1 : k0;
+    const float send = mid ? k0 : k1;
+    keep = keep + __shfl_xor_sync(MEMRA_FULL_MASK, send, 8);
+    keep = keep + __shfl_xor_sync(MEMRA_FULL_MASK, keep, 4);
+    keep = keep + __shfl_xor_sync(MEMRA_FULL_MASK, keep, 2);
+    keep = keep + __shfl_xor_sync(MEMRA_FULL_MASK, keep, 1);
+    d[0] = __shfl_sync(MEMRA_FULL_MASK, keep, 0);
+    d[1] = __shfl_sync(MEMRA_FULL_MASK, keep, 8);
+    d[2] = __shfl_sync(MEMRA_FULL_MASK, keep, 16);
+    d[3] = __shfl_sync(MEMRA_FULL_MASK, keep, 24);
+}
+
+// E4M3, lane-major layout: V = 16 (four 128-column scale blocks per vector) or V = 4 (one).
+// Per scale block: dot32 of the decoded codes with x, then kacc = kacc + scale * dot, from +0.0.
+template <int V>
+__device__ __forceinline__ float partial_e4m3_lm(const u8* __restrict__ codes, const float* __restrict__ srow, int b0,
+                                                 const float* __restrict__ xk, size_t kb, int kw, int lane) {
+    const int nv = (kw >> 5) / V;
+    float kacc = C_ZERO;
+#pragma unroll 2
+    for (int g = 0; g < nv; ++g) {
+        u32 words[V / 4];
+        if constexpr (V == 16) {
+            uint4 q = __ldg(reinterpret_cast<const uint4*>(codes + kb + ((size_t)g * 32 + lane) * 16));
+            words[0] = q.x;
+            words[1] = q.y;
+            words[2] = q.z;
+            words[3] = q.w;
+        } else {
+            words[0] = __ldg(reinterpret_cast<const u32*>(codes + kb + ((size_t)g * 32 + lane) * 4));
+        }
+        float p[V / 4];
+#pragma unroll
+        for (int q = 0; q < V / 4; ++q) {
+            float acc = C_ZERO;
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                const int j = g * V + q * 4 + t;
+                const u32 code = (words[q] >> (8 * t)) & 0xFFu;
+                acc = acc + e4m3_decode_finite(code) * __ldg(xk + j * 32 + lane);
+            }
+            p[q] = acc;
+        }
+        if constexpr (V == 16) {
+            float d[4];
+            butterfly32_x4(p[0], p[1], p[2], p[3], lane, d);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) kacc = kacc + __ldg(srow + b0 + g * 4 + q) * d[q];
+        } else {
+            const float d = butterfly32(p[0]);
+            kacc = kacc + __ldg(srow + b0 + g) * d;
+        }
+    }
+    return kacc;
+}
+
+// E4M3, row-major layout, exact decode (NaN codes allowed).
+__device__ __forceinline__ float partial_e4m3_rm(const u8* __restrict__ codes, const float* __restrict__ srow, int b0,
+                                                 const float* __restrict__ xk, size_t kb, int kw, int lane) {
+    float kacc = C_ZERO;
+    for (int b = 0; b < kw / E4M3_BLOCK; ++b) {
+        float acc = C_ZERO;
+        for (int i = lane; i < E4M3_BLOCK; i += 32) {
+            const int c = b * E4M3_BLOCK + i;
+            acc = acc + e4m3_decode_c(__ldg(codes + kb + c)) * __ldg(xk + c);
+        }
+        const float d = butterfly32(acc);
+        kacc = kacc + __ldg(srow + b0 + b) * d;
+    }
+    return kacc;
+}
+
+// NVFP4, row-major (packed nibbles, low nibble first; one ue4m3 scale per 16 values of the view).
+// Element value e2m1 · ue4m3 (exact), then one lane chain over the whole K-block. The per-matrix
+// scale is not applied here (the program applies it once, after the row reduce).
+__device__ __forceinline__ float partial_nvfp4(const u8* __restrict__ packed, const u8* __restrict__ scales,
+                                               const float* __restrict__ xk, size_t kb, int kw, int lane) {
+    float acc = C_ZERO;
+    for (int i = lane; i < kw; i += 32) {
+        const size_t e = kb + (size_t)i;
+        const u32 byte = __ldg(packed + (e >> 1));
+        const u32 nib = (byte >> ((u32)(e & 1) * 4)) & 0xFu;
+        const float v = e2m1_decode_c(nib) * ue4m3_decode_c(__ldg(scales + e / NVFP4_GROUP));
+        acc = acc + v * __ldg(xk + i);
+    }
+    return butterfly32(acc);
+}
+
+// ---- task loop shared by every format.
+
+template <int FMT, int V, bool PARTIALS>
+__device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, int row0, const float* __restrict__ x,
+                                           float* __restrict__ out, int rows, int cols, int kw, int rpb) {
+    __shared__ float part[GEMV_MAX_TASKS];
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int nk = cols / kw;
+    const int r_first = blockIdx.x * rpb;
+    const int n_tasks = rpb * nk;
+    for (int task = warp; task < n_tasks; task += GEMV_WARPS) {
+        const int rl = task / nk;
+        const int k = task - rl * nk;
+        const int r = r_first + rl;
+        if (r >= rows) continue;  // warp-uniform
+        const size_t kb = (size_t)r * cols + (size_t)k * kw;
+        const float* xk = x + (size_t)k * kw;
+        float p;
+        if constexpr (FMT == FMT_BF16 || FMT == FMT_F32) {
+            if constexpr (V == 0) {
+                p = partial_dense_rm<FMT>(w, xk, kb, kw, lane);
+            } else {
+                p = partial_dense_lm<FMT, V>(w, xk, kb, kw, lane);
+            }
+        } else if constexpr (FMT == FMT_E4M3) {
+            // Scale row of this view row: (row0 + r) / 128 − row0 / 128; scale columns cols / 128.
+            const float* srow = static_cast<const float*>(scales) +
+                                (size_t)((row0 + r) / E4M3_BLOCK - row0 / E4M3_BLOCK) * (size_t)(cols / E4M3_BLOCK);
+            const int b0 = (k * kw) / E4M3_BLOCK;
+            if constexpr (V == 0) {
+                p = partial_e4m3_rm(static_cast<const u8*>(w), srow, b0, xk, kb, kw, lane);
+            } else {
+                p = partial_e4m3_lm<V>(static_cast<const u8*>(w), srow, b0, xk, kb, kw, lane);
+            }
+        } else {
+            p = partial_nvfp4(static_cast<const u8*>(w), static_cast<const u8*>(scales), xk, kb, kw, lane);
+        }
+        if (lane == 0) {
+            if (PARTIALS) {
+                out[(size_t)k * rows + r] = p;
+            } else {
+                part[task] = p;
+            }
+        }
+    }
+    if (!PARTIALS) {
+        __syncthreads();
+        const int rl = threadIdx.x;
+        if (rl < rpb && r_first + rl < rows) {
+            float acc = C_ZERO;
+            for (int k = 0; k < nk; ++k) acc = acc + part[rl * nk + k];
+            out[r_first + rl] = acc;
+        }
+    }
+}
+
+// Dispatch on the layout argument (warp-uniform, once per kernel).
+template <int FMT, bool PARTIALS>
+__device__ __forceinline__ void gemv_dispatch(const void* w, const void* scales, int row0, const float* x, float* out,
+                                              int rows, int cols, int kw, int rpb, int vec) {
+    if constexpr (FMT == FMT_E4M3) {
+        if (vec == 16) {
+            gemv_tasks<FMT, 16, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
+            return;
+        }
+    }
+    if constexpr (FMT == FMT_BF16) {
+        if (vec == 8) {
+            gemv_tasks<FMT, 8, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
+            return;
+        }
+    }
+    if constexpr (FMT != FMT_NVFP4) {
+        if (vec == 4) {
+            gemv_tasks<FMT, 4, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
+            return;
+        }
+    }
+    gemv_tasks<FMT, 0, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
+}
+
+// `out[r]` = fold over K-blocks of row r's partials (twins::gemv::gemv_rows).
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_rows_bf16(const u16* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
+    gemv_dispatch<FMT_BF16, false>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_rows_f32(const float* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
+    gemv_dispatch<FMT_F32, false>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_rows_e4m3(const u8* codes, const float* scales, int row0, const float* x, float* out, int rows, int cols,
+                   int kw, int rpb, int vec) {
+    gemv_dispatch<FMT_E4M3, false>(codes, scales, row0, x, out, rows, cols, kw, rpb, vec);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_rows_nvfp4(const u8* packed, const u8* scales, const float* x, float* out, int rows, int cols, int kw,
+                    int rpb) {
+    gemv_dispatch<FMT_NVFP4, false>(packed, scales, 0, x, out, rows, cols, kw, rpb, 0);
+}
+
+// `out[k * rows + r]` = partial of row r over K-block k (twins::gemv::gemv_partials).
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_partials_bf16(const u16* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
+    gemv_dispatch<FMT_BF16, true>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_partials_f32(const float* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
+    gemv_dispatch<FMT_F32, true>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_partials_e4m3(const u8* codes, const float* scales, int row0, const float* x, float* out, int rows, int cols,
+                       int kw, int rpb, int vec) {
+    gemv_dispatch<FMT_E4M3, true>(codes, scales, row0, x, out, rows, cols, kw, rpb, vec);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_partials_nvfp4(const u8* packed, const u8* scales, const float* x, float* out, int rows, int cols, int kw,
+                        int rpb) {
+    gemv_dispatch<FMT_NVFP4, true>(packed, scales, 0, x, out, rows, cols, kw, rpb, 0);
+}
+
+// ---- NUMERIC-CLASS arithmetic of QKV_FUSED (twins::gemv::gemv_rows_tree): per row, products
+// padded with +0.0 to the next power of two P, reduced by a perfect binary tree of adjacent pairs.
+// One block per row: thread t owns the aligned run [t·S, (t+1)·S) of the P leaves (a subtree),
+// summed in order with a binary-counter stack (which builds exactly that subtree), then the
+// T thread results are reduced level by level in shared memory.
+
+#define TREE_THREADS 256
+
+// Stored position of column c of view row r (either layout).
+__device__ __forceinline__ size_t stored_index(int r, int c, int cols, int kw, int vec) {
+    if (vec == 0) return (size_t)r * cols + c;
+    const int k = c / kw;
+    const int rem = c - k * kw;
+    const int j = rem >> 5;
+    const int l = rem & 31;
+    return (size_t)r * cols + (size_t)k * kw + ((size_t)(j / vec) * 32 + l) * vec + (j % vec);
+}
+
+template <int FMT>
+__device__ __forceinline__ void gemv_tree(const void* wv, const float* __restrict__ x, float* __restrict__ out,
+                                          int rows, int cols, int kw, int vec) {
+    __shared__ float red[TREE_THREADS];
+    const int r = blockIdx.x;
+    if (r >= rows) return;  // block-uniform
+    int p_len = 1;
+    while (p_len < cols) p_len <<= 1;
+    const int n_threads = p_len < TREE_THREADS ? p_len : TREE_THREADS;
+    const int seg = p_len / n_threads;
+    const int tid = threadIdx.x;
+    float v = C_ZERO;
+    if (tid < n_threads) {
+        float stack[32];
+        const int c0 = tid * seg;
+        for (int i = 0; i < seg; ++i) {
+            const int c = c0 + i;
+            float p = C_ZERO;
+            if (c < cols) {
+                const size_t at = stored_index(r, c, cols, kw, vec);
+                const float wvalue = FMT == FMT_BF16 ? bf16_to_f32_c(static_cast<const u16*>(wv)[at])
+                                                     : static_cast<const float*>(wv)[at];
+                p = wvalue * x[c];
+            }
+            int lvl = 0;
+            int bits = i;
+            while (bits & 1) {
+                p = stack[lvl] + p;
+                ++lvl;
+                bits >>= 1;
+            }
+            stack[lvl] = p;
+        }
+        int top = 0;
+        while ((1 << top) < seg) ++top;
+        v = stack[top];
+    }
+    red[tid] = v;
+    __syncthreads();
+    for (int len = n_threads >> 1; len >= 1; len >>= 1) {
+        float s = C_ZERO;
+        if (tid < len) s = red[2 * tid] + red[2 * tid + 1];
+        __syncthreads();
+        if (tid < len) red[tid] = s;
+        __syncthreads();
+    }
+    if (tid == 0) out[r] = red[0];
+}
+
+extern "C" __global__ void __launch_bounds__(TREE_THREADS)
+    gemv_rows_tree_bf16(const u16* w, const float* x, float* out, int rows, int cols, int kw, int vec) {
+    gemv_tree<FMT_BF16>(w, x, out, rows, cols, kw, vec);
+}
+extern "C" __global__ void __launch_bounds__(TREE_THREADS)
+    gemv_rows_tree_f32(const float* w, const float* x, float* out, int rows, int cols, int kw, int vec) {
+    gemv_tree<FMT_F32>(w, x, out, rows, cols, kw, vec);
+}
+
+// ---- canonical fold of row-parallel partials (twins::gemv::fold_partials):
+// out[i] = ((+0 + p[0][i]) + p[1][i]) + …; `reverse` is the CANARY order.
+extern "C" __global__ void fold_f32(const float* parts, int n_parts, int width, int reverse, float* out) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
+        float acc = C_ZERO;
+        if (reverse) {
+            for (int k = n_parts - 1; k >= 0; --k) acc = acc + parts[(size_t)k * width + i];
+        } else {
+            for (int k = 0; k < n_parts; ++k) acc = acc + parts[(size_t)k * width + i];
+        }
+        out[i] = acc;
+    }
+}
