@@ -59,7 +59,8 @@ impl DoorRequest {
 
     /// The runtime's explicit door values for this request.
     pub fn to_door_set(&self, registry: &Registry) -> Result<DoorSet, RegistryError> {
-        registry.to_door_set(&self.enabled(registry), self.canary_flip_at(registry))
+        let enabled = self.enabled(registry);
+        registry.to_door_set(&enabled, self.canary_flip_at(registry))
     }
 }
 

@@ -159,7 +159,8 @@ pub struct NearTie {
     pub run_token: u32,
 }
 
-/// Argmax tape under teacher forcing: every token equals the oracle's except at near-ties.
+/// Argmax tape under teacher forcing: every token equals the oracle's except at near-ties, the
+/// steps whose oracle top-1 − top-2 logit margin is at or below `margin_budget` (logit units).
 pub fn argmax_tape(oracle: &Record, run: &Record, margin_budget: f32) -> (GateOutcome, Vec<NearTie>) {
     let mut ties = Vec::new();
     let mut flips = Vec::new();
@@ -167,7 +168,7 @@ pub fn argmax_tape(oracle: &Record, run: &Record, margin_budget: f32) -> (GateOu
         for (i, (a, b)) in to.iter().zip(tr).enumerate() {
             let (t1, t2) = oracle.top2[p][i];
             let margin = t1 - t2;
-            if margin <= margin_budget * t1.abs().max(1.0) {
+            if margin <= margin_budget {
                 ties.push(NearTie { prompt: p, token_index: i, margin, oracle_token: *a, run_token: *b });
             } else if a != b {
                 flips.push(format!("prompt {p} token {i}: oracle {a}, run {b} (margin {margin})"));

@@ -210,6 +210,12 @@ pub fn job_of(
             registry::BackendKind::Host => BackendKind::Host,
             registry::BackendKind::Cuda => BackendKind::Cuda,
         },
+        baseline_tp: doors
+            .iter()
+            .filter(|d| d.class == DoorClass::Numeric)
+            .filter_map(|d| d.tp.allowed.iter().min().copied())
+            .max()
+            .unwrap_or(1),
         not_run,
     })
 }

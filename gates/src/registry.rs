@@ -948,10 +948,12 @@ impl Registry {
     /// flip-bit canary; `None` takes the registry's `MEMRA_CANARY_FLIP_AT` default. Every id must
     /// map to a runtime field or canary, and at most one canary may be enabled: nothing is
     /// silently ignored.
-    pub fn to_door_set<I, S>(&self, enabled: I, flip_at: Option<FlipAt>) -> Result<DoorSet, RegistryError>
+    /// `enabled` is any borrowed collection of ids: `&BTreeSet<String>`, `&[&str]`, `&Vec<String>`.
+    pub fn to_door_set<'a, C>(&self, enabled: &'a C, flip_at: Option<FlipAt>) -> Result<DoorSet, RegistryError>
     where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
+        C: ?Sized,
+        &'a C: IntoIterator,
+        <&'a C as IntoIterator>::Item: AsRef<str>,
     {
         let enabled: BTreeSet<String> = enabled.into_iter().map(|s| s.as_ref().to_string()).collect();
         let mut ds = DoorSet::default();
@@ -963,7 +965,7 @@ impl Registry {
                     name: format!("door id {id:?}"),
                     kind: "door".to_string(),
                     rule: format!("enabled doors must be declared in {}", self.origin),
-                    suggestion: crate::env::nearest(id, self.ids().into_iter()).map(str::to_string),
+                    suggestion: crate::env::nearest(id, self.ids()).map(str::to_string),
                 });
             };
             if door.is_canary() {

@@ -99,7 +99,7 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<u8, GateError> 
         let transport =
             if door.transports.contains(&Transport::HostBounce) { Transport::HostBounce } else { door.transports.allowed[0] };
         let ds = registry.to_door_set(&std::collections::BTreeSet::from([door.id.clone()]), None).map_err(|e| input(e.to_string()))?;
-        match run_subject(&subject, backend, tp, transport, ds, Some(suite.oracle()), vec![]) {
+        match run_subject(&subject, backend, tp, transport, ds, memra_runtime::ExpertFormat::E4m3, Some(suite.oracle()), vec![]) {
             Ok(r) if r.digests == suite.oracle().digests => {
                 println!("{:<26} WARNING: bit-identical to the oracle at TP{tp} {}: its NUMERIC class may be mislabeled", door.id, transport.name());
             }

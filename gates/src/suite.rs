@@ -10,7 +10,7 @@ use memra_receipts::{Receipt, ReceiptKind};
 use memra_runtime::backend::{open, BackendKind};
 use memra_runtime::model::Model;
 use memra_runtime::record::{CaptureKey, Record};
-use memra_runtime::{Battery, DoorSet, RunConfig, RuntimeError, Transport};
+use memra_runtime::{Battery, DoorSet, ExpertFormat, RunConfig, RuntimeError, Transport};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -39,6 +39,8 @@ pub struct Job {
     pub tp: usize,
     pub transport: Transport,
     pub backend: BackendKind,
+    /// TP size of the class baseline of a NUMERIC-CLASS job (the smallest TP its doors allow).
+    pub baseline_tp: usize,
     /// When set, the job is NOT-APPLICABLE (or SKIP) for this reason and does not run.
     pub not_run: Option<(Verdict, String)>,
 }
@@ -74,22 +76,27 @@ pub struct Suite<'a> {
     cuda_baseline: Mutex<Option<Result<Record, String>>>,
     /// NUMERIC-CLASS class baselines: (doors, backend) → TP1 host-bounce teacher-forced record.
     class_baselines: Mutex<HashMap<(DoorSet, BackendKind), Result<Record, String>>>,
-    /// The oracle with full captures of prompt 0 (error budgets).
-    oracle_captured: Mutex<Option<Record>>,
+    /// The oracle with full captures of prompt 0 (error budgets), per expert format.
+    oracle_captured: Mutex<HashMap<ExpertFormat, Record>>,
+    /// The canonical program on NVFP4 expert banks (the oracle of NVFP4 doors).
+    nvfp4_oracle: Mutex<Option<Result<Record, String>>>,
 }
 
 /// Run one configuration of the subject.
+#[allow(clippy::too_many_arguments)]
 pub fn run_subject(
     subject: &Subject,
     backend: BackendKind,
     tp: usize,
     transport: Transport,
     doors: DoorSet,
+    format: ExpertFormat,
     forced: Option<&Record>,
     capture: Vec<CaptureKey>,
 ) -> Result<Record, RuntimeError> {
     let mut cfg = RunConfig::new(tp, transport, subject.battery.clone())?;
     cfg.doors = doors;
+    cfg.expert_format = format;
     cfg.forced_tokens = forced.map(|r| r.tokens.clone());
     cfg.capture = capture;
     let mut b = open(backend, tp)?;
@@ -106,14 +113,16 @@ fn gate_result(gate: Gate, outcome: &GateOutcome, fail_as: Verdict) -> GateResul
 impl<'a> Suite<'a> {
     /// Build the suite: computes the host oracle once.
     pub fn new(subject: &'a Subject, opts: SuiteOptions) -> Result<Suite<'a>, RuntimeError> {
-        let oracle = run_subject(subject, BackendKind::Host, 1, Transport::HostBounce, DoorSet::default(), None, vec![])?;
+        let oracle =
+            run_subject(subject, BackendKind::Host, 1, Transport::HostBounce, DoorSet::default(), ExpertFormat::E4m3, None, vec![])?;
         Ok(Suite {
             subject,
             opts,
             oracle,
             cuda_baseline: Mutex::new(None),
             class_baselines: Mutex::new(HashMap::new()),
-            oracle_captured: Mutex::new(None),
+            oracle_captured: Mutex::new(HashMap::new()),
+            nvfp4_oracle: Mutex::new(None),
         })
     }
 
@@ -124,31 +133,84 @@ impl<'a> Suite<'a> {
     fn cuda_baseline(&self) -> Result<Record, String> {
         let mut slot = self.cuda_baseline.lock().expect("cuda baseline lock");
         slot.get_or_insert_with(|| {
-            run_subject(self.subject, BackendKind::Cuda, 1, Transport::HostBounce, DoorSet::default(), None, vec![])
-                .map_err(|e| e.to_string())
+            run_subject(
+                self.subject,
+                BackendKind::Cuda,
+                1,
+                Transport::HostBounce,
+                DoorSet::default(),
+                ExpertFormat::E4m3,
+                None,
+                vec![],
+            )
+            .map_err(|e| e.to_string())
         })
         .clone()
     }
 
-    fn class_baseline(&self, job: &Job) -> Result<Record, String> {
+    /// The expert format a job's doors imply (NVFP4_EP2 runs on NVFP4 banks).
+    fn format_of(job: &Job) -> ExpertFormat {
+        if job.doors.nvfp4_ep2 {
+            ExpertFormat::Nvfp4
+        } else {
+            ExpertFormat::E4m3
+        }
+    }
+
+    /// The oracle a NUMERIC job is held to: the canonical program (host TP1 host-bounce, doors
+    /// at default) on the same expert storage as the job.
+    fn numeric_oracle(&self, job: &Job) -> Result<Record, String> {
+        match Self::format_of(job) {
+            ExpertFormat::E4m3 => Ok(self.oracle.clone()),
+            ExpertFormat::Nvfp4 => {
+                let mut slot = self.nvfp4_oracle.lock().expect("nvfp4 oracle lock");
+                slot.get_or_insert_with(|| {
+                    run_subject(
+                        self.subject,
+                        BackendKind::Host,
+                        1,
+                        Transport::HostBounce,
+                        DoorSet::default(),
+                        ExpertFormat::Nvfp4,
+                        None,
+                        vec![],
+                    )
+                    .map_err(|e| e.to_string())
+                })
+                .clone()
+            }
+        }
+    }
+
+    fn class_baseline(&self, job: &Job, oracle: &Record) -> Result<Record, String> {
         let key = (job.doors, job.backend);
         if let Some(r) = self.class_baselines.lock().expect("baseline lock").get(&key) {
             return r.clone();
         }
-        let r = run_subject(self.subject, job.backend, 1, Transport::HostBounce, job.doors, Some(&self.oracle), vec![])
-            .map_err(|e| e.to_string());
+        let r = run_subject(
+            self.subject,
+            job.backend,
+            job.baseline_tp,
+            Transport::HostBounce,
+            job.doors,
+            Self::format_of(job),
+            Some(oracle),
+            vec![],
+        )
+        .map_err(|e| e.to_string());
         self.class_baselines.lock().expect("baseline lock").insert(key, r.clone());
         r
     }
 
-    fn oracle_captured(&self) -> Result<Record, RuntimeError> {
+    fn oracle_captured(&self, format: ExpertFormat) -> Result<Record, RuntimeError> {
         let mut slot = self.oracle_captured.lock().expect("oracle capture lock");
-        if let Some(r) = slot.as_ref() {
+        if let Some(r) = slot.get(&format) {
             return Ok(r.clone());
         }
         let keys = gate::all_keys_of_prompt(&self.oracle, 0);
-        let r = run_subject(self.subject, BackendKind::Host, 1, Transport::HostBounce, DoorSet::default(), None, keys)?;
-        *slot = Some(r.clone());
+        let r =
+            run_subject(self.subject, BackendKind::Host, 1, Transport::HostBounce, DoorSet::default(), format, None, keys)?;
+        slot.insert(format, r.clone());
         Ok(r)
     }
 
@@ -253,14 +315,19 @@ impl<'a> Suite<'a> {
 
     fn gate_job(&self, job: &Job, ev: &mut Evaluation) {
         let numeric = matches!(job.class, JobClass::Numeric { .. });
-        let forced = if numeric { Some(&self.oracle) } else { None };
-        let first = match run_subject(self.subject, job.backend, job.tp, job.transport, job.doors, forced, vec![]) {
+        let format = Self::format_of(job);
+        let oracle = match self.numeric_oracle(job) {
+            Ok(o) => o,
+            Err(e) => return ev.error_text(format!("the oracle run failed: {e}")),
+        };
+        let forced = if numeric { Some(&oracle) } else { None };
+        let first = match run_subject(self.subject, job.backend, job.tp, job.transport, job.doors, format, forced, vec![]) {
             Ok(r) => r,
             Err(e) => return ev.error(e),
         };
         // The determinism re-run also carries full captures of prompt 0 for the error budget.
         let keys = if numeric { gate::all_keys_of_prompt(&first, 0) } else { vec![] };
-        let second = match run_subject(self.subject, job.backend, job.tp, job.transport, job.doors, forced, keys) {
+        let second = match run_subject(self.subject, job.backend, job.tp, job.transport, job.doors, format, forced, keys) {
             Ok(r) => r,
             Err(e) => return ev.error(e),
         };
@@ -293,19 +360,19 @@ impl<'a> Suite<'a> {
                 ev.gates.push(gate_result(Gate::Identity, &outcome, Verdict::Fail));
             }
             JobClass::Numeric { margin_budget, rel_budget } => {
-                let (tape, ties) = gate::argmax_tape(&self.oracle, &first, margin_budget);
+                let (tape, ties) = gate::argmax_tape(&oracle, &first, margin_budget);
                 ev.gates.push(gate_result(Gate::ArgmaxTape, &tape, Verdict::Fail));
                 ev.near_ties = ties;
-                let class = if job.tp == 1 && job.transport == Transport::HostBounce {
+                let class = if job.tp == job.baseline_tp && job.transport == Transport::HostBounce {
                     Ok("this run is the class baseline (fresh tape); its reproduction is the determinism gate".into())
                 } else {
-                    self.class_baseline(job).and_then(|base| match gate::first_digest_divergence(&base, &first)? {
-                        None => Ok("bit-identical to the door's TP1 host-bounce class baseline".into()),
+                    self.class_baseline(job, &oracle).and_then(|base| match gate::first_digest_divergence(&base, &first)? {
+                        None => Ok(format!("bit-identical to the door's TP{} host-bounce class baseline", job.baseline_tp)),
                         Some(d) => Err(format!("differs from the class baseline first at {}", describe(&d))),
                     })
                 };
                 ev.gates.push(gate_result(Gate::ClassIdentity, &class, Verdict::Fail));
-                match self.oracle_captured() {
+                match self.oracle_captured(format) {
                     Ok(oc) => {
                         let (errors, flips) = gate::error_budget(&oc, &second);
                         let worst = errors.iter().map(|e| e.max_rel).fold(0.0f64, f64::max);
@@ -333,12 +400,11 @@ impl<'a> Suite<'a> {
     fn localise(&self, job: &Job, d: &FirstDivergence) -> Option<gate::Element> {
         let key = vec![d.key()];
         let forced = None;
-        let reference = match job.backend {
-            BackendKind::Host => run_subject(self.subject, BackendKind::Host, 1, Transport::HostBounce, DoorSet::default(), forced, key.clone()),
-            BackendKind::Cuda => run_subject(self.subject, BackendKind::Cuda, 1, Transport::HostBounce, DoorSet::default(), forced, key.clone()),
-        }
-        .ok()?;
-        let run = run_subject(self.subject, job.backend, job.tp, job.transport, job.doors, forced, key).ok()?;
+        let e4 = ExpertFormat::E4m3;
+        let reference =
+            run_subject(self.subject, job.backend, 1, Transport::HostBounce, DoorSet::default(), e4, forced, key.clone())
+                .ok()?;
+        let run = run_subject(self.subject, job.backend, job.tp, job.transport, job.doors, e4, forced, key).ok()?;
         gate::localise(reference.captures.get(&d.key())?, run.captures.get(&d.key())?)
     }
 

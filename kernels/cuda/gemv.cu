@@ -26,6 +26,7 @@
 #define FMT_F32 1
 #define FMT_E4M3 2
 #define FMT_NVFP4 3
+#define FMT_W8 4
 
 #define GEMV_WARPS 8
 #define GEMV_THREADS 256
@@ -33,6 +34,9 @@
 #define GEMV_MAX_TASKS 64
 #define E4M3_BLOCK 128
 #define NVFP4_GROUP 16
+#define W8_GROUP 32
+// 127.0
+#define C_127 __uint_as_float(0x42FE0000u)
 
 // ---- lane-major loads: V elements of lane `lane`'s vector g (element offset of the K-block `kb`).
 
@@ -207,6 +211,41 @@ __device__ __forceinline__ float partial_nvfp4(const u8* __restrict__ packed, co
     return butterfly32(acc);
 }
 
+// W8 (NUMERIC-CLASS door, twins/w8.rs): int8 weights with one f32 scale per 32 values of a row;
+// x is quantized per 32 the same way at every GEMV (scale = amax / 127, or 1 for an all-zero
+// group; q = clamp(round-half-even(x / scale), -127, 127), NaN -> 0). Per group the exact integer
+// dot (any order: integer addition is exact), then acc = acc + (float)isum * (ws * xs) in group
+// order from +0.0. One warp per group of 32: lane l holds column l of it.
+__device__ __forceinline__ float partial_w8(const signed char* __restrict__ q, const float* __restrict__ scales,
+                                            const float* __restrict__ x, int r, int k, int cols, int kw, int lane) {
+    const int groups = kw / W8_GROUP;
+    const int row_groups = cols / W8_GROUP;
+    float acc = C_ZERO;
+    for (int g = k * groups; g < (k + 1) * groups; ++g) {
+        const int c = g * W8_GROUP + lane;
+        const float xv = __ldg(x + c);
+        const float a = __uint_as_float(__float_as_uint(xv) & 0x7FFFFFFFu);
+        float m = a > C_ZERO ? a : C_ZERO;  // NaN never wins, as in the host fold
+        for (int o = 16; o > 0; o >>= 1) {
+            const float other = __shfl_xor_sync(MEMRA_FULL_MASK, m, o);
+            if (other > m) m = other;
+        }
+        const float xs = m > C_ZERO ? div_c(m, C_127) : C_ONE;
+        float t = rintf(div_c(xv, xs));
+        if (t > C_127) {
+            t = C_127;
+        } else if (t < -C_127) {
+            t = -C_127;
+        }
+        const int qx = is_nan_c(t) ? 0 : (int)t;
+        const int qw = (int)__ldg(q + (size_t)r * cols + c);
+        int isum = qw * qx;
+        for (int o = 16; o > 0; o >>= 1) isum += __shfl_xor_sync(MEMRA_FULL_MASK, isum, o);
+        acc = acc + (float)isum * (__ldg(scales + (size_t)r * row_groups + g) * xs);
+    }
+    return acc;
+}
+
 // ---- task loop shared by every format.
 
 template <int FMT, int V, bool PARTIALS>
@@ -242,8 +281,11 @@ __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, in
             } else {
                 p = partial_e4m3_lm<V>(static_cast<const u8*>(w), srow, b0, xk, kb, kw, lane);
             }
-        } else {
+        } else if constexpr (FMT == FMT_NVFP4) {
             p = partial_nvfp4(static_cast<const u8*>(w), static_cast<const u8*>(scales), xk, kb, kw, lane);
+        } else {
+            p = partial_w8(static_cast<const signed char*>(w), static_cast<const float*>(scales), x, r, k, cols, kw,
+                           lane);
         }
         if (lane == 0) {
             if (PARTIALS) {
@@ -280,7 +322,7 @@ __device__ __forceinline__ void gemv_dispatch(const void* w, const void* scales,
             return;
         }
     }
-    if constexpr (FMT != FMT_NVFP4) {
+    if constexpr (FMT == FMT_BF16 || FMT == FMT_F32 || FMT == FMT_E4M3) {
         if (vec == 4) {
             gemv_tasks<FMT, 4, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
             return;
@@ -309,6 +351,12 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_dispatch<FMT_NVFP4, false>(packed, scales, 0, x, out, rows, cols, kw, rpb, 0);
 }
 
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_rows_w8(const signed char* q, const float* scales, const float* x, float* out, int rows, int cols, int kw,
+                 int rpb) {
+    gemv_dispatch<FMT_W8, false>(q, scales, 0, x, out, rows, cols, kw, rpb, 0);
+}
+
 // `out[k * rows + r]` = partial of row r over K-block k (twins::gemv::gemv_partials).
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_bf16(const u16* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
@@ -327,6 +375,12 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_nvfp4(const u8* packed, const u8* scales, const float* x, float* out, int rows, int cols, int kw,
                         int rpb) {
     gemv_dispatch<FMT_NVFP4, true>(packed, scales, 0, x, out, rows, cols, kw, rpb, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_partials_w8(const signed char* q, const float* scales, const float* x, float* out, int rows, int cols,
+                     int kw, int rpb) {
+    gemv_dispatch<FMT_W8, true>(q, scales, 0, x, out, rows, cols, kw, rpb, 0);
 }
 
 // ---- NUMERIC-CLASS arithmetic of QKV_FUSED (twins::gemv::gemv_rows_tree): per row, products

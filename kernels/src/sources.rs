@@ -52,10 +52,12 @@ pub const KERNEL_NAMES: &[&str] = &[
     "gemv_rows_f32",
     "gemv_rows_e4m3",
     "gemv_rows_nvfp4",
+    "gemv_rows_w8",
     "gemv_partials_bf16",
     "gemv_partials_f32",
     "gemv_partials_e4m3",
     "gemv_partials_nvfp4",
+    "gemv_partials_w8",
     "gemv_rows_tree_bf16",
     "gemv_rows_tree_f32",
     "fold_f32",
@@ -117,7 +119,7 @@ mod tests {
     fn kernel_names_follow_op_dtype() {
         for name in KERNEL_NAMES {
             let dtype = name.rsplit('_').next().unwrap_or("");
-            assert!(["f32", "bf16", "e4m3", "nvfp4"].contains(&dtype), "{name} does not end in _<dtype>");
+            assert!(["f32", "bf16", "e4m3", "nvfp4", "w8"].contains(&dtype), "{name} does not end in _<dtype>");
         }
     }
 

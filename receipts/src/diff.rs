@@ -389,7 +389,11 @@ impl DiffReport {
             if n == 0 {
                 return;
             }
-            let _ = write!(md, "\n<details{}><summary>{title} ({n})</summary>\n\n{header}\n", if open { " open" } else { "" });
+            let _ = write!(
+                md,
+                "\n<details{}><summary>{title} ({n})</summary>\n\n{header}\n",
+                if open { " open" } else { "" }
+            );
             for row in rows.iter().take(MAX_ROWS_SHOWN) {
                 let _ = writeln!(md, "{row}");
             }
@@ -483,7 +487,13 @@ impl DiffReport {
         let refs = |v: &[RunRef], bad: fn(Verdict) -> bool| -> Vec<String> {
             v.iter()
                 .map(|r| {
-                    format!("| {}{} | {} | `{}` |", if bad(r.verdict) { "❌ " } else { "" }, r.verdict, md_cell(&r.label), r.run_id)
+                    format!(
+                        "| {}{} | {} | `{}` |",
+                        if bad(r.verdict) { "❌ " } else { "" },
+                        r.verdict,
+                        md_cell(&r.label),
+                        r.run_id
+                    )
                 })
                 .collect()
         };
@@ -590,7 +600,11 @@ impl DiffReport {
                 })
                 .collect(),
         );
-        cap(&mut t, "new runs", self.added.iter().map(|r| format!("{}  {} [{}]", r.verdict, r.label, r.run_id)).collect());
+        cap(
+            &mut t,
+            "new runs",
+            self.added.iter().map(|r| format!("{}  {} [{}]", r.verdict, r.label, r.run_id)).collect(),
+        );
         cap(
             &mut t,
             "missing runs",

@@ -39,9 +39,9 @@ pub fn junit_xml(suite: &str, receipts: &[Receipt]) -> String {
     );
     for r in receipts {
         let ev = &r.evidence;
-        let _ = write!(
+        let _ = writeln!(
             x,
-            "  <testcase name=\"{}\" classname=\"{JUNIT_CLASSNAME}\" time=\"{:.3}\">\n",
+            "  <testcase name=\"{}\" classname=\"{JUNIT_CLASSNAME}\" time=\"{:.3}\">",
             xml_escape(&r.label()),
             r.measurements.wall_ms / 1000.0
         );
@@ -177,7 +177,9 @@ pub fn summary_markdown(summary: &Summary) -> String {
     md.push_str("| verdict | run | first divergence / reason | engaged doors | wall |\n");
     md.push_str("|---|---|---|---|---:|\n");
     let mut rows: Vec<&SummaryRow> = summary.rows.iter().collect();
-    rows.sort_by(|a, b| (display_rank(a.verdict), &a.label, &a.run_id).cmp(&(display_rank(b.verdict), &b.label, &b.run_id)));
+    rows.sort_by(|a, b| {
+        (display_rank(a.verdict), &a.label, &a.run_id).cmp(&(display_rank(b.verdict), &b.label, &b.run_id))
+    });
     for r in rows {
         let what = r.first_divergence.as_deref().or(r.reason.as_deref()).unwrap_or("");
         let doors: Vec<&str> = r.engaged.iter().map(|d| d.strip_prefix("MEMRA_").unwrap_or(d)).collect();

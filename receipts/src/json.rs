@@ -6,6 +6,9 @@
 //!
 //! - UTF-8, 2-space indentation, `": "` after keys, one trailing newline; empty lists are `[]`,
 //!   empty maps `{}`.
+//! - A non-empty array whose elements are all scalars (numbers, strings, booleans, null) is written
+//!   on one line, elements separated by `", "`: `"tokens": [[17, 24], [5, 6]]` is written as one line
+//!   per inner array, a digest row is one line. Receipts stay small and a diff shows which row moved.
 //! - Keys in struct declaration order; maps (`BTreeMap`) in key order.
 //! - Integers in decimal. Floats are finite and written as Rust's `{:?}` prints them: the shortest
 //!   decimal that reads back to the same bits, always with a `.` or an exponent (`1.0`, `0.1`,
@@ -70,9 +73,53 @@ pub(crate) fn to_canonical_json_at<T: Serialize + ?Sized>(value: &T, path: &Path
     })?;
     let mut out = Vec::with_capacity(4096);
     let mut ser = serde_json::Serializer::with_formatter(&mut out, CanonicalFormatter::new());
-    value.serialize(&mut ser).map_err(|e| ReceiptError::Serialize { path: path.to_path_buf(), message: e.to_string() })?;
-    out.push(b'\n');
-    Ok(String::from_utf8(out).expect("serde_json writes UTF-8"))
+    value
+        .serialize(&mut ser)
+        .map_err(|e| ReceiptError::Serialize { path: path.to_path_buf(), message: e.to_string() })?;
+    let pretty = String::from_utf8(out).expect("serde_json writes UTF-8");
+    Ok(collapse_scalar_arrays(&pretty))
+}
+
+/// Rewrites every multi-line array of scalars of serde_json's pretty output onto one line, and ends
+/// the text with exactly one newline. Works line by line: in pretty output every scalar array
+/// element is alone on its line (strings never contain raw newlines), and a line ending in `[`
+/// opens an array.
+fn collapse_scalar_arrays(pretty: &str) -> String {
+    fn scalar(item: &str) -> bool {
+        matches!(serde_json::from_str::<Value>(item), Ok(v) if !v.is_array() && !v.is_object())
+    }
+    let lines: Vec<&str> = pretty.lines().collect();
+    let mut out = String::with_capacity(pretty.len() + 1);
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        i += 1;
+        if line.ends_with('[') {
+            let mut items = Vec::new();
+            let mut j = i;
+            while let Some(next) = lines.get(j) {
+                let t = next.trim_start();
+                let item = t.strip_suffix(',').unwrap_or(t);
+                if !scalar(item) {
+                    break;
+                }
+                items.push(item);
+                j += 1;
+            }
+            let close = lines.get(j).map(|l| l.trim_start());
+            if !items.is_empty() && matches!(close, Some("]" | "],")) {
+                out.push_str(line);
+                out.push_str(&items.join(", "));
+                out.push_str(close.unwrap_or_default());
+                out.push('\n');
+                i = j + 1;
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// serde_json's 2-space pretty printer with our float rule (see the module doc).
@@ -385,15 +432,12 @@ impl ser::SerializeStructVariant for Compound<'_> {
 /// Reads a run or performance receipt from `bytes`; `origin` names the file in errors.
 pub fn parse_receipt(bytes: &[u8], origin: &Path) -> Result<Receipt, ReceiptError> {
     let head = check_head(bytes, origin)?;
-    match head.kind.as_deref() {
-        Some("summary") => {
-            return Err(ReceiptError::WrongKind {
-                path: origin.to_path_buf(),
-                found: "\"summary\"".to_string(),
-                expected: "a run or performance receipt",
-            })
-        }
-        _ => {}
+    if head.kind.as_deref() == Some("summary") {
+        return Err(ReceiptError::WrongKind {
+            path: origin.to_path_buf(),
+            found: "\"summary\"".to_string(),
+            expected: "a run or performance receipt",
+        });
     }
     let receipt: Receipt =
         serde_json::from_slice(bytes).map_err(|source| ReceiptError::Shape { path: origin.to_path_buf(), source })?;
@@ -404,15 +448,12 @@ pub fn parse_receipt(bytes: &[u8], origin: &Path) -> Result<Receipt, ReceiptErro
 /// Reads a matrix summary from `bytes`; `origin` names the file in errors.
 pub fn parse_summary(bytes: &[u8], origin: &Path) -> Result<Summary, ReceiptError> {
     let head = check_head(bytes, origin)?;
-    match head.kind.as_deref() {
-        Some(k @ ("run" | "performance")) => {
-            return Err(ReceiptError::WrongKind {
-                path: origin.to_path_buf(),
-                found: format!("{k:?}"),
-                expected: "a summary",
-            })
-        }
-        _ => {}
+    if let Some(k @ ("run" | "performance")) = head.kind.as_deref() {
+        return Err(ReceiptError::WrongKind {
+            path: origin.to_path_buf(),
+            found: format!("{k:?}"),
+            expected: "a summary",
+        });
     }
     let summary: Summary =
         serde_json::from_slice(bytes).map_err(|source| ReceiptError::Shape { path: origin.to_path_buf(), source })?;
@@ -454,4 +495,39 @@ fn check_head(bytes: &[u8], origin: &Path) -> Result<Head, ReceiptError> {
         });
     }
     Ok(Head { kind: obj.get("kind").and_then(Value::as_str).map(str::to_string) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalar_arrays_collapse_and_nothing_else_does() {
+        let v = serde_json::json!({
+            "tokens": [[1, 2], [], [3]],
+            "tricky": ["ends with [", "\": 1", "a, b", "]", "{"],
+            "mixed": [1, {"k": [true, null]}],
+            "one": [-0.5],
+        });
+        let text = to_canonical_json(&v).unwrap();
+        let expected = r#"{
+  "tokens": [
+    [1, 2],
+    [],
+    [3]
+  ],
+  "tricky": ["ends with [", "\": 1", "a, b", "]", "{"],
+  "mixed": [
+    1,
+    {
+      "k": [true, null]
+    }
+  ],
+  "one": [-0.5]
+}
+"#;
+        assert_eq!(text, expected);
+        let back: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, v);
+    }
 }

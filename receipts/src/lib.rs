@@ -7,7 +7,7 @@
 //! - [`json`]: canonical writer and strict reader
 //! - [`store`]: atomic writes, directory layout, loading, `--resume` listing
 //! - [`export`]: JUnit XML, latency CSV, Markdown summary
-//! - [`diff`]: comparison of two receipt sets
+//! - [`mod@diff`]: comparison of two receipt sets
 //!
 //! The published JSON Schema documents are [`RECEIPT_SCHEMA_V1`] and [`SUMMARY_SCHEMA_V1`]
 //! (`receipts/schema/*.schema.json`).
@@ -24,8 +24,8 @@ pub use error::ReceiptError;
 pub use schema::{
     run_id, token_tape_digest, Backend, BuildEvidence, DigestRow, Divergence, Evidence, Gate, GateResult, LatencyStats,
     Measurements, ModelEvidence, NearTie, PerformanceClaim, ProbeEntry, ProbeStatus, Receipt, ReceiptKind,
-    RunConfigEvidence, SeamDigests, SeamError, SeamLatency, Summary, SummaryKind, SummaryRow, Transport, Verdict, VerdictCounts,
-    SCHEMA_VERSION,
+    RunConfigEvidence, SeamDigests, SeamError, SeamLatency, Summary, SummaryKind, SummaryRow, Transport, Verdict,
+    VerdictCounts, SCHEMA_VERSION,
 };
 
 /// The published JSON Schema (draft 2020-12) of run and performance receipts, schema v1.

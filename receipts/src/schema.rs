@@ -529,7 +529,7 @@ pub struct Measurements {
 /// - `min_ns = x[0]`, `max_ns = x[n−1]`
 /// - `median_ns = x[(n−1) / 2]` — the *lower* median (integer division), always an observed sample
 /// - `p90_ns = x[⌈0.9·n⌉ − 1]` — nearest-rank 90th percentile, computed in integers as
-///   `x[(9n + 9) / 10 − 1]`; an observed sample
+///   `x[⌈9n / 10⌉ − 1]`; an observed sample
 ///
 /// so `min ≤ median ≤ p90 ≤ max`. [`LatencyStats::from_samples`] is the one implementation.
 /// `[min_ns, max_ns]` is the noise band that `diff` uses.
@@ -592,7 +592,7 @@ impl LatencyStats {
             n_samples: n as u64,
             min_ns: x[0],
             median_ns: x[(n - 1) / 2],
-            p90_ns: x[(9 * n + 9) / 10 - 1],
+            p90_ns: x[(9 * n).div_ceil(10) - 1],
             max_ns: x[n - 1],
         })
     }
@@ -966,7 +966,11 @@ impl Receipt {
         let mut columns = BTreeSet::new();
         for (i, c) in ev.digests.columns.iter().enumerate() {
             if c.is_empty() || !columns.insert(c.as_str()) {
-                return Err(violation(format!("evidence.digests.columns[{i}]"), c, "column names are non-empty and unique"));
+                return Err(violation(
+                    format!("evidence.digests.columns[{i}]"),
+                    c,
+                    "column names are non-empty and unique",
+                ));
             }
         }
         let mut prev: Option<(usize, usize)> = None;
@@ -1036,7 +1040,11 @@ impl Summary {
         }
         for (i, w) in self.rows.windows(2).enumerate() {
             if w[0].run_id >= w[1].run_id {
-                return Err(violation(format!("rows[{}].run_id", i + 1), &w[1].run_id, "rows are sorted by unique run_id"));
+                return Err(violation(
+                    format!("rows[{}].run_id", i + 1),
+                    &w[1].run_id,
+                    "rows are sorted by unique run_id",
+                ));
             }
         }
         for (i, r) in self.rows.iter().enumerate() {
@@ -1116,11 +1124,10 @@ mod tests {
 
     #[test]
     fn engaged_doors_strips_seam_suffix_and_zero_counters() {
-        let m: BTreeMap<String, u64> =
-            [("MEMRA_A@o_join", 3), ("MEMRA_A@qkv", 0), ("MEMRA_B", 0), ("MEMRA_C", 1)]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect();
+        let m: BTreeMap<String, u64> = [("MEMRA_A@o_join", 3), ("MEMRA_A@qkv", 0), ("MEMRA_B", 0), ("MEMRA_C", 1)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
         let doors: Vec<String> = engaged_doors(&m).into_iter().collect();
         assert_eq!(doors, ["MEMRA_A", "MEMRA_C"]);
     }

@@ -166,7 +166,7 @@ pub fn scan_dir(dir: &Path) -> Result<DirScan, ReceiptError> {
             scan.temp_files.push(path);
             continue;
         }
-        if !(name.starts_with(RECEIPT_PREFIX) && name.ends_with(RECEIPT_SUFFIX)) || !path.is_file() {
+        if !name.starts_with(RECEIPT_PREFIX) || !name.ends_with(RECEIPT_SUFFIX) || !path.is_file() {
             continue;
         }
         match json::read_receipt(&path) {

@@ -85,8 +85,19 @@ fn key_order_follows_struct_order_and_map_order() {
     };
     ordered(&["\"schema_version\"", "\"kind\"", "\"run_id\"", "\"evidence\"", "\"measurements\""]);
     ordered(&[
-        "\"config\"", "\"build\"", "\"verdict\"", "\"reason\"", "\"gates\"", "\"engaged\"", "\"first_divergence\"",
-        "\"digests\"", "\"tokens\"", "\"token_tape_digest\"", "\"error_budget\"", "\"near_ties\"", "\"performance\"",
+        "\"config\"",
+        "\"build\"",
+        "\"verdict\"",
+        "\"reason\"",
+        "\"gates\"",
+        "\"engaged\"",
+        "\"first_divergence\"",
+        "\"digests\"",
+        "\"tokens\"",
+        "\"token_tape_digest\"",
+        "\"error_budget\"",
+        "\"near_ties\"",
+        "\"performance\"",
     ]);
     ordered(&["\"MEMRA_A_FIRST\": false", "\"MEMRA_Z_LAST\": true"]);
     assert!(text.starts_with("{\n  \"schema_version\": 1,\n  \"kind\": \"run\",\n"), "{}", &text[..60]);
@@ -122,7 +133,12 @@ fn canonical_text_layout_and_float_forms() {
     }
     assert!(text.ends_with("}\n") && !text.ends_with("\n\n"), "exactly one trailing newline");
     assert!(text.contains("\n    \"config\": {\n      \"subject\""), "2-space indentation");
-    assert!(text.contains("\"nvrtc_options\": [\n"), "arrays pretty-printed");
+    assert!(
+        text.contains("\n      \"nvrtc_options\": [\"--gpu-architecture=sm_90\", \"--fmad=false\"]\n"),
+        "scalar arrays on one line"
+    );
+    assert!(text.contains("\n    \"tokens\": [\n      [17, 24, 31],\n      [48, 55, 62]\n    ],\n"), "{text}");
+    assert!(text.contains("\n    \"error_budget\": [\n      {\n"), "arrays of objects stay multi-line");
     assert!(text.contains("\"first_divergence\": null"), "absent values are explicit nulls");
 }
 
@@ -139,16 +155,22 @@ fn f32_known_double_rounding_case_round_trips() {
 #[test]
 fn non_finite_floats_are_rejected_naming_the_field() {
     let base = performance(passing(1, Transport::HostBounce, &[]));
-    let cases: Vec<(&str, Box<dyn Fn(&mut Receipt)>)> = vec![
+    let cases: Vec<(&str, ReceiptEdit)> = vec![
         ("measurements.wall_ms", Box::new(|r| r.measurements.wall_ms = f64::NAN)),
         ("evidence.error_budget[0].max_rel", Box::new(|r| r.evidence.error_budget[0].max_rel = f64::INFINITY)),
         ("evidence.near_ties[0].margin", Box::new(|r| r.evidence.near_ties[0].margin = f32::NAN)),
-        ("measurements.extra.gate_overhead_ms", Box::new(|r| {
-            r.measurements.extra.insert("gate_overhead_ms".into(), f64::NEG_INFINITY);
-        })),
-        ("evidence.performance.ratios.L0.latency_over_pytorch", Box::new(|r| {
-            r.evidence.performance.as_mut().unwrap().ratios.insert("L0.latency_over_pytorch".into(), f64::NAN);
-        })),
+        (
+            "measurements.extra.gate_overhead_ms",
+            Box::new(|r| {
+                r.measurements.extra.insert("gate_overhead_ms".into(), f64::NEG_INFINITY);
+            }),
+        ),
+        (
+            "evidence.performance.ratios.L0.latency_over_pytorch",
+            Box::new(|r| {
+                r.evidence.performance.as_mut().unwrap().ratios.insert("L0.latency_over_pytorch".into(), f64::NAN);
+            }),
+        ),
     ];
     for (field, break_it) in cases {
         let mut r = base.clone();
@@ -165,9 +187,13 @@ fn non_finite_floats_are_rejected_naming_the_field() {
 #[test]
 fn unknown_schema_version_is_rejected_before_anything_else() {
     // Checked first: the rest of the document need not make sense.
-    let err = parse_receipt(br#"{"schema_version": 7, "whatever": [1, 2]}"#, Path::new("nightly/run-a.json")).unwrap_err();
+    let err =
+        parse_receipt(br#"{"schema_version": 7, "whatever": [1, 2]}"#, Path::new("nightly/run-a.json")).unwrap_err();
     assert!(matches!(err, ReceiptError::UnsupportedVersion { .. }), "{err:?}");
-    assert_eq!(err.to_string(), "receipt nightly/run-a.json: schema_version 7 is not supported; this build reads version 1");
+    assert_eq!(
+        err.to_string(),
+        "receipt nightly/run-a.json: schema_version 7 is not supported; this build reads version 1"
+    );
 
     let r = passing(1, Transport::HostBounce, &[]);
     let err = parse_edited(&r, |v| v["schema_version"] = json!(2)).unwrap_err();
@@ -193,7 +219,7 @@ fn not_json_is_a_syntax_error_naming_the_file() {
 #[test]
 fn unknown_field_is_rejected_at_every_level() {
     let r = failing(passing(2, Transport::NativeP2p, &[]));
-    let edits: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let edits: Vec<(&str, ValueEdit)> = vec![
         ("top", Box::new(|v| v["colour"] = json!("red"))),
         ("config", Box::new(|v| v["evidence"]["config"]["colour"] = json!("red"))),
         ("divergence", Box::new(|v| v["evidence"]["first_divergence"]["colour"] = json!("red"))),
@@ -210,13 +236,19 @@ fn unknown_field_is_rejected_at_every_level() {
 #[test]
 fn missing_wrong_typed_and_unknown_enum_values_are_rejected() {
     let r = passing(2, Transport::NativeP2p, &[]);
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
-        ("missing field `reason`", Box::new(|v| {
-            v["evidence"].as_object_mut().unwrap().shift_remove("reason");
-        })),
-        ("missing field `device`", Box::new(|v| {
-            v["measurements"].as_object_mut().unwrap().shift_remove("device");
-        })),
+    let cases: Vec<(&str, ValueEdit)> = vec![
+        (
+            "missing field `reason`",
+            Box::new(|v| {
+                v["evidence"].as_object_mut().unwrap().shift_remove("reason");
+            }),
+        ),
+        (
+            "missing field `device`",
+            Box::new(|v| {
+                v["measurements"].as_object_mut().unwrap().shift_remove("device");
+            }),
+        ),
         ("invalid type", Box::new(|v| v["evidence"]["config"]["tp"] = json!("2"))),
         ("unknown variant `MAYBE`", Box::new(|v| v["evidence"]["verdict"] = json!("MAYBE"))),
         ("unknown variant `rdma`", Box::new(|v| v["evidence"]["config"]["transport"] = json!("rdma"))),
@@ -247,16 +279,25 @@ fn broken_rules_are_rejected_by_reader_and_writer() {
         ("evidence.reason", edit(base.clone(), |e| e.verdict = Verdict::Skip)),
         ("evidence.reason", with_verdict(base.clone(), Verdict::Void, "")),
         ("evidence.digests.rows[1]", edit(base.clone(), |e| e.digests.rows.swap(0, 1))),
-        ("evidence.digests.rows[0].digests", edit(base.clone(), |e| {
-            e.digests.rows[0].digests.pop();
-        })),
-        ("evidence.digests.rows[0].digests[0]", edit(base.clone(), |e| e.digests.rows[0].digests[0] = "ABCDEF0123456789".into())),
+        (
+            "evidence.digests.rows[0].digests",
+            edit(base.clone(), |e| {
+                e.digests.rows[0].digests.pop();
+            }),
+        ),
+        (
+            "evidence.digests.rows[0].digests[0]",
+            edit(base.clone(), |e| e.digests.rows[0].digests[0] = "ABCDEF0123456789".into()),
+        ),
         ("evidence.digests.columns[1]", edit(base.clone(), |e| e.digests.columns[1] = e.digests.columns[0].clone())),
         ("evidence.gates[1].gate", edit(base.clone(), |e| e.gates[1].gate = e.gates[0].gate)),
         ("evidence.config.model.digest", edit(base.clone(), |e| e.config.model.digest = "abc".into())),
-        ("evidence.first_divergence.oracle_bits", edit(failing(base.clone()), |e| {
-            e.first_divergence.as_mut().unwrap().oracle_bits = "0x3F800000".into();
-        })),
+        (
+            "evidence.first_divergence.oracle_bits",
+            edit(failing(base.clone()), |e| {
+                e.first_divergence.as_mut().unwrap().oracle_bits = "0x3F800000".into();
+            }),
+        ),
         ("evidence.performance", {
             let mut r = performance(base.clone());
             r.kind = ReceiptKind::Run;
@@ -314,7 +355,7 @@ fn run_id_is_pinned_and_moves_with_the_configuration() {
 #[test]
 fn kinds_are_not_confused() {
     let r = passing(1, Transport::HostBounce, &[]);
-    let summary = Summary::from_receipts("smoke", &[r.clone()]);
+    let summary = Summary::from_receipts("smoke", std::slice::from_ref(&r));
     let s_text = summary_to_json(&summary).unwrap();
     let err = parse_receipt(s_text.as_bytes(), origin()).unwrap_err();
     assert!(matches!(err, ReceiptError::WrongKind { .. }), "{err:?}");

@@ -265,7 +265,8 @@ fn renderings_json_text_and_format_names() {
 
 #[test]
 fn markdown_is_capped_for_pr_comments() {
-    let old: Vec<Receipt> = (0..60).map(|i| passing(1, Transport::HostBounce, &[(&*format!("MEMRA_D{i}"), true)])).collect();
+    let old: Vec<Receipt> =
+        (0..60).map(|i| passing(1, Transport::HostBounce, &[(&*format!("MEMRA_D{i}"), true)])).collect();
     let new: Vec<Receipt> = old.iter().map(|r| failing(r.clone())).collect();
     let r = d(&old, &new);
     assert_eq!(r.verdict_changes.len(), 60);

@@ -151,10 +151,17 @@ fn matrix() -> Vec<Receipt> {
     vec![
         base.clone(),
         failing(passing(4, Transport::NativeP2p, &[("MEMRA_OPROJ_DIRECT", true)])),
-        errored(passing(8, Transport::NativeP2p, &[("MEMRA_OPROJ_DIRECT", true)]), "layer 0 o_proj: CUDA_ERROR_OUT_OF_MEMORY"),
+        errored(
+            passing(8, Transport::NativeP2p, &[("MEMRA_OPROJ_DIRECT", true)]),
+            "layer 0 o_proj: CUDA_ERROR_OUT_OF_MEMORY",
+        ),
         skipped(passing(8, Transport::NativeP2p, &[]), "no peer access between devices 0 and 5"),
         with_verdict(passing(1, Transport::Nccl, &[]), Verdict::NotApplicable, "nccl needs the cuda backend"),
-        with_verdict(passing(2, Transport::HostBounce, &[("MEMRA_STEP_EP", true)]), Verdict::Void, "MEMRA_STEP_EP did not engage"),
+        with_verdict(
+            passing(2, Transport::HostBounce, &[("MEMRA_STEP_EP", true)]),
+            Verdict::Void,
+            "MEMRA_STEP_EP did not engage",
+        ),
     ]
 }
 
@@ -190,7 +197,10 @@ fn junit_has_one_case_per_run_and_never_shows_void_as_pass() {
             v => {
                 let s = case.child("skipped").unwrap_or_else(|| panic!("{v} must be skipped, not passed"));
                 let msg = s.attr("message").unwrap();
-                assert!(msg.starts_with(&format!("{v}: ")) && msg.ends_with(r.evidence.reason.as_deref().unwrap()), "{msg}");
+                assert!(
+                    msg.starts_with(&format!("{v}: ")) && msg.ends_with(r.evidence.reason.as_deref().unwrap()),
+                    "{msg}"
+                );
             }
         }
     }
@@ -257,8 +267,12 @@ fn markdown_summary_leads_with_counts_and_lists_failures_first() {
     let s = Summary::from_receipts("nightly", &receipts);
     let md = summary_markdown(&s);
     let lines: Vec<&str> = md.lines().collect();
-    assert_eq!(lines[0], "**memra-gates `nightly`: FAIL** — 6 run(s): 1 PASS · 1 FAIL · 1 VOID · 1 SKIP · 1 NOT-APPLICABLE · 1 ERROR");
-    let table: Vec<&str> = lines.iter().copied().filter(|l| l.starts_with("| ") && !l.starts_with("| verdict")).collect();
+    assert_eq!(
+        lines[0],
+        "**memra-gates `nightly`: FAIL** — 6 run(s): 1 PASS · 1 FAIL · 1 VOID · 1 SKIP · 1 NOT-APPLICABLE · 1 ERROR"
+    );
+    let table: Vec<&str> =
+        lines.iter().copied().filter(|l| l.starts_with("| ") && !l.starts_with("| verdict")).collect();
     assert_eq!(table.len(), 6);
     let order: Vec<&str> = table.iter().map(|l| l.split(" | ").next().unwrap().trim_start_matches("| ")).collect();
     assert_eq!(order, ["FAIL", "ERROR", "VOID", "PASS", "SKIP", "NOT-APPLICABLE"]);

@@ -107,7 +107,7 @@ proptest! {
 fn schema_and_reader_refuse_the_same_bad_receipts() {
     let validator = Validator::receipt();
     let base = failing(passing(2, Transport::NativeP2p, &[("MEMRA_OPROJ_DIRECT", true)]));
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let cases: Vec<(&str, ValueEdit)> = vec![
         ("extra top-level field", Box::new(|v| v["extra_field"] = json!(true))),
         ("extra field in config", Box::new(|v| v["evidence"]["config"]["seed"] = json!(7))),
         ("extra field in measurements", Box::new(|v| v["measurements"]["gpu_temp"] = json!(61.0))),
@@ -116,15 +116,24 @@ fn schema_and_reader_refuse_the_same_bad_receipts() {
         ("wall_ms as a string", Box::new(|v| v["measurements"]["wall_ms"] = json!("1.5"))),
         ("unknown verdict", Box::new(|v| v["evidence"]["verdict"] = json!("PASSED"))),
         ("unknown gate", Box::new(|v| v["evidence"]["gates"][0]["gate"] = json!("vibes"))),
-        ("missing reason", Box::new(|v| {
-            v["evidence"].as_object_mut().unwrap().shift_remove("reason");
-        })),
-        ("skip without reason", Box::new(|v| {
-            v["evidence"]["verdict"] = json!("SKIP");
-            v["evidence"]["reason"] = json!(null);
-        })),
+        (
+            "missing reason",
+            Box::new(|v| {
+                v["evidence"].as_object_mut().unwrap().shift_remove("reason");
+            }),
+        ),
+        (
+            "skip without reason",
+            Box::new(|v| {
+                v["evidence"]["verdict"] = json!("SKIP");
+                v["evidence"]["reason"] = json!(null);
+            }),
+        ),
         ("performance kind without claim", Box::new(|v| v["kind"] = json!("performance"))),
-        ("upper-case seam digest", Box::new(|v| v["evidence"]["digests"]["rows"][0]["digests"][0] = json!("00000000DEADBEEF"))),
+        (
+            "upper-case seam digest",
+            Box::new(|v| v["evidence"]["digests"]["rows"][0]["digests"][0] = json!("00000000DEADBEEF")),
+        ),
         ("short run_id", Box::new(|v| v["run_id"] = json!("abc"))),
         ("bits without 0x", Box::new(|v| v["evidence"]["first_divergence"]["observed_bits"] = json!("3f800003"))),
         ("negative element", Box::new(|v| v["evidence"]["first_divergence"]["element"] = json!(-1))),
@@ -146,14 +155,17 @@ fn schema_and_reader_refuse_the_same_bad_receipts() {
 fn schema_and_reader_refuse_bad_summaries() {
     let validator = Validator::summary();
     let s = Summary::from_receipts("all", &[passing(1, Transport::HostBounce, &[])]);
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let cases: Vec<(&str, ValueEdit)> = vec![
         ("extra field", Box::new(|v| v["host"] = json!("x"))),
         ("extra row field", Box::new(|v| v["rows"][0]["tp"] = json!(1))),
         ("wrong kind", Box::new(|v| v["kind"] = json!("run"))),
         ("count as string", Box::new(|v| v["counts"]["pass"] = json!("1"))),
-        ("missing overall", Box::new(|v| {
-            v.as_object_mut().unwrap().shift_remove("overall");
-        })),
+        (
+            "missing overall",
+            Box::new(|v| {
+                v.as_object_mut().unwrap().shift_remove("overall");
+            }),
+        ),
     ];
     for (name, edit_value) in cases {
         let mut v: Value = serde_json::from_str(&summary_to_json(&s).unwrap()).unwrap();

@@ -7,6 +7,11 @@ use memra_receipts::schema::{digest_hex, f32_bits_hex, fnv1a64, seam_column, ulp
 use memra_receipts::*;
 use proptest::prelude::*;
 
+/// A named edit of a receipt's JSON tree (negative cases).
+pub type ValueEdit = Box<dyn Fn(&mut serde_json::Value)>;
+/// A named edit of a receipt.
+pub type ReceiptEdit = Box<dyn Fn(&mut Receipt)>;
+
 pub const SEAMS: [&str; 4] = ["attn_norm", "qkv", "o_join", "residual"];
 
 pub fn config(tp: usize, transport: Transport, doors: &[(&str, bool)]) -> RunConfigEvidence {
@@ -30,8 +35,7 @@ fn cell(seed: &str, prompt: usize, step: usize, col: usize) -> String {
 /// A passing receipt with a full evidence section: `layers` layers × [`SEAMS`], `prompts` prompts ×
 /// `steps` steps, latencies for every layer × seam.
 pub fn receipt_with(cfg: RunConfigEvidence, layers: usize, prompts: usize, steps: usize) -> Receipt {
-    let columns: Vec<String> =
-        (0..layers).flat_map(|l| SEAMS.iter().map(move |s| seam_column(l, s))).collect();
+    let columns: Vec<String> = (0..layers).flat_map(|l| SEAMS.iter().map(move |s| seam_column(l, s))).collect();
     let rows = (0..prompts)
         .flat_map(|p| (0..steps).map(move |s| (p, s)))
         .map(|(prompt, step)| DigestRow {
@@ -73,8 +77,16 @@ pub fn receipt_with(cfg: RunConfigEvidence, layers: usize, prompts: usize, steps
         verdict: Verdict::Pass,
         reason: None,
         gates: vec![
-            GateResult { gate: Gate::Identity, verdict: Verdict::Pass, detail: format!("{} cells equal", prompts * steps * layers * SEAMS.len()) },
-            GateResult { gate: Gate::Engagement, verdict: Verdict::Pass, detail: format!("{} of {} doors engaged", cfg.doors.len(), cfg.doors.len()) },
+            GateResult {
+                gate: Gate::Identity,
+                verdict: Verdict::Pass,
+                detail: format!("{} cells equal", prompts * steps * layers * SEAMS.len()),
+            },
+            GateResult {
+                gate: Gate::Engagement,
+                verdict: Verdict::Pass,
+                detail: format!("{} of {} doors engaged", cfg.doors.len(), cfg.doors.len()),
+            },
             GateResult { gate: Gate::NonTriviality, verdict: Verdict::Pass, detail: "no constant seam".to_string() },
             GateResult { gate: Gate::Determinism, verdict: Verdict::Pass, detail: "second run identical".to_string() },
         ],
@@ -150,7 +162,8 @@ pub fn failing(r: Receipt) -> Receipt {
         }
         ev.verdict = Verdict::Fail;
         ev.reason = Some("identity: first divergence at L1.o_join".to_string());
-        ev.gates[0] = GateResult { gate: Gate::Identity, verdict: Verdict::Fail, detail: "5 of 48 cells differ".to_string() };
+        ev.gates[0] =
+            GateResult { gate: Gate::Identity, verdict: Verdict::Fail, detail: "5 of 48 cells differ".to_string() };
         ev.first_divergence = Some(d);
     })
 }
@@ -198,8 +211,7 @@ pub fn performance(r: Receipt) -> Receipt {
                 .collect(),
         });
         ev.error_budget = vec![SeamError { layer: 0, seam: "qkv".to_string(), max_ulp: 3, max_rel: 2.5e-7 }];
-        ev.near_ties =
-            vec![NearTie { prompt: 0, step: 1, margin: 0.0123, oracle_token: 88, observed_token: 91 }];
+        ev.near_ties = vec![NearTie { prompt: 0, step: 1, margin: 0.0123, oracle_token: 88, observed_token: 91 }];
     });
     r.kind = ReceiptKind::Performance;
     r
@@ -229,7 +241,13 @@ fn arb_hex16() -> impl Strategy<Value = String> {
 }
 
 pub fn arb_f64() -> impl Strategy<Value = f64> {
-    prop_oneof![any::<f64>().prop_filter("finite", |x| x.is_finite()), Just(0.0), Just(-0.0), Just(1e-300), Just(1.5e16)]
+    prop_oneof![
+        any::<f64>().prop_filter("finite", |x| x.is_finite()),
+        Just(0.0),
+        Just(-0.0),
+        Just(1e-300),
+        Just(1.5e16)
+    ]
 }
 
 pub fn arb_f32() -> impl Strategy<Value = f32> {
@@ -262,8 +280,15 @@ prop_compose! {
 
 fn arb_gates() -> impl Strategy<Value = Vec<GateResult>> {
     let all = vec![
-        Gate::Identity, Gate::ArgmaxTape, Gate::ClassIdentity, Gate::ErrorBudget, Gate::Engagement,
-        Gate::NonTriviality, Gate::Determinism, Gate::DeviceHost, Gate::Reference,
+        Gate::Identity,
+        Gate::ArgmaxTape,
+        Gate::ClassIdentity,
+        Gate::ErrorBudget,
+        Gate::Engagement,
+        Gate::NonTriviality,
+        Gate::Determinism,
+        Gate::DeviceHost,
+        Gate::Reference,
     ];
     prop::sample::subsequence(all, 0..=9)
         .prop_flat_map(|gates| {
@@ -359,7 +384,11 @@ prop_compose! {
 
 fn arb_latency() -> impl Strategy<Value = Vec<SeamLatency>> {
     prop::collection::btree_map((arb_index(), arb_text()), prop::collection::vec(any::<u64>(), 1..12), 0..4).prop_map(
-        |m| m.into_iter().map(|((layer, seam), s)| SeamLatency::new(layer, seam, LatencyStats::from_samples(&s).unwrap())).collect(),
+        |m| {
+            m.into_iter()
+                .map(|((layer, seam), s)| SeamLatency::new(layer, seam, LatencyStats::from_samples(&s).unwrap()))
+                .collect()
+        },
     )
 }
 

@@ -98,6 +98,16 @@ impl Battery {
     }
 }
 
+/// Storage of the routed experts: the model's E4M3 banks, or NVFP4 banks re-quantized from them
+/// at load (DESIGN.md §3.3; the NVFP4_EP2 door runs on NVFP4 banks, and its oracle is the
+/// canonical program on the same banks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ExpertFormat {
+    #[default]
+    E4m3,
+    Nvfp4,
+}
+
 /// Everything that decides one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunConfig {
@@ -110,12 +120,27 @@ pub struct RunConfig {
     pub forced_tokens: Option<Vec<Vec<u32>>>,
     /// (prompt, step, layer, seam) whose full logical tensor the record must carry.
     pub capture: Vec<crate::record::CaptureKey>,
+    /// Routed-expert storage (NVFP4_EP2 implies NVFP4).
+    pub expert_format: ExpertFormat,
 }
 
 impl RunConfig {
     pub fn new(tp: usize, transport: Transport, battery: Battery) -> Result<Self, RuntimeError> {
         check_tp(tp)?;
-        Ok(RunConfig { tp, transport, doors: DoorSet::default(), battery, forced_tokens: None, capture: Vec::new() })
+        Ok(RunConfig {
+            tp,
+            transport,
+            doors: DoorSet::default(),
+            battery,
+            forced_tokens: None,
+            capture: Vec::new(),
+            expert_format: ExpertFormat::E4m3,
+        })
+    }
+
+    /// Whether the routed experts run as NVFP4 banks.
+    pub fn nvfp4_experts(&self) -> bool {
+        self.doors.nvfp4_ep2 || self.expert_format == ExpertFormat::Nvfp4
     }
 }
 

@@ -8,3 +8,4 @@ pub mod digest;
 pub mod gemv;
 pub mod moe;
 pub mod norm;
+pub mod w8;

@@ -15,7 +15,7 @@ use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::model::matrix::MatrixShard;
 use crate::Result;
-use memra_kernels::twins::{attention, digest, gemv, moe, norm};
+use memra_kernels::twins::{attention, digest, gemv, moe, norm, w8};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -207,17 +207,22 @@ fn execute(a: &mut Arena, op: Op) {
         Op::GemvRows { w, x, out, order } => {
             let xv = read_slice(a, x).to_vec();
             let mut o = vec![0.0f32; out.len];
-            let view = a.weights[w as usize].view();
-            match order {
-                RowOrder::Canonical => gemv::gemv_rows(&view, &xv, &mut o),
-                RowOrder::Tree => gemv::gemv_rows_tree(&view, &xv, &mut o),
+            let shard = &a.weights[w as usize];
+            match (shard.w8_view(), order) {
+                (Some(v), _) => w8::w8_rows(&v, &xv, &mut o),
+                (None, RowOrder::Canonical) => gemv::gemv_rows(&shard.view(), &xv, &mut o),
+                (None, RowOrder::Tree) => gemv::gemv_rows_tree(&shard.view(), &xv, &mut o),
             }
             write_slice(a, out, &o);
         }
         Op::GemvPartials { w, x, out } => {
             let xv = read_slice(a, x).to_vec();
             let mut o = vec![0.0f32; out.len];
-            gemv::gemv_partials(&a.weights[w as usize].view(), &xv, &mut o);
+            let shard = &a.weights[w as usize];
+            match shard.w8_view() {
+                Some(v) => w8::w8_partials(&v, &xv, &mut o),
+                None => gemv::gemv_partials(&shard.view(), &xv, &mut o),
+            }
             write_slice(a, out, &o);
         }
         Op::Fold { parts, n_parts, reverse, out } => {

@@ -184,6 +184,8 @@ pub enum ShardData {
     F32(Vec<f32>),
     E4m3 { codes: Vec<u8>, scales: Vec<f32>, row0: usize },
     Nvfp4 { packed: Vec<u8>, scales: Vec<u8>, global_scale: f32 },
+    /// The W8 door's int8 mirror: `q` row-major, one f32 scale per 32 values of a row.
+    W8 { q: Vec<i8>, scales: Vec<f32> },
 }
 
 impl MatrixShard {
@@ -193,6 +195,7 @@ impl MatrixShard {
             ShardData::F32(v) => WeightRef::F32(v),
             ShardData::E4m3 { codes, scales, row0 } => WeightRef::E4m3 { codes, scales, row0: *row0 },
             ShardData::Nvfp4 { packed, scales, .. } => WeightRef::Nvfp4 { packed, scales },
+            ShardData::W8 { .. } => panic!("a W8 shard has no block view: use MatrixShard::w8_view"),
         };
         MatrixView {
             w,
@@ -200,6 +203,32 @@ impl MatrixShard {
             in_features: self.in_features,
             kblock_width: self.kblock_width,
         }
+    }
+
+    /// The W8 view of a W8 shard, `None` for every other storage.
+    pub fn w8_view(&self) -> Option<memra_kernels::twins::w8::W8View<'_>> {
+        match &self.data {
+            ShardData::W8 { q, scales } => Some(memra_kernels::twins::w8::W8View {
+                q,
+                scales,
+                out_features: self.out_features,
+                in_features: self.in_features,
+                kblock_width: self.kblock_width,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The W8 int8 mirror of a BF16 or F32 shard (one scale per 32 values of a row); other
+    /// storages are returned unchanged.
+    pub fn to_w8(&self) -> MatrixShard {
+        let values: Vec<f32> = match &self.data {
+            ShardData::Bf16(b) => b.iter().map(|x| memra_kernels::formats::bf16_to_f32(*x)).collect(),
+            ShardData::F32(v) => v.clone(),
+            _ => return self.clone(),
+        };
+        let (q, scales) = memra_kernels::twins::w8::w8_quantize(&values, self.in_features);
+        MatrixShard { data: ShardData::W8 { q, scales }, ..self.clone() }
     }
 
     /// The F32 mirror of a BF16 shard (exact widening); other formats are returned unchanged.
@@ -220,6 +249,7 @@ impl MatrixShard {
             ShardData::F32(v) => v.len() * 4,
             ShardData::E4m3 { codes, scales, .. } => codes.len() + scales.len() * 4,
             ShardData::Nvfp4 { packed, scales, .. } => packed.len() + scales.len(),
+            ShardData::W8 { q, scales } => q.len() + scales.len() * 4,
         }
     }
 }

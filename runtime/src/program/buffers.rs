@@ -30,7 +30,7 @@ pub struct RankBuffers {
     pub ey: Slice,
     /// Route weights copied to this rank (NVFP4_EP2 per-rank sums).
     pub rw: Slice,
-    /// This rank's slot-ordered partial routed sum (NVFP4_EP2).
+    /// NVFP4_EP2: the two owners' slot-ordered partial routed sums and a scratch row `[3][hidden]`.
     pub esum: Slice,
     /// `kc[layer]`, `vc[layer]`: `[max_positions][kv_heads_local][128]`.
     pub kc: Vec<BufId>,
@@ -106,7 +106,7 @@ pub fn allocate(b: &mut dyn Backend, c: &ModelConfig, p: &Placement, n_layers: u
             epart: whole(b, r, slots * gmax * c.hidden)?,
             ey: whole(b, r, slots * c.hidden)?,
             rw: whole(b, r, 2 * c.top_k)?,
-            esum: whole(b, r, c.hidden)?,
+            esum: whole(b, r, 3 * c.hidden)?,
             kc,
             vc,
         });

@@ -54,8 +54,11 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
         parts.push((r, rb.v, (qh * hd + kvh * hd + r * lkv) as u64));
         parts.push((r, rb.g, (qh * hd + 2 * kvh * hd + r * rb.g.len) as u64));
     }
+    if ctx.cfg.doors.w8 {
+        ctx.count("w8.int8_gemvs");
+    }
     if ctx.cfg.doors.qkv_fused {
-        ctx.bump("qkv_fused", Seam::Qkv);
+        ctx.count("qkv_fused.fused_launches");
     }
     ctx.seam(l, Seam::Qkv, &parts)?;
 
@@ -107,6 +110,9 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
         let rb = ctx.buf.ranks[r].clone();
         let wo = ctx.w.layers[l][r].wo;
         ctx.b.launch(r, Op::GemvPartials { w: wo, x: rb.attn, out: rb.opart })?;
+        if ctx.cfg.doors.w8 {
+            ctx.count("w8.int8_gemvs");
+        }
         parts.push((r, rb.opart, (r * rb.opart.len) as u64));
     }
     ctx.seam(l, Seam::OProj, &parts)?;
@@ -119,18 +125,18 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
         for r in 0..tp {
             let src = ctx.buf.ranks[r].opart;
             move_bytes(ctx, direct, r, src, 0, root.opart_all.sub(r * src.len, src.len))?;
+            if direct && r != 0 {
+                ctx.count("oproj_direct.peer_stores");
+            }
         }
     }
-    if direct {
-        ctx.bump("oproj_direct", Seam::OJoin);
-    }
     if ctx.stale() {
-        ctx.bump("canary_stale_buffer", Seam::OJoin);
+        ctx.count("canary_stale_buffer.stale_reads");
     }
     let g = ctx.p.o_kblocks;
     let reverse = ctx.cfg.doors.canary == Some(Canary::ReverseKBlocks) && tp > 1;
     if reverse {
-        ctx.bump("canary_reverse_kblocks", Seam::OJoin);
+        ctx.count("canary_reverse_kblocks.reversed_folds");
     }
     let ffn_w = lay.ffn_norm(ctx.w.params[0], l);
     if ctx.cfg.doors.oproj_tail {
@@ -148,7 +154,7 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
                 out: ctx.buf.ranks[0].xin,
             },
         )?;
-        ctx.bump("oproj_tail", Seam::FfnNorm);
+        ctx.count("oproj_tail.fused_joins");
     } else {
         ctx.b.launch(0, Op::Fold { parts: root.opart_all, n_parts: g, reverse, out: root.ojoin })?;
     }
@@ -175,7 +181,7 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     // ROUTES_PRESTAGE: the expert input is broadcast before the router runs.
     if doors.routes_prestage {
         broadcast(ctx, xin0, |rb| rb.xin)?;
-        ctx.bump("routes_prestage", Seam::Router);
+        ctx.count("routes_prestage.early_broadcasts");
     }
     // router: root GEMV + sigmoid top-k.
     ctx.begin()?;
@@ -194,7 +200,7 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
         },
     )?;
     if doors.dev_router {
-        ctx.bump("dev_router", Seam::Router);
+        ctx.count("dev_router.device_selections");
     }
     ctx.seam(l, Seam::Router, &Ctx::root_part(root.route))?;
     let route = ctx.b.read(0, root.route)?;
@@ -241,10 +247,10 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
         }
     }
     if ctx.p.experts == ExpertMode::ExpertParallel && doors.step_ep {
-        ctx.bump("step_ep", Seam::Experts);
+        ctx.count("step_ep.owner_slots");
     }
     if ctx.p.experts == ExpertMode::Interleaved2 {
-        ctx.bump("nvfp4_ep2", Seam::Experts);
+        ctx.count("nvfp4_ep2.owner_sweeps");
     }
     ctx.seam(l, Seam::Experts, &parts)?;
 
@@ -264,6 +270,9 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
                 let gl = g / tp;
                 let src = ctx.buf.ranks[r].epart.sub(s * slot_stride, gl * hidden);
                 move_bytes(ctx, direct, r, src, 0, root.epart_all.sub(s * slot_stride + r * gl * hidden, gl * hidden))?;
+                if direct && r != 0 {
+                    ctx.count("moe_direct.peer_stores");
+                }
             }
             let parts = root.epart_all.sub(s * slot_stride, g * hidden);
             ctx.b.launch(0, Op::Fold { parts, n_parts: g, reverse: false, out: y_s })?;
@@ -287,30 +296,30 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
             }
             if ctx.p.experts != ExpertMode::Interleaved2 || expert.is_none() {
                 move_bytes(ctx, direct, owner, oy, 0, y_s)?;
+                if direct && owner != 0 {
+                    ctx.count("moe_direct.peer_stores");
+                }
             }
         }
     }
-    if direct {
-        ctx.bump("moe_direct", Seam::MoeJoin);
-    }
     let weights = root.route.sub(k, k);
     if ctx.p.experts == ExpertMode::Interleaved2 {
-        // NVFP4_EP2: each rank sums its own slots in slot order; the root adds the two sums.
-        for r in 0..2 {
+        // NVFP4_EP2: each of the 2 owners (rank o % TP) sums its own slots in slot order from
+        // +0.0; the root adds owner 0's sum and owner 1's sum.
+        for owner in 0..2 {
+            let r = owner % tp;
             let rb = ctx.buf.ranks[r].clone();
-            let mine: Vec<usize> = (0..k).filter(|s| ctx.p.expert_owner(ids[*s], c.experts) == r).collect();
-            let acc = rb.esum;
+            let mine: Vec<usize> = (0..k).filter(|s| ids[*s] % 2 == owner).collect();
+            let acc = rb.esum.sub(owner * hidden, hidden);
+            let tmp = rb.esum.sub(2 * hidden, hidden);
             ctx.b.write(r, acc, &vec![0.0; hidden])?;
-            if !mine.is_empty() {
-                ctx.b.copy(ctx.cfg.transport, 0, weights, r, rb.rw.sub(0, k))?;
-                for s in mine {
-                    let ys = rb.ey.sub(s * hidden, hidden);
-                    let tmp = rb.eg.sub(0, hidden);
-                    ctx.b.launch(r, Op::Combine { y: ys, w: rb.rw.sub(s, 1), out: tmp })?;
-                    ctx.b.launch(r, Op::Add { a: acc, b: tmp, out: acc })?;
-                }
+            ctx.b.copy(ctx.cfg.transport, 0, weights, r, rb.rw.sub(0, k))?;
+            for s in mine {
+                let ys = rb.ey.sub(s * hidden, hidden);
+                ctx.b.launch(r, Op::Combine { y: ys, w: rb.rw.sub(s, 1), out: tmp })?;
+                ctx.b.launch(r, Op::Add { a: acc, b: tmp, out: acc })?;
             }
-            ctx.b.copy(ctx.cfg.transport, r, acc, 0, root.rank_sums.sub(r * hidden, hidden))?;
+            ctx.b.copy(ctx.cfg.transport, r, acc, 0, root.rank_sums.sub(owner * hidden, hidden))?;
         }
         ctx.b.launch(0, Op::Add { a: root.rank_sums.sub(0, hidden), b: root.rank_sums.sub(hidden, hidden), out: routed })?;
     } else {

@@ -58,7 +58,7 @@ impl Ctx<'_> {
                     RuntimeError::Config(format!("seam {} has no part holding element 0", seam.name()))
                 })?;
                 self.b.launch(rank, Op::FlipLowBit { x: s })?;
-                self.record.bump("canary_flip_bit@flip");
+                self.record.bump("canary_flip_bit.flips");
             }
         }
         let mut tickets = Vec::with_capacity(parts.len());
@@ -97,8 +97,9 @@ impl Ctx<'_> {
         vec![(0, s, 0)]
     }
 
-    pub fn bump(&mut self, door: &str, seam: Seam) {
-        self.record.bump(&format!("{door}@{}", seam.name()));
+    /// Count one engagement of a door mechanism (the registry's `engagement` counter names).
+    pub fn count(&mut self, counter: &str) {
+        self.record.bump(counter);
     }
 
     /// Whether this step reads a stale buffer (the StaleBuffer canary, after the first step).
@@ -132,15 +133,15 @@ pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record
     if cfg.battery.gen_tokens == 0 {
         return Err(RuntimeError::Config("the battery generates 0 tokens: nothing would be tested".into()));
     }
-    let p = Placement::new(model, cfg.tp, &cfg.doors)?;
-    let w = weights::upload(b, model, &p, &cfg.doors)?;
+    let p = Placement::new(model, cfg.tp, &cfg.doors, cfg.nvfp4_experts())?;
+    let w = weights::upload(b, model, &p, &cfg.doors, cfg.nvfp4_experts())?;
     let buf = buffers::allocate(b, c, &p, model.layers.len())?;
     let n_layers = model.layers.len();
     let mut record = Record { n_layers, backend: b.describe(), ..Record::default() };
     record.timings_ns = vec![Vec::new(); n_layers * Seam::LAYER.len() + Seam::HEAD.len()];
     let mut ctx = Ctx { b, model, cfg, p, w, buf, record, pending: Vec::new(), marked: Vec::new(), prompt: 0, step: 0 };
-    if cfg.doors.f32_mirror {
-        ctx.record.bump("f32_mirror@qkv");
+    if ctx.w.widened > 0 {
+        ctx.record.engaged.insert("f32_mirror.widened_matrices".into(), ctx.w.widened);
     }
     for prompt in 0..cfg.battery.prompts.len() {
         decode_prompt(&mut ctx, prompt)?;

@@ -20,7 +20,7 @@ pub enum ExpertMode {
     TensorParallel,
     /// Expert e lives whole on rank e / (experts / TP) (contiguous ranges).
     ExpertParallel,
-    /// NVFP4_EP2: expert e lives whole on rank e % 2.
+    /// NVFP4_EP2: expert e belongs to owner e % 2, which lives on rank (e % 2) % TP.
     Interleaved2,
 }
 
@@ -42,7 +42,8 @@ pub struct Placement {
 }
 
 impl Placement {
-    pub fn new(model: &Model, tp: usize, doors: &DoorSet) -> Result<Placement, RuntimeError> {
+    /// `nvfp4`: the routed experts are NVFP4 banks (whole experts, expert-parallel).
+    pub fn new(model: &Model, tp: usize, doors: &DoorSet, nvfp4: bool) -> Result<Placement, RuntimeError> {
         check_tp(tp)?;
         let c: &ModelConfig = &model.config;
         let o_kblocks = model.layers[0].wo.kblocks()?;
@@ -61,13 +62,13 @@ impl Placement {
             )));
         }
         let experts = if doors.nvfp4_ep2 {
-            if tp != 2 {
+            if tp > 2 {
                 return Err(RuntimeError::Config(format!(
-                    "MEMRA_STEP_NVFP4_EP2 interleaves whole experts over exactly 2 ranks, not TP {tp}"
+                    "MEMRA_STEP_NVFP4_EP2 interleaves whole experts over 2 owners (TP1 or TP2), not TP {tp}"
                 )));
             }
             ExpertMode::Interleaved2
-        } else if doors.step_ep || down_kblocks % tp != 0 {
+        } else if nvfp4 || doors.step_ep || down_kblocks % tp != 0 {
             if c.experts % tp != 0 {
                 return Err(RuntimeError::Config(format!(
                     "{} routed experts cannot be owned whole in contiguous ranges by TP {tp} ranks",
@@ -106,7 +107,7 @@ impl Placement {
     /// Owner rank of routed expert `e` when experts are not tensor-parallel.
     pub fn expert_owner(&self, e: usize, n_experts: usize) -> usize {
         match self.experts {
-            ExpertMode::Interleaved2 => e % 2,
+            ExpertMode::Interleaved2 => (e % 2) % self.tp,
             _ => e / (n_experts / self.tp),
         }
     }

@@ -46,6 +46,8 @@ pub struct Uploaded {
     /// Per rank: one f32 buffer with q/k norms of every layer and the RoPE table.
     pub params: Vec<BufId>,
     pub param_layout: ParamLayout,
+    /// BF16 shards uploaded as their exact F32 mirror (the F32_MIRROR door's evidence).
+    pub widened: u64,
 }
 
 /// Offsets inside the parameter buffer (identical on every rank; root-only entries are zero
@@ -92,9 +94,27 @@ impl ParamLayout {
     }
 }
 
+/// Upload a shard in the storage the doors ask for, counting F32-mirror widenings.
 fn store(b: &mut dyn Backend, rank: usize, shard: MatrixShard, doors: &DoorSet) -> Result<WeightId> {
     let shard = if doors.f32_mirror { shard.widened() } else { shard };
+    if matches!(shard.data, crate::model::matrix::ShardData::F32(_)) {
+        WIDENED.with(|w| w.set(w.get() + 1));
+    }
     b.upload_weight(rank, &shard)
+}
+
+thread_local! {
+    /// F32-mirror widenings done by the current `upload` call (its engagement evidence).
+    static WIDENED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// An attention projection: the W8 door replaces it with its int8 mirror.
+fn store_attn(b: &mut dyn Backend, rank: usize, shard: MatrixShard, doors: &DoorSet) -> Result<WeightId> {
+    if doors.w8 {
+        b.upload_weight(rank, &shard.to_w8())
+    } else {
+        store(b, rank, shard, doors)
+    }
 }
 
 fn nvfp4_scale(s: &MatrixShard) -> f32 {
@@ -155,8 +175,10 @@ fn shard_rows(m: &Matrix, p: &Placement, rank: usize) -> MatrixShard {
 }
 
 /// Upload every weight of `model` to the ranks of `b` according to `p` and `doors`.
-pub fn upload(b: &mut dyn Backend, model: &Model, p: &Placement, doors: &DoorSet) -> Result<Uploaded> {
+/// `nvfp4`: routed experts are uploaded as NVFP4 banks (whole, on their owners).
+pub fn upload(b: &mut dyn Backend, model: &Model, p: &Placement, doors: &DoorSet, nvfp4: bool) -> Result<Uploaded> {
     let c = &model.config;
+    WIDENED.with(|w| w.set(0));
     let layout = ParamLayout {
         hidden: c.hidden,
         experts: c.experts,
@@ -193,17 +215,17 @@ pub fn upload(b: &mut dyn Backend, model: &Model, p: &Placement, doors: &DoorSet
             let o_g = p.o_kblocks;
             let o_kw = layer.wo.in_features() / o_g;
             let kb = p.kblocks_of(o_g, rank);
-            let wq = store(b, rank, shard_rows(&layer.wq, p, rank), doors)?;
-            let wk = store(b, rank, shard_rows(&layer.wk, p, rank), doors)?;
-            let wv = store(b, rank, shard_rows(&layer.wv, p, rank), doors)?;
-            let wg = store(b, rank, shard_rows(&layer.wg, p, rank), doors)?;
-            let wo = store(b, rank, layer.wo.shard_cols(kb.start * o_kw..kb.end * o_kw), doors)?;
+            let wq = store_attn(b, rank, shard_rows(&layer.wq, p, rank), doors)?;
+            let wk = store_attn(b, rank, shard_rows(&layer.wk, p, rank), doors)?;
+            let wv = store_attn(b, rank, shard_rows(&layer.wv, p, rank), doors)?;
+            let wg = store_attn(b, rank, shard_rows(&layer.wg, p, rank), doors)?;
+            let wo = store_attn(b, rank, layer.wo.shard_cols(kb.start * o_kw..kb.end * o_kw), doors)?;
             let mut experts = Vec::with_capacity(layer.experts.len());
             for (e, ex) in layer.experts.iter().enumerate() {
                 let held = match p.experts {
                     ExpertMode::TensorParallel => Some(upload_expert(b, rank, ex, p, true, false)?),
                     ExpertMode::ExpertParallel if p.expert_owner(e, layer.experts.len()) == rank => {
-                        Some(upload_expert(b, rank, ex, p, false, false)?)
+                        Some(upload_expert(b, rank, ex, p, false, nvfp4)?)
                     }
                     ExpertMode::Interleaved2 if p.expert_owner(e, layer.experts.len()) == rank => {
                         Some(upload_expert(b, rank, ex, p, false, true)?)
@@ -225,5 +247,5 @@ pub fn upload(b: &mut dyn Backend, model: &Model, p: &Placement, doors: &DoorSet
         layers.push(per_rank);
     }
     let lm_head = store(b, 0, model.lm_head.whole(), doors)?;
-    Ok(Uploaded { layers, lm_head, params, param_layout: layout })
+    Ok(Uploaded { layers, lm_head, params, param_layout: layout, widened: WIDENED.with(|w| w.get()) })
 }

@@ -1,0 +1,428 @@
+//! Op → kernel launch on the rank's stream.
+//!
+//! Every shape rule the host twin asserts is checked here first and returned as a
+//! `RuntimeError::Config` naming the op and the numbers, so a kernel never sees an argument it was
+//! not written for (the twins panic on the same violations; a device must not read out of
+//! bounds instead). Kernel arguments are passed exactly as the `extern "C"` signatures in
+//! `kernels/cuda/*.cu` declare them: device pointers as u64, sizes as i32, scalars as f32/u64.
+
+use super::memory::WeightKind;
+use super::CudaBackend;
+use crate::backend::{Op, RowOrder, Slice};
+use crate::error::RuntimeError;
+use crate::Result;
+use cudarc::driver::{result as dresult, sys as dsys, LaunchConfig, PushKernelArg};
+
+/// Threads per block of the GEMV kernels (8 warps; `GEMV_THREADS` in gemv.cu).
+const GEMV_THREADS: u32 = 256;
+/// Row-fold slots in a GEMV block's shared memory (`GEMV_MAX_TASKS`).
+const GEMV_MAX_TASKS: usize = 64;
+const TREE_THREADS: u32 = 256;
+const ELEMENTWISE_THREADS: u32 = 256;
+const ATTN_THREADS: u32 = 128;
+const ROUTER_THREADS: u32 = 256;
+const ARGMAX_THREADS: u32 = 1024;
+const DIGEST_THREADS: u32 = 256;
+/// Dynamic shared memory available without opting in (bytes).
+const SMEM_LIMIT: usize = 48 << 10;
+const HEAD_DIM: usize = 128;
+
+fn cfg(grid: usize, block: u32, smem: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: (grid.max(1) as u32, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem as u32 }
+}
+
+/// Grid of a grid-stride elementwise kernel over n elements.
+fn elementwise_grid(n: usize) -> usize {
+    n.div_ceil(ELEMENTWISE_THREADS as usize).clamp(1, 4096)
+}
+
+fn shape_err(op: &str, rule: String) -> RuntimeError {
+    RuntimeError::Config(format!("{op}: {rule}"))
+}
+
+fn i32_of(op: &str, what: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| shape_err(op, format!("{what} {v} does not fit a 32-bit kernel argument")))
+}
+
+/// Launch `$name` on `$rank`'s stream with the listed arguments (each a local of the exact
+/// kernel parameter type).
+macro_rules! launch {
+    ($b:expr, $rank:expr, $name:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
+        let b: &CudaBackend = $b;
+        let rank: usize = $rank;
+        let name: &'static str = $name;
+        let dev = &b.devices[b.ranks[rank].dev];
+        let func = dev.kernels.get(name)?;
+        let stream = &b.ranks[rank].stream;
+        let mut builder = stream.launch_builder(func);
+        $( builder.arg(&$arg); )+
+        // SAFETY: the argument list matches the kernel's `extern "C"` signature in
+        // kernels/cuda (types and order); every pointer was produced by `slice_ptr` or a weight of
+        // this rank, so it lies on this rank's device and its extent was checked against the
+        // sizes passed alongside it; the buffers outlive the launch (freed only after a drain).
+        unsafe { builder.launch($cfg) }.map(|_| ()).map_err(|e| b.fault(rank, name, e))
+    }};
+}
+
+impl CudaBackend {
+    fn weight_shape(&self, rank: usize, w: u32, op: &str) -> Result<(WeightKind, usize, usize, usize, usize)> {
+        let ws = &self.ranks[rank].weights;
+        let wt = ws.get(w as usize).ok_or_else(|| shape_err(op, format!("weight {w} does not exist on rank {rank}")))?;
+        Ok((wt.kind, wt.rows, wt.cols, wt.kblock_width, wt.vec))
+    }
+
+    /// Zero `len` f32 at `ptr` on the rank's stream.
+    fn zero(&self, rank: usize, ptr: dsys::CUdeviceptr, len: usize, what: &str) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let r = &self.ranks[rank];
+        r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, what, e))?;
+        // SAFETY: `ptr` addresses `len` checked f32 of a live buffer on this rank's device.
+        unsafe { dresult::memset_d8_async(ptr, 0, len * 4, r.stream.cu_stream()) }.map_err(|e| self.fault(rank, what, e))
+    }
+
+    fn gemv(&self, rank: usize, w: u32, x: Slice, out: Slice, mode: GemvMode) -> Result<()> {
+        let op = mode.name();
+        let (kind, rows, cols, kw, vec) = self.weight_shape(rank, w, op)?;
+        let xp = self.slice_ptr(rank, x, op)?;
+        let op_ptr = self.slice_ptr(rank, out, op)?;
+        if x.len != cols {
+            return Err(shape_err(op, format!("x has {} elements but the weight has in_features {cols}", x.len)));
+        }
+        let nk = if cols == 0 { 0 } else { cols / kw };
+        let want_out = if mode == GemvMode::Partials { nk * rows } else { rows };
+        if out.len != want_out {
+            return Err(shape_err(op, format!("out has {} values, expected {want_out} ({rows} rows, {nk} K-blocks)", out.len)));
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        if cols == 0 {
+            // Rows of an empty view are +0.0 (the canonical fold of no partials).
+            return self.zero(rank, op_ptr, out.len, op);
+        }
+        let wt = &self.ranks[rank].weights[w as usize];
+        let wp = wt.data.ptr();
+        let sp = wt.scales.as_ref().map(|s| s.ptr()).unwrap_or(0);
+        let (rows_i, cols_i, kw_i, vec_i) = (rows as i32, cols as i32, kw as i32, vec as i32);
+        // W8 has one order (the host runs w8_rows for either RowOrder).
+        let mode = if kind == WeightKind::W8 && mode == GemvMode::Tree { GemvMode::Rows } else { mode };
+        if mode == GemvMode::Tree {
+            let name = match kind {
+                WeightKind::Bf16 => "gemv_rows_tree_bf16",
+                WeightKind::F32 => "gemv_rows_tree_f32",
+                _ => {
+                    return Err(shape_err(
+                        op,
+                        format!("the tree order (QKV_FUSED) is defined for BF16 and F32 weights, not {}", kind.suffix()),
+                    ))
+                }
+            };
+            return launch!(self, rank, name, cfg(rows, TREE_THREADS, 0), wp, xp, op_ptr, rows_i, cols_i, kw_i, vec_i);
+        }
+        if nk > GEMV_MAX_TASKS {
+            return Err(shape_err(op, format!("{nk} K-blocks exceed the kernel's {GEMV_MAX_TASKS}")));
+        }
+        // Rows per block: about 32 (row, K-block) tasks for 8 warps, within the fold slots.
+        let rpb = (32 / nk).clamp(1, GEMV_MAX_TASKS / nk);
+        let grid = rows.div_ceil(rpb);
+        let rpb_i = rpb as i32;
+        let c = cfg(grid, GEMV_THREADS, 0);
+        let partials = mode == GemvMode::Partials;
+        match kind {
+            WeightKind::Bf16 => {
+                let name = if partials { "gemv_partials_bf16" } else { "gemv_rows_bf16" };
+                launch!(self, rank, name, c, wp, xp, op_ptr, rows_i, cols_i, kw_i, rpb_i, vec_i)
+            }
+            WeightKind::F32 => {
+                let name = if partials { "gemv_partials_f32" } else { "gemv_rows_f32" };
+                launch!(self, rank, name, c, wp, xp, op_ptr, rows_i, cols_i, kw_i, rpb_i, vec_i)
+            }
+            WeightKind::E4m3 => {
+                let name = if partials { "gemv_partials_e4m3" } else { "gemv_rows_e4m3" };
+                let row0 = i32_of(op, "row0", wt.row0)?;
+                launch!(self, rank, name, c, wp, sp, row0, xp, op_ptr, rows_i, cols_i, kw_i, rpb_i, vec_i)
+            }
+            WeightKind::Nvfp4 => {
+                let name = if partials { "gemv_partials_nvfp4" } else { "gemv_rows_nvfp4" };
+                launch!(self, rank, name, c, wp, sp, xp, op_ptr, rows_i, cols_i, kw_i, rpb_i)
+            }
+            WeightKind::W8 => {
+                let name = if partials { "gemv_partials_w8" } else { "gemv_rows_w8" };
+                launch!(self, rank, name, c, wp, sp, xp, op_ptr, rows_i, cols_i, kw_i, rpb_i)
+            }
+        }
+    }
+
+    /// Check `rows` rows of `width` (the weight length) in `x`, as the norm twins do.
+    fn norm_rows(op: &str, n: usize, width: usize) -> Result<usize> {
+        if width == 0 {
+            return if n == 0 { Ok(0) } else { Err(shape_err(op, format!("empty weight but {n} input elements"))) };
+        }
+        if n % width != 0 {
+            return Err(shape_err(op, format!("{n} input elements are not whole rows of width {width}")));
+        }
+        Ok(n / width)
+    }
+
+    pub(crate) fn launch_op(&self, rank: usize, op: &Op) -> Result<()> {
+        match *op {
+            Op::GemvRows { w, x, out, order } => {
+                let mode = if order == RowOrder::Tree { GemvMode::Tree } else { GemvMode::Rows };
+                self.gemv(rank, w, x, out, mode)
+            }
+            Op::GemvPartials { w, x, out } => self.gemv(rank, w, x, out, GemvMode::Partials),
+            Op::Fold { parts, n_parts, reverse, out } => {
+                let (pp, outp) = (self.slice_ptr(rank, parts, "fold")?, self.slice_ptr(rank, out, "fold")?);
+                if Some(parts.len) != n_parts.checked_mul(out.len) {
+                    return Err(shape_err("fold", format!("{} values is not {n_parts} parts × {}", parts.len, out.len)));
+                }
+                if out.len == 0 {
+                    return Ok(());
+                }
+                let (np, width, rev) = (i32_of("fold", "n_parts", n_parts)?, out.len as i32, reverse as i32);
+                launch!(self, rank, "fold_f32", cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0), pp, np, width, rev, outp)
+            }
+            Op::Add { a, b, out } => {
+                let (ap, bp, outp) =
+                    (self.slice_ptr(rank, a, "add")?, self.slice_ptr(rank, b, "add")?, self.slice_ptr(rank, out, "add")?);
+                if a.len != out.len || b.len != out.len {
+                    return Err(shape_err("add", format!("lengths {} + {} → {}", a.len, b.len, out.len)));
+                }
+                if out.len == 0 {
+                    return Ok(());
+                }
+                let n = out.len as i32;
+                launch!(self, rank, "add_f32", cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0), ap, bp, outp, n)
+            }
+            Op::Scale { x, s, out } => {
+                let (xp, outp) = (self.slice_ptr(rank, x, "scale")?, self.slice_ptr(rank, out, "scale")?);
+                if x.len != out.len {
+                    return Err(shape_err("scale", format!("lengths {} → {}", x.len, out.len)));
+                }
+                if out.len == 0 {
+                    return Ok(());
+                }
+                let n = out.len as i32;
+                launch!(self, rank, "scale_f32", cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0), xp, s, outp, n)
+            }
+            Op::RmsNorm { x, w, eps, out } => {
+                let (xp, wp, outp) = (
+                    self.slice_ptr(rank, x, "rmsnorm")?,
+                    self.slice_ptr(rank, w, "rmsnorm")?,
+                    self.slice_ptr(rank, out, "rmsnorm")?,
+                );
+                let rows = Self::norm_rows("rmsnorm", x.len, w.len)?;
+                if out.len != x.len {
+                    return Err(shape_err("rmsnorm", format!("out has {} elements, x has {}", out.len, x.len)));
+                }
+                if rows == 0 {
+                    return Ok(());
+                }
+                let (n, rows_i) = (w.len as i32, rows as i32);
+                launch!(self, rank, "rmsnorm_f32", cfg(rows.div_ceil(8), 256, 0), xp, wp, eps, outp, n, rows_i)
+            }
+            Op::AddRmsNorm { x, a, w, eps, h, out } => {
+                let what = "add_rmsnorm";
+                let (xp, ap, wp, hp, outp) = (
+                    self.slice_ptr(rank, x, what)?,
+                    self.slice_ptr(rank, a, what)?,
+                    self.slice_ptr(rank, w, what)?,
+                    self.slice_ptr(rank, h, what)?,
+                    self.slice_ptr(rank, out, what)?,
+                );
+                let rows = Self::norm_rows(what, x.len, w.len)?;
+                if a.len != x.len || h.len != x.len || out.len != x.len {
+                    return Err(shape_err(what, format!("x {} a {} h {} out {} differ", x.len, a.len, h.len, out.len)));
+                }
+                if rows == 0 {
+                    return Ok(());
+                }
+                let (n, rows_i) = (w.len as i32, rows as i32);
+                launch!(self, rank, "add_rmsnorm_f32", cfg(rows.div_ceil(8), 256, 0), xp, ap, wp, eps, hp, outp, n, rows_i)
+            }
+            Op::FoldAddRmsNorm { parts, n_parts, x, w, eps, a, h, out } => {
+                let what = "fold_add_rmsnorm";
+                let (pp, xp, wp, ap, hp, outp) = (
+                    self.slice_ptr(rank, parts, what)?,
+                    self.slice_ptr(rank, x, what)?,
+                    self.slice_ptr(rank, w, what)?,
+                    self.slice_ptr(rank, a, what)?,
+                    self.slice_ptr(rank, h, what)?,
+                    self.slice_ptr(rank, out, what)?,
+                );
+                let rows = Self::norm_rows(what, x.len, w.len)?;
+                if a.len != x.len || h.len != x.len || out.len != x.len || Some(parts.len) != n_parts.checked_mul(x.len) {
+                    return Err(shape_err(
+                        what,
+                        format!("parts {} ({n_parts} parts) x {} a {} h {} out {}", parts.len, x.len, a.len, h.len, out.len),
+                    ));
+                }
+                if rows == 0 {
+                    return Ok(());
+                }
+                let (np, n, rows_i) = (i32_of(what, "n_parts", n_parts)?, w.len as i32, rows as i32);
+                launch!(
+                    self,
+                    rank,
+                    "fold_add_rmsnorm_f32",
+                    cfg(rows.div_ceil(8), 256, 0),
+                    pp,
+                    np,
+                    xp,
+                    wp,
+                    eps,
+                    ap,
+                    hp,
+                    outp,
+                    n,
+                    rows_i
+                )
+            }
+            Op::QkNormRope { x, w, eps, cos_sin } => {
+                let what = "qk_norm_rope";
+                let (xp, wp, cp) =
+                    (self.slice_ptr(rank, x, what)?, self.slice_ptr(rank, w, what)?, self.slice_ptr(rank, cos_sin, what)?);
+                if x.len % HEAD_DIM != 0 || w.len != HEAD_DIM || cos_sin.len != HEAD_DIM {
+                    return Err(shape_err(what, format!("x {} (whole heads of 128), w {}, cos_sin {} (128 each)", x.len, w.len, cos_sin.len)));
+                }
+                let heads = x.len / HEAD_DIM;
+                if heads == 0 {
+                    return Ok(());
+                }
+                let heads_i = heads as i32;
+                launch!(self, rank, "qk_norm_rope_f32", cfg(heads.div_ceil(4), 128, 0), xp, wp, eps, cp, heads_i)
+            }
+            Op::Attention { q, k, v, gate, len, q_heads, kv_heads, out } => {
+                let what = "attention";
+                let (qp, kp, vp, gp, outp) = (
+                    self.slice_ptr(rank, q, what)?,
+                    self.slice_ptr(rank, k, what)?,
+                    self.slice_ptr(rank, v, what)?,
+                    self.slice_ptr(rank, gate, what)?,
+                    self.slice_ptr(rank, out, what)?,
+                );
+                let need = len.checked_mul(kv_heads).and_then(|n| n.checked_mul(HEAD_DIM));
+                let ok = len >= 1
+                    && kv_heads >= 1
+                    && q_heads % kv_heads == 0
+                    && q.len == q_heads * HEAD_DIM
+                    && out.len == q_heads * HEAD_DIM
+                    && gate.len == q_heads
+                    && need.is_some_and(|n| k.len >= n && v.len >= n);
+                if !ok {
+                    return Err(shape_err(
+                        what,
+                        format!(
+                            "len {len}, q_heads {q_heads}, kv_heads {kv_heads}: q {} out {} gate {} k {} v {} break the shape rules",
+                            q.len, out.len, gate.len, k.len, v.len
+                        ),
+                    ));
+                }
+                let smem = len * 4;
+                if smem > SMEM_LIMIT {
+                    return Err(shape_err(what, format!("{len} positions exceed the {} scores held in shared memory", SMEM_LIMIT / 4)));
+                }
+                let (len_i, qh, kvh) = (len as i32, q_heads as i32, kv_heads as i32);
+                launch!(self, rank, "decode_attention_f32", cfg(q_heads, ATTN_THREADS, smem), qp, kp, vp, gp, len_i, qh, kvh, outp)
+            }
+            Op::Router { logits, bias, k, normalize, scaling, out, device_variant } => {
+                let what = "router";
+                let (lp, bp, outp) = (
+                    self.slice_ptr(rank, logits, what)?,
+                    self.slice_ptr(rank, bias, what)?,
+                    self.slice_ptr(rank, out, what)?,
+                );
+                let n = logits.len;
+                if bias.len != n || k > n || out.len != 2 * k || k > 64 || 12 * n > SMEM_LIMIT {
+                    return Err(shape_err(
+                        what,
+                        format!("{n} experts, bias {}, top-{k}, out {} (needs 2k, k ≤ 64, ≤ 4096 experts)", bias.len, out.len),
+                    ));
+                }
+                if k == 0 {
+                    return Ok(());
+                }
+                let name = if device_variant { "router_topk_dev_f32" } else { "router_topk_f32" };
+                let (n_i, k_i, norm) = (n as i32, k as i32, normalize as i32);
+                launch!(self, rank, name, cfg(1, ROUTER_THREADS, 12 * n), lp, bp, n_i, k_i, norm, scaling, outp)
+            }
+            Op::Swiglu { gate, up, limit, out } => {
+                let what = "swiglu";
+                let (gp, up_p, outp) =
+                    (self.slice_ptr(rank, gate, what)?, self.slice_ptr(rank, up, what)?, self.slice_ptr(rank, out, what)?);
+                if up.len != gate.len || out.len != gate.len {
+                    return Err(shape_err(what, format!("gate {} up {} out {}", gate.len, up.len, out.len)));
+                }
+                if out.len == 0 {
+                    return Ok(());
+                }
+                let (has, lim, n) = (limit.is_some() as i32, limit.unwrap_or(0.0), out.len as i32);
+                launch!(self, rank, "swiglu_f32", cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0), gp, up_p, has, lim, outp, n)
+            }
+            Op::Combine { y, w, out } => {
+                let what = "combine";
+                let (yp, wp, outp) =
+                    (self.slice_ptr(rank, y, what)?, self.slice_ptr(rank, w, what)?, self.slice_ptr(rank, out, what)?);
+                if Some(y.len) != w.len.checked_mul(out.len) {
+                    return Err(shape_err(what, format!("y has {} elements, expected slots {} × width {}", y.len, w.len, out.len)));
+                }
+                if out.len == 0 {
+                    return Ok(());
+                }
+                let (slots, width) = (i32_of(what, "slots", w.len)?, out.len as i32);
+                launch!(self, rank, "combine_f32", cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0), yp, wp, slots, width, outp)
+            }
+            Op::Argmax { x, out } => {
+                let (xp, outp) = (self.slice_ptr(rank, x, "argmax")?, self.slice_ptr(rank, out, "argmax")?);
+                if out.len != 1 {
+                    return Err(shape_err("argmax", format!("out has {} elements, expected 1", out.len)));
+                }
+                let n = x.len as i32;
+                launch!(self, rank, "argmax_f32", cfg(1, ARGMAX_THREADS, 0), xp, n, outp)
+            }
+            Op::FlipLowBit { x } => {
+                let xp = self.slice_ptr(rank, x, "flip_low_bit")?;
+                if x.len == 0 {
+                    return Err(shape_err("flip_low_bit", "empty slice".into()));
+                }
+                launch!(self, rank, "flip_low_bit_f32", cfg(1, 32, 0), xp)
+            }
+        }
+    }
+
+    /// `*slot += digest_f32(x[0..n], base)`.
+    pub(crate) fn launch_digest(
+        &self,
+        rank: usize,
+        xp: dsys::CUdeviceptr,
+        n: usize,
+        base: u64,
+        slot: dsys::CUdeviceptr,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let n_i = i32_of("digest", "length", n)?;
+        let grid = n.div_ceil(DIGEST_THREADS as usize * 4).clamp(1, 256);
+        launch!(self, rank, "digest_f32", cfg(grid, DIGEST_THREADS, 0), xp, n_i, base, slot)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GemvMode {
+    Rows,
+    Partials,
+    Tree,
+}
+
+impl GemvMode {
+    fn name(self) -> &'static str {
+        match self {
+            GemvMode::Rows => "gemv_rows",
+            GemvMode::Partials => "gemv_partials",
+            GemvMode::Tree => "gemv_rows_tree",
+        }
+    }
+}

@@ -1,0 +1,438 @@
+//! The CUDA backend (DESIGN.md §3 on NVIDIA GPUs, through cudarc): every [`Op`] is one launch of
+//! the `.cu` kernel whose host twin the host backend runs, on the rank's own stream.
+//!
+//! Placement: one context per device (the primary context, shared by every backend of the
+//! process, with the compiled module loaded once); ranks live on distinct devices when there are
+//! at least TP devices, else co-resident on device 0 — one stream and private allocations per
+//! rank, so TP8 runs on a one-GPU machine. Ordering across ranks exists only through
+//! [`Backend::copy`], which orders the copy after both ranks' earlier work and before both ranks'
+//! later work with events (no host synchronisation inside a step).
+//!
+//! This module is the one room where `unsafe` and driver calls live (STYLE.md): every `unsafe`
+//! block names its invariant in a `// SAFETY:` line, and every driver error becomes
+//! [`RuntimeError::Device`] naming the op, the rank and the device. On any error, and on drop,
+//! every stream is drained before a buffer can be freed.
+
+mod compile;
+mod launch;
+mod layout;
+mod memory;
+mod probe;
+mod transfer;
+
+pub use compile::{compile, compiled_for, nvrtc_options, CompiledKernels};
+pub use probe::{
+    cuda_backend_available, driver_library_present, nvrtc_library_present, probe_cuda, CudaSystem, CudaUnavailable,
+    DeviceInfo,
+};
+
+use super::{Backend, BufId, Collected, Op, ProbeResult, Slice, WeightId};
+use crate::config::Transport;
+use crate::error::RuntimeError;
+use crate::model::matrix::MatrixShard;
+use crate::Result;
+use compile::Kernels;
+use cudarc::driver::{result as dresult, sys as dsys, CudaContext, CudaEvent, CudaStream};
+use memory::{driver_err, DeviceBuffer, DeviceWeight};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Where ranks are placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlacementPolicy {
+    /// Distinct devices when there are at least TP of them, else co-resident on device 0.
+    #[default]
+    Auto,
+    /// Every rank on device 0 (its own stream and allocations), whatever the device count.
+    CoResident,
+}
+
+/// Which GEMV storage layout the backend uploads weights in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GemvLayout {
+    /// Lane-major where the shape allows it (fast vector loads), row-major elsewhere.
+    #[default]
+    Fast,
+    /// Row-major everywhere: the simple reference kernels (for localising a kernel bug).
+    RowMajor,
+}
+
+/// Options of a [`CudaBackend`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CudaOptions {
+    pub placement: PlacementPolicy,
+    pub gemv_layout: GemvLayout,
+}
+
+/// A device with its context and loaded kernels, shared by every backend of the process.
+pub(crate) struct DeviceShared {
+    pub info: DeviceInfo,
+    pub ctx: Arc<CudaContext>,
+    pub kernels: Kernels,
+    pub compiled: Arc<CompiledKernels>,
+}
+
+/// One context per device per process: created, compiled for and loaded once.
+fn shared_device(info: &DeviceInfo) -> Result<Arc<DeviceShared>> {
+    type Map = Mutex<HashMap<usize, Arc<DeviceShared>>>;
+    static DEVICES: OnceLock<Map> = OnceLock::new();
+    let map = DEVICES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(d) = map.get(&info.ordinal) {
+        return Ok(d.clone());
+    }
+    let ctx = CudaContext::new(info.ordinal)
+        .map_err(|e| driver_err(format!("creating the context of device {}", info.ordinal), e))?;
+    let compiled = compiled_for(&info.arch())?;
+    let kernels = Kernels::load(&ctx, &compiled)?;
+    let d = Arc::new(DeviceShared { info: info.clone(), ctx, kernels, compiled });
+    map.insert(info.ordinal, d.clone());
+    Ok(d)
+}
+
+/// Digest slots per device chunk (u64 each).
+const DIGEST_CHUNK: usize = 4096;
+
+/// One rank: a stream on its device and private allocations.
+pub(crate) struct Rank {
+    /// Index into `CudaBackend::devices`.
+    pub dev: usize,
+    pub stream: Arc<CudaStream>,
+    /// Recorded on this rank's stream whenever another stream must wait for its work so far.
+    pub sync_event: CudaEvent,
+    /// f32 buffers: allocation and element count.
+    pub bufs: Vec<(DeviceBuffer, usize)>,
+    pub weights: Vec<DeviceWeight>,
+    /// Timing events (a pool reused across collects) and how many are recorded since collect.
+    pub mark_events: Vec<CudaEvent>,
+    pub marks_used: usize,
+    /// Digest slots: chunks of `DIGEST_CHUNK` u64, zeroed; `digests_used` slots hold this step's.
+    pub digest_chunks: Vec<DeviceBuffer>,
+    pub digests_used: usize,
+}
+
+/// Ranks on CUDA devices.
+pub struct CudaBackend {
+    // Field order is drop order: ranks (buffers, events, streams) before staging and devices.
+    ranks: Vec<Rank>,
+    staging: transfer::Staging,
+    devices: Vec<Arc<DeviceShared>>,
+    opts: CudaOptions,
+    /// Ticket → (rank, slot).
+    tickets: Vec<(usize, usize)>,
+    /// Launches since the last collect (for fault locations).
+    launches: usize,
+}
+
+impl CudaBackend {
+    /// `n_ranks` ranks (TP 1, 2, 4 or 8) with default options. Fails with `Unavailable` and a
+    /// typed reason when there is no driver, no device or no NVRTC.
+    pub fn new(n_ranks: usize) -> Result<CudaBackend> {
+        CudaBackend::with_options(n_ranks, CudaOptions::default())
+    }
+
+    pub fn with_options(n_ranks: usize, opts: CudaOptions) -> Result<CudaBackend> {
+        crate::config::check_tp(n_ranks)?;
+        let system = cuda_backend_available()?;
+        let distinct = opts.placement == PlacementPolicy::Auto && system.devices.len() >= n_ranks;
+        let ordinals: Vec<usize> = if distinct { (0..n_ranks).collect() } else { vec![0] };
+        let devices: Vec<Arc<DeviceShared>> =
+            ordinals.iter().map(|o| shared_device(&system.devices[*o])).collect::<Result<_>>()?;
+        let mut ranks = Vec::with_capacity(n_ranks);
+        for r in 0..n_ranks {
+            let dev = if distinct { r } else { 0 };
+            let ctx = &devices[dev].ctx;
+            let loc = |what: &str| format!("creating rank {r}'s {what} on device {}", devices[dev].info.ordinal);
+            let stream = ctx.new_stream().map_err(|e| driver_err(loc("stream"), e))?;
+            let sync_event = ctx.new_event(None).map_err(|e| driver_err(loc("event"), e))?;
+            ranks.push(Rank {
+                dev,
+                stream,
+                sync_event,
+                bufs: Vec::new(),
+                weights: Vec::new(),
+                mark_events: Vec::new(),
+                marks_used: 0,
+                digest_chunks: Vec::new(),
+                digests_used: 0,
+            });
+        }
+        let staging = transfer::Staging::new(devices.len());
+        Ok(CudaBackend { ranks, staging, devices, opts, tickets: Vec::new(), launches: 0 })
+    }
+
+    /// Device ordinal of every rank.
+    pub fn placement(&self) -> Vec<usize> {
+        self.ranks.iter().map(|r| self.devices[r.dev].info.ordinal).collect()
+    }
+
+    /// Whether several ranks share one device.
+    pub fn co_resident(&self) -> bool {
+        self.devices.len() < self.ranks.len()
+    }
+
+    /// The NVRTC compilation the kernels came from (options and source digest, for receipts).
+    pub fn compiled(&self) -> Arc<CompiledKernels> {
+        self.devices[0].compiled.clone()
+    }
+
+    pub fn options(&self) -> CudaOptions {
+        self.opts
+    }
+
+    fn check_rank(&self, rank: usize) -> Result<()> {
+        if rank < self.ranks.len() {
+            Ok(())
+        } else {
+            Err(RuntimeError::Config(format!("rank {rank} does not exist: this backend has {} ranks", self.ranks.len())))
+        }
+    }
+
+    /// Device address of a slice after checking it lies inside its buffer.
+    pub(crate) fn slice_ptr(&self, rank: usize, s: Slice, what: &str) -> Result<dsys::CUdeviceptr> {
+        self.check_rank(rank)?;
+        match self.ranks[rank].bufs.get(s.buf as usize) {
+            Some((b, len)) if s.offset + s.len <= *len => Ok(b.ptr() + (s.offset * 4) as u64),
+            Some((_, len)) => Err(RuntimeError::Config(format!(
+                "{what}: slice {}+{} of buffer {} on rank {rank} exceeds its {len} elements",
+                s.offset, s.len, s.buf
+            ))),
+            None => Err(RuntimeError::Config(format!("{what}: buffer {} does not exist on rank {rank}", s.buf))),
+        }
+    }
+
+    pub(crate) fn ctx_of(&self, rank: usize) -> &Arc<CudaContext> {
+        &self.devices[self.ranks[rank].dev].ctx
+    }
+
+    pub(crate) fn ordinal_of(&self, rank: usize) -> usize {
+        self.devices[self.ranks[rank].dev].info.ordinal
+    }
+
+    /// A driver error at `location` on `rank`: drain every stream, then report it.
+    pub(crate) fn fault(&self, rank: usize, location: &str, e: dresult::DriverError) -> RuntimeError {
+        self.drain();
+        RuntimeError::Device {
+            location: format!("{location} on rank {rank} (device {}), launch #{} of this step", self.ordinal_of(rank), self.launches),
+            detail: e.to_string(),
+        }
+    }
+
+    /// Wait for every stream, ignoring errors (they are reported by the caller or the context).
+    fn drain(&self) {
+        for r in &self.ranks {
+            let _ = r.stream.synchronize();
+        }
+    }
+
+    /// Synchronize every stream, then check every context's recorded error state.
+    fn sync_all(&self, what: &str) -> Result<()> {
+        for (i, r) in self.ranks.iter().enumerate() {
+            r.stream.synchronize().map_err(|e| self.fault(i, what, e))?;
+        }
+        for d in &self.devices {
+            d.ctx.check_err().map_err(|e| {
+                self.drain();
+                driver_err(format!("{what}: context error state of device {}", d.info.ordinal), e)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Make `waiter`'s later work wait for everything queued on `producer` so far.
+    pub(crate) fn order_after(&self, waiter: usize, producer: usize, what: &str) -> Result<()> {
+        if waiter == producer {
+            return Ok(());
+        }
+        let p = &self.ranks[producer];
+        p.sync_event.record(&p.stream).map_err(|e| self.fault(producer, what, e))?;
+        self.ranks[waiter].stream.wait(&p.sync_event).map_err(|e| self.fault(waiter, what, e))
+    }
+
+    /// A zeroed digest slot on `rank` (a new chunk when the current ones are used up).
+    fn digest_slot(&mut self, rank: usize) -> Result<dsys::CUdeviceptr> {
+        let slot = self.ranks[rank].digests_used;
+        let (chunk, at) = (slot / DIGEST_CHUNK, slot % DIGEST_CHUNK);
+        if chunk == self.ranks[rank].digest_chunks.len() {
+            let ctx = self.ctx_of(rank).clone();
+            let r = &self.ranks[rank];
+            let b = DeviceBuffer::zeroed(&ctx, &r.stream, DIGEST_CHUNK * 8, "digest slots")?;
+            self.ranks[rank].digest_chunks.push(b);
+        }
+        self.ranks[rank].digests_used += 1;
+        Ok(self.ranks[rank].digest_chunks[chunk].ptr() + (at * 8) as u64)
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // Nothing may be freed while a kernel or copy could still touch it.
+        self.drain();
+        for d in &self.devices {
+            let _ = d.ctx.check_err();
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    fn describe(&self) -> String {
+        let d = &self.devices[0].info;
+        let placement = if self.co_resident() {
+            format!("co-resident on device {} (one stream per rank)", d.ordinal)
+        } else {
+            format!("on devices {:?}", self.placement())
+        };
+        format!(
+            "cuda: {} rank(s) {placement}; {} {} {:.0} GiB; {}",
+            self.ranks.len(),
+            d.name,
+            d.arch(),
+            d.total_mem_bytes as f64 / (1u64 << 30) as f64,
+            self.devices[0].compiled.describe()
+        )
+    }
+
+    fn ranks(&self) -> usize {
+        self.ranks.len()
+    }
+
+    fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> Result<WeightId> {
+        self.check_rank(rank)?;
+        let ctx = self.ctx_of(rank).clone();
+        let what = format!("weight {} on rank {rank}", self.ranks[rank].weights.len());
+        let allow = self.opts.gemv_layout == GemvLayout::Fast;
+        let w = memory::upload_weight(&ctx, &self.ranks[rank].stream, shard, allow, &what)?;
+        let r = &mut self.ranks[rank];
+        r.weights.push(w);
+        Ok((r.weights.len() - 1) as WeightId)
+    }
+
+    fn alloc(&mut self, rank: usize, len: usize) -> Result<BufId> {
+        self.check_rank(rank)?;
+        if i32::try_from(len).is_err() {
+            return Err(RuntimeError::Config(format!("alloc of {len} elements exceeds the kernels' 32-bit sizes")));
+        }
+        let ctx = self.ctx_of(rank).clone();
+        let b = DeviceBuffer::zeroed(&ctx, &self.ranks[rank].stream, len * 4, &format!("buffer on rank {rank}"))?;
+        let r = &mut self.ranks[rank];
+        r.bufs.push((b, len));
+        Ok((r.bufs.len() - 1) as BufId)
+    }
+
+    fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> Result<()> {
+        let ptr = self.slice_ptr(rank, dst, "write")?;
+        if data.len() != dst.len {
+            return Err(RuntimeError::Config(format!("write: {} values into a slice of {}", data.len(), dst.len)));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let r = &self.ranks[rank];
+        r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "write", e))?;
+        // SAFETY: `ptr` addresses dst.len checked elements of a live buffer on this rank's
+        // device; the stream is synchronized before returning, so `data` outlives the copy.
+        unsafe { dresult::memcpy_htod_async(ptr, data, r.stream.cu_stream()) }.map_err(|e| self.fault(rank, "write", e))?;
+        r.stream.synchronize().map_err(|e| self.fault(rank, "write", e))
+    }
+
+    fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>> {
+        let ptr = self.slice_ptr(rank, src, "read")?;
+        let mut out = vec![0.0f32; src.len];
+        if out.is_empty() {
+            return Ok(out);
+        }
+        let r = &self.ranks[rank];
+        r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "read", e))?;
+        // SAFETY: `ptr` addresses src.len checked elements on this rank's device and `out` holds
+        // exactly src.len f32; the stream is synchronized before `out` is used.
+        unsafe { dresult::memcpy_dtoh_async(&mut out, ptr, r.stream.cu_stream()) }
+            .map_err(|e| self.fault(rank, "read", e))?;
+        r.stream.synchronize().map_err(|e| self.fault(rank, "read", e))?;
+        Ok(out)
+    }
+
+    fn launch(&mut self, rank: usize, op: Op) -> Result<()> {
+        self.check_rank(rank)?;
+        self.launches += 1;
+        self.launch_op(rank, &op)
+    }
+
+    fn copy(&mut self, transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
+        self.copy_slices(transport, src_rank, src, dst_rank, dst)
+    }
+
+    fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {
+        let ptr = self.slice_ptr(rank, src, "digest")?;
+        let slot_ptr = self.digest_slot(rank)?;
+        let ticket = self.tickets.len();
+        self.tickets.push((rank, self.ranks[rank].digests_used - 1));
+        self.launches += 1;
+        self.launch_digest(rank, ptr, src.len, base, slot_ptr)?;
+        Ok(ticket)
+    }
+
+    fn mark(&mut self) -> Result<()> {
+        for i in 0..self.ranks.len() {
+            if self.ranks[i].marks_used == self.ranks[i].mark_events.len() {
+                let ev = self
+                    .ctx_of(i)
+                    .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(|e| self.fault(i, "timing mark", e))?;
+                self.ranks[i].mark_events.push(ev);
+            }
+            let r = &self.ranks[i];
+            r.mark_events[r.marks_used].record(&r.stream).map_err(|e| self.fault(i, "timing mark", e))?;
+            self.ranks[i].marks_used += 1;
+        }
+        Ok(())
+    }
+
+    fn collect(&mut self) -> Result<Collected> {
+        self.sync_all("collect")?;
+        // Digests: download each rank's used slots once, then zero them for the next step.
+        let mut per_rank: Vec<Vec<u64>> = Vec::with_capacity(self.ranks.len());
+        for i in 0..self.ranks.len() {
+            let r = &self.ranks[i];
+            let mut vals = vec![0u64; r.digests_used];
+            for (c, chunk) in r.digest_chunks.iter().enumerate() {
+                let start = c * DIGEST_CHUNK;
+                if start >= r.digests_used {
+                    break;
+                }
+                let n = (r.digests_used - start).min(DIGEST_CHUNK);
+                r.stream.context().bind_to_thread().map_err(|e| self.fault(i, "collect digests", e))?;
+                // SAFETY: the chunk holds DIGEST_CHUNK u64 and n ≤ DIGEST_CHUNK; `vals[start..]`
+                // has n slots; the stream is synchronized before the values are read.
+                unsafe { dresult::memcpy_dtoh_async(&mut vals[start..start + n], chunk.ptr(), r.stream.cu_stream()) }
+                    .map_err(|e| self.fault(i, "collect digests", e))?;
+                // SAFETY: zeroing the same n·8 bytes of the live chunk, queued after the download.
+                unsafe { dresult::memset_d8_async(chunk.ptr(), 0, n * 8, r.stream.cu_stream()) }
+                    .map_err(|e| self.fault(i, "collect digests", e))?;
+            }
+            r.stream.synchronize().map_err(|e| self.fault(i, "collect digests", e))?;
+            per_rank.push(vals);
+        }
+        let digests: Vec<u64> = self.tickets.iter().map(|&(rank, slot)| per_rank[rank][slot]).collect();
+        // Marks: elapsed ns of each mark since the rank's first mark of this step.
+        let mut marks_ns = Vec::with_capacity(self.ranks.len());
+        for (i, r) in self.ranks.iter().enumerate() {
+            let mut v = Vec::with_capacity(r.marks_used);
+            for m in &r.mark_events[..r.marks_used] {
+                let ms = r.mark_events[0].elapsed_ms(m).map_err(|e| self.fault(i, "collect marks", e))?;
+                v.push((ms as f64 * 1e6).round().max(0.0) as u64);
+            }
+            marks_ns.push(v);
+        }
+        for r in &mut self.ranks {
+            r.digests_used = 0;
+            r.marks_used = 0;
+        }
+        self.tickets.clear();
+        self.launches = 0;
+        Ok(Collected { digests, marks_ns })
+    }
+
+    fn probe(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>> {
+        self.probe_pairs(transport, sizes_bytes)
+    }
+}

@@ -1,0 +1,252 @@
+//! Moving bytes between ranks (DESIGN.md §3.5). A transport never does arithmetic.
+//!
+//! Every cross-rank copy is ordered like the host backend's send/receive pair, with events only:
+//! it runs after all work queued so far on BOTH ranks (the source produced the bytes; the
+//! destination finished reading what they overwrite) and before any work queued later on either
+//! (the destination's consumers see them; the source's later writes cannot race the read).
+//! - same rank: one device-to-device copy on its stream;
+//! - `native-p2p`: the destination's stream position is recorded and awaited by the source
+//!   stream, the copy runs on the source stream (`cuMemcpyDtoDAsync` when both ranks share a
+//!   device, `cuMemcpyPeerAsync` with peer access enabled between two devices), and the
+//!   destination stream awaits it;
+//! - `host-bounce`: device → pinned host staging on the source stream, then staging → device on
+//!   the destination stream after an event. Staging buffers form a ring per destination device;
+//!   a slot is reused only after the event recorded behind its last upload (awaited on the GPU,
+//!   so the host never blocks inside a step);
+//! - `nccl`: not on co-resident ranks (NCCL needs one device per rank); across devices it is
+//!   issue 6's work and refused here with that reason.
+
+use super::memory::{driver_err, PinnedBuffer};
+use super::CudaBackend;
+use crate::backend::{probe_word, ProbeResult, Slice};
+use crate::config::Transport;
+use crate::error::RuntimeError;
+use crate::Result;
+use cudarc::driver::{result as dresult, sys as dsys, CudaEvent};
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+
+/// Slots in each destination device's staging ring.
+const RING_SLOTS: usize = 64;
+
+struct StagingSlot {
+    buf: Option<PinnedBuffer>,
+    /// Recorded on the destination stream after the last upload from this slot.
+    free: Option<CudaEvent>,
+}
+
+/// Pinned staging rings, one per device of the backend (indexed like `CudaBackend::devices`).
+pub(crate) struct Staging {
+    rings: Vec<(Vec<StagingSlot>, usize)>,
+}
+
+impl Staging {
+    pub(crate) fn new(n_devices: usize) -> Staging {
+        let ring = || (0..RING_SLOTS).map(|_| StagingSlot { buf: None, free: None }).collect::<Vec<_>>();
+        Staging { rings: (0..n_devices).map(|_| (ring(), 0)).collect() }
+    }
+}
+
+/// Ordered device pairs whose peer access is enabled in this process (context state).
+fn peer_enabled() -> &'static Mutex<HashSet<(usize, usize)>> {
+    static SET: OnceLock<Mutex<HashSet<(usize, usize)>>> = OnceLock::new();
+    SET.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+impl CudaBackend {
+    pub(crate) fn copy_slices(
+        &mut self,
+        transport: Transport,
+        src_rank: usize,
+        src: Slice,
+        dst_rank: usize,
+        dst: Slice,
+    ) -> Result<()> {
+        let sp = self.slice_ptr(src_rank, src, "copy source")?;
+        let dp = self.slice_ptr(dst_rank, dst, "copy destination")?;
+        if src.len != dst.len {
+            return Err(RuntimeError::Config(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
+        }
+        if src.len == 0 {
+            return Ok(());
+        }
+        let bytes = src.len * 4;
+        if src_rank == dst_rank {
+            if src.buf == dst.buf && src.offset < dst.offset + dst.len && dst.offset < src.offset + src.len {
+                return Err(RuntimeError::Config(format!(
+                    "copy within buffer {} on rank {src_rank}: ranges {}+{} and {}+{} overlap",
+                    src.buf, src.offset, src.len, dst.offset, dst.len
+                )));
+            }
+            return self.dtod(src_rank, dp, sp, bytes, "copy on one rank");
+        }
+        let same_device = self.ranks[src_rank].dev == self.ranks[dst_rank].dev;
+        match transport {
+            Transport::Nccl if same_device => Err(RuntimeError::Config(format!(
+                "nccl needs one device per rank: ranks {src_rank} and {dst_rank} share device {}",
+                self.ordinal_of(src_rank)
+            ))),
+            Transport::Nccl => Err(RuntimeError::Config(
+                "the nccl transport is not implemented by the CUDA backend yet (issue 6); use host-bounce or native-p2p"
+                    .into(),
+            )),
+            Transport::NativeP2p => {
+                let what = "native-p2p copy";
+                self.order_after(src_rank, dst_rank, what)?;
+                if same_device {
+                    self.dtod(src_rank, dp, sp, bytes, what)?;
+                } else {
+                    self.ensure_peer_access(src_rank, dst_rank)?;
+                    let s = &self.ranks[src_rank];
+                    let (sctx, dctx) = (self.ctx_of(src_rank), self.ctx_of(dst_rank));
+                    sctx.bind_to_thread().map_err(|e| self.fault(src_rank, what, e))?;
+                    // SAFETY: `sp` and `dp` address `bytes` checked bytes of live buffers in the
+                    // source and destination contexts; the copy is ordered after both ranks'
+                    // earlier work (order_after above) and before their later work (below).
+                    unsafe { dresult::memcpy_peer_async(dctx.cu_ctx(), dp, sctx.cu_ctx(), sp, bytes, s.stream.cu_stream()) }
+                        .map_err(|e| self.fault(src_rank, what, e))?;
+                }
+                self.order_after(dst_rank, src_rank, what)?;
+                // The source's later writes must not overtake the copy: they already queue behind
+                // it on the source stream.
+                Ok(())
+            }
+            Transport::HostBounce => self.host_bounce(src_rank, sp, dst_rank, dp, bytes),
+        }
+    }
+
+    /// Device-to-device copy on `rank`'s stream (both pointers on its device).
+    fn dtod(&self, rank: usize, dp: dsys::CUdeviceptr, sp: dsys::CUdeviceptr, bytes: usize, what: &str) -> Result<()> {
+        let r = &self.ranks[rank];
+        r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, what, e))?;
+        // SAFETY: both pointers address `bytes` checked bytes of live buffers on this device, the
+        // ranges do not overlap (checked for one buffer; distinct buffers never overlap).
+        unsafe { dresult::memcpy_dtod_async(dp, sp, bytes, r.stream.cu_stream()) }.map_err(|e| self.fault(rank, what, e))
+    }
+
+    fn host_bounce(
+        &mut self,
+        src_rank: usize,
+        sp: dsys::CUdeviceptr,
+        dst_rank: usize,
+        dp: dsys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<()> {
+        let what = "host-bounce copy";
+        let dd = self.ranks[dst_rank].dev;
+        let slot_idx = {
+            let (_, next) = &mut self.staging.rings[dd];
+            let i = *next;
+            *next = (i + 1) % RING_SLOTS;
+            i
+        };
+        // Grow the slot if needed: wait (on the host, rare) for its last upload, then reallocate.
+        let too_small = self.staging.rings[dd].0[slot_idx].buf.as_ref().is_none_or(|b| b.bytes() < bytes);
+        if too_small {
+            if let Some(ev) = &self.staging.rings[dd].0[slot_idx].free {
+                ev.synchronize().map_err(|e| self.fault(dst_rank, what, e))?;
+            }
+            let ctx = self.ctx_of(dst_rank).clone();
+            let grown = PinnedBuffer::new(&ctx, bytes.next_power_of_two().max(64 << 10))?;
+            self.staging.rings[dd].0[slot_idx].buf = Some(grown);
+        }
+        if self.staging.rings[dd].0[slot_idx].free.is_none() {
+            let ev = self.ctx_of(dst_rank).new_event(None).map_err(|e| driver_err("staging event", e))?;
+            self.staging.rings[dd].0[slot_idx].free = Some(ev);
+        }
+        let slot = &self.staging.rings[dd].0[slot_idx];
+        let (buf, free) = match (&slot.buf, &slot.free) {
+            (Some(b), Some(f)) => (b, f),
+            _ => return Err(RuntimeError::Config("host-bounce staging slot was not initialised".into())),
+        };
+        let (s, d) = (&self.ranks[src_rank], &self.ranks[dst_rank]);
+        // Source: wait until the slot's previous upload finished, then download into it.
+        s.stream.wait(free).map_err(|e| self.fault(src_rank, what, e))?;
+        s.stream.context().bind_to_thread().map_err(|e| self.fault(src_rank, what, e))?;
+        // SAFETY: the staging buffer holds at least `bytes` pinned bytes and no copy still uses
+        // it (the stream waits its free event); `sp` addresses `bytes` checked device bytes.
+        unsafe { dsys::cuMemcpyDtoHAsync_v2(buf.ptr(), sp, bytes, s.stream.cu_stream()) }
+            .result()
+            .map_err(|e| self.fault(src_rank, what, e))?;
+        // Destination: after its own earlier work (stream order) and the download, upload.
+        s.sync_event.record(&s.stream).map_err(|e| self.fault(src_rank, what, e))?;
+        d.stream.wait(&s.sync_event).map_err(|e| self.fault(dst_rank, what, e))?;
+        d.stream.context().bind_to_thread().map_err(|e| self.fault(dst_rank, what, e))?;
+        // SAFETY: `dp` addresses `bytes` checked device bytes on the destination device; the
+        // staging bytes were written by the download this stream now waits for.
+        unsafe { dsys::cuMemcpyHtoDAsync_v2(dp, buf.ptr(), bytes, d.stream.cu_stream()) }
+            .result()
+            .map_err(|e| self.fault(dst_rank, what, e))?;
+        free.record(&d.stream).map_err(|e| self.fault(dst_rank, what, e))?;
+        // The source's later writes queue behind the download on its own stream.
+        Ok(())
+    }
+
+    /// Enable peer access from the source device's context to the destination device's memory
+    /// (and back), once per process; a pair without peer access is `Unavailable` with the reason.
+    fn ensure_peer_access(&self, a_rank: usize, b_rank: usize) -> Result<()> {
+        let (a, b) = (self.ordinal_of(a_rank), self.ordinal_of(b_rank));
+        for (from, to, from_rank, to_rank) in [(a, b, a_rank, b_rank), (b, a, b_rank, a_rank)] {
+            let mut set = peer_enabled().lock().unwrap_or_else(|p| p.into_inner());
+            if set.contains(&(from, to)) {
+                continue;
+            }
+            let (fctx, tctx) = (self.ctx_of(from_rank), self.ctx_of(to_rank));
+            let mut can: std::ffi::c_int = 0;
+            // SAFETY: both device handles come from live contexts; `can` is a live local.
+            unsafe { dsys::cuDeviceCanAccessPeer(&mut can, fctx.cu_device(), tctx.cu_device()) }
+                .result()
+                .map_err(|e| driver_err(format!("peer access query {from} → {to}"), e))?;
+            if can == 0 {
+                return Err(RuntimeError::Unavailable(format!("no peer access from device {from} to device {to}")));
+            }
+            fctx.bind_to_thread().map_err(|e| driver_err("peer access", e))?;
+            // SAFETY: the accessing context is current; the peer context is live.
+            let r = unsafe { dsys::cuCtxEnablePeerAccess(tctx.cu_ctx(), 0) };
+            if r != dsys::CUresult::CUDA_SUCCESS && r != dsys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                return Err(driver_err(format!("enabling peer access {from} → {to}"), dresult::DriverError(r)));
+            }
+            set.insert((from, to));
+        }
+        Ok(())
+    }
+
+    /// Whether `transport` can move bytes from `src` to `dst` (None), or why not.
+    fn pair_unavailable(&self, transport: Transport, src: usize, dst: usize) -> Option<String> {
+        let same_device = self.ranks[src].dev == self.ranks[dst].dev;
+        if transport != Transport::NativeP2p || same_device {
+            return None;
+        }
+        self.ensure_peer_access(src, dst).err().map(|e| e.to_string())
+    }
+
+    /// DESIGN.md §3.5's byte-integrity probe: hashed pattern over a poisoned destination for every
+    /// ordered pair and size; pairs without peer access are reported, not copied.
+    pub(crate) fn probe_pairs(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>> {
+        const POISON: u32 = 0xDEAD_BEEF;
+        let n = self.ranks.len();
+        let mut out = Vec::new();
+        for &bytes in sizes_bytes {
+            let words = bytes / 4;
+            let bufs: Vec<u32> = (0..n).map(|r| crate::backend::Backend::alloc(self, r, words)).collect::<Result<_>>()?;
+            for src in 0..n {
+                for dst in (0..n).filter(|d| *d != src) {
+                    if let Some(reason) = self.pair_unavailable(transport, src, dst) {
+                        out.push(ProbeResult { src, dst, bytes, bad_words: 0, no_peer_access: Some(reason) });
+                        continue;
+                    }
+                    let pattern: Vec<f32> = (0..words).map(|i| f32::from_bits(probe_word(src, dst, i))).collect();
+                    let (s, d) = (Slice::new(bufs[src], 0, words), Slice::new(bufs[dst], 0, words));
+                    crate::backend::Backend::write(self, src, s, &pattern)?;
+                    crate::backend::Backend::write(self, dst, d, &vec![f32::from_bits(POISON); words])?;
+                    self.copy_slices(transport, src, s, dst, d)?;
+                    let got = crate::backend::Backend::read(self, dst, d)?;
+                    let bad_words =
+                        got.iter().enumerate().filter(|(i, v)| v.to_bits() != probe_word(src, dst, *i)).count();
+                    out.push(ProbeResult { src, dst, bytes, bad_words, no_peer_access: None });
+                }
+            }
+        }
+        Ok(out)
+    }
+}

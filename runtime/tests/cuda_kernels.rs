@@ -1,0 +1,766 @@
+//! The CUDA backend against the host twins, bit for bit: every kernel on seeded inputs (signed
+//! zeros, subnormals, E4M3 codes up to ±448, large |x| for exp/silu), then the whole decode
+//! program (device-host gate: CUDA TP1 = host TP1; CUDA TP2/4/8 co-resident over host-bounce and
+//! native-p2p = CUDA TP1; the reversed-K-block canary differs at o_join).
+//!
+//! Without a CUDA device every GPU test prints `skipped: no CUDA device (<reason>)` and passes;
+//! with `MEMRA_REQUIRE_GPU=1` (the GPU machine) a skip is a failure. `nvrtc_compiles_all_kernels`
+//! needs only libnvrtc (no device): it compiles the sources with the production options and
+//! checks the PTX for contraction and approximate math.
+
+use memra_kernels::formats::{bf16_from_f32, E4M3_BLOCK};
+use memra_kernels::sources::KERNEL_NAMES;
+use memra_kernels::twins::digest::{digest_f32, splitmix64};
+use memra_runtime::backend::cuda::{self, CudaBackend, CudaOptions, GemvLayout, PlacementPolicy};
+use memra_runtime::backend::host::HostBackend;
+use memra_runtime::backend::{Backend, Op, RowOrder, Slice, PROBE_SIZES_BYTES};
+use memra_runtime::model::matrix::{MatrixShard, ShardData};
+use memra_runtime::model::{gen::generate, Model, ModelConfig};
+use memra_runtime::record::{Record, Seam};
+use memra_runtime::{program, Battery, Canary, DoorSet, RunConfig, RuntimeError, Transport};
+
+// ---------------------------------------------------------------- skipping
+
+fn require_gpu() -> bool {
+    std::env::var("MEMRA_REQUIRE_GPU").as_deref() == Ok("1")
+}
+
+/// A CUDA backend, or None after printing the skip reason (a failure under MEMRA_REQUIRE_GPU=1).
+fn cuda_backend(tp: usize, opts: CudaOptions) -> Option<CudaBackend> {
+    match CudaBackend::with_options(tp, opts) {
+        Ok(b) => Some(b),
+        Err(RuntimeError::Unavailable(reason)) => {
+            assert!(!require_gpu(), "MEMRA_REQUIRE_GPU=1 but the CUDA backend is unavailable: {reason}");
+            println!("skipped: no CUDA device ({reason})");
+            None
+        }
+        Err(e) => panic!("creating the CUDA backend failed: {e}"),
+    }
+}
+
+fn gpu_present() -> bool {
+    cuda_backend(1, CudaOptions::default()).is_some()
+}
+
+const FAST: CudaOptions = CudaOptions { placement: PlacementPolicy::Auto, gemv_layout: GemvLayout::Fast };
+const ROW_MAJOR: CudaOptions = CudaOptions { placement: PlacementPolicy::Auto, gemv_layout: GemvLayout::RowMajor };
+const CO_RESIDENT: CudaOptions = CudaOptions { placement: PlacementPolicy::CoResident, gemv_layout: GemvLayout::Fast };
+
+// ---------------------------------------------------------------- inputs
+
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(1);
+        splitmix64(self.0)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    /// Mostly `unit() * scale`, sometimes ±0.0, a subnormal, or a tiny normal.
+    fn mixed(&mut self, scale: f32) -> f32 {
+        match self.below(64) {
+            0 => -0.0,
+            1 => 0.0,
+            2 => f32::from_bits(1 + self.below(0x7F_FFFF) as u32) * if self.below(2) == 0 { 1.0 } else { -1.0 },
+            3 => f32::MIN_POSITIVE * self.unit(),
+            _ => self.unit() * scale,
+        }
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.mixed(scale)).collect()
+    }
+}
+
+// ---------------------------------------------------------------- one-op cases
+
+/// Buffers (allocated in order on rank 0 of a fresh backend), weights, ops, and the slices whose
+/// contents are compared after the ops ran.
+struct Case {
+    label: String,
+    bufs: Vec<Vec<f32>>,
+    weights: Vec<MatrixShard>,
+    ops: Vec<Op>,
+    outputs: Vec<Slice>,
+    /// NaN results compare equal whatever their payload (IEEE leaves NaN payloads to the
+    /// platform: x86 keeps an operand's, NVIDIA GPUs return the canonical 0x7FFFFFFF).
+    nan_equal: bool,
+}
+
+impl Case {
+    fn new(label: impl Into<String>) -> Case {
+        Case { label: label.into(), bufs: Vec::new(), weights: Vec::new(), ops: Vec::new(), outputs: Vec::new(), nan_equal: false }
+    }
+    /// Add a buffer; returns the whole slice.
+    fn buf(&mut self, data: Vec<f32>) -> Slice {
+        let s = Slice::new(self.bufs.len() as u32, 0, data.len());
+        self.bufs.push(data);
+        s
+    }
+    fn out(&mut self, len: usize) -> Slice {
+        let s = self.buf(vec![f32::from_bits(0x7FC0_0001); len]);
+        self.outputs.push(s);
+        s
+    }
+    fn weight(&mut self, w: MatrixShard) -> u32 {
+        self.weights.push(w);
+        (self.weights.len() - 1) as u32
+    }
+}
+
+fn run_case(b: &mut dyn Backend, c: &Case) -> Result<Vec<Vec<f32>>, RuntimeError> {
+    for (i, data) in c.bufs.iter().enumerate() {
+        let id = b.alloc(0, data.len())?;
+        assert_eq!(id as usize, i, "buffer ids are allocated in order");
+        b.write(0, Slice::new(id, 0, data.len()), data)?;
+    }
+    for w in &c.weights {
+        b.upload_weight(0, w)?;
+    }
+    for op in &c.ops {
+        b.launch(0, op.clone())?;
+    }
+    c.outputs.iter().map(|s| b.read(0, *s)).collect()
+}
+
+/// Count of mismatching elements and the first one, or None when every element matches.
+fn compare(host: &[Vec<f32>], dev: &[Vec<f32>], nan_equal: bool) -> Option<String> {
+    let mut bad = 0usize;
+    let mut first = None;
+    let mut total = 0usize;
+    for (o, (h, d)) in host.iter().zip(dev).enumerate() {
+        total += h.len();
+        for (i, (a, b)) in h.iter().zip(d).enumerate() {
+            let same = a.to_bits() == b.to_bits() || (nan_equal && a.is_nan() && b.is_nan());
+            if !same {
+                bad += 1;
+                first.get_or_insert(format!(
+                    "output {o} element {i}: host {:#010x} ({a:e}) device {:#010x} ({b:e})",
+                    a.to_bits(),
+                    b.to_bits()
+                ));
+            }
+        }
+    }
+    first.map(|f| format!("{bad} of {total} elements differ; first: {f}"))
+}
+
+/// Run every case on the host twins and on CUDA with each option set; fail listing every
+/// mismatch (count and first bad index).
+fn check_cases(kernel: &str, cases: Vec<Case>, option_sets: &[CudaOptions]) {
+    if !gpu_present() {
+        return;
+    }
+    let mut failures = Vec::new();
+    for c in &cases {
+        let mut host = HostBackend::new(1).expect("host backend");
+        let want = run_case(&mut host, c).unwrap_or_else(|e| panic!("{kernel} {}: host run failed: {e}", c.label));
+        for opts in option_sets {
+            let Some(mut dev) = cuda_backend(1, *opts) else { return };
+            let layout = format!("{:?}", opts.gemv_layout);
+            match run_case(&mut dev, c) {
+                Err(e) => failures.push(format!("{kernel} {} [{layout}]: CUDA run failed: {e}", c.label)),
+                Ok(got) => match compare(&want, &got, c.nan_equal) {
+                    None => println!("ok {kernel} {} [{layout}]", c.label),
+                    Some(msg) => failures.push(format!("{kernel} {} [{layout}]: {msg}", c.label)),
+                },
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} mismatching case(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+// ---------------------------------------------------------------- weights
+
+fn bf16_shard(rng: &mut Rng, rows: usize, cols: usize, kw: usize) -> MatrixShard {
+    let bits = (0..rows * cols).map(|_| bf16_from_f32(rng.mixed(0.5))).collect();
+    MatrixShard { out_features: rows, in_features: cols, kblock_width: kw, data: ShardData::Bf16(bits) }
+}
+
+fn f32_shard(rng: &mut Rng, rows: usize, cols: usize, kw: usize) -> MatrixShard {
+    MatrixShard { out_features: rows, in_features: cols, kblock_width: kw, data: ShardData::F32(rng.vec(rows * cols, 0.5)) }
+}
+
+/// E4M3 codes over the whole code space (±448 included); NaN codes only when asked.
+fn e4m3_shard(rng: &mut Rng, rows: usize, cols: usize, kw: usize, row0: usize, nan_codes: bool) -> MatrixShard {
+    let codes = (0..rows * cols)
+        .map(|i| {
+            let c = rng.below(256) as u8;
+            if i % 97 == 5 {
+                0x7E | (c & 0x80) // ±448
+            } else if c & 0x7F == 0x7F && !nan_codes {
+                c ^ 0x01
+            } else {
+                c
+            }
+        })
+        .collect();
+    let scale_rows = if rows == 0 { 0 } else { (row0 + rows - 1) / E4M3_BLOCK - row0 / E4M3_BLOCK + 1 };
+    let scales =
+        (0..scale_rows * (cols / E4M3_BLOCK)).map(|_| f32::from_bits(0x3A80_0000 + rng.below(0x0500_0000) as u32)).collect();
+    MatrixShard { out_features: rows, in_features: cols, kblock_width: kw, data: ShardData::E4m3 { codes, scales, row0 } }
+}
+
+fn nvfp4_shard(rng: &mut Rng, rows: usize, cols: usize, kw: usize) -> MatrixShard {
+    let packed = (0..rows * cols / 2).map(|_| rng.below(256) as u8).collect();
+    let scales = (0..rows * cols / 16).map(|_| rng.below(0x7F) as u8).collect();
+    MatrixShard {
+        out_features: rows,
+        in_features: cols,
+        kblock_width: kw,
+        data: ShardData::Nvfp4 { packed, scales, global_scale: 1.0 },
+    }
+}
+
+fn gemv_cases(seed: u64, orders: &[&str]) -> Vec<Case> {
+    let mut rng = Rng::new(seed);
+    let mut shards: Vec<(String, MatrixShard)> = Vec::new();
+    for (rows, cols, kw) in [(37, 1024, 128), (64, 2048, 256), (33, 4096, 512), (5, 1000, 125), (9, 96, 12), (3, 8, 1)] {
+        shards.push((format!("bf16 {rows}x{cols}/{kw}"), bf16_shard(&mut rng, rows, cols, kw)));
+    }
+    for (rows, cols, kw) in [(21, 1024, 128), (7, 1000, 125)] {
+        shards.push((format!("f32 {rows}x{cols}/{kw}"), f32_shard(&mut rng, rows, cols, kw)));
+    }
+    for (rows, cols, kw, row0, nan) in [
+        (300, 1024, 128, 0, false),
+        (200, 1024, 128, 100, false),
+        (40, 4096, 512, 0, false),
+        (130, 1280, 640, 60, false),
+        (17, 384, 384, 0, false),
+        (20, 1024, 128, 0, true),
+    ] {
+        let label = format!("e4m3 {rows}x{cols}/{kw} row0 {row0}{}", if nan { " with NaN codes" } else { "" });
+        shards.push((label, e4m3_shard(&mut rng, rows, cols, kw, row0, nan)));
+    }
+    for (rows, cols, kw) in [(19, 1024, 128), (8, 1280, 640), (4, 48, 16)] {
+        shards.push((format!("nvfp4 {rows}x{cols}/{kw}"), nvfp4_shard(&mut rng, rows, cols, kw)));
+    }
+    for (rows, cols, kw) in [(23, 1024, 128), (6, 2048, 1024)] {
+        shards.push((format!("w8 {rows}x{cols}/{kw}"), bf16_shard(&mut rng, rows, cols, kw).to_w8()));
+    }
+    let mut cases = Vec::new();
+    for (label, shard) in shards {
+        let is_dense = matches!(shard.data, ShardData::Bf16(_) | ShardData::F32(_));
+        let (rows, cols, kw) = (shard.out_features, shard.in_features, shard.kblock_width);
+        for &order in orders {
+            if order == "tree" && !is_dense {
+                continue;
+            }
+            let mut c = Case::new(format!("{order} {label}"));
+            let w = c.weight(shard.clone());
+            let x = c.buf(rng.vec(cols, 4.0));
+            let op = match order {
+                "rows" => Op::GemvRows { w, x, out: c.out(rows), order: RowOrder::Canonical },
+                "tree" => Op::GemvRows { w, x, out: c.out(rows), order: RowOrder::Tree },
+                _ => Op::GemvPartials { w, x, out: c.out(rows * (cols / kw)) },
+            };
+            c.ops.push(op);
+            cases.push(c);
+        }
+    }
+    cases
+}
+
+// ---------------------------------------------------------------- kernels
+
+#[test]
+fn gemv_rows_matches_twin() {
+    check_cases("gemv_rows", gemv_cases(11, &["rows"]), &[FAST, ROW_MAJOR]);
+}
+
+#[test]
+fn gemv_partials_matches_twin() {
+    check_cases("gemv_partials", gemv_cases(12, &["partials"]), &[FAST, ROW_MAJOR]);
+}
+
+#[test]
+fn gemv_rows_tree_matches_twin() {
+    check_cases("gemv_rows_tree", gemv_cases(13, &["tree"]), &[FAST, ROW_MAJOR]);
+}
+
+#[test]
+fn fold_matches_twin() {
+    let mut rng = Rng::new(21);
+    let mut cases = Vec::new();
+    for (n_parts, width) in [(8, 1024), (2, 4096), (1, 7), (5, 33)] {
+        for reverse in [false, true] {
+            let mut c = Case::new(format!("{n_parts}x{width} reverse={reverse}"));
+            let mut data = rng.vec(n_parts * width, 3.0);
+            data[0] = -0.0; // a lone −0.0 column must fold to +0.0
+            for p in 0..n_parts {
+                data[p * width] = -0.0;
+            }
+            let parts = c.buf(data);
+            let out = c.out(width);
+            c.ops.push(Op::Fold { parts, n_parts, reverse, out });
+            cases.push(c);
+        }
+    }
+    check_cases("fold_f32", cases, &[FAST]);
+}
+
+#[test]
+fn elementwise_match_twins() {
+    let mut rng = Rng::new(22);
+    let mut cases = Vec::new();
+    for n in [1, 1000, 70_000] {
+        let mut c = Case::new(format!("add {n}"));
+        let (a, b) = (c.buf(rng.vec(n, 100.0)), c.buf(rng.vec(n, 100.0)));
+        let out = c.out(n);
+        c.ops.push(Op::Add { a, b, out });
+        cases.push(c);
+        let mut c = Case::new(format!("add in place {n}"));
+        let (a, b) = (c.buf(rng.vec(n, 1.0)), c.buf(rng.vec(n, 1.0)));
+        c.outputs.push(a);
+        c.ops.push(Op::Add { a, b, out: a });
+        cases.push(c);
+        for s in [0.3f32, -1.7, f32::from_bits(0x0000_0003), 1e30] {
+            let mut c = Case::new(format!("scale {n} by {s:e} in place"));
+            let x = c.buf(rng.vec(n, 10.0));
+            c.outputs.push(x);
+            c.ops.push(Op::Scale { x, s, out: x });
+            cases.push(c);
+        }
+    }
+    let mut c = Case::new("flip_low_bit");
+    let x = c.buf(vec![1.5, 2.5]);
+    c.outputs.push(x);
+    c.ops.push(Op::FlipLowBit { x: x.sub(0, 1) });
+    cases.push(c);
+    let mut c = Case::new("flip_low_bit of an element inside a buffer");
+    let x = c.buf(vec![-0.0, 3.0, 4.0]);
+    c.outputs.push(x);
+    c.ops.push(Op::FlipLowBit { x: x.sub(1, 2) });
+    cases.push(c);
+    check_cases("elementwise", cases, &[FAST]);
+}
+
+const EPS: f32 = 1e-6;
+
+#[test]
+fn norms_match_twins() {
+    let mut rng = Rng::new(23);
+    let mut cases = Vec::new();
+    for (rows, width) in [(1, 1024), (3, 4096), (2, 100), (4, 31), (1, 1)] {
+        let mut c = Case::new(format!("rmsnorm {rows}x{width}"));
+        let (x, w) = (c.buf(rng.vec(rows * width, 8.0)), c.buf(rng.vec(width, 2.0)));
+        let out = c.out(rows * width);
+        c.ops.push(Op::RmsNorm { x, w, eps: EPS, out });
+        cases.push(c);
+
+        let mut c = Case::new(format!("rmsnorm in place {rows}x{width}"));
+        let (x, w) = (c.buf(rng.vec(rows * width, 8.0)), c.buf(rng.vec(width, 2.0)));
+        c.outputs.push(x);
+        c.ops.push(Op::RmsNorm { x, w, eps: EPS, out: x });
+        cases.push(c);
+
+        let mut c = Case::new(format!("add_rmsnorm {rows}x{width}"));
+        let (x, a, w) = (c.buf(rng.vec(rows * width, 8.0)), c.buf(rng.vec(rows * width, 8.0)), c.buf(rng.vec(width, 2.0)));
+        let (h, out) = (c.out(rows * width), c.out(rows * width));
+        c.ops.push(Op::AddRmsNorm { x, a, w, eps: EPS, h, out });
+        cases.push(c);
+
+        let n_parts = 8;
+        let mut c = Case::new(format!("fold_add_rmsnorm {rows}x{width}"));
+        let parts = c.buf(rng.vec(n_parts * rows * width, 2.0));
+        let (x, w) = (c.buf(rng.vec(rows * width, 8.0)), c.buf(rng.vec(width, 2.0)));
+        let (a, h, out) = (c.out(rows * width), c.out(rows * width), c.out(rows * width));
+        c.ops.push(Op::FoldAddRmsNorm { parts, n_parts, x, w, eps: EPS, a, h, out });
+        cases.push(c);
+    }
+    // A zero row: ss = 0, inv = 1/sqrt(eps).
+    let mut c = Case::new("rmsnorm of zeros");
+    let (x, w) = (c.buf(vec![0.0; 256]), c.buf(vec![1.0; 256]));
+    let out = c.out(256);
+    c.ops.push(Op::RmsNorm { x, w, eps: EPS, out });
+    cases.push(c);
+    check_cases("norm", cases, &[FAST]);
+}
+
+fn rope_row(pos: usize) -> Vec<f32> {
+    let angles: Vec<f64> = (0..64).map(|i| pos as f64 * 1e6f64.powf(-(2.0 * i as f64) / 128.0)).collect();
+    angles.iter().map(|a| a.cos() as f32).chain(angles.iter().map(|a| a.sin() as f32)).collect()
+}
+
+#[test]
+fn attention_kernels_match_twins() {
+    let mut rng = Rng::new(24);
+    let mut cases = Vec::new();
+    for (heads, pos) in [(8, 0), (1, 5), (9, 1000), (32, 77)] {
+        let mut c = Case::new(format!("qk_norm_rope {heads} heads pos {pos}"));
+        let x = c.buf(rng.vec(heads * 128, 6.0));
+        let w = c.buf(rng.vec(128, 2.0));
+        let cos_sin = c.buf(rope_row(pos));
+        c.outputs.push(x);
+        c.ops.push(Op::QkNormRope { x, w, eps: EPS, cos_sin });
+        cases.push(c);
+    }
+    for (len, q_heads, kv_heads, score_scale) in
+        [(1, 8, 8, 1.0), (31, 8, 2, 1.0), (32, 4, 4, 3.0), (33, 8, 1, 1.0), (100, 16, 8, 6.0), (256, 32, 8, 2.0), (64, 2, 1, 40.0)]
+    {
+        let mut c = Case::new(format!("decode_attention len {len} q {q_heads} kv {kv_heads} x{score_scale}"));
+        let cap = len + 3; // a cache allocated for more positions than are read
+        let q = c.buf(rng.vec(q_heads * 128, score_scale));
+        let k = c.buf(rng.vec(cap * kv_heads * 128, score_scale));
+        let v = c.buf(rng.vec(cap * kv_heads * 128, 4.0));
+        let mut g = rng.vec(q_heads, 3.0);
+        g[0] = 95.0; // sigmoid saturates to 1
+        let gate = c.buf(g);
+        let out = c.out(q_heads * 128);
+        let (k, v) = (k.sub(0, len * kv_heads * 128), v.sub(0, len * kv_heads * 128));
+        c.ops.push(Op::Attention { q, k, v, gate, len, q_heads, kv_heads, out });
+        cases.push(c);
+    }
+    check_cases("attention", cases, &[FAST]);
+}
+
+#[test]
+fn moe_kernels_match_twins() {
+    let mut rng = Rng::new(25);
+    let mut cases = Vec::new();
+    for (n, k, normalize, dup) in [(8, 2, true, false), (288, 8, true, false), (288, 8, false, true), (16, 16, true, true), (64, 4, true, false)]
+    {
+        for device_variant in [false, true] {
+            let mut logits = rng.vec(n, 6.0);
+            let mut bias = rng.vec(n, 0.1);
+            if dup {
+                // Equal keys: the tie-break decides.
+                for e in (0..n).step_by(3) {
+                    logits[e] = 1.25;
+                    bias[e] = 0.0;
+                }
+                logits[n - 1] = f32::NAN; // a NaN key ranks below every number
+            }
+            logits[1] = -120.0; // exp_c overflow side of sigmoid
+            let mut c = Case::new(format!("router {n} experts top-{k} normalize={normalize} ties={dup} dev={device_variant}"));
+            c.nan_equal = true;
+            let (logits, bias) = (c.buf(logits), c.buf(bias));
+            let out = c.out(2 * k);
+            c.ops.push(Op::Router { logits, bias, k, normalize, scaling: 2.5, out, device_variant });
+            cases.push(c);
+        }
+    }
+    for limit in [None, Some(7.0f32)] {
+        let n = 5000;
+        let mut c = Case::new(format!("swiglu limit {limit:?}"));
+        c.nan_equal = true;
+        let mut gate = rng.vec(n, 30.0);
+        for (i, g) in [f32::INFINITY, f32::NEG_INFINITY, -0.0, 89.0, -89.0, 104.5, -104.5, 1e20, -1e20].into_iter().enumerate() {
+            gate[i] = g;
+        }
+        let (gate, up) = (c.buf(gate), c.buf(rng.vec(n, 20.0)));
+        let out = c.out(n);
+        c.ops.push(Op::Swiglu { gate, up, limit, out });
+        cases.push(c);
+    }
+    for (slots, width) in [(9, 1024), (1, 5), (3, 4096)] {
+        let mut c = Case::new(format!("combine {slots}x{width}"));
+        let (y, w) = (c.buf(rng.vec(slots * width, 5.0)), c.buf(rng.vec(slots, 1.0)));
+        let out = c.out(width);
+        c.ops.push(Op::Combine { y, w, out });
+        cases.push(c);
+    }
+    let mut argmax_inputs: Vec<(String, Vec<f32>)> = vec![
+        ("random 1024".into(), rng.vec(1024, 10.0)),
+        ("random 32768".into(), rng.vec(32768, 10.0)),
+        ("signed zeros".into(), vec![-0.0, 0.0, -0.0, 0.0]),
+        ("all NaN".into(), vec![f32::NAN; 7]),
+        ("empty".into(), vec![]),
+    ];
+    let mut ties = rng.vec(5000, 1.0);
+    for i in [17, 900, 4000] {
+        ties[i] = 3.0;
+    }
+    ties[3] = f32::NAN;
+    argmax_inputs.push(("ties and NaN".into(), ties));
+    for (label, xs) in argmax_inputs {
+        let mut c = Case::new(format!("argmax {label}"));
+        let x = c.buf(xs);
+        let out = c.out(1);
+        c.ops.push(Op::Argmax { x, out });
+        cases.push(c);
+    }
+    check_cases("moe", cases, &[FAST]);
+}
+
+/// Digests go through Backend::digest/collect, twice (the slots are zeroed between steps).
+#[test]
+fn digest_matches_twin() {
+    let Some(mut b) = cuda_backend(1, FAST) else { return };
+    let mut rng = Rng::new(26);
+    for step in 0..2 {
+        let mut want = Vec::new();
+        for (n, base) in [(1usize, 0u64), (1000, 7), (70_000, 123_456), (4096, 1 << 31)] {
+            let data = rng.vec(n, 1e3);
+            let id = b.alloc(0, n).unwrap();
+            let s = Slice::new(id, 0, n);
+            b.write(0, s, &data).unwrap();
+            let t = b.digest(0, s, base).unwrap();
+            assert_eq!(t, want.len());
+            want.push(digest_f32(&data, base));
+            let t = b.digest(0, s.sub(n / 2, n - n / 2), base + 5).unwrap();
+            assert_eq!(t, want.len());
+            want.push(digest_f32(&data[n / 2..], base + 5));
+        }
+        b.mark().unwrap();
+        b.mark().unwrap();
+        let got = b.collect().unwrap();
+        assert_eq!(got.digests, want, "step {step}");
+        assert_eq!(got.marks_ns.len(), 1);
+        assert_eq!(got.marks_ns[0].len(), 2);
+        assert_eq!(got.marks_ns[0][0], 0);
+    }
+}
+
+/// Copies between co-resident ranks over both transports, the byte-integrity probe, and the
+/// nccl refusal.
+#[test]
+fn copies_between_ranks_move_bytes_exactly() {
+    for tp in [2, 4] {
+        let Some(mut b) = cuda_backend(tp, CO_RESIDENT) else { return };
+        assert!(b.co_resident());
+        let mut rng = Rng::new(27 + tp as u64);
+        let n = 10_000;
+        let bufs: Vec<u32> = (0..tp).map(|r| b.alloc(r, n).unwrap()).collect();
+        for t in [Transport::HostBounce, Transport::NativeP2p] {
+            for _ in 0..3 {
+                let data = rng.vec(n, 1e3);
+                b.write(0, Slice::new(bufs[0], 0, n), &data).unwrap();
+                // a chain 0 → 1 → … → tp−1, then a partial copy back into the middle of rank 0
+                for r in 1..tp {
+                    b.copy(t, r - 1, Slice::new(bufs[r - 1], 0, n), r, Slice::new(bufs[r], 0, n)).unwrap();
+                }
+                b.copy(t, tp - 1, Slice::new(bufs[tp - 1], 0, 100), 0, Slice::new(bufs[0], 5000, 100)).unwrap();
+                let last = b.read(tp - 1, Slice::new(bufs[tp - 1], 0, n)).unwrap();
+                assert!(last.iter().zip(&data).all(|(a, b)| a.to_bits() == b.to_bits()), "TP{tp} {t:?} chain");
+                let first = b.read(0, Slice::new(bufs[0], 5000, 100)).unwrap();
+                assert!(first.iter().zip(&data).all(|(a, b)| a.to_bits() == b.to_bits()), "TP{tp} {t:?} back");
+            }
+            let probe = b.probe(t, &PROBE_SIZES_BYTES).unwrap();
+            assert_eq!(probe.len(), PROBE_SIZES_BYTES.len() * tp * (tp - 1));
+            assert!(probe.iter().all(|p| p.bad_words == 0 && p.no_peer_access.is_none()), "TP{tp} {t:?}: {probe:?}");
+        }
+        let err = b.copy(Transport::Nccl, 0, Slice::new(bufs[0], 0, 4), 1, Slice::new(bufs[1], 0, 4)).unwrap_err();
+        assert!(err.to_string().contains("nccl needs one device per rank"), "{err}");
+    }
+}
+
+#[test]
+fn nvrtc_compiles_all_kernels() {
+    if !cuda::nvrtc_library_present() {
+        assert!(!require_gpu(), "MEMRA_REQUIRE_GPU=1 but libnvrtc cannot be loaded");
+        println!("skipped: no NVRTC library (libnvrtc.so.13 not loadable; set LD_LIBRARY_PATH)");
+        return;
+    }
+    let arch = cuda::probe_cuda().ok().and_then(|s| s.devices.first().map(|d| d.arch())).unwrap_or_else(|| "sm_90".into());
+    let c = cuda::compile(&arch).unwrap_or_else(|e| panic!("NVRTC failed for {arch}: {e}"));
+    for name in KERNEL_NAMES {
+        assert!(c.ptx.contains(&format!(".entry {name}(")), "kernel {name} missing from the PTX");
+    }
+    // No contraction and no approximate math in the canonical program.
+    for banned in ["fma.rn.f32", "fma.f32", ".approx.", "div.full", "rsqrt", "ex2."] {
+        assert!(!c.ptx.contains(banned), "the PTX contains `{banned}`");
+    }
+    assert!(!c.cubin.is_empty());
+    println!(
+        "nvrtc {}.{} compiled {} kernels for {arch}: {} bytes of PTX, {} bytes of CUBIN; options {}; log: {:?}",
+        c.nvrtc_version.0,
+        c.nvrtc_version.1,
+        KERNEL_NAMES.len(),
+        c.ptx.len(),
+        c.cubin.len(),
+        c.options.join(" "),
+        c.log
+    );
+    if let Ok(dir) = std::env::var("MEMRA_DUMP_KERNELS") {
+        std::fs::write(format!("{dir}/memra_kernels.{arch}.cubin"), &c.cubin).expect("write cubin");
+        std::fs::write(format!("{dir}/memra_kernels.{arch}.ptx"), &c.ptx).expect("write ptx");
+    }
+}
+
+#[test]
+fn probing_never_panics() {
+    match cuda::probe_cuda() {
+        Ok(s) => println!("{}", s.describe()),
+        Err(e) => {
+            assert!(!require_gpu(), "MEMRA_REQUIRE_GPU=1 but: {e}");
+            println!("skipped: no CUDA device ({e})");
+        }
+    }
+    // A failed probe is an error value, never a panic, and stays the same.
+    let a = cuda::probe_cuda().map(|s| s.devices.len());
+    let b = cuda::probe_cuda().map(|s| s.devices.len());
+    assert_eq!(a, b);
+    if let Err(e) = CudaBackend::new(1) {
+        assert!(matches!(e, RuntimeError::Unavailable(_)), "{e}");
+    }
+}
+
+// ---------------------------------------------------------------- the whole program
+
+fn tiny() -> Model {
+    generate(&ModelConfig::preset("tiny", Some(1)).expect("tiny preset"), 7).expect("tiny model")
+}
+
+fn first_diff(a: &Record, b: &Record) -> Option<(usize, usize, usize)> {
+    for (p, (ra, rb)) in a.digests.iter().zip(&b.digests).enumerate() {
+        for (s, (da, db)) in ra.iter().zip(rb).enumerate() {
+            if let Some(i) = da.iter().zip(db).position(|(x, y)| x != y) {
+                return Some((p, s, i));
+            }
+        }
+    }
+    None
+}
+
+fn describe_diff(r: &Record, d: Option<(usize, usize, usize)>) -> String {
+    match d {
+        None => "identical".into(),
+        Some((p, s, i)) => {
+            let (layer, seam) = Record::seam_at(r.n_layers, i);
+            format!("first divergence: prompt {p} step {s} layer {layer} seam {}", seam.name())
+        }
+    }
+}
+
+fn run_program(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Record {
+    program::run(model, cfg, b).unwrap_or_else(|e| panic!("run TP{} {:?} on {}: {e}", cfg.tp, cfg.transport, b.describe()))
+}
+
+#[test]
+fn program_device_host_gate_and_tp_invariance() {
+    let Some(mut tp1) = cuda_backend(1, FAST) else { return };
+    let model = tiny();
+    let battery = Battery::default_for(model.config.vocab, 1);
+    let cfg = RunConfig::new(1, Transport::HostBounce, battery.clone()).unwrap();
+    let oracle = run_program(&model, &cfg, &mut HostBackend::new(1).unwrap());
+    let dev1 = run_program(&model, &cfg, &mut tp1);
+    let d = first_diff(&oracle, &dev1);
+    assert_eq!(d, None, "device-host gate: CUDA TP1 vs host TP1: {}", describe_diff(&oracle, d));
+    assert_eq!(dev1.tokens, oracle.tokens);
+    assert!(dev1.timings_ns.iter().any(|t| !t.is_empty()), "no timings recorded");
+    println!("device-host gate: identical over {} prompts ({})", oracle.digests.len(), tp1.describe());
+
+    // The reference (row-major) kernels give the same record.
+    let Some(mut rm) = cuda_backend(1, ROW_MAJOR) else { return };
+    let r = run_program(&model, &cfg, &mut rm);
+    let d = first_diff(&oracle, &r);
+    assert_eq!(d, None, "CUDA TP1 row-major kernels vs host: {}", describe_diff(&oracle, d));
+
+    for tp in [2, 4, 8] {
+        for t in [Transport::HostBounce, Transport::NativeP2p] {
+            let Some(mut b) = cuda_backend(tp, CO_RESIDENT) else { return };
+            let cfg = RunConfig::new(tp, t, battery.clone()).unwrap();
+            let r = run_program(&model, &cfg, &mut b);
+            let d = first_diff(&dev1, &r);
+            assert_eq!(d, None, "CUDA TP{tp} co-resident {t:?} vs CUDA TP1: {}", describe_diff(&dev1, d));
+            assert_eq!(r.tokens, dev1.tokens);
+            println!("TP{tp} co-resident {} = CUDA TP1", t.name());
+        }
+    }
+}
+
+/// Ranks on distinct devices when the machine has enough of them (skipped otherwise).
+#[test]
+fn program_on_distinct_devices_equals_tp1() {
+    let n_devices = cuda::probe_cuda().map(|s| s.devices.len()).unwrap_or(0);
+    if n_devices < 2 {
+        if n_devices == 0 && require_gpu() {
+            panic!("MEMRA_REQUIRE_GPU=1 but no CUDA device");
+        }
+        println!("skipped: {n_devices} CUDA device(s), distinct placement needs at least 2");
+        return;
+    }
+    let model = tiny();
+    let battery = Battery { prompts: vec![vec![1, 2, 3], vec![9, 8]], gen_tokens: 3 };
+    let cfg1 = RunConfig::new(1, Transport::HostBounce, battery.clone()).unwrap();
+    let Some(mut b1) = cuda_backend(1, FAST) else { return };
+    let base = run_program(&model, &cfg1, &mut b1);
+    for tp in [2, 4, 8].into_iter().filter(|tp| *tp <= n_devices) {
+        for t in [Transport::HostBounce, Transport::NativeP2p] {
+            let Some(mut b) = cuda_backend(tp, FAST) else { return };
+            assert!(!b.co_resident());
+            let cfg = RunConfig::new(tp, t, battery.clone()).unwrap();
+            match program::run(&model, &cfg, &mut b) {
+                Ok(r) => {
+                    let d = first_diff(&base, &r);
+                    assert_eq!(d, None, "TP{tp} on devices {:?} {t:?}: {}", b.placement(), describe_diff(&base, d));
+                }
+                Err(RuntimeError::Unavailable(reason)) if t == Transport::NativeP2p => {
+                    println!("skipped: TP{tp} native-p2p ({reason})")
+                }
+                Err(e) => panic!("TP{tp} {t:?}: {e}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn reversed_kblocks_canary_differs_at_o_join() {
+    let Some(mut b1) = cuda_backend(1, FAST) else { return };
+    let model = tiny();
+    let battery = Battery { prompts: vec![vec![1, 2, 3]], gen_tokens: 2 };
+    let base = run_program(&model, &RunConfig::new(1, Transport::HostBounce, battery.clone()).unwrap(), &mut b1);
+    let mut cfg = RunConfig::new(2, Transport::HostBounce, battery).unwrap();
+    cfg.doors.canary = Some(Canary::ReverseKBlocks);
+    let Some(mut b2) = cuda_backend(2, CO_RESIDENT) else { return };
+    let r = run_program(&model, &cfg, &mut b2);
+    let (p, s, i) = first_diff(&base, &r).expect("the reversed reduction must be detected on CUDA");
+    assert_eq!((p, s), (0, 0));
+    assert_eq!(Record::seam_at(base.n_layers, i), (0, Seam::OJoin));
+}
+
+/// Each door's arithmetic on CUDA equals the same door on the host, at TP1 and TP2 (the device
+/// reproduces every twin, not only the default path).
+#[test]
+fn doors_on_cuda_equal_doors_on_host() {
+    if !gpu_present() {
+        return;
+    }
+    let model = tiny();
+    let battery = Battery { prompts: vec![vec![3, 1, 4, 1], vec![5, 9]], gen_tokens: 3 };
+    let doors: Vec<(&str, DoorSet)> = vec![
+        ("f32_mirror", DoorSet { f32_mirror: true, ..DoorSet::default() }),
+        ("qkv_fused", DoorSet { qkv_fused: true, ..DoorSet::default() }),
+        ("dev_router", DoorSet { dev_router: true, ..DoorSet::default() }),
+        ("w8", DoorSet { w8: true, ..DoorSet::default() }),
+        ("oproj_direct+tail", DoorSet { oproj_direct: true, oproj_tail: true, ..DoorSet::default() }),
+        ("moe_direct", DoorSet { moe_direct: true, ..DoorSet::default() }),
+        ("routes_prestage", DoorSet { routes_prestage: true, ..DoorSet::default() }),
+        ("step_ep", DoorSet { step_ep: true, ..DoorSet::default() }),
+        ("nvfp4_ep2", DoorSet { nvfp4_ep2: true, ..DoorSet::default() }),
+        ("flip canary", DoorSet { canary: Some(Canary::FlipBit { layer: 0, seam: Seam::Attn, step: 1 }), ..DoorSet::default() }),
+        ("stale canary", DoorSet { canary: Some(Canary::StaleBuffer), ..DoorSet::default() }),
+    ];
+    let mut failures = Vec::new();
+    for (name, set) in doors {
+        for tp in [1, 2] {
+            let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery.clone()).unwrap();
+            cfg.doors = set;
+            let host = match program::run(&model, &cfg, &mut HostBackend::new(tp).unwrap()) {
+                Ok(r) => r,
+                Err(e) => {
+                    println!("skipped: door {name} at TP{tp} is refused by the program ({e})");
+                    continue;
+                }
+            };
+            let Some(mut b) = cuda_backend(tp, CO_RESIDENT) else { return };
+            match program::run(&model, &cfg, &mut b) {
+                Err(e) => failures.push(format!("door {name} TP{tp}: CUDA run failed: {e}")),
+                Ok(r) => match first_diff(&host, &r) {
+                    None if r.tokens == host.tokens => println!("ok door {name} TP{tp}"),
+                    d => failures.push(format!("door {name} TP{tp}: CUDA vs host: {}", describe_diff(&host, d))),
+                },
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
