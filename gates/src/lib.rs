@@ -9,6 +9,7 @@ pub mod error;
 pub mod gate;
 pub mod matrix;
 pub mod plan;
+pub mod promote;
 pub mod registry;
 pub mod registry_view;
 pub mod selftest;

@@ -7,7 +7,7 @@
 use crate::gate::{self, FirstDivergence, GateOutcome};
 use memra_receipts::schema::{self as rs, Gate, GateResult, Verdict};
 use memra_receipts::{Receipt, ReceiptKind};
-use memra_runtime::backend::{open, BackendKind};
+use memra_runtime::backend::{open, BackendKind, ProbeResult, PROBE_SIZES_BYTES};
 use memra_runtime::model::Model;
 use memra_runtime::record::{CaptureKey, Record};
 use memra_runtime::{Battery, DoorSet, ExpertFormat, RunConfig, RuntimeError, Transport};
@@ -80,6 +80,18 @@ pub struct Suite<'a> {
     oracle_captured: Mutex<HashMap<ExpertFormat, Record>>,
     /// The canonical program on NVFP4 expert banks (the oracle of NVFP4 doors).
     nvfp4_oracle: Mutex<Option<Result<Record, String>>>,
+    /// The byte-integrity probe per (backend, TP), run once before the first native-P2P job.
+    probes: Mutex<HashMap<(BackendKind, usize), Result<Vec<ProbeResult>, String>>>,
+}
+
+/// Probe sizes: DESIGN.md §3.5's ladder on devices; on the host backend the 64 MiB rung is left
+/// out (arena-to-arena copies are plain memcpy, and 56 ordered pairs × 64 MiB would dominate a
+/// CI run) — the receipt lists exactly the sizes probed.
+fn probe_sizes(backend: BackendKind) -> &'static [usize] {
+    match backend {
+        BackendKind::Cuda => &PROBE_SIZES_BYTES,
+        BackendKind::Host => &PROBE_SIZES_BYTES[..3],
+    }
 }
 
 /// Run one configuration of the subject.
@@ -123,6 +135,7 @@ impl<'a> Suite<'a> {
             class_baselines: Mutex::new(HashMap::new()),
             oracle_captured: Mutex::new(HashMap::new()),
             nvfp4_oracle: Mutex::new(None),
+            probes: Mutex::new(HashMap::new()),
         })
     }
 
@@ -313,7 +326,42 @@ impl<'a> Suite<'a> {
         }
     }
 
+    fn probe(&self, backend: BackendKind, tp: usize) -> Result<Vec<ProbeResult>, String> {
+        let mut probes = self.probes.lock().expect("probe lock");
+        probes
+            .entry((backend, tp))
+            .or_insert_with(|| {
+                let mut b = open(backend, tp).map_err(|e| e.to_string())?;
+                b.probe(Transport::NativeP2p, probe_sizes(backend)).map_err(|e| e.to_string())
+            })
+            .clone()
+    }
+
     fn gate_job(&self, job: &Job, ev: &mut Evaluation) {
+        if job.transport == Transport::NativeP2p && job.tp > 1 {
+            match self.probe(job.backend, job.tp) {
+                Err(e) => return ev.error_text(format!("the native-P2P byte-integrity probe could not run: {e}")),
+                Ok(results) => {
+                    ev.probe = results.clone();
+                    if let Some(p) = results.iter().find(|p| p.no_peer_access.is_some()) {
+                        ev.verdict = Verdict::Skip;
+                        ev.reason = Some(format!(
+                            "no peer access from rank {} to rank {}: {}",
+                            p.src,
+                            p.dst,
+                            p.no_peer_access.clone().unwrap_or_default()
+                        ));
+                        return;
+                    }
+                    if let Some(p) = results.iter().find(|p| p.bad_words > 0) {
+                        return ev.error_text(format!(
+                            "the byte-integrity probe found {} wrong words copying {} bytes from rank {} to rank {}: peer copies are corrupt here",
+                            p.bad_words, p.bytes, p.src, p.dst
+                        ));
+                    }
+                }
+            }
+        }
         let numeric = matches!(job.class, JobClass::Numeric { .. });
         let format = Self::format_of(job);
         let oracle = match self.numeric_oracle(job) {
@@ -450,7 +498,21 @@ impl<'a> Suite<'a> {
             wall_ms,
             host: host_description(),
             device: if job.backend == BackendKind::Cuda { Some(record.backend.clone()) } else { None },
-            p2p_probe: vec![],
+            p2p_probe: ev
+                .probe
+                .iter()
+                .map(|p| rs::ProbeEntry {
+                    src: p.src,
+                    dst: p.dst,
+                    bytes: p.bytes as u64,
+                    bad_words: p.bad_words as u64,
+                    status: match (&p.no_peer_access, p.bad_words) {
+                        (Some(_), _) => rs::ProbeStatus::NoPeerAccess,
+                        (None, 0) => rs::ProbeStatus::Ok,
+                        (None, _) => rs::ProbeStatus::Corrupt,
+                    },
+                })
+                .collect(),
             started_at_unix_ms,
             extra: BTreeMap::new(),
         };
@@ -467,6 +529,7 @@ struct Evaluation {
     errors: Vec<gate::SeamError>,
     near_ties: Vec<gate::NearTie>,
     record: Option<Record>,
+    probe: Vec<ProbeResult>,
 }
 
 impl Default for Evaluation {
@@ -479,6 +542,7 @@ impl Default for Evaluation {
             errors: Vec::new(),
             near_ties: Vec::new(),
             record: None,
+            probe: Vec::new(),
         }
     }
 }

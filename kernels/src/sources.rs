@@ -154,8 +154,19 @@ mod tests {
     #[test]
     fn no_platform_math_in_kernels() {
         let banned = [
-            "fmaf(", "__fmaf", "expf(", "__expf", "exp2f(", "rsqrtf(", "__frsqrt", "logf(", "tanhf(", "__fdividef",
-            "sqrtf(", "powf(", "__powf",
+            "fmaf(",
+            "__fmaf",
+            "expf(",
+            "__expf",
+            "exp2f(",
+            "rsqrtf(",
+            "__frsqrt",
+            "logf(",
+            "tanhf(",
+            "__fdividef",
+            "sqrtf(",
+            "powf(",
+            "__powf",
         ];
         for (name, text) in SOURCES {
             for (n, line) in text.lines().enumerate() {

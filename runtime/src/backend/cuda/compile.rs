@@ -72,7 +72,15 @@ pub fn compile(arch: &str) -> Result<CompiledKernels, RuntimeError> {
         Ok(r) => r?,
         Err(_) => return Err(nvrtc_err("bindings", "panicked while compiling (NVRTC library incompatible?)")),
     };
-    Ok(CompiledKernels { arch: arch.to_string(), options, source_digest: source_digest(), nvrtc_version, log, ptx, cubin })
+    Ok(CompiledKernels {
+        arch: arch.to_string(),
+        options,
+        source_digest: source_digest(),
+        nvrtc_version,
+        log,
+        ptx,
+        cubin,
+    })
 }
 
 type CompileOutput = (String, String, Vec<u8>, (i32, i32));

@@ -67,7 +67,8 @@ macro_rules! launch {
 impl CudaBackend {
     fn weight_shape(&self, rank: usize, w: u32, op: &str) -> Result<(WeightKind, usize, usize, usize, usize)> {
         let ws = &self.ranks[rank].weights;
-        let wt = ws.get(w as usize).ok_or_else(|| shape_err(op, format!("weight {w} does not exist on rank {rank}")))?;
+        let wt =
+            ws.get(w as usize).ok_or_else(|| shape_err(op, format!("weight {w} does not exist on rank {rank}")))?;
         Ok((wt.kind, wt.rows, wt.cols, wt.kblock_width, wt.vec))
     }
 
@@ -79,7 +80,8 @@ impl CudaBackend {
         let r = &self.ranks[rank];
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, what, e))?;
         // SAFETY: `ptr` addresses `len` checked f32 of a live buffer on this rank's device.
-        unsafe { dresult::memset_d8_async(ptr, 0, len * 4, r.stream.cu_stream()) }.map_err(|e| self.fault(rank, what, e))
+        unsafe { dresult::memset_d8_async(ptr, 0, len * 4, r.stream.cu_stream()) }
+            .map_err(|e| self.fault(rank, what, e))
     }
 
     fn gemv(&self, rank: usize, w: u32, x: Slice, out: Slice, mode: GemvMode) -> Result<()> {
@@ -93,7 +95,10 @@ impl CudaBackend {
         let nk = if cols == 0 { 0 } else { cols / kw };
         let want_out = if mode == GemvMode::Partials { nk * rows } else { rows };
         if out.len != want_out {
-            return Err(shape_err(op, format!("out has {} values, expected {want_out} ({rows} rows, {nk} K-blocks)", out.len)));
+            return Err(shape_err(
+                op,
+                format!("out has {} values, expected {want_out} ({rows} rows, {nk} K-blocks)", out.len),
+            ));
         }
         if rows == 0 {
             return Ok(());
@@ -115,7 +120,10 @@ impl CudaBackend {
                 _ => {
                     return Err(shape_err(
                         op,
-                        format!("the tree order (QKV_FUSED) is defined for BF16 and F32 weights, not {}", kind.suffix()),
+                        format!(
+                            "the tree order (QKV_FUSED) is defined for BF16 and F32 weights, not {}",
+                            kind.suffix()
+                        ),
                     ))
                 }
             };
@@ -176,17 +184,33 @@ impl CudaBackend {
             Op::Fold { parts, n_parts, reverse, out } => {
                 let (pp, outp) = (self.slice_ptr(rank, parts, "fold")?, self.slice_ptr(rank, out, "fold")?);
                 if Some(parts.len) != n_parts.checked_mul(out.len) {
-                    return Err(shape_err("fold", format!("{} values is not {n_parts} parts × {}", parts.len, out.len)));
+                    return Err(shape_err(
+                        "fold",
+                        format!("{} values is not {n_parts} parts × {}", parts.len, out.len),
+                    ));
                 }
                 if out.len == 0 {
                     return Ok(());
                 }
                 let (np, width, rev) = (i32_of("fold", "n_parts", n_parts)?, out.len as i32, reverse as i32);
-                launch!(self, rank, "fold_f32", cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0), pp, np, width, rev, outp)
+                launch!(
+                    self,
+                    rank,
+                    "fold_f32",
+                    cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0),
+                    pp,
+                    np,
+                    width,
+                    rev,
+                    outp
+                )
             }
             Op::Add { a, b, out } => {
-                let (ap, bp, outp) =
-                    (self.slice_ptr(rank, a, "add")?, self.slice_ptr(rank, b, "add")?, self.slice_ptr(rank, out, "add")?);
+                let (ap, bp, outp) = (
+                    self.slice_ptr(rank, a, "add")?,
+                    self.slice_ptr(rank, b, "add")?,
+                    self.slice_ptr(rank, out, "add")?,
+                );
                 if a.len != out.len || b.len != out.len {
                     return Err(shape_err("add", format!("lengths {} + {} → {}", a.len, b.len, out.len)));
                 }
@@ -240,7 +264,20 @@ impl CudaBackend {
                     return Ok(());
                 }
                 let (n, rows_i) = (w.len as i32, rows as i32);
-                launch!(self, rank, "add_rmsnorm_f32", cfg(rows.div_ceil(8), 256, 0), xp, ap, wp, eps, hp, outp, n, rows_i)
+                launch!(
+                    self,
+                    rank,
+                    "add_rmsnorm_f32",
+                    cfg(rows.div_ceil(8), 256, 0),
+                    xp,
+                    ap,
+                    wp,
+                    eps,
+                    hp,
+                    outp,
+                    n,
+                    rows_i
+                )
             }
             Op::FoldAddRmsNorm { parts, n_parts, x, w, eps, a, h, out } => {
                 let what = "fold_add_rmsnorm";
@@ -253,10 +290,14 @@ impl CudaBackend {
                     self.slice_ptr(rank, out, what)?,
                 );
                 let rows = Self::norm_rows(what, x.len, w.len)?;
-                if a.len != x.len || h.len != x.len || out.len != x.len || Some(parts.len) != n_parts.checked_mul(x.len) {
+                if a.len != x.len || h.len != x.len || out.len != x.len || Some(parts.len) != n_parts.checked_mul(x.len)
+                {
                     return Err(shape_err(
                         what,
-                        format!("parts {} ({n_parts} parts) x {} a {} h {} out {}", parts.len, x.len, a.len, h.len, out.len),
+                        format!(
+                            "parts {} ({n_parts} parts) x {} a {} h {} out {}",
+                            parts.len, x.len, a.len, h.len, out.len
+                        ),
                     ));
                 }
                 if rows == 0 {
@@ -282,10 +323,16 @@ impl CudaBackend {
             }
             Op::QkNormRope { x, w, eps, cos_sin } => {
                 let what = "qk_norm_rope";
-                let (xp, wp, cp) =
-                    (self.slice_ptr(rank, x, what)?, self.slice_ptr(rank, w, what)?, self.slice_ptr(rank, cos_sin, what)?);
+                let (xp, wp, cp) = (
+                    self.slice_ptr(rank, x, what)?,
+                    self.slice_ptr(rank, w, what)?,
+                    self.slice_ptr(rank, cos_sin, what)?,
+                );
                 if x.len % HEAD_DIM != 0 || w.len != HEAD_DIM || cos_sin.len != HEAD_DIM {
-                    return Err(shape_err(what, format!("x {} (whole heads of 128), w {}, cos_sin {} (128 each)", x.len, w.len, cos_sin.len)));
+                    return Err(shape_err(
+                        what,
+                        format!("x {} (whole heads of 128), w {}, cos_sin {} (128 each)", x.len, w.len, cos_sin.len),
+                    ));
                 }
                 let heads = x.len / HEAD_DIM;
                 if heads == 0 {
@@ -322,10 +369,26 @@ impl CudaBackend {
                 }
                 let smem = len * 4;
                 if smem > SMEM_LIMIT {
-                    return Err(shape_err(what, format!("{len} positions exceed the {} scores held in shared memory", SMEM_LIMIT / 4)));
+                    return Err(shape_err(
+                        what,
+                        format!("{len} positions exceed the {} scores held in shared memory", SMEM_LIMIT / 4),
+                    ));
                 }
                 let (len_i, qh, kvh) = (len as i32, q_heads as i32, kv_heads as i32);
-                launch!(self, rank, "decode_attention_f32", cfg(q_heads, ATTN_THREADS, smem), qp, kp, vp, gp, len_i, qh, kvh, outp)
+                launch!(
+                    self,
+                    rank,
+                    "decode_attention_f32",
+                    cfg(q_heads, ATTN_THREADS, smem),
+                    qp,
+                    kp,
+                    vp,
+                    gp,
+                    len_i,
+                    qh,
+                    kvh,
+                    outp
+                )
             }
             Op::Router { logits, bias, k, normalize, scaling, out, device_variant } => {
                 let what = "router";
@@ -338,7 +401,10 @@ impl CudaBackend {
                 if bias.len != n || k > n || out.len != 2 * k || k > 64 || 12 * n > SMEM_LIMIT {
                     return Err(shape_err(
                         what,
-                        format!("{n} experts, bias {}, top-{k}, out {} (needs 2k, k ≤ 64, ≤ 4096 experts)", bias.len, out.len),
+                        format!(
+                            "{n} experts, bias {}, top-{k}, out {} (needs 2k, k ≤ 64, ≤ 4096 experts)",
+                            bias.len, out.len
+                        ),
                     ));
                 }
                 if k == 0 {
@@ -350,8 +416,11 @@ impl CudaBackend {
             }
             Op::Swiglu { gate, up, limit, out } => {
                 let what = "swiglu";
-                let (gp, up_p, outp) =
-                    (self.slice_ptr(rank, gate, what)?, self.slice_ptr(rank, up, what)?, self.slice_ptr(rank, out, what)?);
+                let (gp, up_p, outp) = (
+                    self.slice_ptr(rank, gate, what)?,
+                    self.slice_ptr(rank, up, what)?,
+                    self.slice_ptr(rank, out, what)?,
+                );
                 if up.len != gate.len || out.len != gate.len {
                     return Err(shape_err(what, format!("gate {} up {} out {}", gate.len, up.len, out.len)));
                 }
@@ -359,20 +428,44 @@ impl CudaBackend {
                     return Ok(());
                 }
                 let (has, lim, n) = (limit.is_some() as i32, limit.unwrap_or(0.0), out.len as i32);
-                launch!(self, rank, "swiglu_f32", cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0), gp, up_p, has, lim, outp, n)
+                launch!(
+                    self,
+                    rank,
+                    "swiglu_f32",
+                    cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0),
+                    gp,
+                    up_p,
+                    has,
+                    lim,
+                    outp,
+                    n
+                )
             }
             Op::Combine { y, w, out } => {
                 let what = "combine";
                 let (yp, wp, outp) =
                     (self.slice_ptr(rank, y, what)?, self.slice_ptr(rank, w, what)?, self.slice_ptr(rank, out, what)?);
                 if Some(y.len) != w.len.checked_mul(out.len) {
-                    return Err(shape_err(what, format!("y has {} elements, expected slots {} × width {}", y.len, w.len, out.len)));
+                    return Err(shape_err(
+                        what,
+                        format!("y has {} elements, expected slots {} × width {}", y.len, w.len, out.len),
+                    ));
                 }
                 if out.len == 0 {
                     return Ok(());
                 }
                 let (slots, width) = (i32_of(what, "slots", w.len)?, out.len as i32);
-                launch!(self, rank, "combine_f32", cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0), yp, wp, slots, width, outp)
+                launch!(
+                    self,
+                    rank,
+                    "combine_f32",
+                    cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0),
+                    yp,
+                    wp,
+                    slots,
+                    width,
+                    outp
+                )
             }
             Op::Argmax { x, out } => {
                 let (xp, outp) = (self.slice_ptr(rank, x, "argmax")?, self.slice_ptr(rank, out, "argmax")?);

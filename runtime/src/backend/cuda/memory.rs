@@ -27,7 +27,12 @@ pub(crate) struct DeviceBuffer {
 impl DeviceBuffer {
     /// Allocate `bytes` (at least 1) zeroed bytes; the zeroing is queued on `stream`, so work
     /// queued later on that stream sees zeros.
-    pub(crate) fn zeroed(ctx: &Arc<CudaContext>, stream: &CudaStream, bytes: usize, what: &str) -> Result<DeviceBuffer> {
+    pub(crate) fn zeroed(
+        ctx: &Arc<CudaContext>,
+        stream: &CudaStream,
+        bytes: usize,
+        what: &str,
+    ) -> Result<DeviceBuffer> {
         let bytes = bytes.max(1);
         ctx.bind_to_thread().map_err(|e| driver_err(what, e))?;
         // SAFETY: the context is current on this thread; the size is non-zero.
@@ -155,7 +160,8 @@ fn check_shard(s: &MatrixShard) -> Result<()> {
     if cols > 0 && (kw == 0 || cols % kw != 0) {
         return bad(format!("in_features {cols} is not a whole number of K-blocks of width {kw}"));
     }
-    let n = rows.checked_mul(cols).ok_or_else(|| RuntimeError::Config(format!("weight shard {rows}×{cols} overflows")))?;
+    let n =
+        rows.checked_mul(cols).ok_or_else(|| RuntimeError::Config(format!("weight shard {rows}×{cols} overflows")))?;
     if i32::try_from(n).is_err() || i32::try_from(rows.max(cols)).is_err() {
         return bad("more than 2^31 elements do not fit the kernels' 32-bit indices".into());
     }
@@ -171,7 +177,11 @@ fn check_shard(s: &MatrixShard) -> Result<()> {
             }
             let scale_rows = if rows == 0 { 0 } else { (row0 + rows - 1) / 128 - row0 / 128 + 1 };
             if scales.len() < scale_rows * (cols / 128) {
-                return bad(format!("E4M3 rows {row0}.. need {} scales, storage has {}", scale_rows * (cols / 128), scales.len()));
+                return bad(format!(
+                    "E4M3 rows {row0}.. need {} scales, storage has {}",
+                    scale_rows * (cols / 128),
+                    scales.len()
+                ));
             }
             Ok(())
         }
@@ -215,8 +225,12 @@ pub(crate) fn upload_weight(
     let (rows, cols, kw) = (shard.out_features, shard.in_features, shard.kblock_width);
     let vec = choose_vec(shard, allow_lane_major);
     let (kind, data, scales, row0) = match &shard.data {
-        ShardData::Bf16(b) => (WeightKind::Bf16, DeviceBuffer::from_host(ctx, stream, &to_lane_major(b, cols, kw, vec), what)?, None, 0),
-        ShardData::F32(v) => (WeightKind::F32, DeviceBuffer::from_host(ctx, stream, &to_lane_major(v, cols, kw, vec), what)?, None, 0),
+        ShardData::Bf16(b) => {
+            (WeightKind::Bf16, DeviceBuffer::from_host(ctx, stream, &to_lane_major(b, cols, kw, vec), what)?, None, 0)
+        }
+        ShardData::F32(v) => {
+            (WeightKind::F32, DeviceBuffer::from_host(ctx, stream, &to_lane_major(v, cols, kw, vec), what)?, None, 0)
+        }
         ShardData::E4m3 { codes, scales, row0 } => (
             WeightKind::E4m3,
             DeviceBuffer::from_host(ctx, stream, &to_lane_major(codes, cols, kw, vec), what)?,

@@ -184,7 +184,10 @@ impl CudaBackend {
         if rank < self.ranks.len() {
             Ok(())
         } else {
-            Err(RuntimeError::Config(format!("rank {rank} does not exist: this backend has {} ranks", self.ranks.len())))
+            Err(RuntimeError::Config(format!(
+                "rank {rank} does not exist: this backend has {} ranks",
+                self.ranks.len()
+            )))
         }
     }
 
@@ -213,7 +216,11 @@ impl CudaBackend {
     pub(crate) fn fault(&self, rank: usize, location: &str, e: dresult::DriverError) -> RuntimeError {
         self.drain();
         RuntimeError::Device {
-            location: format!("{location} on rank {rank} (device {}), launch #{} of this step", self.ordinal_of(rank), self.launches),
+            location: format!(
+                "{location} on rank {rank} (device {}), launch #{} of this step",
+                self.ordinal_of(rank),
+                self.launches
+            ),
             detail: e.to_string(),
         }
     }
@@ -331,7 +338,8 @@ impl Backend for CudaBackend {
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "write", e))?;
         // SAFETY: `ptr` addresses dst.len checked elements of a live buffer on this rank's
         // device; the stream is synchronized before returning, so `data` outlives the copy.
-        unsafe { dresult::memcpy_htod_async(ptr, data, r.stream.cu_stream()) }.map_err(|e| self.fault(rank, "write", e))?;
+        unsafe { dresult::memcpy_htod_async(ptr, data, r.stream.cu_stream()) }
+            .map_err(|e| self.fault(rank, "write", e))?;
         r.stream.synchronize().map_err(|e| self.fault(rank, "write", e))
     }
 

@@ -56,7 +56,9 @@ impl CudaSystem {
 pub enum CudaUnavailable {
     #[error("no CUDA driver library found (libcuda.so / libcuda.so.1 could not be loaded)")]
     NoDriverLibrary,
-    #[error("no NVRTC library found (libnvrtc.so / libnvrtc.so.13 could not be loaded; add its folder to LD_LIBRARY_PATH)")]
+    #[error(
+        "no NVRTC library found (libnvrtc.so / libnvrtc.so.13 could not be loaded; add its folder to LD_LIBRARY_PATH)"
+    )]
     NoNvrtcLibrary,
     #[error("the CUDA driver failed to initialise: {0}")]
     InitFailed(String),
@@ -111,7 +113,13 @@ fn probe_uncached() -> Result<CudaSystem, CudaUnavailable> {
 }
 
 fn query_driver() -> Result<CudaSystem, CudaUnavailable> {
-    dresult::init().map_err(|e| CudaUnavailable::InitFailed(e.to_string()))?;
+    dresult::init().map_err(|e| {
+        if e.0 == dsys::CUresult::CUDA_ERROR_NO_DEVICE {
+            CudaUnavailable::NoDevice
+        } else {
+            CudaUnavailable::InitFailed(e.to_string())
+        }
+    })?;
     let mut driver_version: std::ffi::c_int = 0;
     // SAFETY: cuInit succeeded; the out-pointer is a live local.
     unsafe { dsys::cuDriverGetVersion(&mut driver_version) }
@@ -136,7 +144,13 @@ fn query_driver() -> Result<CudaSystem, CudaUnavailable> {
         let multiprocessors = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         // SAFETY: valid device handle, as above.
         let total_mem_bytes = unsafe { dresult::device::total_mem(dev) }.map_err(|e| q(e.to_string()))?;
-        devices.push(DeviceInfo { ordinal, name, compute_capability: (major, minor), total_mem_bytes, multiprocessors });
+        devices.push(DeviceInfo {
+            ordinal,
+            name,
+            compute_capability: (major, minor),
+            total_mem_bytes,
+            multiprocessors,
+        });
     }
     Ok(CudaSystem { driver_version, devices })
 }

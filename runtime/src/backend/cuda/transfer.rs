@@ -121,7 +121,8 @@ impl CudaBackend {
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, what, e))?;
         // SAFETY: both pointers address `bytes` checked bytes of live buffers on this device, the
         // ranges do not overlap (checked for one buffer; distinct buffers never overlap).
-        unsafe { dresult::memcpy_dtod_async(dp, sp, bytes, r.stream.cu_stream()) }.map_err(|e| self.fault(rank, what, e))
+        unsafe { dresult::memcpy_dtod_async(dp, sp, bytes, r.stream.cu_stream()) }
+            .map_err(|e| self.fault(rank, what, e))
     }
 
     fn host_bounce(
@@ -228,7 +229,8 @@ impl CudaBackend {
         let mut out = Vec::new();
         for &bytes in sizes_bytes {
             let words = bytes / 4;
-            let bufs: Vec<u32> = (0..n).map(|r| crate::backend::Backend::alloc(self, r, words)).collect::<Result<_>>()?;
+            let bufs: Vec<u32> =
+                (0..n).map(|r| crate::backend::Backend::alloc(self, r, words)).collect::<Result<_>>()?;
             for src in 0..n {
                 for dst in (0..n).filter(|d| *d != src) {
                     if let Some(reason) = self.pair_unavailable(transport, src, dst) {

@@ -1,0 +1,1 @@
+//! Promotion policy (in progress).

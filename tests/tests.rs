@@ -1,0 +1,3 @@
+//! Integration tests of the `memra-gates` binary, one test binary (STYLE.md).
+mod cli;
+mod util;
