@@ -46,6 +46,8 @@ enum Command {
     Selftest(SelftestArgs),
     /// Compare two receipt sets (files or directories).
     Diff(DiffArgs),
+    /// Time the canonical program on a device against the memory floor and PyTorch.
+    Bench(BenchArgs),
     /// Print build provenance.
     Version,
 }
@@ -186,6 +188,36 @@ pub struct DiffArgs {
     pub threshold: f64,
 }
 
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Timed decode steps (after warm-up); each gives one sample per layer × seam.
+    #[arg(long, default_value_t = 24)]
+    pub steps: usize,
+    #[arg(long, default_value_t = 4)]
+    pub warmup: usize,
+    /// Bytes of the device-to-device copy that measures the bandwidth.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub copy_bytes: usize,
+    /// Python with PyTorch for the side-by-side layer.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+    #[arg(long, default_value = "scripts/bench/torch_layer.py")]
+    pub torch_script: PathBuf,
+    /// Skip the PyTorch anchor.
+    #[arg(long)]
+    pub no_torch: bool,
+    /// Time the host backend when no device is present (no memory floor).
+    #[arg(long)]
+    pub allow_host: bool,
+    /// Write the performance receipt here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
 /// Entry point: parse, run, print the error chain once, map to an exit status.
 pub fn main(prov: Provenance) -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -204,6 +236,7 @@ pub fn main(prov: Provenance) -> ExitCode {
         Some(Command::Matrix(a)) => crate::commands::matrix(&a),
         Some(Command::Selftest(a)) => crate::selftest::selftest(&a, prov),
         Some(Command::Diff(a)) => crate::commands::diff(&a),
+        Some(Command::Bench(a)) => crate::bench::bench(&a, prov),
         Some(Command::Version) => {
             println!("memra-gates {}", env!("CARGO_PKG_VERSION"));
             println!("git revision: {}", prov.git_rev);

@@ -2,6 +2,7 @@
 //!
 //! The gates consume records (`memra_runtime::record`), never runtime internals, so another
 //! subject (an external engine's tape, DESIGN.md §10) can be gated the same way.
+pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod env;

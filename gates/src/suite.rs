@@ -229,26 +229,7 @@ impl<'a> Suite<'a> {
 
     /// The evidence of a job's configuration (its run identity).
     pub fn config_evidence(&self, job: &Job) -> rs::RunConfigEvidence {
-        rs::RunConfigEvidence {
-            subject: "memra-runtime".into(),
-            backend: match job.backend {
-                BackendKind::Host => rs::Backend::Host,
-                BackendKind::Cuda => rs::Backend::Cuda,
-            },
-            tp: job.tp,
-            transport: match job.transport {
-                Transport::HostBounce => rs::Transport::HostBounce,
-                Transport::NativeP2p => rs::Transport::NativeP2p,
-                Transport::Nccl => rs::Transport::Nccl,
-            },
-            doors: job.doors_env.clone(),
-            model: self.subject.model_evidence.clone(),
-            battery_digest: battery_digest(&self.subject.battery),
-            oracle: match job.backend {
-                BackendKind::Host => "tp1 host-bounce defaults on host".into(),
-                BackendKind::Cuda => "tp1 host-bounce defaults on cuda (device-host gated against host)".into(),
-            },
-        }
+        config_evidence(job, &self.subject.model_evidence, &self.subject.battery)
     }
 
     /// Run every job (host jobs on `workers` threads, CUDA jobs one at a time) and return the
@@ -457,11 +438,25 @@ impl<'a> Suite<'a> {
     }
 
     fn receipt(&self, job: &Job, ev: Evaluation, started_at_unix_ms: u64, wall_ms: f64) -> Receipt {
-        let config = self.config_evidence(job);
+        build_receipt(&self.opts, job, &self.subject.model_evidence, &self.subject.battery, ev, started_at_unix_ms, wall_ms)
+    }
+}
+
+/// The receipt of a job from what its evaluation produced.
+fn build_receipt(
+    opts: &SuiteOptions,
+    job: &Job,
+    model: &rs::ModelEvidence,
+    battery: &Battery,
+    ev: Evaluation,
+    started_at_unix_ms: u64,
+    wall_ms: f64,
+) -> Receipt {
+        let config = config_evidence(job, model, battery);
         let record = ev.record.clone().unwrap_or_default();
         let evidence = rs::Evidence {
             config,
-            build: rs::BuildEvidence { kernel_source_digest: self.opts.kernel_digest.clone(), nvrtc_options: vec![] },
+            build: rs::BuildEvidence { kernel_source_digest: opts.kernel_digest.clone(), nvrtc_options: vec![] },
             verdict: ev.verdict,
             reason: ev.reason.clone(),
             gates: ev.gates.clone(),
@@ -517,6 +512,43 @@ impl<'a> Suite<'a> {
             extra: BTreeMap::new(),
         };
         Receipt::new(ReceiptKind::Run, evidence, measurements)
+    }
+
+/// A receipt for a record that ran outside the gates (e.g. `bench`): PASS, no gates; callers
+/// set the verdict, gates and claim they establish.
+pub fn receipt_for_record(
+    opts: &SuiteOptions,
+    job: &Job,
+    model: &rs::ModelEvidence,
+    battery: &Battery,
+    record: &Record,
+    wall_ms: f64,
+) -> Receipt {
+    let ev = Evaluation { record: Some(record.clone()), ..Evaluation::default() };
+    build_receipt(opts, job, model, battery, ev, now_ms(), wall_ms)
+}
+
+/// The configuration evidence (run identity) of a job.
+pub fn config_evidence(job: &Job, model: &rs::ModelEvidence, battery: &Battery) -> rs::RunConfigEvidence {
+    rs::RunConfigEvidence {
+        subject: "memra-runtime".into(),
+        backend: match job.backend {
+            BackendKind::Host => rs::Backend::Host,
+            BackendKind::Cuda => rs::Backend::Cuda,
+        },
+        tp: job.tp,
+        transport: match job.transport {
+            Transport::HostBounce => rs::Transport::HostBounce,
+            Transport::NativeP2p => rs::Transport::NativeP2p,
+            Transport::Nccl => rs::Transport::Nccl,
+        },
+        doors: job.doors_env.clone(),
+        model: model.clone(),
+        battery_digest: battery_digest(battery),
+        oracle: match job.backend {
+            BackendKind::Host => "tp1 host-bounce defaults on host".into(),
+            BackendKind::Cuda => "tp1 host-bounce defaults on cuda (device-host gated against host)".into(),
+        },
     }
 }
 

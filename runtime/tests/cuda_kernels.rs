@@ -799,3 +799,82 @@ fn doors_on_cuda_equal_doors_on_host() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+// ---------------------------------------------------------------- performance (informational)
+
+/// GEMV time against the memory floor (weight bytes ÷ measured device-to-device copy bandwidth,
+/// read + write bytes counted) for the `step` preset's shapes, in both layouts. Runs only with
+/// MEMRA_GPU_BENCH=1 (scripts/gpu/check.sh sets it); prints `bench` lines, asserts nothing.
+#[test]
+fn gemv_bandwidth_report() {
+    if std::env::var("MEMRA_GPU_BENCH").as_deref() != Ok("1") {
+        println!("skipped: set MEMRA_GPU_BENCH=1 to measure GEMV bandwidth");
+        return;
+    }
+    let Some(mut b) = cuda_backend(1, FAST) else { return };
+    let timed = |b: &mut CudaBackend, reps: usize, f: &mut dyn FnMut(&mut CudaBackend)| -> f64 {
+        for _ in 0..3 {
+            f(b);
+        }
+        b.collect().unwrap();
+        b.mark().unwrap();
+        for _ in 0..reps {
+            f(b);
+        }
+        b.mark().unwrap();
+        let c = b.collect().unwrap();
+        c.marks_ns[0][1] as f64 / reps as f64
+    };
+    // Copy bandwidth: 256 MiB device-to-device.
+    let n = 64 << 20;
+    let (s, d) = (b.alloc(0, n).unwrap(), b.alloc(0, n).unwrap());
+    let copy_ns = timed(&mut b, 10, &mut |b| {
+        b.copy(Transport::HostBounce, 0, Slice::new(s, 0, n), 0, Slice::new(d, 0, n)).unwrap();
+    });
+    let copy_gbs = (2 * n * 4) as f64 / copy_ns;
+    println!("bench copy 256 MiB d2d: {:.1} us, {copy_gbs:.0} GB/s (read+write)", copy_ns / 1e3);
+    drop(b);
+
+    let mut rng = Rng::new(99);
+    let shapes: Vec<(&str, MatrixShard, bool)> = vec![
+        ("q/o bf16 4096x4096 kw512", bf16_shard(&mut rng, 4096, 4096, 512), false),
+        ("k/v bf16 1024x4096 kw512", bf16_shard(&mut rng, 1024, 4096, 512), false),
+        ("router bf16 288x4096 kw512", bf16_shard(&mut rng, 288, 4096, 512), false),
+        ("lm_head bf16 32768x4096 kw512", bf16_shard(&mut rng, 32768, 4096, 512), false),
+        ("expert gate e4m3 1280x4096 kw512", e4m3_shard(&mut rng, 1280, 4096, 512, 0, false), false),
+        ("expert down e4m3 4096x1280 kw640 partials", e4m3_shard(&mut rng, 4096, 1280, 640, 0, false), true),
+        ("tiny q bf16 1024x1024 kw128", bf16_shard(&mut rng, 1024, 1024, 128), false),
+    ];
+    for opts in [FAST, ROW_MAJOR] {
+        let Some(mut b) = cuda_backend(1, opts) else { return };
+        for (label, shard, partials) in &shapes {
+            let w = b.upload_weight(0, shard).unwrap();
+            let (rows, cols, kw) = (shard.out_features, shard.in_features, shard.kblock_width);
+            let x = b.alloc(0, cols).unwrap();
+            b.write(0, Slice::new(x, 0, cols), &rng.vec(cols, 1.0)).unwrap();
+            let out_len = if *partials { rows * (cols / kw) } else { rows };
+            let out = b.alloc(0, out_len).unwrap();
+            let op = if *partials {
+                Op::GemvPartials { w, x: Slice::new(x, 0, cols), out: Slice::new(out, 0, out_len) }
+            } else {
+                Op::GemvRows {
+                    w,
+                    x: Slice::new(x, 0, cols),
+                    out: Slice::new(out, 0, out_len),
+                    order: RowOrder::Canonical,
+                }
+            };
+            let ns = timed(&mut b, 20, &mut |b| b.launch(0, op.clone()).unwrap());
+            let bytes = shard.bytes() as f64;
+            let floor_ns = bytes / copy_gbs;
+            println!(
+                "bench {:<44} [{:?}] {:>8.1} us  {:>6.0} GB/s  {:.2}x floor",
+                label,
+                opts.gemv_layout,
+                ns / 1e3,
+                bytes / ns,
+                ns / floor_ns
+            );
+        }
+    }
+}

@@ -3,4 +3,5 @@
 //! Depends only on `memra-receipts`: everything shown is read from receipts, so a table or a plot
 //! of last night's files looks exactly like one made right after the run.
 
+pub mod plot;
 pub mod table;

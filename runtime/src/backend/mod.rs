@@ -129,6 +129,13 @@ pub trait Backend {
     fn collect(&mut self) -> Result<Collected>;
     /// The byte-integrity probe of DESIGN.md §3.5 over every ordered pair at `sizes_bytes`.
     fn probe(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>>;
+
+    /// Bytes moved per second (read + written) by a device-to-device copy of `bytes` on rank 0,
+    /// median of timed repetitions; `None` where the backend has no device memory to measure.
+    fn copy_bandwidth(&mut self, bytes: usize) -> Result<Option<f64>> {
+        let _ = bytes;
+        Ok(None)
+    }
 }
 
 /// The probe sizes of DESIGN.md §3.5.

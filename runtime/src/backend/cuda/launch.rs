@@ -168,7 +168,7 @@ impl CudaBackend {
         if width == 0 {
             return if n == 0 { Ok(0) } else { Err(shape_err(op, format!("empty weight but {n} input elements"))) };
         }
-        if n % width != 0 {
+        if !n.is_multiple_of(width) {
             return Err(shape_err(op, format!("{n} input elements are not whole rows of width {width}")));
         }
         Ok(n / width)

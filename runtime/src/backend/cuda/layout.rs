@@ -28,13 +28,13 @@ const LANE_MAJOR_KBLOCK: usize = 128;
 /// always row-major. `allow` = false (the reference-kernel option) forces row-major.
 pub(crate) fn choose_vec(shard: &MatrixShard, allow: bool) -> usize {
     let kw = shard.kblock_width;
-    if !allow || kw == 0 || kw % LANE_MAJOR_KBLOCK != 0 || shard.in_features % kw != 0 {
+    if !allow || kw == 0 || !kw.is_multiple_of(LANE_MAJOR_KBLOCK) || !shard.in_features.is_multiple_of(kw) {
         return 0;
     }
     let per_lane = kw / LANES;
     match &shard.data {
         ShardData::Bf16(_) => {
-            if per_lane % 8 == 0 {
+            if per_lane.is_multiple_of(8) {
                 8
             } else {
                 4
@@ -44,7 +44,7 @@ pub(crate) fn choose_vec(shard: &MatrixShard, allow: bool) -> usize {
         ShardData::E4m3 { codes, .. } => {
             if codes.iter().any(|c| c & 0x7F == E4M3_NAN) {
                 0
-            } else if per_lane % 16 == 0 {
+            } else if per_lane.is_multiple_of(16) {
                 16
             } else {
                 4
@@ -162,11 +162,10 @@ mod tests {
                 v[l] = prev[l] + prev[l ^ o];
             }
         }
-        for q in 0..4 {
-            let lanes: [f32; 32] = std::array::from_fn(|l| p[l][q]);
-            let want = butterfly32(lanes);
+        let want: [f32; 4] = std::array::from_fn(|q| butterfly32(std::array::from_fn(|l| p[l][q])));
+        for (q, w) in want.iter().enumerate() {
             let lane = (q >> 1) * 16 + (q & 1) * 8;
-            assert_eq!(v[lane].to_bits(), want.to_bits(), "block {q}");
+            assert_eq!(v[lane].to_bits(), w.to_bits(), "block {q}");
         }
         // and butterfly32 is dot32's reduction
         let w: Vec<f32> = (0..64).map(|i| i as f32).collect();

@@ -1,0 +1,226 @@
+//! `memra-gates bench`: is the canonical program fast enough to be worth gating (DESIGN.md §8)?
+//!
+//! One TP1 decode run on a device, timed per layer × seam with device events, compared with the
+//! memory floor (bytes a decode step must read ÷ the device-to-device bandwidth measured in the
+//! same process) and with a PyTorch implementation of the same layer run in the same session.
+//! The result is a performance receipt (`performance_claim = true`) and a table.
+
+use crate::cli::{input, BenchArgs, Provenance};
+use crate::error::GateError;
+use crate::plan;
+use memra_receipts::schema::{self as rs, Gate, GateResult, Verdict};
+use memra_receipts::{Receipt, ReceiptKind};
+use memra_runtime::backend::{open, BackendKind};
+use memra_runtime::model::{Matrix, Model};
+use memra_runtime::record::{Record, Seam};
+use memra_runtime::{Battery, RunConfig, Transport};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Bytes one decode step reads per layer, by seam (TP1, all weights in their storage format).
+#[derive(Debug, Clone, Default)]
+pub struct LayerBytes {
+    pub qkv: u64,
+    pub o_proj: u64,
+    pub router: u64,
+    /// top_k routed experts + the shared expert: gate, up, down codes and scales.
+    pub experts: u64,
+    /// K and V of `positions` cached positions (f32).
+    pub kv: u64,
+}
+
+impl LayerBytes {
+    pub fn total(&self) -> u64 {
+        self.qkv + self.o_proj + self.router + self.experts + self.kv
+    }
+}
+
+fn matrix_bytes(m: &Matrix) -> u64 {
+    match m {
+        Matrix::Bf16 { bits, .. } => bits.len() as u64 * 2,
+        Matrix::E4m3 { codes, scales, .. } => codes.len() as u64 + scales.len() as u64 * 4,
+    }
+}
+
+/// What layer `l` of `model` reads at a step attending over `positions` cached positions.
+pub fn layer_bytes(model: &Model, l: usize, positions: usize) -> LayerBytes {
+    let c = &model.config;
+    let layer = &model.layers[l];
+    let expert = |e: &memra_runtime::model::Expert| matrix_bytes(&e.gate) + matrix_bytes(&e.up) + matrix_bytes(&e.down);
+    LayerBytes {
+        qkv: matrix_bytes(&layer.wq) + matrix_bytes(&layer.wk) + matrix_bytes(&layer.wv) + matrix_bytes(&layer.wg),
+        o_proj: matrix_bytes(&layer.wo),
+        router: matrix_bytes(&layer.router),
+        experts: c.top_k as u64 * expert(&layer.experts[0]) + expert(&layer.shared),
+        kv: 2 * (positions * c.kv_heads * c.head_dim * 4) as u64,
+    }
+}
+
+fn median(mut v: Vec<u64>) -> Option<u64> {
+    v.sort_unstable();
+    v.get(v.len().checked_sub(1)? / 2).copied()
+}
+
+/// Median over the timed steps (after `warmup`) of one layer × seam.
+fn seam_median(r: &Record, layer: usize, seam: Seam, warmup: usize) -> Option<u64> {
+    let samples = &r.timings_ns[Record::seam_index(r.n_layers, layer, seam)];
+    median(samples.iter().skip(warmup).copied().collect())
+}
+
+/// The PyTorch anchor's JSON, or the reason it could not run.
+fn run_torch(args: &crate::cli::BenchArgs, model: &Model, positions: usize) -> Result<serde_json::Value, String> {
+    let c = &model.config;
+    let out = std::process::Command::new(&args.python)
+        .arg(&args.torch_script)
+        .args(["--hidden", &c.hidden.to_string(), "--q-heads", &c.q_heads.to_string()])
+        .args(["--kv-heads", &c.kv_heads.to_string(), "--head-dim", &c.head_dim.to_string()])
+        .args(["--experts", &c.experts.to_string(), "--top-k", &c.top_k.to_string()])
+        .args(["--width", &c.expert_width.to_string(), "--ctx", &positions.to_string()])
+        .output()
+        .map_err(|e| format!("{} {}: {e}", args.python, args.torch_script.display()))?;
+    if !out.status.success() {
+        return Err(format!("the PyTorch anchor failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("the PyTorch anchor printed no JSON: {e}"))
+}
+
+pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
+    let backend = plan::resolve_backend(&args.backend)?;
+    if backend != BackendKind::Cuda && !args.allow_host {
+        return Err(input("bench measures a device: no CUDA device is usable here (pass --allow-host to time the host backend)"));
+    }
+    let warmup = args.warmup;
+    let steps = warmup + args.steps;
+    let t0 = Instant::now();
+    let subject = plan::load_subject(&args.model, |_| Battery { prompts: vec![vec![1]], gen_tokens: steps })?;
+    eprintln!("memra-gates bench: model ready in {:.1}s", t0.elapsed().as_secs_f64());
+    let model = &subject.model;
+    let mut b = open(backend, 1)?;
+    let bandwidth = b.copy_bandwidth(args.copy_bytes)?;
+    let cfg = RunConfig::new(1, Transport::HostBounce, subject.battery.clone())?;
+    let started = Instant::now();
+    let record = memra_runtime::program::run(model, &cfg, b.as_mut())?;
+    let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+    drop(b);
+    // The cache holds between 1 and `steps` positions; the middle of the timed range is typical.
+    let positions = warmup + args.steps / 2;
+    let torch = if args.no_torch { Err("--no-torch".to_string()) } else { run_torch(args, model, positions) };
+
+    let mut ratios = BTreeMap::new();
+    let mut rows = Vec::new();
+    for l in 0..model.layers.len() {
+        let bytes = layer_bytes(model, l, positions);
+        let layer_ns: u64 = Seam::LAYER.iter().filter_map(|s| seam_median(&record, l, *s, warmup)).sum();
+        let qkv_ns = seam_median(&record, l, Seam::Qkv, warmup).unwrap_or(0);
+        let exp_ns = seam_median(&record, l, Seam::Experts, warmup).unwrap_or(0);
+        let floor = |b: u64| bandwidth.map(|bw| b as f64 / bw * 1e9);
+        if let (Some(fq), Some(fe), Some(fl)) = (floor(bytes.qkv), floor(bytes.experts), floor(bytes.total())) {
+            ratios.insert(format!("L{l}.qkv_over_floor"), qkv_ns as f64 / fq);
+            ratios.insert(format!("L{l}.experts_over_floor"), exp_ns as f64 / fe);
+            ratios.insert(format!("L{l}.layer_over_floor"), layer_ns as f64 / fl);
+        }
+        if let Ok(t) = &torch {
+            if let Some(us) = t["layer_eager"]["median_us"].as_f64() {
+                ratios.insert(format!("L{l}.layer_over_pytorch_eager"), layer_ns as f64 / (us * 1e3));
+            }
+        }
+        rows.push((l, bytes, layer_ns, qkv_ns, exp_ns));
+    }
+    // Table.
+    let bw_text = bandwidth.map(|bw| format!("{:.2} TB/s (read+write)", bw / 1e12)).unwrap_or("not measured".into());
+    println!("device-to-device copy bandwidth: {bw_text}; {} timed steps after {warmup} warm-up", args.steps);
+    println!("{:<6} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}", "layer", "bytes MB", "layer µs", "floor µs", "qkv µs/floor", "exp µs/floor", "layer/floor");
+    for (l, bytes, layer_ns, qkv_ns, exp_ns) in &rows {
+        let f = |b: u64| bandwidth.map(|bw| b as f64 / bw * 1e6).unwrap_or(f64::NAN);
+        println!(
+            "{l:<6} {:>10.1} {:>10.1} {:>10.1} {:>5.1}/{:<6.1} {:>5.1}/{:<6.1} {:>12.2}",
+            bytes.total() as f64 / 1e6,
+            *layer_ns as f64 / 1e3,
+            f(bytes.total()),
+            *qkv_ns as f64 / 1e3,
+            f(bytes.qkv),
+            *exp_ns as f64 / 1e3,
+            f(bytes.experts),
+            *layer_ns as f64 / 1e3 / f(bytes.total()),
+        );
+    }
+    match &torch {
+        Ok(t) => println!(
+            "PyTorch {} on {}: layer eager median {:.1} µs (attention eager {:.1} µs, graphed {:.1} µs; MoE eager {:.1} µs; experts in {})",
+            t["torch"].as_str().unwrap_or("?"),
+            t["device"].as_str().unwrap_or("?"),
+            t["layer_eager"]["median_us"].as_f64().unwrap_or(f64::NAN),
+            t["attention_eager"]["median_us"].as_f64().unwrap_or(f64::NAN),
+            t["attention_graph"]["median_us"].as_f64().unwrap_or(f64::NAN),
+            t["moe_eager"]["median_us"].as_f64().unwrap_or(f64::NAN),
+            t["expert_dtype"].as_str().unwrap_or("?"),
+        ),
+        Err(e) => println!("PyTorch anchor: not run ({e})"),
+    }
+    for (k, v) in &ratios {
+        println!("  {k} = {v:.3}");
+    }
+
+    let receipt = performance_receipt(&subject, &record, backend, ratios, bandwidth, &torch, wall_ms, prov)?;
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).map_err(|e| input(format!("--out {}: {e}", dir.display())))?;
+        let path = memra_receipts::store::write_receipt(dir, &receipt)?;
+        println!("performance receipt: {}", path.display());
+    }
+    Ok(0)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn performance_receipt(
+    subject: &crate::suite::Subject,
+    record: &Record,
+    backend: BackendKind,
+    ratios: BTreeMap<String, f64>,
+    bandwidth: Option<f64>,
+    torch: &Result<serde_json::Value, String>,
+    wall_ms: f64,
+    prov: Provenance,
+) -> Result<Receipt, GateError> {
+    let suite_opts = crate::suite::SuiteOptions {
+        out_dir: None,
+        resume: false,
+        workers: 1,
+        kernel_digest: prov.kernel_digest.to_string(),
+        progress: false,
+    };
+    let job = crate::suite::Job {
+        doors_env: BTreeMap::new(),
+        doors: Default::default(),
+        class: crate::suite::JobClass::Identity,
+        engagement: BTreeMap::new(),
+        tp: 1,
+        transport: Transport::HostBounce,
+        backend,
+        baseline_tp: 1,
+        not_run: None,
+    };
+    let nt = crate::gate::non_triviality(record);
+    let verdict = if nt.is_ok() { Verdict::Pass } else { Verdict::Fail };
+    let mut extra = BTreeMap::new();
+    if let Some(bw) = bandwidth {
+        extra.insert("copy_bandwidth_bytes_per_s".to_string(), bw);
+    }
+    if let Ok(t) = torch {
+        for key in ["layer_eager", "attention_eager", "attention_graph", "moe_eager"] {
+            if let Some(us) = t[key]["median_us"].as_f64() {
+                extra.insert(format!("pytorch_{key}_median_us"), us);
+            }
+        }
+    }
+    let mut r = crate::suite::receipt_for_record(&suite_opts, &job, &subject.model_evidence, &subject.battery, record, wall_ms);
+    r.kind = ReceiptKind::Performance;
+    r.evidence.verdict = verdict;
+    r.evidence.reason = nt.clone().err();
+    r.evidence.gates = vec![match nt {
+        Ok(d) => GateResult { gate: Gate::NonTriviality, verdict: Verdict::Pass, detail: d },
+        Err(d) => GateResult { gate: Gate::NonTriviality, verdict: Verdict::Fail, detail: d },
+    }];
+    r.evidence.performance = Some(rs::PerformanceClaim { performance_claim: true, ratios });
+    r.measurements.extra = extra;
+    Ok(r)
+}
