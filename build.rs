@@ -1,33 +1,17 @@
 //! Stamps provenance into the `memra-gates` binary: the git revision, the digest of the kernel
-//! sources (`kernels/cuda/*`, FNV-1a 64 over their bytes concatenated in file-name order — the
-//! same definition as `memra_kernels::sources::source_digest`), and the rustc version.
+//! sources (`memra_kernels::sources::source_digest`, the one definition: FNV-1a 64 of exactly the
+//! text NVRTC compiles), and the rustc version.
 
-use std::path::Path;
 use std::process::Command;
-
-fn fnv1a64(bytes: &[u8], mut h: u64) -> u64 {
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01B3);
-    }
-    h
-}
 
 fn main() {
     println!("cargo:rerun-if-changed=kernels/cuda");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/refs/heads");
-    let mut files: Vec<_> = std::fs::read_dir(Path::new("kernels/cuda"))
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    files.retain(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("cu" | "cuh")));
-    files.sort();
-    let mut h = 0xCBF2_9CE4_8422_2325u64;
-    for f in &files {
-        println!("cargo:rerun-if-changed={}", f.display());
-        h = fnv1a64(&std::fs::read(f).expect("kernel source readable"), h);
+    for f in memra_kernels::sources::source_files() {
+        println!("cargo:rerun-if-changed=kernels/cuda/{f}");
     }
-    println!("cargo:rustc-env=MEMRA_KERNEL_DIGEST={h:016x}");
+    println!("cargo:rustc-env=MEMRA_KERNEL_DIGEST={}", memra_kernels::sources::source_digest());
     let git = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()

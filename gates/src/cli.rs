@@ -48,6 +48,10 @@ enum Command {
     Diff(DiffArgs),
     /// Time the canonical program on a device against the memory floor and PyTorch.
     Bench(BenchArgs),
+    /// Latency plots (SVG and PNG) from receipt directories or files.
+    Plot(PlotArgs),
+    /// Which doors have earned default-on over the nightly history.
+    Promote(PromoteArgs),
     /// Print build provenance.
     Version,
 }
@@ -218,6 +222,37 @@ pub struct BenchArgs {
     pub out: Option<PathBuf>,
 }
 
+#[derive(Args, Debug)]
+pub struct PlotArgs {
+    /// Receipt files or directories (with --history: one directory per night).
+    #[arg(required = true)]
+    pub receipts: Vec<PathBuf>,
+    #[arg(long, default_value = "memra-plots")]
+    pub out: PathBuf,
+    /// One line per seam across the receipt sets, ordered by their date.
+    #[arg(long)]
+    pub history: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PromoteArgs {
+    /// Nightly receipt directories (one per night).
+    #[arg(long = "history", required = true, num_args = 1..)]
+    pub history: Vec<PathBuf>,
+    /// Nights every door must have passed.
+    #[arg(long, default_value_t = 7)]
+    pub nights: usize,
+    /// full (every legal combination containing the door, DESIGN §7) or ran (every receipt that
+    /// contains the door passed).
+    #[arg(long, default_value = "full")]
+    pub coverage: String,
+    /// Write the updated defaults block here.
+    #[arg(long, default_value = "doors-defaults.toml")]
+    pub out: PathBuf,
+    #[arg(long, value_name = "FILE")]
+    pub registry: Option<PathBuf>,
+}
+
 /// Entry point: parse, run, print the error chain once, map to an exit status.
 pub fn main(prov: Provenance) -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -237,6 +272,8 @@ pub fn main(prov: Provenance) -> ExitCode {
         Some(Command::Selftest(a)) => crate::selftest::selftest(&a, prov),
         Some(Command::Diff(a)) => crate::commands::diff(&a),
         Some(Command::Bench(a)) => crate::bench::bench(&a, prov),
+        Some(Command::Plot(a)) => crate::commands::plot(&a),
+        Some(Command::Promote(a)) => crate::commands::promote(&a),
         Some(Command::Version) => {
             println!("memra-gates {}", env!("CARGO_PKG_VERSION"));
             println!("git revision: {}", prov.git_rev);

@@ -1,6 +1,6 @@
 //! The subcommands other than `selftest`: run, gen-model, doors, matrix, diff.
 
-use crate::cli::{input, DiffArgs, DoorsArgs, GenModelArgs, MatrixArgs, Provenance, RunArgs};
+use crate::cli::{input, DiffArgs, DoorsArgs, GenModelArgs, MatrixArgs, PlotArgs, PromoteArgs, Provenance, RunArgs};
 use crate::error::GateError;
 use crate::plan;
 use crate::suite::{Suite, SuiteOptions};
@@ -114,15 +114,53 @@ pub fn matrix(args: &MatrixArgs) -> Result<u8, GateError> {
 }
 
 pub fn diff(args: &DiffArgs) -> Result<u8, GateError> {
-    let load = |p: &std::path::Path| -> Result<Vec<Receipt>, GateError> {
-        if p.is_dir() {
-            Ok(store::load_dir(p)?)
-        } else {
-            Ok(vec![memra_receipts::json::read_receipt(p)?])
-        }
-    };
+    let load = load_receipts;
     let format: memra_receipts::DiffFormat = args.format.parse().map_err(input)?;
     let report = memra_receipts::diff(&load(&args.old)?, &load(&args.new)?, args.threshold)?;
     println!("{}", report.render(format)?);
     Ok(if report.regressed() { 1 } else { 0 })
+}
+
+/// Receipts of a file or a directory.
+fn load_receipts(p: &std::path::Path) -> Result<Vec<Receipt>, GateError> {
+    if p.is_dir() {
+        Ok(store::load_dir(p)?)
+    } else {
+        Ok(vec![memra_receipts::json::read_receipt(p)?])
+    }
+}
+
+pub fn plot(args: &PlotArgs) -> Result<u8, GateError> {
+    let files = if args.history {
+        let sets = args
+            .receipts
+            .iter()
+            .map(|p| Ok((p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), load_receipts(p)?)))
+            .collect::<Result<Vec<_>, GateError>>()?;
+        memra_tools::plot::plot_history(&sets, &args.out)
+    } else {
+        let mut all = Vec::new();
+        for p in &args.receipts {
+            all.extend(load_receipts(p)?);
+        }
+        memra_tools::plot::plot_receipts(&all, &args.out)
+    }
+    .map_err(|e| input(e.to_string()))?;
+    for f in files {
+        println!("{}", f.display());
+    }
+    Ok(0)
+}
+
+pub fn promote(args: &PromoteArgs) -> Result<u8, GateError> {
+    use crate::promote::{load_history, promote_with, Coverage, Policy};
+    let registry = plan::load_registry(&args.registry)?;
+    let coverage = Coverage::parse(&args.coverage).map_err(|e| input(e.to_string()))?;
+    let policy = Policy::new(args.nights, coverage).map_err(|e| input(e.to_string()))?;
+    let nights = load_history(&args.history).map_err(|e| input(e.to_string()))?;
+    let report = promote_with(&registry, &nights, policy);
+    print!("{}", report.to_table());
+    store::write_atomic(&args.out, report.defaults_toml(&registry).as_bytes())?;
+    println!("defaults block written to {}", args.out.display());
+    Ok(0)
 }

@@ -58,15 +58,22 @@ pub fn resolve_backend(name: &str) -> Result<BackendKind, GateError> {
 
 /// The model and its evidence (preset name and a digest of the file bytes).
 pub fn load_subject(m: &ModelArgs, battery: impl FnOnce(&ModelConfig) -> Battery) -> Result<Subject, GateError> {
-    let (model, preset) = match &m.model {
-        Some(path) => (format::load(path)?, "file".to_string()),
+    let (model, preset, digest) = match &m.model {
+        Some(path) => {
+            // The digest is of the file's bytes: the weights exactly as loaded.
+            let bytes = std::fs::read(path).map_err(|e| input(format!("--model {}: {e}", path.display())))?;
+            let model = format::from_bytes(&bytes, path)?;
+            (model, "file".to_string(), format!("{:016x}", memra_receipts::schema::fnv1a64(&bytes)))
+        }
         None => {
+            // A generated model is a pure function of (config, seed): its identity is their
+            // digest (serializing the `step` preset just to hash it would cost gigabytes).
             let cfg = ModelConfig::preset(&m.preset, m.layers)?;
-            (gen::generate(&cfg, m.seed)?, m.preset.clone())
+            let identity = format!("generated:{}:{}", serde_json::to_string(&cfg).unwrap_or_default(), m.seed);
+            let digest = format!("{:016x}", memra_receipts::schema::fnv1a64(identity.as_bytes()));
+            (gen::generate(&cfg, m.seed)?, m.preset.clone(), digest)
         }
     };
-    let bytes = format::to_bytes(&model)?;
-    let digest = format!("{:016x}", memra_receipts::schema::fnv1a64(&bytes));
     let battery = battery(&model.config);
     Ok(Subject { model, model_evidence: ModelEvidence { preset, digest }, battery })
 }
@@ -166,12 +173,35 @@ pub fn jobs_of(registry: &Registry, plan: &MatrixPlan, req: &DoorRequest) -> Res
     let flip = req.canary_flip_at(registry);
     let mut jobs = Vec::new();
     for c in &plan.legal {
-        jobs.push(job_of(registry, c, flip, None)?);
+        jobs.push(job_of(registry, c, flip, transport_not_applicable(c))?);
     }
     for n in &plan.not_applicable {
         jobs.push(job_of(registry, &n.config, flip, Some((Verdict::NotApplicable, n.reason.clone())))?);
     }
     Ok(jobs)
+}
+
+/// Transports that have no meaning where a configuration would run: NCCL needs CUDA devices, one
+/// per rank. Such runs are NOT-APPLICABLE, never silently run over another transport.
+fn transport_not_applicable(c: &Configuration) -> Option<(Verdict, String)> {
+    if c.transport != Transport::Nccl {
+        return None;
+    }
+    match c.backend {
+        registry::BackendKind::Host => Some((
+            Verdict::NotApplicable,
+            "the nccl transport has no meaning on the host backend: NCCL moves bytes between CUDA devices, and host ranks have no communicator".into(),
+        )),
+        registry::BackendKind::Cuda => {
+            let devices = memra_runtime::backend::cuda_device_count();
+            (devices < c.tp).then(|| {
+                (
+                    Verdict::NotApplicable,
+                    format!("the nccl transport needs one CUDA device per rank: TP{} but {devices} device(s) here (co-resident ranks cannot form a NCCL communicator)", c.tp),
+                )
+            })
+        }
+    }
 }
 
 pub fn job_of(

@@ -456,7 +456,7 @@ fn build_receipt(
         let record = ev.record.clone().unwrap_or_default();
         let evidence = rs::Evidence {
             config,
-            build: rs::BuildEvidence { kernel_source_digest: opts.kernel_digest.clone(), nvrtc_options: vec![] },
+            build: rs::BuildEvidence { kernel_source_digest: opts.kernel_digest.clone(), nvrtc_options: record.build_options.clone() },
             verdict: ev.verdict,
             reason: ev.reason.clone(),
             gates: ev.gates.clone(),

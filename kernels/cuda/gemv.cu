@@ -70,27 +70,42 @@ __device__ __forceinline__ void load_f32x4(const float* __restrict__ w, size_t k
 
 // ---- the partial of one (row, K-block) task, returned in every lane.
 
-// BF16 / F32, lane-major layout.
-template <int FMT, int V>
-__device__ __forceinline__ float partial_dense_lm(const void* wv, const float* __restrict__ xk, size_t kb, int kw,
-                                                  int lane) {
+// BF16 / F32, lane-major layout, R rows of one K-block at once (rows r < nvalid; the others
+// compute on zeros and are not stored). The R weight loads are issued together and each x value
+// is loaded once for the R rows; every row's accumulation order is unchanged.
+template <int FMT, int V, int R>
+__device__ __forceinline__ void partials_dense_lm(const void* wv, const float* __restrict__ xk, size_t kb0,
+                                                  size_t row_stride, int nvalid, int kw, int lane, float* out) {
     const int nv = (kw >> 5) / V;
-    float acc = C_ZERO;
-#pragma unroll 2
-    for (int g = 0; g < nv; ++g) {
-        float wv_[V];
-        if constexpr (FMT == FMT_BF16) {
-            load_bf16<V>(static_cast<const u16*>(wv), kb, g, lane, wv_);
-        } else {
-            load_f32x4(static_cast<const float*>(wv), kb, g, lane, wv_);
-        }
+    float acc[R];
 #pragma unroll
-        for (int t = 0; t < V; ++t) {
-            const int j = g * V + t;
-            acc = acc + wv_[t] * __ldg(xk + j * 32 + lane);
+    for (int r = 0; r < R; ++r) acc[r] = C_ZERO;
+    for (int g = 0; g < nv; ++g) {
+        float w[R][V];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (r < nvalid) {
+                if constexpr (FMT == FMT_BF16) {
+                    load_bf16<V>(static_cast<const u16*>(wv), kb0 + r * row_stride, g, lane, w[r]);
+                } else {
+                    load_f32x4(static_cast<const float*>(wv), kb0 + r * row_stride, g, lane, w[r]);
+                }
+            } else {
+#pragma unroll
+                for (int t = 0; t < V; ++t) w[r][t] = C_ZERO;
+            }
+        }
+        float xv[V];
+#pragma unroll
+        for (int t = 0; t < V; ++t) xv[t] = __ldg(xk + (g * V + t) * 32 + lane);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int t = 0; t < V; ++t) acc[r] = acc[r] + w[r][t] * xv[t];
         }
     }
-    return butterfly32(acc);
+#pragma unroll
+    for (int r = 0; r < R; ++r) out[r] = butterfly32(acc[r]);
 }
 
 // BF16 / F32, row-major layout (any kw): lane l takes i = l, l+32, … < kw.
@@ -135,48 +150,72 @@ __device__ __forceinline__ void butterfly32_x4(float p0, float p1, float p2, flo
     d[3] = __shfl_sync(MEMRA_FULL_MASK, keep, 24);
 }
 
-// E4M3, lane-major layout: V = 16 (four 128-column scale blocks per vector) or V = 4 (one).
-// Per scale block: dot32 of the decoded codes with x, then kacc = kacc + scale * dot, from +0.0.
-template <int V>
-__device__ __forceinline__ float partial_e4m3_lm(const u8* __restrict__ codes, const float* __restrict__ srow, int b0,
-                                                 const float* __restrict__ xk, size_t kb, int kw, int lane) {
+// E4M3, lane-major layout: V = 16 (four 128-column scale blocks per vector) or V = 4 (one),
+// R rows of one K-block at once (rows r < nvalid stored). Per row and scale block: dot32 of the
+// decoded codes with x, then kacc = kacc + scale * dot, from +0.0.
+template <int V, int R>
+__device__ __forceinline__ void partials_e4m3_lm(const u8* __restrict__ codes, const float* __restrict__ scales,
+                                                 int row0, int r_first, int b0, const float* __restrict__ xk,
+                                                 size_t kb0, int cols, int nvalid, int kw, int lane, float* out) {
     const int nv = (kw >> 5) / V;
-    float kacc = C_ZERO;
-#pragma unroll 2
+    const int scale_cols = cols / E4M3_BLOCK;
+    const float* srow[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        // Scale row of view row r_first + r: (row0 + row) / 128 − row0 / 128.
+        const int rr = r < nvalid ? r_first + r : r_first;
+        srow[r] = scales + (size_t)((row0 + rr) / E4M3_BLOCK - row0 / E4M3_BLOCK) * scale_cols;
+    }
+    float kacc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) kacc[r] = C_ZERO;
     for (int g = 0; g < nv; ++g) {
-        u32 words[V / 4];
-        if constexpr (V == 16) {
-            uint4 q = __ldg(reinterpret_cast<const uint4*>(codes + kb + ((size_t)g * 32 + lane) * 16));
-            words[0] = q.x;
-            words[1] = q.y;
-            words[2] = q.z;
-            words[3] = q.w;
-        } else {
-            words[0] = __ldg(reinterpret_cast<const u32*>(codes + kb + ((size_t)g * 32 + lane) * 4));
-        }
-        float p[V / 4];
+        u32 words[R][V / 4];
 #pragma unroll
-        for (int q = 0; q < V / 4; ++q) {
-            float acc = C_ZERO;
+        for (int r = 0; r < R; ++r) {
+            const u8* p = codes + kb0 + (size_t)r * cols + ((size_t)g * 32 + lane) * V;
+            if (r >= nvalid) {
 #pragma unroll
-            for (int t = 0; t < 4; ++t) {
-                const int j = g * V + q * 4 + t;
-                const u32 code = (words[q] >> (8 * t)) & 0xFFu;
-                acc = acc + e4m3_decode_finite(code) * __ldg(xk + j * 32 + lane);
+                for (int q = 0; q < V / 4; ++q) words[r][q] = 0u;
+            } else if constexpr (V == 16) {
+                const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
+                words[r][0] = q.x;
+                words[r][1] = q.y;
+                words[r][2] = q.z;
+                words[r][3] = q.w;
+            } else {
+                words[r][0] = __ldg(reinterpret_cast<const u32*>(p));
             }
-            p[q] = acc;
         }
-        if constexpr (V == 16) {
-            float d[4];
-            butterfly32_x4(p[0], p[1], p[2], p[3], lane, d);
+        float xv[V];
 #pragma unroll
-            for (int q = 0; q < 4; ++q) kacc = kacc + __ldg(srow + b0 + g * 4 + q) * d[q];
-        } else {
-            const float d = butterfly32(p[0]);
-            kacc = kacc + __ldg(srow + b0 + g) * d;
+        for (int t = 0; t < V; ++t) xv[t] = __ldg(xk + (g * V + t) * 32 + lane);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float p[V / 4];
+#pragma unroll
+            for (int q = 0; q < V / 4; ++q) {
+                float acc = C_ZERO;
+#pragma unroll
+                for (int t = 0; t < 4; ++t) {
+                    const u32 code = (words[r][q] >> (8 * t)) & 0xFFu;
+                    acc = acc + e4m3_decode_finite(code) * xv[q * 4 + t];
+                }
+                p[q] = acc;
+            }
+            if constexpr (V == 16) {
+                float d[4];
+                butterfly32_x4(p[0], p[1], p[2], p[3], lane, d);
+#pragma unroll
+                for (int q = 0; q < 4; ++q) kacc[r] = kacc[r] + __ldg(srow[r] + b0 + g * 4 + q) * d[q];
+            } else {
+                const float d = butterfly32(p[0]);
+                kacc[r] = kacc[r] + __ldg(srow[r] + b0 + g) * d;
+            }
         }
     }
-    return kacc;
+#pragma unroll
+    for (int r = 0; r < R; ++r) out[r] = kacc[r];
 }
 
 // E4M3, row-major layout, exact decode (NaN codes allowed).
@@ -248,6 +287,9 @@ __device__ __forceinline__ float partial_w8(const signed char* __restrict__ q, c
 
 // ---- task loop shared by every format.
 
+// Rows per lane-major task (weight loads in flight per warp, x reuse).
+#define GEMV_ROWS_PER_TASK 4
+
 template <int FMT, int V, bool PARTIALS>
 __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, int row0, const float* __restrict__ x,
                                            float* __restrict__ out, int rows, int cols, int kw, int rpb) {
@@ -256,42 +298,50 @@ __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, in
     const int lane = threadIdx.x & 31;
     const int nk = cols / kw;
     const int r_first = blockIdx.x * rpb;
-    const int n_tasks = rpb * nk;
+    // Lane-major formats take R rows per task; row-major and NVFP4 / W8 one.
+    constexpr int R = (V > 0 && (FMT == FMT_BF16 || FMT == FMT_F32 || FMT == FMT_E4M3)) ? GEMV_ROWS_PER_TASK : 1;
+    const int n_groups = (rpb + R - 1) / R;
+    const int n_tasks = n_groups * nk;
     for (int task = warp; task < n_tasks; task += GEMV_WARPS) {
-        const int rl = task / nk;
-        const int k = task - rl * nk;
-        const int r = r_first + rl;
-        if (r >= rows) continue;  // warp-uniform
-        const size_t kb = (size_t)r * cols + (size_t)k * kw;
+        const int grp = task / nk;
+        const int k = task - grp * nk;
+        const int rl0 = grp * R;  // first block-local row of the group
+        const int r0 = r_first + rl0;
+        const int nvalid = min(min(R, rpb - rl0), rows - r0);
+        if (nvalid <= 0) continue;  // warp-uniform
+        const size_t kb0 = (size_t)r0 * cols + (size_t)k * kw;
         const float* xk = x + (size_t)k * kw;
-        float p;
-        if constexpr (FMT == FMT_BF16 || FMT == FMT_F32) {
-            if constexpr (V == 0) {
-                p = partial_dense_rm<FMT>(w, xk, kb, kw, lane);
+        float p[R];
+        if constexpr (R > 1) {
+            if constexpr (FMT == FMT_E4M3) {
+                partials_e4m3_lm<V, R>(static_cast<const u8*>(w), static_cast<const float*>(scales), row0, r0,
+                                       (k * kw) / E4M3_BLOCK, xk, kb0, cols, nvalid, kw, lane, p);
             } else {
-                p = partial_dense_lm<FMT, V>(w, xk, kb, kw, lane);
+                partials_dense_lm<FMT, V, R>(w, xk, kb0, (size_t)cols, nvalid, kw, lane, p);
             }
+        } else if constexpr (FMT == FMT_BF16 || FMT == FMT_F32) {
+            p[0] = partial_dense_rm<FMT>(w, xk, kb0, kw, lane);
         } else if constexpr (FMT == FMT_E4M3) {
             // Scale row of this view row: (row0 + r) / 128 − row0 / 128; scale columns cols / 128.
             const float* srow = static_cast<const float*>(scales) +
-                                (size_t)((row0 + r) / E4M3_BLOCK - row0 / E4M3_BLOCK) * (size_t)(cols / E4M3_BLOCK);
-            const int b0 = (k * kw) / E4M3_BLOCK;
-            if constexpr (V == 0) {
-                p = partial_e4m3_rm(static_cast<const u8*>(w), srow, b0, xk, kb, kw, lane);
-            } else {
-                p = partial_e4m3_lm<V>(static_cast<const u8*>(w), srow, b0, xk, kb, kw, lane);
-            }
+                                (size_t)((row0 + r0) / E4M3_BLOCK - row0 / E4M3_BLOCK) * (size_t)(cols / E4M3_BLOCK);
+            p[0] = partial_e4m3_rm(static_cast<const u8*>(w), srow, (k * kw) / E4M3_BLOCK, xk, kb0, kw, lane);
         } else if constexpr (FMT == FMT_NVFP4) {
-            p = partial_nvfp4(static_cast<const u8*>(w), static_cast<const u8*>(scales), xk, kb, kw, lane);
+            p[0] = partial_nvfp4(static_cast<const u8*>(w), static_cast<const u8*>(scales), xk, kb0, kw, lane);
         } else {
-            p = partial_w8(static_cast<const signed char*>(w), static_cast<const float*>(scales), x, r, k, cols, kw,
-                           lane);
+            p[0] = partial_w8(static_cast<const signed char*>(w), static_cast<const float*>(scales), x, r0, k, cols, kw,
+                              lane);
         }
         if (lane == 0) {
-            if (PARTIALS) {
-                out[(size_t)k * rows + r] = p;
-            } else {
-                part[task] = p;
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                if (i < nvalid) {
+                    if (PARTIALS) {
+                        out[(size_t)k * rows + r0 + i] = p[i];
+                    } else {
+                        part[(rl0 + i) * nk + k] = p[i];
+                    }
+                }
             }
         }
     }

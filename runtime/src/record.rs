@@ -120,6 +120,8 @@ pub struct Record {
     pub captures: BTreeMap<CaptureKey, Capture>,
     /// Human-readable description of the backend and placement that produced it.
     pub backend: String,
+    /// Compiler options that decided the arithmetic (empty for the host twins).
+    pub build_options: Vec<String>,
 }
 
 impl Record {

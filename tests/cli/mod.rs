@@ -1,1 +1,11 @@
+//! One module per area of the command line.
 
+mod bad_input;
+mod determinism;
+mod diff;
+mod model_file;
+mod registry;
+mod resume;
+mod run_default;
+mod selftest;
+mod single_matrix;

@@ -405,7 +405,10 @@ impl Backend for HostBackend {
                     }),
                 )
             }
-            Transport::NativeP2p | Transport::Nccl => {
+            Transport::Nccl => Err(RuntimeError::Config(
+                "the host backend has no NCCL: the nccl transport needs CUDA devices, one per rank".into(),
+            )),
+            Transport::NativeP2p => {
                 self.submit(
                     src_rank,
                     Box::new(move |a: &mut Arena| {

@@ -136,6 +136,12 @@ pub trait Backend {
         let _ = bytes;
         Ok(None)
     }
+
+    /// The compiler options that decided the kernels' arithmetic (NVRTC options on CUDA,
+    /// starting with the architecture); empty where the host twins run.
+    fn build_options(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The probe sizes of DESIGN.md §3.5.
@@ -197,12 +203,38 @@ pub fn open(kind: BackendKind, ranks: usize) -> Result<Box<dyn Backend>> {
     }
 }
 
-fn open_cuda(_ranks: usize) -> Result<Box<dyn Backend>> {
-    Err(crate::RuntimeError::Unavailable("the CUDA backend is not built into this binary yet".into()))
+fn open_cuda(ranks: usize) -> Result<Box<dyn Backend>> {
+    Ok(Box::new(cuda::CudaBackend::new(ranks)?))
+}
+
+/// Median bandwidth (bytes read + written per second) of a same-rank copy of `bytes` on rank 0,
+/// timed with the backend's own marks over `reps` repetitions after one warm-up copy.
+pub fn measure_copy_bandwidth<B: Backend + ?Sized>(b: &mut B, bytes: usize, reps: usize) -> Result<f64> {
+    let n = bytes / 4;
+    let (src, dst) = (Slice::new(b.alloc(0, n)?, 0, n), Slice::new(b.alloc(0, n)?, 0, n));
+    b.copy(Transport::NativeP2p, 0, src, 0, dst)?;
+    b.collect()?;
+    for _ in 0..reps {
+        b.mark()?;
+        b.copy(Transport::NativeP2p, 0, src, 0, dst)?;
+        b.mark()?;
+    }
+    let marks = b.collect()?.marks_ns.swap_remove(0);
+    let mut ns: Vec<u64> = marks.chunks_exact(2).map(|m| m[1].saturating_sub(m[0])).collect();
+    ns.sort_unstable();
+    let median = *ns.get(ns.len().saturating_sub(1) / 2).ok_or_else(|| {
+        crate::RuntimeError::Config("copy bandwidth: no timed repetition (reps = 0)".into())
+    })?;
+    Ok(2.0 * (n * 4) as f64 / (median.max(1) as f64 * 1e-9))
+}
+
+/// CUDA devices visible to this process (0 without a driver).
+pub fn cuda_device_count() -> usize {
+    cuda::probe_cuda().map(|s| s.devices.len()).unwrap_or(0)
 }
 
 /// Whether a CUDA driver and device are usable: `Ok(description)` or `Err(reason)`. Never panics
 /// on a machine without CUDA.
 pub fn cuda_available() -> std::result::Result<String, String> {
-    Err("this build has no CUDA backend yet".into())
+    cuda::cuda_backend_available().map(|s| s.describe()).map_err(|e| e.to_string())
 }

@@ -135,9 +135,6 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
     }
     let g = ctx.p.o_kblocks;
     let reverse = ctx.cfg.doors.canary == Some(Canary::ReverseKBlocks) && tp > 1;
-    if reverse {
-        ctx.count("canary_reverse_kblocks.reversed_folds");
-    }
     let ffn_w = lay.ffn_norm(ctx.w.params[0], l);
     if ctx.cfg.doors.oproj_tail {
         // The add happens inside the ffn_norm kernel: same operands, same order.
@@ -157,6 +154,10 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
         ctx.count("oproj_tail.fused_joins");
     } else {
         ctx.b.launch(0, Op::Fold { parts: root.opart_all, n_parts: g, reverse, out: root.ojoin })?;
+        if reverse {
+            // Counted only where the reversed fold really ran (the OPROJ_TAIL kernel has none).
+            ctx.count("canary_reverse_kblocks.reversed_folds");
+        }
     }
     ctx.seam(l, Seam::OJoin, &Ctx::root_part(root.ojoin))?;
 

@@ -137,7 +137,7 @@ pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record
     let w = weights::upload(b, model, &p, &cfg.doors, cfg.nvfp4_experts())?;
     let buf = buffers::allocate(b, c, &p, model.layers.len())?;
     let n_layers = model.layers.len();
-    let mut record = Record { n_layers, backend: b.describe(), ..Record::default() };
+    let mut record = Record { n_layers, backend: b.describe(), build_options: b.build_options(), ..Record::default() };
     record.timings_ns = vec![Vec::new(); n_layers * Seam::LAYER.len() + Seam::HEAD.len()];
     let mut ctx = Ctx { b, model, cfg, p, w, buf, record, pending: Vec::new(), marked: Vec::new(), prompt: 0, step: 0 };
     if ctx.w.widened > 0 {

@@ -6,6 +6,7 @@ use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -46,6 +47,60 @@ pub(crate) trait Figure {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult
     where
         DB::ErrorType: 'static;
+}
+
+/// A value axis (linear or logarithmic) whose ticks are exactly `keys`: category axes put a tick
+/// on each category (or every k-th, [`label_indices`]) and the colour bar on round µs values.
+/// plotters' own `with_key_points` wrapper loses the f64 tick formatter, so the mesh would not draw.
+#[derive(Debug, Clone)]
+pub(crate) struct Keyed {
+    lo: f64,
+    hi: f64,
+    keys: Vec<f64>,
+    log: bool,
+}
+
+impl Keyed {
+    pub fn linear(lo: f64, hi: f64, keys: Vec<f64>) -> Self {
+        Keyed { lo, hi, keys, log: false }
+    }
+
+    /// `lo` and `hi` must be positive.
+    pub fn log(lo: f64, hi: f64, keys: Vec<f64>) -> Self {
+        Keyed { lo, hi, keys, log: true }
+    }
+
+    fn unit(&self, v: f64) -> f64 {
+        let f = |x: f64| if self.log { x.max(f64::MIN_POSITIVE).ln() } else { x };
+        let span = f(self.hi) - f(self.lo);
+        if span == 0.0 {
+            0.5
+        } else {
+            (f(v) - f(self.lo)) / span
+        }
+    }
+}
+
+impl Ranged for Keyed {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        limit.0 + (self.unit(*value) * f64::from(limit.1 - limit.0)).round() as i32
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        // Bold points only: no light mesh lines between the ticks.
+        if hint.weight().allow_light_points() {
+            vec![]
+        } else {
+            self.keys.clone()
+        }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.lo..self.hi
+    }
 }
 
 /// Registers the embedded font once per process (plotters keeps a global font table).
@@ -175,24 +230,34 @@ where
     Ok(())
 }
 
-/// A legend as one column: a heading, then one entry per row.
-pub(crate) fn draw_column_legend<DB: DrawingBackend>(
+/// Draws a panel's caption (see [`fit_caption`]) centred at the top of `area` and returns the
+/// area below it, with room for the top tick label of the chart that goes there.
+pub(crate) fn captioned<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
-    heading: &str,
-    entries: &[(RGBColor, String)],
-    swatch: Swatch,
-) -> DrawResult
+    text: &str,
+) -> Result<DrawingArea<DB, Shift>, Box<dyn Error + Send + Sync>>
 where
     DB::ErrorType: 'static,
 {
-    area.draw_text(heading, &font(CAPTION_PX).pos(Pos::new(HPos::Left, VPos::Top)), (8, 8))?;
-    let style = font(LEGEND_PX).pos(Pos::new(HPos::Left, VPos::Center));
-    for (i, (color, text)) in entries.iter().enumerate() {
-        let y = 46 + (i as u32 * LEGEND_ROW_PX) as i32;
-        draw_swatch(area, (10, y), *color, swatch)?;
-        area.draw_text(text, &style, (36, y))?;
+    let (w, _) = area.dim_in_pixel();
+    let (text, style) = fit_caption(text, w.saturating_sub(16));
+    area.draw_text(&text, &style.pos(Pos::new(HPos::Center, VPos::Top)), (w as i32 / 2, 4))?;
+    Ok(area.margin(CAPTION_BAND_PX, 0, 0, 0))
+}
+
+/// Height taken by a panel caption and the gap below it.
+pub(crate) const CAPTION_BAND_PX: u32 = 40;
+
+/// A panel caption that fits `max_px`: the caption size, smaller sizes down to 14 px when the
+/// label is long (a label's end tells configurations apart, so shrink before clipping), and only
+/// then clipped with `…`.
+pub(crate) fn fit_caption(text: &str, max_px: u32) -> (String, TextStyle<'static>) {
+    for px in [CAPTION_PX, 17.0, 15.5, 14.0] {
+        if text_width(text, px) <= max_px {
+            return (text.to_string(), font(px));
+        }
     }
-    Ok(())
+    (clip_to_width(text, 14.0, max_px), font(14.0))
 }
 
 /// `text`, shortened with `…` until it is at most `max_px` wide at `px`.
@@ -282,42 +347,9 @@ pub(crate) fn seam_color(name: &str, idx: usize) -> RGBColor {
     }
 }
 
-/// Dark/light pairs (Tableau 20): configurations that differ only in transport share a hue.
-const PAIRED: [(RGBColor, RGBColor); 10] = [
-    (RGBColor(0x1f, 0x77, 0xb4), RGBColor(0x9e, 0xc5, 0xe6)),
-    (RGBColor(0xff, 0x7f, 0x0e), RGBColor(0xff, 0xbb, 0x78)),
-    (RGBColor(0x2c, 0xa0, 0x2c), RGBColor(0x98, 0xdf, 0x8a)),
-    (RGBColor(0xd6, 0x27, 0x28), RGBColor(0xff, 0x98, 0x96)),
-    (RGBColor(0x94, 0x67, 0xbd), RGBColor(0xc5, 0xb0, 0xd5)),
-    (RGBColor(0x8c, 0x56, 0x4b), RGBColor(0xc4, 0x9c, 0x94)),
-    (RGBColor(0xe3, 0x77, 0xc2), RGBColor(0xf7, 0xb6, 0xd2)),
-    (RGBColor(0x7f, 0x7f, 0x7f), RGBColor(0xc7, 0xc7, 0xc7)),
-    (RGBColor(0xbc, 0xbd, 0x22), RGBColor(0xdb, 0xdb, 0x8d)),
-    (RGBColor(0x17, 0xbe, 0xcf), RGBColor(0x9e, 0xda, 0xe5)),
-];
-
-/// Colour of configuration `i` of `groups[i]` (group = everything but the transport) and
-/// `shade` (0 host-bounce: dark, 1 native-p2p: light, 2 nccl: between). With more than 10 groups
-/// every configuration gets its own hue instead.
-pub(crate) fn config_color(group: usize, n_groups: usize, shade: usize, i: usize, n: usize) -> RGBColor {
-    if n_groups > PAIRED.len() {
-        return hsl_cycle(i, n);
-    }
-    let (dark, light) = PAIRED[group];
-    match shade {
-        0 => dark,
-        1 => light,
-        _ => RGBColor(
-            ((u16::from(dark.0) + u16::from(light.0)) / 2) as u8,
-            ((u16::from(dark.1) + u16::from(light.1)) / 2) as u8,
-            ((u16::from(dark.2) + u16::from(light.2)) / 2) as u8,
-        ),
-    }
-}
-
 fn hsl_cycle(i: usize, n: usize) -> RGBColor {
     let h = (i as f64 / n.max(1) as f64) * 360.0;
-    let l = if i % 2 == 0 { 0.42 } else { 0.62 };
+    let l = [0.42, 0.62][i % 2];
     hsl_to_rgb(h, 0.65, l)
 }
 

@@ -1,64 +1,39 @@
-//! `latency-compare`: the configurations side by side in one chart pair, for the questions a
-//! reviewer asks first (host-bounce or native-p2p? TP1 or TP8? with or without a door?). Top: each
-//! layer's total (sum of its seam medians), one bar per configuration. Bottom: each seam summed
-//! over layers, one bar per configuration, so a transport's cost shows in the join seams. Bars of
-//! configurations that differ only in transport share a hue (dark: host-bounce, light:
-//! native-p2p).
+//! `latency-compare`: the configurations side by side, for the questions a reviewer asks first
+//! (host-bounce or native-p2p? TP1 or TP8? with or without a door?). One horizontal bar per
+//! configuration, named on the axis next to it (no colour to decode, however many there are), its
+//! length the decode step's total (every layer's seam medians summed), split by seam so a
+//! transport's cost shows in the join seams. Configurations that differ only in transport sit on
+//! adjacent rows; a thin line separates TP sizes.
 
-use std::collections::BTreeMap;
-
-use plotters::coord::ranged1d::BindKeyPoints;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::canvas::{
-    axis_top, config_color, draw_column_legend, fmt_tick, font, label_indices, text_width, title_band, DrawResult,
-    Figure, Swatch, AXIS_DESC_PX, CAPTION_PX, FIGURE_WIDTH_PX, LEGEND_PX, LEGEND_ROW_PX, TICK_PX, TITLE_BAND_PX,
+    axis_top, draw_grid_legend, fmt_tick, fmt_us, font, seam_color, text_width, title_band, DrawResult, Figure, Keyed,
+    Swatch, AXIS_DESC_PX, CAPTION_PX, CELL_PX, FIGURE_WIDTH_PX, SEAM_LEGEND_COLUMNS, TICK_PX, TITLE_BAND_PX,
 };
 use super::data::Table;
+use super::stacked::{seam_entries, seam_legend_px};
 
-/// Height of each of the two charts.
-pub const COMPARE_CHART_PX: u32 = 430;
-const Y_LABEL_AREA_PX: u32 = 84;
-const X_LABEL_AREA_PX: u32 = 56;
-/// Width of a bar group as a fraction of its slot.
-const GROUP: f64 = 0.84;
+/// Height of one configuration's row.
+pub const COMPARE_ROW_PX: u32 = 30;
+/// The chart is `COMPARE_EXTRA_PX + COMPARE_ROW_PX × configurations` high (caption, x axis).
+pub const COMPARE_EXTRA_PX: u32 = 120;
+/// Bar thickness as a fraction of a row.
+const BAR: f64 = 0.7;
 
 pub(crate) struct Compare<'a> {
     pub table: &'a Table,
-    /// One colour per series ([`config_color`]).
-    pub colors: Vec<RGBColor>,
-}
-
-impl<'a> Compare<'a> {
-    pub fn new(table: &'a Table) -> Self {
-        let mut groups: BTreeMap<&str, usize> = BTreeMap::new();
-        for s in &table.series {
-            let next = groups.len();
-            groups.entry(s.hue_group.as_str()).or_insert(next);
-        }
-        let n = table.series.len();
-        let colors = table
-            .series
-            .iter()
-            .enumerate()
-            .map(|(i, s)| config_color(groups[s.hue_group.as_str()], groups.len(), s.shade, i, n))
-            .collect();
-        Compare { table, colors }
-    }
-
-    fn legend_w(&self) -> u32 {
-        let widest = self.table.series.iter().map(|s| text_width(&s.label, LEGEND_PX)).max().unwrap_or(0);
-        (widest + 60).clamp(260, 600)
-    }
 }
 
 impl Figure for Compare<'_> {
     const STEM: &'static str = "latency-compare";
 
     fn size(&self) -> (u32, u32) {
-        let legend_h = 60 + self.table.series.len() as u32 * LEGEND_ROW_PX;
-        (FIGURE_WIDTH_PX, TITLE_BAND_PX + (2 * COMPARE_CHART_PX).max(legend_h))
+        let t = self.table;
+        let chart = COMPARE_EXTRA_PX + COMPARE_ROW_PX * t.series.len() as u32;
+        (FIGURE_WIDTH_PX, TITLE_BAND_PX + seam_legend_px(t.axes.seams.len()) + chart)
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult
@@ -67,87 +42,67 @@ impl Figure for Compare<'_> {
     {
         let t = self.table;
         let subtitle = format!(
-            "{} · median latency per decode step (µs) · same hue: same configuration but the transport \
-             (dark host-bounce, light native-p2p)",
+            "{} · one bar per configuration: every layer's seam medians summed, split by seam · number: the \
+             total (µs) · seams of a few µs: see latency-heatmap",
             t.common
         );
-        let rest = title_band(root, "Configurations side by side", subtitle.trim_start_matches(" · "))?;
-        let (w, _) = rest.dim_in_pixel();
-        let (charts, legend) = rest.split_horizontally(w - self.legend_w());
-        let entries: Vec<(RGBColor, String)> =
-            t.series.iter().zip(&self.colors).map(|(s, c)| (*c, s.label.clone())).collect();
-        draw_column_legend(&legend.margin(8, 0, 8, 0), "configuration", &entries, Swatch::Box)?;
-        let (top, bottom) = charts.split_vertically(COMPARE_CHART_PX);
-        let n_layers = t.axes.layers.len();
-        let layer_vals: Vec<Vec<Option<f64>>> = t
-            .series
-            .iter()
-            .map(|s| (0..n_layers).map(|l| Some(s.layer_total_us(l)).filter(|v| *v > 0.0)).collect())
-            .collect();
-        self.grouped(
-            &top.margin(4, 8, 8, 16),
-            "Per layer: sum of the layer's seam medians",
-            "layer",
-            &t.axes.layer_names,
-            &layer_vals,
-        )?;
-        let seam_vals: Vec<Vec<Option<f64>>> =
-            t.series.iter().map(|s| (0..t.axes.seams.len()).map(|i| s.seam_total_us(i)).collect()).collect();
-        self.grouped(
-            &bottom.margin(4, 8, 8, 16),
-            "Per seam: sum over layers of the seam's median",
-            "seam",
-            &t.axes.seams,
-            &seam_vals,
-        )
-    }
-}
+        let rest =
+            title_band(root, "Configurations side by side: decode step by seam", subtitle.trim_start_matches(" · "))?;
+        let (legend, area) = rest.split_vertically(seam_legend_px(t.axes.seams.len()));
+        draw_grid_legend(&legend, &seam_entries(&t.axes.seams), SEAM_LEGEND_COLUMNS, Swatch::Box)?;
+        let area = area.margin(4, 8, 8, 24);
 
-impl Compare<'_> {
-    /// Grouped bars: one group per category, one bar per configuration (`vals[series][category]`).
-    fn grouped<DB: DrawingBackend>(
-        &self,
-        area: &DrawingArea<DB, Shift>,
-        caption: &str,
-        x_desc: &str,
-        categories: &[String],
-        vals: &[Vec<Option<f64>>],
-    ) -> DrawResult
-    where
-        DB::ErrorType: 'static,
-    {
-        let n = categories.len();
-        let (w, _) = area.dim_in_pixel();
-        let slot_px = f64::from(w.saturating_sub(Y_LABEL_AREA_PX)) / n as f64;
-        let widest = categories.iter().map(|c| text_width(c, TICK_PX)).max().unwrap_or(0);
-        let keys: Vec<f64> = label_indices(n, slot_px, f64::from(widest)).into_iter().map(|i| i as f64).collect();
-        let max = vals.iter().flatten().flatten().copied().fold(0.0, f64::max);
-        let mut chart = ChartBuilder::on(area)
-            .caption(caption, font(CAPTION_PX))
-            .x_label_area_size(X_LABEL_AREA_PX)
-            .y_label_area_size(Y_LABEL_AREA_PX)
-            .build_cartesian_2d((-0.5..n as f64 - 0.5).with_key_points(keys), 0.0..axis_top(max))?;
+        let n = t.series.len();
+        let n_layers = t.axes.layers.len();
+        let totals: Vec<f64> = t.series.iter().map(|s| (0..n_layers).map(|l| s.layer_total_us(l)).sum()).collect();
+        let max = totals.iter().copied().fold(0.0, f64::max);
+        // Room for the total written after the longest bar.
+        let x_top = axis_top(max) * 1.04;
+        let y_area = t.series.iter().map(|s| text_width(&s.label, TICK_PX)).max().unwrap_or(0) + 24;
+        // Row i (the first configuration) at the top: y = n − 1 − i.
+        let row_y = |i: usize| (n - 1 - i) as f64;
+        let keys: Vec<f64> = (0..n).map(row_y).collect();
+        let mut chart = ChartBuilder::on(&area)
+            .caption("Decode step total (µs): Σ over layers and seams of the seam medians", font(CAPTION_PX))
+            .x_label_area_size(56)
+            .y_label_area_size(y_area)
+            .build_cartesian_2d(0.0..x_top, Keyed::linear(-0.5, n as f64 - 0.5, keys))?;
+        let labels: Vec<&str> = t.series.iter().map(|s| s.label.as_str()).collect();
         chart
             .configure_mesh()
-            .disable_x_mesh()
+            .disable_y_mesh()
             .light_line_style(TRANSPARENT)
             .bold_line_style(RGBColor(225, 225, 225))
-            .y_labels(6)
-            .x_label_formatter(&|v| categories.get(v.round() as usize).cloned().unwrap_or_default())
-            .y_label_formatter(&|v| fmt_tick(*v))
-            .x_desc(x_desc)
-            .y_desc("median latency (µs)")
+            .x_labels(10)
+            .x_label_formatter(&|v| fmt_tick(*v))
+            .y_label_formatter(&|v| {
+                let r = v.round() as usize;
+                labels.get(n.wrapping_sub(1).wrapping_sub(r)).map(|s| s.to_string()).unwrap_or_default()
+            })
+            .x_desc("median latency per decode step (µs)")
             .label_style(font(TICK_PX))
             .axis_desc_style(font(AXIS_DESC_PX))
             .draw()?;
-        let m = vals.len().max(1) as f64;
-        let bar = GROUP / m;
-        for (si, series) in vals.iter().enumerate() {
-            let color = self.colors[si];
-            chart.draw_series(series.iter().enumerate().filter_map(|(c, v)| {
-                let x0 = c as f64 - GROUP / 2.0 + si as f64 * bar;
-                v.map(|v| Rectangle::new([(x0 + bar * 0.06, 0.0), (x0 + bar * 0.94, v)], color.filled()))
-            }))?;
+        let half = BAR / 2.0;
+        for (i, s) in t.series.iter().enumerate() {
+            let y = row_y(i);
+            let mut x0 = 0.0;
+            for (si, seam) in t.axes.seams.iter().enumerate() {
+                let Some(v) = s.seam_total_us(si) else { continue };
+                let rect = [(x0, y - half), (x0 + v, y + half)];
+                chart.draw_series([
+                    Rectangle::new(rect, seam_color(seam, si).filled()),
+                    Rectangle::new(rect, WHITE.stroke_width(1)),
+                ])?;
+                x0 += v;
+            }
+            let style = font(CELL_PX).pos(Pos::new(HPos::Left, VPos::Center));
+            chart.draw_series([EmptyElement::at((x0, y)) + Text::new(fmt_us(totals[i]), (6, 0), style)])?;
+            // A separator where the group changes (TP size, backend, model), between rows.
+            if i > 0 && t.series[i - 1].tp_group != s.tp_group {
+                let sep = y + 0.5;
+                chart.draw_series([PathElement::new(vec![(0.0, sep), (x_top, sep)], RGBColor(120, 120, 120))])?;
+            }
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use memra_receipts::schema::{Backend, Receipt, RunConfigEvidence, Transport};
+use memra_receipts::schema::{Receipt, RunConfigEvidence};
 
 use super::PlotError;
 
@@ -39,11 +39,8 @@ pub(crate) struct Series {
     pub run_id: String,
     /// Short label ([`short_labels`]), unique within the figure.
     pub label: String,
-    /// The configuration without its transport: configurations sharing it differ only in how
-    /// bytes move between ranks, and the comparison figure gives them one hue.
-    pub hue_group: String,
-    /// 0 host-bounce, 1 native-p2p, 2 nccl.
-    pub shade: usize,
+    /// Backend, model and TP size: the comparison figure separates groups with a line.
+    pub tp_group: String,
     /// `(layer index in Axes::layers, seam index in Axes::seams)` → median in µs.
     pub median_us: BTreeMap<(usize, usize), f64>,
 }
@@ -79,7 +76,7 @@ pub(crate) struct Axes {
 #[derive(Debug, Clone)]
 pub(crate) struct Table {
     pub axes: Axes,
-    /// Ordered by (backend, TP, transport, doors, run_id).
+    /// Ordered by model, backend, TP size, doors (defaults first), transport, run id.
     pub series: Vec<Series>,
     /// What all configurations share and their labels leave out (`memra-runtime/tiny on host`).
     pub common: String,
@@ -99,11 +96,12 @@ impl Table {
                 });
             }
         }
-        let mut timed: Vec<&Receipt> = receipts.iter().copied().filter(|r| !r.measurements.latency.is_empty()).collect();
+        let mut timed: Vec<&Receipt> =
+            receipts.iter().copied().filter(|r| !r.measurements.latency.is_empty()).collect();
         if timed.is_empty() {
             return Err(PlotError::NoLatency { n_receipts: receipts.len() });
         }
-        timed.sort_by(|a, b| order_key(&a.evidence.config, &a.run_id).cmp(&order_key(&b.evidence.config, &b.run_id)));
+        timed.sort_by_key(|r| order_key(&r.evidence.config, &r.run_id));
         let configs: Vec<&RunConfigEvidence> = timed.iter().map(|r| &r.evidence.config).collect();
         let ids: Vec<&str> = timed.iter().map(|r| r.run_id.as_str()).collect();
         let (labels, common) = short_labels_with_common(&configs, &ids);
@@ -127,14 +125,9 @@ impl Table {
             .map(|(r, label)| Series {
                 run_id: r.run_id.clone(),
                 label,
-                hue_group: {
+                tp_group: {
                     let c = &r.evidence.config;
-                    format!("{}/{} {} tp{} {}", c.subject, c.model.preset, c.backend.as_str(), c.tp, doors_text(c))
-                },
-                shade: match r.evidence.config.transport {
-                    Transport::HostBounce => 0,
-                    Transport::NativeP2p => 1,
-                    Transport::Nccl => 2,
+                    format!("{}/{} {} tp{}", c.subject, c.model.preset, c.backend.as_str(), c.tp)
                 },
                 median_us: r
                     .measurements
@@ -253,14 +246,12 @@ impl History {
     }
 }
 
-fn order_key(c: &RunConfigEvidence, run_id: &str) -> (String, String, Backend, usize, Transport, String, String) {
+/// Configurations that differ only in transport end up next to each other, defaults first.
+fn order_key(c: &RunConfigEvidence, run_id: &str) -> impl Ord {
     (
-        c.subject.clone(),
-        c.model.preset.clone(),
-        c.backend,
-        c.tp,
+        (c.subject.clone(), c.model.preset.clone(), c.backend, c.tp),
+        (!c.doors.is_empty(), doors_text(c)),
         c.transport,
-        doors_text(c),
         run_id.to_string(),
     )
 }
@@ -343,6 +334,12 @@ pub(crate) fn set_date_ms(receipts: &[Receipt]) -> Option<u64> {
 
 /// `YYYY-MM-DD HH:MM` (UTC) of a Unix time in milliseconds.
 pub(crate) fn utc_minute(unix_ms: u64) -> String {
+    let (y, rest) = utc_year_and_rest(unix_ms);
+    format!("{y:04}-{rest}")
+}
+
+/// The year and `MM-DD HH:MM` (UTC) of a Unix time in milliseconds.
+pub(crate) fn utc_year_and_rest(unix_ms: u64) -> (i64, String) {
     let secs = unix_ms / 1000;
     let days = (secs / 86_400) as i64;
     let (h, m) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
@@ -356,7 +353,7 @@ pub(crate) fn utc_minute(unix_ms: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let mo = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(mo <= 2);
-    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02}")
+    (y, format!("{mo:02}-{d:02} {h:02}:{m:02}"))
 }
 
 #[cfg(test)]

@@ -3,14 +3,13 @@
 //! configuration (rows: seams in program order, columns: layers), one colour scale for all panels,
 //! logarithmic because seam medians span several decades; each cell also carries its value.
 
-use plotters::coord::ranged1d::BindKeyPoints;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::canvas::{
-    clip_to_width, fmt_tick, fmt_us, font, ink_on, label_indices, text_width, title_band, viridis, DrawResult, Figure,
-    AXIS_DESC_PX, CAPTION_PX, CELL_PX, FIGURE_WIDTH_PX, TICK_PX, TITLE_BAND_PX,
+    captioned, fmt_tick, fmt_us, font, ink_on, label_indices, text_width, title_band, viridis, DrawResult, Figure,
+    Keyed, AXIS_DESC_PX, CELL_PX, FIGURE_WIDTH_PX, TICK_PX, TITLE_BAND_PX,
 };
 use super::data::{Series, Table};
 use super::grid_shape;
@@ -122,13 +121,11 @@ impl Heatmap<'_> {
         let x_keys: Vec<f64> =
             label_indices(n_layers, cell_w, f64::from(widest)).into_iter().map(|i| i as f64 + 0.5).collect();
         let y_keys: Vec<f64> = (0..n_seams).map(|r| r as f64 + 0.5).collect();
-        let mut chart = ChartBuilder::on(area)
-            .caption(clip_to_width(&s.label, CAPTION_PX, w - 20), font(CAPTION_PX))
-            .x_label_area_size(X_LABEL_AREA_PX)
-            .y_label_area_size(y_area)
-            .build_cartesian_2d(
-                (0.0..n_layers as f64).with_key_points(x_keys),
-                (0.0..n_seams as f64).with_key_points(y_keys),
+        let area = &captioned(area, &s.label)?;
+        let mut chart =
+            ChartBuilder::on(area).x_label_area_size(X_LABEL_AREA_PX).y_label_area_size(y_area).build_cartesian_2d(
+                Keyed::linear(0.0, n_layers as f64, x_keys),
+                Keyed::linear(0.0, n_seams as f64, y_keys),
             )?;
         // Row 0 (the first seam in program order) is drawn at the top.
         let row_of = |si: usize| (n_seams - 1 - si) as f64;
@@ -157,7 +154,8 @@ impl Heatmap<'_> {
                 let Some(v) = v else { continue };
                 let text = fmt_us(v);
                 if f64::from(text_width(&text, CELL_PX)) + 8.0 <= cell_w && cell_h >= CELL_PX + 4.0 {
-                    let style = font(CELL_PX).color(&ink_on(bg)).pos(Pos::new(HPos::Center, VPos::Center));
+                    let ink = ink_on(bg);
+                    let style = font(CELL_PX).color(&ink).pos(Pos::new(HPos::Center, VPos::Center));
                     chart.draw_series([Text::new(text, (x + 0.5, y + 0.5), style)])?;
                 }
             }
@@ -172,18 +170,17 @@ where
     DB::ErrorType: 'static,
 {
     let mut chart = ChartBuilder::on(area)
-        .caption("µs", font(CAPTION_PX))
+        .caption("median µs (log)", font(AXIS_DESC_PX))
         .margin_top(8)
         .margin_bottom(8)
         .x_label_area_size(8)
-        .y_label_area_size(96)
-        .build_cartesian_2d(0.0..1.0, (scale.lo..scale.hi).log_scale().with_key_points(scale.ticks()))?;
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0..1.0, Keyed::log(scale.lo, scale.hi, scale.ticks()))?;
     chart
         .configure_mesh()
         .disable_mesh()
         .disable_x_axis()
         .y_label_formatter(&|v| fmt_tick(*v))
-        .y_desc("median latency (µs, log)")
         .label_style(font(TICK_PX))
         .axis_desc_style(font(AXIS_DESC_PX))
         .draw()?;

@@ -11,19 +11,19 @@
 //! |-------------------|---------------------|-------|
 //! | `latency-stacked` | [`plot_receipts`]   | per configuration, one bar per layer stacked by seam |
 //! | `latency-heatmap` | [`plot_receipts`]   | per configuration, seam × layer cells on a log colour scale |
-//! | `latency-compare` | [`plot_receipts`]   | all configurations side by side: per-layer totals, per-seam totals |
+//! | `latency-compare` | [`plot_receipts`]   | all configurations side by side: one bar each, the step total split by seam |
 //! | `latency-history` | [`plot_history`]    | per configuration, one line per seam across receipt sets |
 //!
 //! # Layout
 //!
 //! Every figure is [`FIGURE_WIDTH_PX`] wide. Panels (one per configuration) are laid out in
-//! [`grid_shape`]`(n)` rows × columns under a 64-pixel title band; the stacked and history figures
+//! [`grid_shape`]`(n)` rows × columns under a 64-pixel title band; the stacked, compare and history figures
 //! add a seam legend of 7 entries per row, 28 pixels a row, plus 12. Heights, for `r` panel rows and
 //! `s` seams:
 //!
 //! - stacked: `64 + (⌈s/7⌉·28 + 12) + r·`[`STACKED_PANEL_PX`]
 //! - heat map: `64 + r·(`[`HEATMAP_PANEL_EXTRA_PX`]` + s·`[`HEATMAP_ROW_PX`]`)`
-//! - compare: `64 + max(2·`[`COMPARE_CHART_PX`]`, 60 + 28·n)` for `n` configurations
+//! - compare: `64 + (⌈s/7⌉·28 + 12) + `[`COMPARE_EXTRA_PX`]` + n·`[`COMPARE_ROW_PX`] for `n` configurations
 //! - history: `64 + (⌈s/7⌉·28 + 12) + r·`[`HISTORY_PANEL_PX`]
 
 mod canvas;
@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use memra_receipts::schema::Receipt;
 
 pub use canvas::FIGURE_WIDTH_PX;
-pub use compare::COMPARE_CHART_PX;
+pub use compare::{COMPARE_EXTRA_PX, COMPARE_ROW_PX};
 pub use data::{short_labels, SEAM_ORDER};
 pub use heatmap::{HEATMAP_PANEL_EXTRA_PX, HEATMAP_ROW_PX};
 pub use history::HISTORY_PANEL_PX;
@@ -75,10 +75,10 @@ pub enum PlotError {
     Font,
 }
 
-/// Rows and columns of the panel grid for `n` panels: up to 3 columns, as square as they go
-/// (1 → 1×1, 2 → 1×2, 4 → 2×2, 5 → 2×3, 8 → 3×3, 10 → 4×3).
+/// Rows and columns of the panel grid for `n` panels: up to 4 columns, as square as they go
+/// (1 → 1×1, 2 → 1×2, 4 → 2×2, 5 → 2×3, 8 → 3×3, 10 → 3×4, 31 → 8×4).
 pub fn grid_shape(n: usize) -> (usize, usize) {
-    let cols = ((n as f64).sqrt().ceil() as usize).clamp(1, 3);
+    let cols = ((n as f64).sqrt().ceil() as usize).clamp(1, 4);
     (n.div_ceil(cols).max(1), cols)
 }
 
@@ -87,8 +87,9 @@ pub fn grid_shape(n: usize) -> (usize, usize) {
 /// `latency-heatmap.{svg,png}`, `latency-compare.{svg,png}`.
 ///
 /// Each receipt with latency samples is one configuration; receipts without (SKIP,
-/// NOT-APPLICABLE, ERROR) are left out. Configurations are ordered by backend, TP size, transport,
-/// doors and labelled by [`short_labels`]. The same run id twice is an error: a plot shows one
+/// NOT-APPLICABLE, ERROR) are left out. Configurations are ordered by model, backend, TP size,
+/// doors (defaults first), then transport, so that runs differing only in transport sit together,
+/// and labelled by [`short_labels`]. The same run id twice is an error: a plot shows one
 /// receipt per configuration.
 pub fn plot_receipts(receipts: &[Receipt], out: &Path) -> Result<Vec<PathBuf>, PlotError> {
     let refs: Vec<&Receipt> = receipts.iter().collect();
@@ -96,7 +97,7 @@ pub fn plot_receipts(receipts: &[Receipt], out: &Path) -> Result<Vec<PathBuf>, P
     prepare(out)?;
     let mut files = render(&stacked::Stacked { table: &table }, out)?;
     files.extend(render(&heatmap::Heatmap { table: &table }, out)?);
-    files.extend(render(&compare::Compare::new(&table), out)?);
+    files.extend(render(&compare::Compare { table: &table }, out)?);
     Ok(files)
 }
 

@@ -3,15 +3,14 @@
 //! layer total written above the bar. All panels share the y scale so bar heights compare across
 //! configurations.
 
-use plotters::coord::ranged1d::BindKeyPoints;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::canvas::{
-    axis_top, clip_to_width, draw_grid_legend, fmt_tick, fmt_us, font, label_indices, legend_rows, seam_color,
-    text_width, title_band, DrawResult, Figure, Swatch, AXIS_DESC_PX, CAPTION_PX, CELL_PX, FIGURE_WIDTH_PX,
-    LEGEND_ROW_PX, SEAM_LEGEND_COLUMNS, TICK_PX, TITLE_BAND_PX,
+    axis_top, captioned, draw_grid_legend, fmt_tick, fmt_us, font, label_indices, legend_rows, seam_color, text_width,
+    title_band, DrawResult, Figure, Keyed, Swatch, AXIS_DESC_PX, CELL_PX, FIGURE_WIDTH_PX, LEGEND_ROW_PX,
+    SEAM_LEGEND_COLUMNS, TICK_PX, TITLE_BAND_PX,
 };
 use super::data::{Series, Table};
 use super::grid_shape;
@@ -54,7 +53,8 @@ impl Figure for Stacked<'_> {
              bottom · number above a bar: layer total (µs)",
             t.common
         );
-        let rest = title_band(root, "Median latency per decode step, by layer and seam", subtitle.trim_start_matches(" · "))?;
+        let rest =
+            title_band(root, "Median latency per decode step, by layer and seam", subtitle.trim_start_matches(" · "))?;
         let (legend, panels) = rest.split_vertically(seam_legend_px(t.axes.seams.len()));
         draw_grid_legend(&legend, &seam_entries(&t.axes.seams), SEAM_LEGEND_COLUMNS, Swatch::Box)?;
         let (rows, cols) = grid_shape(t.series.len());
@@ -77,11 +77,11 @@ impl Stacked<'_> {
         let slot_px = f64::from(w.saturating_sub(Y_LABEL_AREA_PX)) / n as f64;
         let widest = axes.layer_names.iter().map(|l| text_width(l, TICK_PX)).max().unwrap_or(0);
         let keys: Vec<f64> = label_indices(n, slot_px, f64::from(widest)).into_iter().map(|i| i as f64).collect();
+        let area = &captioned(area, &s.label)?;
         let mut chart = ChartBuilder::on(area)
-            .caption(clip_to_width(&s.label, CAPTION_PX, w - 20), font(CAPTION_PX))
             .x_label_area_size(X_LABEL_AREA_PX)
             .y_label_area_size(Y_LABEL_AREA_PX)
-            .build_cartesian_2d((-0.5..n as f64 - 0.5).with_key_points(keys), 0.0..y_top)?;
+            .build_cartesian_2d(Keyed::linear(-0.5, n as f64 - 0.5, keys), 0.0..y_top)?;
         let names = &axes.layer_names;
         chart
             .configure_mesh()

@@ -282,6 +282,18 @@ impl Drop for CudaBackend {
 }
 
 impl Backend for CudaBackend {
+    fn build_options(&self) -> Vec<String> {
+        let c = self.compiled();
+        std::iter::once(format!("arch={}", c.arch))
+            .chain(std::iter::once(format!("nvrtc={}.{}", c.nvrtc_version.0, c.nvrtc_version.1)))
+            .chain(c.options.iter().cloned())
+            .collect()
+    }
+
+    fn copy_bandwidth(&mut self, bytes: usize) -> Result<Option<f64>> {
+        super::measure_copy_bandwidth(self, bytes, 20).map(Some)
+    }
+
     fn describe(&self) -> String {
         let d = &self.devices[0].info;
         let placement = if self.co_resident() {

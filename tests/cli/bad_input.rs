@@ -1,0 +1,156 @@
+//! Bad input gets exit status 2, one clear message that names the value and the rule, fails in well
+//! under two seconds (before any device work, DESIGN §9 / STYLE "CLI in two layers"), and changes
+//! nothing: no receipt, not even the --out directory.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::util::*;
+
+/// The most a refused request may take (the harness validates before computing any oracle).
+const FAST: Duration = Duration::from_secs(2);
+
+/// Runs `args` (plus `--out <tmp>/out` for commands that write), expects exit 2 within [`FAST`],
+/// every fragment in stderr, and no output directory.
+fn refused(args: &[&str], env: &[(&str, &str)], fragments: &[&str]) -> Output {
+    let dir = tempdir();
+    let out_dir = dir.path().join("out");
+    let mut full: Vec<&str> = args.to_vec();
+    if matches!(args.first(), Some(&"run") | Some(&"selftest")) {
+        full.extend(["--out", s(&out_dir)]);
+    }
+    let out = run_env(&full, env);
+    out.expect_code(2).expect_stderr(fragments);
+    assert!(out.elapsed < FAST, "`{}` took {:?} to refuse its input (limit {FAST:?})", out.line, out.elapsed);
+    assert!(
+        !out_dir.exists(),
+        "`{}` created {} although it refused to run: {:?}",
+        out.line,
+        out_dir.display(),
+        receipt_names(&out_dir)
+    );
+    assert!(
+        out.stdout.trim().is_empty() || !out.stdout.contains("PASS"),
+        "`{}` printed results\n{}",
+        out.line,
+        out.transcript()
+    );
+    out
+}
+
+const HOST: [&str; 3] = ["run", "--backend", "host"];
+
+fn host<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    HOST.iter().chain(extra).copied().collect()
+}
+
+#[test]
+fn tp_outside_the_canonical_grid_is_refused_with_the_rule() {
+    refused(&host(&["--tp", "3"]), &[], &["TP size 3", "1, 2, 4 or 8"]);
+    refused(&host(&["--tp", "1,16"]), &[], &["TP size 16", "1, 2, 4 or 8"]);
+    // `memra-gates --tp 3` is `memra-gates run --tp 3`.
+    refused(&["--backend", "host", "--tp", "3", "--out", "/nonexistent/never-created"], &[], &["TP size 3"]);
+    assert!(!Path::new("/nonexistent/never-created").exists());
+}
+
+#[test]
+fn unknown_transport_and_backend_are_refused() {
+    refused(&host(&["--transport", "carrier-pigeon"]), &[], &["carrier-pigeon", "host-bounce", "native-p2p"]);
+    refused(&["run", "--backend", "tpu"], &[], &["tpu", "auto, host or cuda"]);
+}
+
+#[test]
+fn door_environment_is_parsed_strictly() {
+    let out = refused(&host(&[]), &[("MEMRA_OPROJ_DIRECT", "yes")], &["MEMRA_OPROJ_DIRECT", "\"yes\""]);
+    assert!(!out.stderr.contains("did you mean"), "{}", out.transcript());
+    refused(&host(&[]), &[("MEMRA_OPROJ_DIRCT", "1")], &["MEMRA_OPROJ_DIRCT", "did you mean MEMRA_OPROJ_DIRECT"]);
+    // The tool's own settings are strict too.
+    refused(
+        &host(&["--door", "canary_flip_bit"]),
+        &[("MEMRA_CANARY_FLIP_AT", "banana")],
+        &["MEMRA_CANARY_FLIP_AT", "\"banana\""],
+    );
+}
+
+#[test]
+fn door_rules_are_quoted_when_explicit_requests_break_them() {
+    // oproj_tail without oproj_direct: the `requires` rule and its reason.
+    refused(&host(&["--door", "oproj_tail"]), &[], &["MEMRA_OPROJ_TAIL", "requires MEMRA_OPROJ_DIRECT", "rule:"]);
+    // The same request through the environment.
+    refused(&host(&[]), &[("MEMRA_OPROJ_TAIL", "1")], &["requires MEMRA_OPROJ_DIRECT", "rule:"]);
+    // A declared conflict holds both ways.
+    refused(
+        &host(&["--door", "w8", "--door", "qkv_fused"]),
+        &[],
+        &["conflicts with", "MEMRA_STEP_TP_W8", "MEMRA_STEP_TP_QKV_FUSED", "rule:"],
+    );
+    refused(&host(&["--door", "qkv_fused", "--door", "w8"]), &[], &["conflicts with", "rule:"]);
+    refused(&host(&["--door", "nonexistent"]), &[], &["\"nonexistent\"", "not a known door"]);
+    refused(&host(&["--door", "oproj_direct=2"]), &[], &["oproj_direct=2", "NAME=1 or NAME=0"]);
+}
+
+#[test]
+fn missing_and_corrupt_model_files_are_refused_with_the_file_named() {
+    refused(&host(&["--model", "/nonexistent/model.safetensors"]), &[], &["/nonexistent/model.safetensors"]);
+
+    let dir = tempdir();
+    // Garbage: fixed bytes (no header a reader could accept).
+    let garbage = dir.path().join("garbage.safetensors");
+    let bytes: Vec<u8> = (0u32..4096).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(&garbage, bytes).unwrap();
+    refused(&host(&["--model", s(&garbage)]), &[], &[s(&garbage), "not a valid safetensors file"]);
+
+    // A real file, truncated: header intact, tensor data cut short.
+    let real = dir.path().join("real.safetensors");
+    run(&["gen-model", "--preset", "tiny", "--layers", "1", "--out", s(&real)]).expect_code(0);
+    let full = std::fs::read(&real).unwrap();
+    for cut in [full.len() / 2, full.len() - 1] {
+        let truncated = dir.path().join(format!("truncated-{cut}.safetensors"));
+        std::fs::write(&truncated, &full[..cut]).unwrap();
+        refused(&host(&["--model", s(&truncated)]), &[], &[s(&truncated)]);
+    }
+    // An empty file.
+    let empty = dir.path().join("empty.safetensors");
+    std::fs::write(&empty, b"").unwrap();
+    refused(&host(&["--model", s(&empty)]), &[], &[s(&empty)]);
+}
+
+#[test]
+fn malformed_matrix_and_shard_are_refused() {
+    refused(&host(&["--matrix", "nonsense"]), &[], &["\"nonsense\"", "all, single, pairwise"]);
+    refused(&host(&["--shard", "3/2"]), &[], &["\"3/2\"", "0 <= I < N"]);
+    refused(&["matrix", "--matrix", "nonsense"], &[], &["\"nonsense\""]);
+    refused(&["matrix", "--tp", "3"], &[], &["TP size 3"]);
+}
+
+#[test]
+fn selftest_refuses_an_unknown_canary_to_disarm() {
+    refused(&["selftest", "--backend", "host", "--disarm", "canary_nonexistent"], &[], &["canary_nonexistent"]);
+}
+
+/// The documented example receipt with its `schema_version` replaced.
+fn example_with_version(dir: &Path, version: u32) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(repo("receipts/schema/example-run-v1.json")).unwrap();
+    let edited = text.replacen("\"schema_version\": 1,", &format!("\"schema_version\": {version},"), 1);
+    assert!(version == 1 || edited != text, "the example receipt has no `\"schema_version\": 1,` to edit");
+    let run_id = memra_receipts::json::parse_receipt(text.as_bytes(), Path::new("example")).unwrap().run_id;
+    let sub = dir.join(format!("v{version}"));
+    std::fs::create_dir_all(&sub).unwrap();
+    let path = sub.join(format!("run-{run_id}.json"));
+    std::fs::write(&path, edited).unwrap();
+    path
+}
+
+#[test]
+fn diff_refuses_receipts_of_an_unknown_schema_version() {
+    let dir = tempdir();
+    let v7 = example_with_version(dir.path(), 7);
+    let v1 = example_with_version(dir.path(), 1);
+    // As files and as directories, on either side.
+    refused(&["diff", s(&v7), s(&v1)], &[], &["schema_version 7", s(&v7)]);
+    refused(&["diff", s(&v1), s(&v7)], &[], &["schema_version 7"]);
+    refused(&["diff", s(v7.parent().unwrap()), s(v1.parent().unwrap())], &[], &["schema_version 7"]);
+    // The control: the same file at version 1 is accepted.
+    run(&["diff", s(&v1), s(&v1)]).expect_code(0);
+    refused(&["diff", s(&v1), s(&v1), "--format", "yaml"], &[], &["\"yaml\"", "md, text, json"]);
+}

@@ -1,0 +1,96 @@
+//! The main job with no door requested: every TP size × transport of the default run passes, and
+//! everything it writes is complete and matches the published schemas.
+
+use std::collections::BTreeSet;
+
+use memra_receipts::{Summary, Verdict};
+
+use crate::util::*;
+
+/// The rows of the terminal summary table: `(backend, tp, transport, verdict)` per configuration.
+fn table_rows(stdout: &str) -> Vec<(String, usize, String, String)> {
+    stdout
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('│').map(str::trim).collect();
+            // "│ host │ 1 │ host-bounce │ defaults │ PASS │ …": cells[0] is before the first bar.
+            let tp = cells.get(2)?.parse().ok()?;
+            Some((cells[1].to_string(), tp, cells.get(3)?.to_string(), cells.get(5)?.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn default_run_passes_every_tp_and_transport_and_writes_valid_outputs() {
+    let dir = tempdir();
+    let out_dir = dir.path().join("receipts");
+    let out = run(&["run", "--backend", "host", "--out", s(&out_dir), "--prompts", "2", "--gen-tokens", "3"]);
+    out.expect_code(0);
+
+    // One table row per TP size × transport, each PASS.
+    let expected: BTreeSet<(usize, String)> =
+        [1, 2, 4, 8].iter().flat_map(|tp| ["host-bounce", "native-p2p"].map(|t| (*tp, t.to_string()))).collect();
+    let rows = table_rows(&out.stdout);
+    assert_eq!(rows.len(), 8, "expected 8 table rows\n{}", out.transcript());
+    let seen: BTreeSet<(usize, String)> = rows.iter().map(|(_, tp, t, _)| (*tp, t.clone())).collect();
+    assert_eq!(seen, expected, "table rows are not one per TP × transport\n{}", out.transcript());
+    for (backend, tp, t, verdict) in &rows {
+        assert_eq!((backend.as_str(), verdict.as_str()), ("host", "PASS"), "row tp{tp} {t}\n{}", out.transcript());
+    }
+    out.expect_stdout(&["8 PASS"]);
+
+    // The files: 8 receipts and the matrix outputs, no leftover temporary file.
+    for f in ["summary.json", "junit.xml", "latency.csv", "summary.md"] {
+        let p = out_dir.join(f);
+        assert!(p.is_file() && std::fs::metadata(&p).unwrap().len() > 0, "{f} is missing or empty");
+    }
+    assert_eq!(temp_names(&out_dir), Vec::<String>::new(), "temporary files left behind");
+    let receipts = read_receipts(&out_dir);
+    assert_eq!(receipts.len(), 8, "expected 8 receipts, found {:?}", receipt_names(&out_dir));
+    let mut configs = BTreeSet::new();
+    for (name, r) in &receipts {
+        assert_eq!(name, &format!("run-{}.json", r.run_id), "file name and run_id disagree");
+        assert_eq!(r.evidence.verdict, Verdict::Pass, "{name}: {:?}", r.evidence.reason);
+        assert!(
+            r.evidence.config.doors.is_empty(),
+            "{name}: doors {:?} in a run that requested none",
+            r.evidence.config.doors
+        );
+        assert!(!r.evidence.gates.is_empty() && r.evidence.gates.iter().all(|g| g.verdict == Verdict::Pass), "{name}");
+        // 2 prompts × 3 generated tokens.
+        assert_eq!(r.evidence.tokens.iter().map(Vec::len).collect::<Vec<_>>(), vec![3, 3], "{name}: token tape shape");
+        configs.insert((r.evidence.config.tp, r.evidence.config.transport.as_str().to_string()));
+    }
+    assert_eq!(configs, expected, "receipts do not cover every TP × transport once");
+
+    // Every file validates against the published JSON Schema (an independent validator).
+    let receipt_schema = SchemaValidator::new("receipt-v1.schema.json");
+    for (name, _) in &receipts {
+        receipt_schema.check_file(&out_dir.join(name));
+    }
+    SchemaValidator::new("summary-v1.schema.json").check_file(&out_dir.join("summary.json"));
+
+    // The summary and the exports agree with the receipts.
+    let summary: Summary =
+        memra_receipts::json::read_summary(&out_dir.join("summary.json")).expect("summary.json reads strictly");
+    assert_eq!(summary.overall, Verdict::Pass);
+    assert_eq!(summary.counts.get(Verdict::Pass), 8);
+    let ids: BTreeSet<&str> = receipts.iter().map(|(_, r)| r.run_id.as_str()).collect();
+    assert_eq!(summary.rows.iter().map(|r| r.run_id.as_str()).collect::<BTreeSet<_>>(), ids);
+    let junit = std::fs::read_to_string(out_dir.join("junit.xml")).unwrap();
+    assert_eq!(junit.matches("<testcase").count(), 8, "junit.xml: one test case per run\n{junit}");
+    assert!(!junit.contains("<failure") && !junit.contains("<error"), "junit.xml reports a failure\n{junit}");
+    // Provenance: the receipts name the kernel sources of the binary that wrote them.
+    let version = run(&["version"]);
+    version.expect_code(0);
+    let kernel = version
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("kernel sources: "))
+        .unwrap_or_else(|| panic!("`version` prints no kernel digest\n{}", version.transcript()));
+    for (name, r) in &receipts {
+        assert_eq!(r.evidence.build.kernel_source_digest, kernel, "{name}: kernel digest vs `memra-gates version`");
+    }
+    let csv = std::fs::read_to_string(out_dir.join("latency.csv")).unwrap();
+    assert!(csv.lines().count() > 8, "latency.csv has no rows per layer × seam\n{csv}");
+}

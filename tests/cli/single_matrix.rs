@@ -1,0 +1,113 @@
+//! The acceptance criterion: `memra-gates run --matrix single` on the host backend at TP1/TP2 over
+//! both transports exits 0. Every BIT / VALUE / SCHEDULING door passes identity with its counter
+//! engaged, every NUMERIC-CLASS door passes argmax tape, class identity and error budget, and every
+//! configuration without meaning on the host is receipted NOT-APPLICABLE with the registry's reason.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use memra_receipts::{Gate, Verdict};
+use serde_json::Value;
+
+use crate::util::*;
+
+#[test]
+fn single_matrix_on_host_passes_every_door() {
+    let dir = tempdir();
+    let out_dir = dir.path().join("receipts");
+    let out = run(&[
+        "run",
+        "--matrix",
+        "single",
+        "--backend",
+        "host",
+        "--tp",
+        "1,2",
+        "--prompts",
+        "1",
+        "--gen-tokens",
+        "2",
+        "--out",
+        s(&out_dir),
+    ]);
+    out.expect_code(0);
+
+    // The registry: class, engagement counter and host reason of each door, by env name.
+    let doors_json = run(&["doors", "--json"]);
+    let registry: Value = serde_json::from_str(&doors_json.stdout).unwrap();
+    let by_env: BTreeMap<&str, &Value> =
+        registry["doors"].as_array().unwrap().iter().map(|d| (d["env"].as_str().unwrap(), d)).collect();
+    let ids = door_ids_by_env();
+
+    let expected: BTreeSet<ConfigKey> = matrix_listing(&[
+        "--matrix",
+        "single",
+        "--backend",
+        "host",
+        "--tp",
+        "1,2",
+        "--transport",
+        "host-bounce,native-p2p",
+    ])
+    .into_iter()
+    .collect();
+    let receipts = read_receipts(&out_dir);
+    let got: BTreeSet<ConfigKey> = receipts.iter().map(|(_, r)| receipt_key(r, &ids)).collect();
+    assert_eq!(got, expected, "receipts vs `memra-gates matrix` listing");
+    assert_eq!(receipts.len(), expected.len());
+
+    let (mut identity, mut numeric, mut not_applicable) = (0, 0, 0);
+    for (name, r) in &receipts {
+        let ev = &r.evidence;
+        let label = r.label();
+        let on: Vec<&Value> =
+            ev.config.doors.iter().filter(|(_, on)| **on).map(|(env, _)| by_env[env.as_str()]).collect();
+        let gate = |g: Gate| ev.gates.iter().find(|x| x.gate == g).map(|x| x.verdict);
+        match ev.verdict {
+            Verdict::NotApplicable => {
+                not_applicable += 1;
+                let reason = ev.reason.as_deref().unwrap_or_default();
+                // The reason quotes the registry's host reason of one of its doors.
+                let quoted =
+                    on.iter().any(|d| d["not_applicable"]["host"].as_str().is_some_and(|why| reason.contains(why)));
+                assert!(quoted, "{label}: NOT-APPLICABLE reason {reason:?} does not quote the registry");
+                assert!(ev.gates.is_empty(), "{label}: a NOT-APPLICABLE run ran gates");
+            }
+            Verdict::Pass => {
+                for g in [Gate::Determinism, Gate::NonTriviality, Gate::Engagement] {
+                    assert_eq!(gate(g), Some(Verdict::Pass), "{label}: gate {g:?}");
+                }
+                let is_numeric = on.iter().any(|d| d["class"] == "NUMERIC-CLASS");
+                if is_numeric {
+                    numeric += 1;
+                    for g in [Gate::ArgmaxTape, Gate::ClassIdentity, Gate::ErrorBudget] {
+                        assert_eq!(gate(g), Some(Verdict::Pass), "{label}: NUMERIC gate {g:?}");
+                    }
+                } else {
+                    identity += 1;
+                    assert_eq!(gate(Gate::Identity), Some(Verdict::Pass), "{label}: identity gate");
+                }
+                // Engagement proven by the door's own counter, not by the verdict alone.
+                for d in &on {
+                    let counter = d["engagement"].as_str().unwrap();
+                    let n = ev
+                        .engaged
+                        .iter()
+                        .filter(|(k, _)| k.as_str() == counter || k.starts_with(&format!("{counter}@")))
+                        .map(|(_, n)| *n)
+                        .sum::<u64>();
+                    assert!(n > 0, "{label}: door {} passed with counter {counter} = 0 ({:?})", d["id"], ev.engaged);
+                }
+            }
+            other => panic!("{name} {label}: {other} {:?}", ev.reason),
+        }
+    }
+    // Every door class is present: the default path, identity doors, NUMERIC doors, host-less doors.
+    assert!(
+        identity >= 2 && numeric >= 1 && not_applicable >= 1,
+        "identity {identity}, numeric {numeric}, n/a {not_applicable}"
+    );
+    assert!(out.stdout.contains("PASS") && out.stdout.contains("NOT-APPLICABLE"), "{}", out.transcript());
+    let summary = memra_receipts::json::read_summary(&out_dir.join("summary.json")).unwrap();
+    assert_eq!(summary.overall, Verdict::Pass);
+    assert_eq!(summary.counts.get(Verdict::Pass) + summary.counts.get(Verdict::NotApplicable), expected.len() as u64);
+}
