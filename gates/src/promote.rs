@@ -214,9 +214,12 @@ pub fn load_history(dirs: &[PathBuf]) -> Result<Vec<Night>, PromoteError> {
 }
 
 fn sort_nights(nights: &mut [Night]) {
-    nights.sort_by(|a, b| {
-        a.started_at_unix_ms.cmp(&b.started_at_unix_ms).then_with(|| dir_name(&a.dir).cmp(&dir_name(&b.dir)))
-    });
+    nights.sort_by(night_order);
+}
+
+/// By date, ties by directory name.
+fn night_order(a: &Night, b: &Night) -> std::cmp::Ordering {
+    a.started_at_unix_ms.cmp(&b.started_at_unix_ms).then_with(|| dir_name(&a.dir).cmp(&dir_name(&b.dir)))
 }
 
 /// `YYYY-MM-DD` (UTC) of a Unix time in milliseconds (proleptic Gregorian; H. Hinnant's
@@ -446,8 +449,8 @@ pub fn promote(registry: &Registry, nights: &[Night], n_last: usize) -> Promotio
 /// Decide every door of `registry` over the last `policy.n_last` of `nights` (sorted by date
 /// here, as [`load_history`] sorts them). A policy of 0 nights blocks every door.
 pub fn promote_with(registry: &Registry, nights: &[Night], policy: Policy) -> PromotionReport {
-    let mut sorted: Vec<Night> = nights.to_vec();
-    sort_nights(&mut sorted);
+    let mut sorted: Vec<&Night> = nights.iter().collect();
+    sorted.sort_by(|a, b| night_order(a, b));
     let start = sorted.len().saturating_sub(policy.n_last);
     let window: Vec<NightIndex> = sorted[start..].iter().map(|n| NightIndex::new(registry, n)).collect();
     let mut expected_cache = ExpectedCache::default();

@@ -81,8 +81,11 @@ pub struct Suite<'a> {
     /// The canonical program on NVFP4 expert banks (the oracle of NVFP4 doors).
     nvfp4_oracle: Mutex<Option<Result<Record, String>>>,
     /// The byte-integrity probe per (backend, TP), run once before the first native-P2P job.
-    probes: Mutex<HashMap<(BackendKind, usize), Result<Vec<ProbeResult>, String>>>,
+    probes: Mutex<ProbeCache>,
 }
+
+/// Probe results per (backend, TP size).
+type ProbeCache = HashMap<(BackendKind, usize), Result<Vec<ProbeResult>, String>>;
 
 /// Probe sizes: DESIGN.md §3.5's ladder on devices; on the host backend the 64 MiB rung is left
 /// out (arena-to-arena copies are plain memcpy, and 56 ordered pairs × 64 MiB would dominate a

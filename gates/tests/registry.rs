@@ -188,7 +188,7 @@ fn canaries_map_to_runtime_canaries() {
     let ds = r.to_door_set(&["canary_flip_bit"], Some(at)).unwrap();
     assert_eq!(ds.canary, Some(Canary::FlipBit { layer: 1, seam: Seam::Qkv, step: 3 }));
     let ds = r.to_door_set(&["canary_flip_bit"], None).unwrap();
-    assert_eq!(ds.canary, Some(Canary::FlipBit { layer: 0, seam: Seam::OJoin, step: 0 }), "registry default");
+    assert_eq!(ds.canary, Some(Canary::FlipBit { layer: 1, seam: Seam::Experts, step: 2 }), "registry default");
     for id in ["canary_reverse_kblocks", "canary_stale_buffer", "canary_skip_fence", "canary_flip_bit"] {
         let ds = r.to_door_set(&[id], None).unwrap();
         assert_eq!(canary_id(&ds.canary.expect("canary set")), id);
@@ -385,7 +385,7 @@ fn settings_parse_their_own_formats() {
     );
     assert_eq!(
         parse_env(env(&[]), &r).unwrap().canary_flip_at(&r),
-        Some(FlipAt { layer: 0, seam: Seam::OJoin, step: 0 })
+        Some(FlipAt { layer: 1, seam: Seam::Experts, step: 2 })
     );
     for (bad, says) in
         [("2:qkv", "LAYER:SEAM:STEP"), ("x:qkv:1", "LAYER \"x\""), ("1:qvk:1", "SEAM \"qvk\""), ("1:qkv:-1", "STEP")]

@@ -893,7 +893,7 @@ fn violation(field: impl Into<String>, value: impl fmt::Debug, rule: impl Into<S
 }
 
 fn check_hex(field: &str, s: &str) -> Result<(), Violation> {
-    if is_lower_hex(s) && s.len() % 2 == 0 {
+    if is_lower_hex(s) && s.len().is_multiple_of(2) {
         Ok(())
     } else {
         Err(violation(field, s, "must be a non-empty, even number of lowercase hex digits"))

@@ -7,12 +7,15 @@
 //! in column order from +0.0 as `acc = acc + (isum as f32) * (ws_g * xs_g)` (the scale product
 //! rounded first). A row is the canonical fold of its K-block partials, as for every matrix.
 
+// `acc = acc + x` is written out: the operand order is the contract the CUDA twin reproduces.
+#![allow(clippy::assign_op_pattern)]
+
 /// Values per int8 scale.
 pub const W8_GROUP: usize = 32;
 
 /// Quantize a row-major `[rows][cols]` f32 matrix (or a vector with rows = 1); `cols % 32 == 0`.
 pub fn w8_quantize(v: &[f32], cols: usize) -> (Vec<i8>, Vec<f32>) {
-    assert!(cols % W8_GROUP == 0 && v.len() % cols.max(1) == 0, "w8: {} values do not form rows of {cols} in groups of 32", v.len());
+    assert!(cols.is_multiple_of(W8_GROUP) && v.len().is_multiple_of(cols.max(1)), "w8: {} values do not form rows of {cols} in groups of 32", v.len());
     let mut q = Vec::with_capacity(v.len());
     let mut scales = Vec::with_capacity(v.len() / W8_GROUP);
     for g in v.chunks_exact(W8_GROUP) {
@@ -42,18 +45,18 @@ fn partial(m: &W8View, xq: &[i8], xs: &[f32], r: usize, k: usize) -> f32 {
     let groups = m.kblock_width / W8_GROUP;
     let row_groups = m.in_features / W8_GROUP;
     let mut acc = 0.0f32;
-    for g in k * groups..(k + 1) * groups {
+    for (g, xscale) in xs.iter().enumerate().take((k + 1) * groups).skip(k * groups) {
         let c = g * W8_GROUP;
         let w = &m.q[r * m.in_features + c..][..W8_GROUP];
         let isum = group_dot(w, &xq[c..c + W8_GROUP]);
-        acc = acc + (isum as f32) * (m.scales[r * row_groups + g] * xs[g]);
+        acc = acc + (isum as f32) * (m.scales[r * row_groups + g] * xscale);
     }
     acc
 }
 
 fn check(m: &W8View, x: &[f32]) -> usize {
     assert_eq!(x.len(), m.in_features, "w8 gemv: x has {} values, the view {} columns", x.len(), m.in_features);
-    assert!(m.kblock_width % W8_GROUP == 0, "w8 gemv: K-block width {} is not whole groups of 32", m.kblock_width);
+    assert!(m.kblock_width.is_multiple_of(W8_GROUP), "w8 gemv: K-block width {} is not whole groups of 32", m.kblock_width);
     assert_eq!(m.q.len(), m.out_features * m.in_features, "w8 gemv: storage does not match the view");
     m.in_features / m.kblock_width
 }

@@ -130,6 +130,39 @@ pub trait Backend {
     /// The byte-integrity probe of DESIGN.md §3.5 over every ordered pair at `sizes_bytes`.
     fn probe(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>>;
 
+    /// NUMERIC-CLASS door MEMRA_NCCL_ALLREDUCE: NCCL's all-reduce (sum) of one vector per rank,
+    /// in whatever order NCCL's algorithm picks (not the canonical fold). `parts` holds exactly one
+    /// `(rank, slice)` per rank, all of `out.len` elements; `out` on `out_rank` receives the sum,
+    /// and every other rank's part is overwritten with it (an all-reduce writes every rank).
+    /// Ordered like a copy: after each rank's earlier work, before `out_rank`'s later work. Only a
+    /// backend with NCCL has it; the default refuses.
+    fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
+        let _ = (parts, out_rank, out);
+        Err(crate::RuntimeError::Config(format!(
+            "{}: this backend has no NCCL all-reduce (MEMRA_NCCL_ALLREDUCE needs the CUDA backend with the nccl transport)",
+            self.describe()
+        )))
+    }
+
+    /// CANARY SkipFence: like [`Backend::copy`], except that the copy does NOT wait for the source
+    /// rank's earlier work (the producer of the bytes) — a planted race. A backend whose copies
+    /// cannot be separated from their producer fence refuses: the default never falls back to the
+    /// fenced copy, which would make the canary pass silently.
+    fn copy_unfenced(
+        &mut self,
+        transport: Transport,
+        src_rank: usize,
+        src: Slice,
+        dst_rank: usize,
+        dst: Slice,
+    ) -> Result<()> {
+        let _ = (transport, src_rank, src, dst_rank, dst);
+        Err(crate::RuntimeError::Config(format!(
+            "{}: this backend has no producer fence to skip (the skip_fence canary needs device streams)",
+            self.describe()
+        )))
+    }
+
     /// Bytes moved per second (read + written) by a device-to-device copy of `bytes` on rank 0,
     /// median of timed repetitions; `None` where the backend has no device memory to measure.
     fn copy_bandwidth(&mut self, bytes: usize) -> Result<Option<f64>> {

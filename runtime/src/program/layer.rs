@@ -121,19 +121,47 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
     // ffn_norm kernel by OPROJ_TAIL).
     ctx.begin()?;
     let direct = ctx.cfg.doors.oproj_direct;
-    if !ctx.stale() {
+    let g = ctx.p.o_kblocks;
+    // SkipFence canary: the peers' partials are copied without waiting for their producer.
+    let skip_fence = ctx.cfg.doors.canary == Some(Canary::SkipFence) && tp > 1;
+    if ctx.cfg.doors.nccl_allreduce {
+        // NCCL_ALLREDUCE (NUMERIC, o_join only; the moe_join stays canonical): each rank folds
+        // its own K-blocks from +0.0 into a local vector (its `xin`, free until ffn_norm), then
+        // NCCL sums the TP vectors in its own order into the root's ojoin.
+        if ctx.cfg.transport != Transport::Nccl || ctx.cfg.doors.oproj_tail {
+            return Err(crate::RuntimeError::Config(format!(
+                "MEMRA_NCCL_ALLREDUCE runs on an NCCL communicator and replaces the o_join fold: it needs the \
+                 nccl transport (not {}) and cannot be combined with MEMRA_OPROJ_TAIL",
+                ctx.cfg.transport.name()
+            )));
+        }
+        let mut sums = Vec::with_capacity(tp);
+        for r in 0..tp {
+            let rb = &ctx.buf.ranks[r];
+            let (opart, local) = (rb.opart, rb.xin);
+            ctx.b.launch(r, Op::Fold { parts: opart, n_parts: g / tp, reverse: false, out: local })?;
+            sums.push((r, local));
+        }
+        ctx.b.all_reduce_sum(&sums, 0, root.ojoin)?;
+        ctx.count("nccl_allreduce.allreduces");
+    } else if ctx.stale() {
+        ctx.count("canary_stale_buffer.stale_reads");
+    } else {
         for r in 0..tp {
             let src = ctx.buf.ranks[r].opart;
-            move_bytes(ctx, direct, r, src, 0, root.opart_all.sub(r * src.len, src.len))?;
+            let dst = root.opart_all.sub(r * src.len, src.len);
+            if skip_fence && r != 0 {
+                let t = if direct { Transport::NativeP2p } else { ctx.cfg.transport };
+                ctx.b.copy_unfenced(t, r, src, 0, dst)?;
+                ctx.count("canary_skip_fence.skipped_fences");
+            } else {
+                move_bytes(ctx, direct, r, src, 0, dst)?;
+            }
             if direct && r != 0 {
                 ctx.count("oproj_direct.peer_stores");
             }
         }
     }
-    if ctx.stale() {
-        ctx.count("canary_stale_buffer.stale_reads");
-    }
-    let g = ctx.p.o_kblocks;
     let reverse = ctx.cfg.doors.canary == Some(Canary::ReverseKBlocks) && tp > 1;
     let ffn_w = lay.ffn_norm(ctx.w.params[0], l);
     if ctx.cfg.doors.oproj_tail {
@@ -152,7 +180,7 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
             },
         )?;
         ctx.count("oproj_tail.fused_joins");
-    } else {
+    } else if !ctx.cfg.doors.nccl_allreduce {
         ctx.b.launch(0, Op::Fold { parts: root.opart_all, n_parts: g, reverse, out: root.ojoin })?;
         if reverse {
             // Counted only where the reversed fold really ran (the OPROJ_TAIL kernel has none).

@@ -160,8 +160,8 @@ fn decode_prompt(ctx: &mut Ctx, prompt: usize) -> Result<()> {
     ctx.prompt = prompt;
     for step in 0..steps {
         ctx.step = step;
-        let token = if step < n_prompt {
-            tokens[step]
+        let token = if let Some(t) = tokens.get(step) {
+            *t
         } else {
             let j = step - n_prompt;
             match &cfg.forced_tokens {

@@ -49,13 +49,13 @@ impl Placement {
         let o_kblocks = model.layers[0].wo.kblocks()?;
         let down_kblocks = model.layers[0].experts[0].down.kblocks()?;
         let shared_kblocks = model.layers[0].shared.down.kblocks()?;
-        if c.kv_heads % tp != 0 || c.q_heads % tp != 0 {
+        if !c.kv_heads.is_multiple_of(tp) || !c.q_heads.is_multiple_of(tp) {
             return Err(RuntimeError::Config(format!(
                 "attention heads (q {}, kv {}) cannot be split over TP {tp}: each rank must own whole heads of the 8 canonical chunks",
                 c.q_heads, c.kv_heads
             )));
         }
-        if o_kblocks % tp != 0 {
+        if !o_kblocks.is_multiple_of(tp) {
             return Err(RuntimeError::Config(format!(
                 "layers.*.attn.o in_features {} has {o_kblocks} canonical K-blocks, which TP {tp} does not divide",
                 c.q_heads * c.head_dim
@@ -68,8 +68,8 @@ impl Placement {
                 )));
             }
             ExpertMode::Interleaved2
-        } else if nvfp4 || doors.step_ep || down_kblocks % tp != 0 {
-            if c.experts % tp != 0 {
+        } else if nvfp4 || doors.step_ep || !down_kblocks.is_multiple_of(tp) {
+            if !c.experts.is_multiple_of(tp) {
                 return Err(RuntimeError::Config(format!(
                     "{} routed experts cannot be owned whole in contiguous ranges by TP {tp} ranks",
                     c.experts
@@ -87,7 +87,7 @@ impl Placement {
             down_kblocks,
             shared_kblocks,
             experts,
-            shared_sharded: shared_kblocks % tp == 0,
+            shared_sharded: shared_kblocks.is_multiple_of(tp),
         })
     }
 

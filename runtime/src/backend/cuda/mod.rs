@@ -6,7 +6,10 @@
 //! at least TP devices, else co-resident on device 0 — one stream and private allocations per
 //! rank, so TP8 runs on a one-GPU machine. Ordering across ranks exists only through
 //! [`Backend::copy`], which orders the copy after both ranks' earlier work and before both ranks'
-//! later work with events (no host synchronisation inside a step).
+//! later work with events or, over `nccl`, with stream order (no host synchronisation inside a
+//! step). Two deliberate departures, each behind its own switch: the NUMERIC door
+//! MEMRA_NCCL_ALLREDUCE ([`Backend::all_reduce_sum`], NCCL's own reduction order) and the
+//! SkipFence canary ([`Backend::copy_unfenced`], a copy that does not wait for its producer).
 //!
 //! This module is the one room where `unsafe` and driver calls live (STYLE.md): every `unsafe`
 //! block names its invariant in a `// SAFETY:` line, and every driver error becomes
@@ -17,10 +20,12 @@ mod compile;
 mod launch;
 mod layout;
 mod memory;
+mod nccl;
 mod probe;
 mod transfer;
 
 pub use compile::{compile, compiled_for, nvrtc_options, CompiledKernels};
+pub use nccl::{nccl_library_present, nccl_version};
 pub use probe::{
     cuda_backend_available, driver_library_present, nvrtc_library_present, probe_cuda, CudaSystem, CudaUnavailable,
     DeviceInfo,
@@ -113,7 +118,10 @@ pub(crate) struct Rank {
 
 /// Ranks on CUDA devices.
 pub struct CudaBackend {
-    // Field order is drop order: ranks (buffers, events, streams) before staging and devices.
+    // Field order is drop order: NCCL communicators, then ranks (buffers, events, streams), then
+    // staging and devices.
+    /// NCCL communicators, one per rank, created on the first NCCL operation.
+    nccl: Option<nccl::Comms>,
     ranks: Vec<Rank>,
     staging: transfer::Staging,
     devices: Vec<Arc<DeviceShared>>,
@@ -158,7 +166,7 @@ impl CudaBackend {
             });
         }
         let staging = transfer::Staging::new(devices.len());
-        Ok(CudaBackend { ranks, staging, devices, opts, tickets: Vec::new(), launches: 0 })
+        Ok(CudaBackend { nccl: None, ranks, staging, devices, opts, tickets: Vec::new(), launches: 0 })
     }
 
     /// Device ordinal of every rank.
@@ -379,6 +387,21 @@ impl Backend for CudaBackend {
 
     fn copy(&mut self, transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
         self.copy_slices(transport, src_rank, src, dst_rank, dst)
+    }
+
+    fn copy_unfenced(
+        &mut self,
+        transport: Transport,
+        src_rank: usize,
+        src: Slice,
+        dst_rank: usize,
+        dst: Slice,
+    ) -> Result<()> {
+        self.copy_unfenced_slices(transport, src_rank, src, dst_rank, dst)
+    }
+
+    fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
+        self.nccl_all_reduce_sum(parts, out_rank, out)
     }
 
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {

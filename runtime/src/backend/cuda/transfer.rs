@@ -13,8 +13,12 @@
 //!   the destination stream after an event. Staging buffers form a ring per destination device;
 //!   a slot is reused only after the event recorded behind its last upload (awaited on the GPU,
 //!   so the host never blocks inside a step);
-//! - `nccl`: not on co-resident ranks (NCCL needs one device per rank); across devices it is
-//!   issue 6's work and refused here with that reason.
+//! - `nccl`: one grouped ncclSend on the source stream + ncclRecv on the destination stream
+//!   (`nccl.rs`; stream order gives the same ordering without events). Not between co-resident
+//!   ranks: NCCL needs one device per rank.
+//!
+//! The SkipFence canary's [`CudaBackend::copy_unfenced_slices`] is the one copy that breaks this
+//! contract on purpose: it does not wait for the source's earlier work (the producer).
 
 use super::memory::{driver_err, PinnedBuffer};
 use super::CudaBackend;
@@ -82,14 +86,8 @@ impl CudaBackend {
         }
         let same_device = self.ranks[src_rank].dev == self.ranks[dst_rank].dev;
         match transport {
-            Transport::Nccl if same_device => Err(RuntimeError::Config(format!(
-                "nccl needs one device per rank: ranks {src_rank} and {dst_rank} share device {}",
-                self.ordinal_of(src_rank)
-            ))),
-            Transport::Nccl => Err(RuntimeError::Config(
-                "the nccl transport is not implemented by the CUDA backend yet (issue 6); use host-bounce or native-p2p"
-                    .into(),
-            )),
+            Transport::Nccl if same_device => Err(self.nccl_co_resident()),
+            Transport::Nccl => self.nccl_copy(src_rank, sp, dst_rank, dp, src.len),
             Transport::NativeP2p => {
                 let what = "native-p2p copy";
                 self.order_after(src_rank, dst_rank, what)?;
@@ -113,6 +111,59 @@ impl CudaBackend {
             }
             Transport::HostBounce => self.host_bounce(src_rank, sp, dst_rank, dp, bytes),
         }
+    }
+
+    /// CANARY SkipFence: move `src` to `dst` on the DESTINATION rank's stream without waiting for
+    /// the source rank's earlier work, so the copy can read the producer's buffer while the
+    /// producer is still writing it (a real race, nothing is delayed on purpose). The rest of the
+    /// contract stays: the copy follows the destination's earlier work and precedes its later work
+    /// (stream order), and the source's later work waits for the copy (an event), so the planted
+    /// defect is exactly the missing producer fence. Whatever `transport` the run uses, the read
+    /// is the same raw device copy (`cuMemcpyDtoDAsync` on one device, `cuMemcpyPeerAsync`
+    /// between two, which works with or without peer access): NCCL and the host-bounce staging
+    /// have no separable producer fence to leave out.
+    pub(crate) fn copy_unfenced_slices(
+        &mut self,
+        transport: Transport,
+        src_rank: usize,
+        src: Slice,
+        dst_rank: usize,
+        dst: Slice,
+    ) -> Result<()> {
+        let _ = transport;
+        let what = "unfenced copy (canary skip_fence)";
+        let sp = self.slice_ptr(src_rank, src, "unfenced copy source")?;
+        let dp = self.slice_ptr(dst_rank, dst, "unfenced copy destination")?;
+        if src.len != dst.len {
+            return Err(RuntimeError::Config(format!(
+                "unfenced copy of {} elements into a slice of {}",
+                src.len, dst.len
+            )));
+        }
+        if src_rank == dst_rank {
+            return Err(RuntimeError::Config(format!(
+                "unfenced copy within rank {src_rank}: one stream orders its own work, there is no producer fence to skip"
+            )));
+        }
+        if src.len == 0 {
+            return Ok(());
+        }
+        let bytes = src.len * 4;
+        if self.ranks[src_rank].dev == self.ranks[dst_rank].dev {
+            self.dtod(dst_rank, dp, sp, bytes, what)?;
+        } else {
+            let d = &self.ranks[dst_rank];
+            let (sctx, dctx) = (self.ctx_of(src_rank), self.ctx_of(dst_rank));
+            dctx.bind_to_thread().map_err(|e| self.fault(dst_rank, what, e))?;
+            // SAFETY: `sp` and `dp` address `bytes` checked bytes of live buffers in the source and
+            // destination contexts (distinct buffers on distinct devices never overlap). The copy
+            // is deliberately not ordered after the source's earlier work: the bytes it reads may
+            // be stale or half-written, which is the canary's defect, never a memory-safety issue
+            // (both buffers stay allocated until every stream is drained).
+            unsafe { dresult::memcpy_peer_async(dctx.cu_ctx(), dp, sctx.cu_ctx(), sp, bytes, d.stream.cu_stream()) }
+                .map_err(|e| self.fault(dst_rank, what, e))?;
+        }
+        self.order_after(src_rank, dst_rank, what)
     }
 
     /// Device-to-device copy on `rank`'s stream (both pointers on its device).
