@@ -79,7 +79,10 @@ fn run_torch(args: &crate::cli::BenchArgs, model: &Model, positions: usize) -> R
         .output()
         .map_err(|e| format!("{} {}: {e}", args.python, args.torch_script.display()))?;
     if !out.status.success() {
-        return Err(format!("the PyTorch anchor failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")));
+        return Err(format!(
+            "the PyTorch anchor failed: {}",
+            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+        ));
     }
     serde_json::from_slice(&out.stdout).map_err(|e| format!("the PyTorch anchor printed no JSON: {e}"))
 }
@@ -87,7 +90,9 @@ fn run_torch(args: &crate::cli::BenchArgs, model: &Model, positions: usize) -> R
 pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
     let backend = plan::resolve_backend(&args.backend)?;
     if backend != BackendKind::Cuda && !args.allow_host {
-        return Err(input("bench measures a device: no CUDA device is usable here (pass --allow-host to time the host backend)"));
+        return Err(input(
+            "bench measures a device: no CUDA device is usable here (pass --allow-host to time the host backend)",
+        ));
     }
     let warmup = args.warmup;
     let steps = warmup + args.steps;
@@ -129,7 +134,10 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
     // Table.
     let bw_text = bandwidth.map(|bw| format!("{:.2} TB/s (read+write)", bw / 1e12)).unwrap_or("not measured".into());
     println!("device-to-device copy bandwidth: {bw_text}; {} timed steps after {warmup} warm-up", args.steps);
-    println!("{:<6} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}", "layer", "bytes MB", "layer µs", "floor µs", "qkv µs/floor", "exp µs/floor", "layer/floor");
+    println!(
+        "{:<6} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
+        "layer", "bytes MB", "layer µs", "floor µs", "qkv µs/floor", "exp µs/floor", "layer/floor"
+    );
     for (l, bytes, layer_ns, qkv_ns, exp_ns) in &rows {
         let f = |b: u64| bandwidth.map(|bw| b as f64 / bw * 1e6).unwrap_or(f64::NAN);
         println!(
@@ -212,7 +220,8 @@ fn performance_receipt(
             }
         }
     }
-    let mut r = crate::suite::receipt_for_record(&suite_opts, &job, &subject.model_evidence, &subject.battery, record, wall_ms);
+    let mut r =
+        crate::suite::receipt_for_record(&suite_opts, &job, &subject.model_evidence, &subject.battery, record, wall_ms);
     r.kind = ReceiptKind::Performance;
     r.evidence.verdict = verdict;
     r.evidence.reason = nt.clone().err();

@@ -40,7 +40,8 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<u8, GateError> {
     if jobs.is_empty() {
         return Err(input(format!("matrix `{name}` selects no configuration: nothing would be tested")));
     }
-    let subject = plan::load_subject(&args.model, |c| plan::battery_of(c, args.battery_seed, args.prompts, args.gen_tokens))?;
+    let subject =
+        plan::load_subject(&args.model, |c| plan::battery_of(c, args.battery_seed, args.prompts, args.gen_tokens))?;
     std::fs::create_dir_all(&args.out).map_err(|e| input(format!("--out {}: {e}", args.out.display())))?;
     let workers = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let opts = SuiteOptions {
@@ -91,7 +92,10 @@ pub fn matrix(args: &MatrixArgs) -> Result<u8, GateError> {
     let backends = args
         .backend
         .iter()
-        .map(|b| crate::registry::BackendKind::parse(b).ok_or_else(|| input(format!("--backend `{b}` is unknown: use host or cuda"))))
+        .map(|b| {
+            crate::registry::BackendKind::parse(b)
+                .ok_or_else(|| input(format!("--backend `{b}` is unknown: use host or cuda")))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let kind = crate::matrix::MatrixKind::parse(&args.matrix).map_err(|e| input(e.to_string()))?;
     let mut plan = crate::matrix::enumerate(&registry, &kind, &args.tp, &transports, &backends)
@@ -106,7 +110,12 @@ pub fn matrix(args: &MatrixArgs) -> Result<u8, GateError> {
     for n in &plan.not_applicable {
         println!("{}  NOT-APPLICABLE: {}", n.config.label(), n.reason);
     }
-    println!("{} legal, {} not applicable, {} excluded", plan.legal.len(), plan.not_applicable.len(), plan.excluded.len());
+    println!(
+        "{} legal, {} not applicable, {} excluded",
+        plan.legal.len(),
+        plan.not_applicable.len(),
+        plan.excluded.len()
+    );
     if args.explain {
         println!("{}", plan.explain());
     }
@@ -135,7 +144,9 @@ pub fn plot(args: &PlotArgs) -> Result<u8, GateError> {
         let sets = args
             .receipts
             .iter()
-            .map(|p| Ok((p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), load_receipts(p)?)))
+            .map(|p| {
+                Ok((p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), load_receipts(p)?))
+            })
             .collect::<Result<Vec<_>, GateError>>()?;
         memra_tools::plot::plot_history(&sets, &args.out)
     } else {

@@ -84,7 +84,13 @@ pub fn localise(oracle: &Capture, run: &Capture) -> Option<Element> {
             return None;
         }
         let (a, b) = (a.unwrap_or(0), b.unwrap_or(0));
-        Some(Element { index: i as u64, rank: run.owner_of(i), oracle_bits: a, observed_bits: b, ulp: ulp_distance(a, b) })
+        Some(Element {
+            index: i as u64,
+            rank: run.owner_of(i),
+            oracle_bits: a,
+            observed_bits: b,
+            ulp: ulp_distance(a, b),
+        })
     })
 }
 
@@ -175,7 +181,8 @@ pub fn argmax_tape(oracle: &Record, run: &Record, margin_budget: f32) -> (GateOu
             }
         }
     }
-    if oracle.tokens.len() != run.tokens.len() || oracle.tokens.iter().zip(&run.tokens).any(|(a, b)| a.len() != b.len()) {
+    if oracle.tokens.len() != run.tokens.len() || oracle.tokens.iter().zip(&run.tokens).any(|(a, b)| a.len() != b.len())
+    {
         return (Err("the run's token tape has a different shape from the oracle's".into()), ties);
     }
     let outcome = if flips.is_empty() {
@@ -231,8 +238,10 @@ pub fn error_budget(oracle: &Record, run: &Record) -> (Vec<SeamError>, usize) {
         e.0 = e.0.max(max_ulp);
         e.1 = if rel.is_nan() || e.1.is_nan() { f64::NAN } else { e.1.max(rel) };
     }
-    let errors =
-        acc.into_iter().map(|((layer, seam), (max_ulp, max_rel))| SeamError { layer, seam, max_ulp, max_rel }).collect();
+    let errors = acc
+        .into_iter()
+        .map(|((layer, seam), (max_ulp, max_rel))| SeamError { layer, seam, max_ulp, max_rel })
+        .collect();
     (errors, flipped_steps.len())
 }
 

@@ -10,7 +10,18 @@ fn list<T: ToString>(v: &[T]) -> String {
 
 pub fn to_table(r: &Registry) -> String {
     let mut b = Builder::default();
-    b.push_record(["id", "env", "class", "default", "tp", "transports", "backends", "requires", "conflicts", "engagement"]);
+    b.push_record([
+        "id",
+        "env",
+        "class",
+        "default",
+        "tp",
+        "transports",
+        "backends",
+        "requires",
+        "conflicts",
+        "engagement",
+    ]);
     for d in r.doors() {
         b.push_record([
             d.id.clone(),
@@ -27,7 +38,8 @@ pub fn to_table(r: &Registry) -> String {
     }
     let mut t = b.build();
     t.with(Style::sharp());
-    let settings: Vec<String> = r.settings().iter().map(|s| format!("  {} ({}): {}", s.env, s.format.name(), s.meaning)).collect();
+    let settings: Vec<String> =
+        r.settings().iter().map(|s| format!("  {} ({}): {}", s.env, s.format.name(), s.meaning)).collect();
     format!("{t}\nsettings:\n{}", settings.join("\n"))
 }
 

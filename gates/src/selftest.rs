@@ -72,7 +72,10 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<u8, GateError> 
             continue;
         }
         ran += 1;
-        let canary = registry.to_door_set(&std::collections::BTreeSet::from([name.clone()]), req.canary_flip_at(&registry)).ok().and_then(|d| d.canary);
+        let canary = registry
+            .to_door_set(&std::collections::BTreeSet::from([name.clone()]), req.canary_flip_at(&registry))
+            .ok()
+            .and_then(|d| d.canary);
         let expected = canary.as_ref().and_then(expected_divergence);
         let observed = ev.first_divergence.as_ref();
         let identity_failed = ev.gates.iter().any(|g| g.gate == Gate::Identity && g.verdict == Verdict::Fail);
@@ -96,12 +99,30 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<u8, GateError> 
     // NUMERIC-CLASS doors that change nothing may be mislabeled.
     for door in registry.doors().iter().filter(|d| d.class == DoorClass::Numeric && d.backends.contains(&rb)) {
         let tp = if door.tp.contains(&1) { 1 } else { door.tp.allowed.first().copied().unwrap_or(2) };
-        let transport =
-            if door.transports.contains(&Transport::HostBounce) { Transport::HostBounce } else { door.transports.allowed[0] };
-        let ds = registry.to_door_set(&std::collections::BTreeSet::from([door.id.clone()]), None).map_err(|e| input(e.to_string()))?;
-        match run_subject(&subject, backend, tp, transport, ds, memra_runtime::ExpertFormat::E4m3, Some(suite.oracle()), vec![]) {
+        let transport = if door.transports.contains(&Transport::HostBounce) {
+            Transport::HostBounce
+        } else {
+            door.transports.allowed[0]
+        };
+        let ds = registry
+            .to_door_set(&std::collections::BTreeSet::from([door.id.clone()]), None)
+            .map_err(|e| input(e.to_string()))?;
+        match run_subject(
+            &subject,
+            backend,
+            tp,
+            transport,
+            ds,
+            memra_runtime::ExpertFormat::E4m3,
+            Some(suite.oracle()),
+            vec![],
+        ) {
             Ok(r) if r.digests == suite.oracle().digests => {
-                println!("{:<26} WARNING: bit-identical to the oracle at TP{tp} {}: its NUMERIC class may be mislabeled", door.id, transport.name());
+                println!(
+                    "{:<26} WARNING: bit-identical to the oracle at TP{tp} {}: its NUMERIC class may be mislabeled",
+                    door.id,
+                    transport.name()
+                );
             }
             Ok(_) => println!("{:<26} changes arithmetic as its NUMERIC class says", door.id),
             Err(e) => println!("{:<26} could not run: {e}", door.id),

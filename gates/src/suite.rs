@@ -128,8 +128,16 @@ fn gate_result(gate: Gate, outcome: &GateOutcome, fail_as: Verdict) -> GateResul
 impl<'a> Suite<'a> {
     /// Build the suite: computes the host oracle once.
     pub fn new(subject: &'a Subject, opts: SuiteOptions) -> Result<Suite<'a>, RuntimeError> {
-        let oracle =
-            run_subject(subject, BackendKind::Host, 1, Transport::HostBounce, DoorSet::default(), ExpertFormat::E4m3, None, vec![])?;
+        let oracle = run_subject(
+            subject,
+            BackendKind::Host,
+            1,
+            Transport::HostBounce,
+            DoorSet::default(),
+            ExpertFormat::E4m3,
+            None,
+            vec![],
+        )?;
         Ok(Suite {
             subject,
             opts,
@@ -224,8 +232,16 @@ impl<'a> Suite<'a> {
             return Ok(r.clone());
         }
         let keys = gate::all_keys_of_prompt(&self.oracle, 0);
-        let r =
-            run_subject(self.subject, BackendKind::Host, 1, Transport::HostBounce, DoorSet::default(), format, None, keys)?;
+        let r = run_subject(
+            self.subject,
+            BackendKind::Host,
+            1,
+            Transport::HostBounce,
+            DoorSet::default(),
+            format,
+            None,
+            keys,
+        )?;
         slot.insert(format, r.clone());
         Ok(r)
     }
@@ -353,16 +369,18 @@ impl<'a> Suite<'a> {
             Err(e) => return ev.error_text(format!("the oracle run failed: {e}")),
         };
         let forced = if numeric { Some(&oracle) } else { None };
-        let first = match run_subject(self.subject, job.backend, job.tp, job.transport, job.doors, format, forced, vec![]) {
-            Ok(r) => r,
-            Err(e) => return ev.error(e),
-        };
+        let first =
+            match run_subject(self.subject, job.backend, job.tp, job.transport, job.doors, format, forced, vec![]) {
+                Ok(r) => r,
+                Err(e) => return ev.error(e),
+            };
         // The determinism re-run also carries full captures of prompt 0 for the error budget.
         let keys = if numeric { gate::all_keys_of_prompt(&first, 0) } else { vec![] };
-        let second = match run_subject(self.subject, job.backend, job.tp, job.transport, job.doors, format, forced, keys) {
-            Ok(r) => r,
-            Err(e) => return ev.error(e),
-        };
+        let second =
+            match run_subject(self.subject, job.backend, job.tp, job.transport, job.doors, format, forced, keys) {
+                Ok(r) => r,
+                Err(e) => return ev.error(e),
+            };
         ev.gates.push(gate_result(Gate::Determinism, &gate::determinism(&first, &second), Verdict::Fail));
         ev.gates.push(gate_result(Gate::NonTriviality, &gate::non_triviality(&first), Verdict::Fail));
         ev.gates.push(gate_result(Gate::Engagement, &gate::engagement(&first, &job.engagement), Verdict::Void));
@@ -398,9 +416,14 @@ impl<'a> Suite<'a> {
                 let class = if job.tp == job.baseline_tp && job.transport == Transport::HostBounce {
                     Ok("this run is the class baseline (fresh tape); its reproduction is the determinism gate".into())
                 } else {
-                    self.class_baseline(job, &oracle).and_then(|base| match gate::first_digest_divergence(&base, &first)? {
-                        None => Ok(format!("bit-identical to the door's TP{} host-bounce class baseline", job.baseline_tp)),
-                        Some(d) => Err(format!("differs from the class baseline first at {}", describe(&d))),
+                    self.class_baseline(job, &oracle).and_then(|base| {
+                        match gate::first_digest_divergence(&base, &first)? {
+                            None => Ok(format!(
+                                "bit-identical to the door's TP{} host-bounce class baseline",
+                                job.baseline_tp
+                            )),
+                            Some(d) => Err(format!("differs from the class baseline first at {}", describe(&d))),
+                        }
                     })
                 };
                 ev.gates.push(gate_result(Gate::ClassIdentity, &class, Verdict::Fail));
@@ -433,15 +456,31 @@ impl<'a> Suite<'a> {
         let key = vec![d.key()];
         let forced = None;
         let e4 = ExpertFormat::E4m3;
-        let reference =
-            run_subject(self.subject, job.backend, 1, Transport::HostBounce, DoorSet::default(), e4, forced, key.clone())
-                .ok()?;
+        let reference = run_subject(
+            self.subject,
+            job.backend,
+            1,
+            Transport::HostBounce,
+            DoorSet::default(),
+            e4,
+            forced,
+            key.clone(),
+        )
+        .ok()?;
         let run = run_subject(self.subject, job.backend, job.tp, job.transport, job.doors, e4, forced, key).ok()?;
         gate::localise(reference.captures.get(&d.key())?, run.captures.get(&d.key())?)
     }
 
     fn receipt(&self, job: &Job, ev: Evaluation, started_at_unix_ms: u64, wall_ms: f64) -> Receipt {
-        build_receipt(&self.opts, job, &self.subject.model_evidence, &self.subject.battery, ev, started_at_unix_ms, wall_ms)
+        build_receipt(
+            &self.opts,
+            job,
+            &self.subject.model_evidence,
+            &self.subject.battery,
+            ev,
+            started_at_unix_ms,
+            wall_ms,
+        )
     }
 }
 
@@ -455,67 +494,70 @@ fn build_receipt(
     started_at_unix_ms: u64,
     wall_ms: f64,
 ) -> Receipt {
-        let config = config_evidence(job, model, battery);
-        let record = ev.record.clone().unwrap_or_default();
-        let evidence = rs::Evidence {
-            config,
-            build: rs::BuildEvidence { kernel_source_digest: opts.kernel_digest.clone(), nvrtc_options: record.build_options.clone() },
-            verdict: ev.verdict,
-            reason: ev.reason.clone(),
-            gates: ev.gates.clone(),
-            engaged: record.engaged.clone(),
-            first_divergence: ev.divergence.as_ref().and_then(to_divergence),
-            digests: digests_of(&record),
-            tokens: record.tokens.clone(),
-            token_tape_digest: rs::token_tape_digest(&record.tokens),
-            error_budget: ev
-                .errors
-                .iter()
-                .map(|e| rs::SeamError {
-                    layer: e.layer,
-                    seam: e.seam.name().into(),
-                    max_ulp: e.max_ulp,
-                    max_rel: if e.max_rel.is_finite() { e.max_rel } else { f64::MAX },
-                })
-                .collect(),
-            near_ties: ev
-                .near_ties
-                .iter()
-                .map(|t| rs::NearTie {
-                    prompt: t.prompt,
-                    step: t.token_index,
-                    margin: t.margin,
-                    oracle_token: t.oracle_token,
-                    observed_token: t.run_token,
-                })
-                .collect(),
-            performance: None,
-        };
-        let measurements = rs::Measurements {
-            latency: latencies_of(&record),
-            wall_ms,
-            host: host_description(),
-            device: if job.backend == BackendKind::Cuda { Some(record.backend.clone()) } else { None },
-            p2p_probe: ev
-                .probe
-                .iter()
-                .map(|p| rs::ProbeEntry {
-                    src: p.src,
-                    dst: p.dst,
-                    bytes: p.bytes as u64,
-                    bad_words: p.bad_words as u64,
-                    status: match (&p.no_peer_access, p.bad_words) {
-                        (Some(_), _) => rs::ProbeStatus::NoPeerAccess,
-                        (None, 0) => rs::ProbeStatus::Ok,
-                        (None, _) => rs::ProbeStatus::Corrupt,
-                    },
-                })
-                .collect(),
-            started_at_unix_ms,
-            extra: BTreeMap::new(),
-        };
-        Receipt::new(ReceiptKind::Run, evidence, measurements)
-    }
+    let config = config_evidence(job, model, battery);
+    let record = ev.record.clone().unwrap_or_default();
+    let evidence = rs::Evidence {
+        config,
+        build: rs::BuildEvidence {
+            kernel_source_digest: opts.kernel_digest.clone(),
+            nvrtc_options: record.build_options.clone(),
+        },
+        verdict: ev.verdict,
+        reason: ev.reason.clone(),
+        gates: ev.gates.clone(),
+        engaged: record.engaged.clone(),
+        first_divergence: ev.divergence.as_ref().and_then(to_divergence),
+        digests: digests_of(&record),
+        tokens: record.tokens.clone(),
+        token_tape_digest: rs::token_tape_digest(&record.tokens),
+        error_budget: ev
+            .errors
+            .iter()
+            .map(|e| rs::SeamError {
+                layer: e.layer,
+                seam: e.seam.name().into(),
+                max_ulp: e.max_ulp,
+                max_rel: if e.max_rel.is_finite() { e.max_rel } else { f64::MAX },
+            })
+            .collect(),
+        near_ties: ev
+            .near_ties
+            .iter()
+            .map(|t| rs::NearTie {
+                prompt: t.prompt,
+                step: t.token_index,
+                margin: t.margin,
+                oracle_token: t.oracle_token,
+                observed_token: t.run_token,
+            })
+            .collect(),
+        performance: None,
+    };
+    let measurements = rs::Measurements {
+        latency: latencies_of(&record),
+        wall_ms,
+        host: host_description(),
+        device: if job.backend == BackendKind::Cuda { Some(record.backend.clone()) } else { None },
+        p2p_probe: ev
+            .probe
+            .iter()
+            .map(|p| rs::ProbeEntry {
+                src: p.src,
+                dst: p.dst,
+                bytes: p.bytes as u64,
+                bad_words: p.bad_words as u64,
+                status: match (&p.no_peer_access, p.bad_words) {
+                    (Some(_), _) => rs::ProbeStatus::NoPeerAccess,
+                    (None, 0) => rs::ProbeStatus::Ok,
+                    (None, _) => rs::ProbeStatus::Corrupt,
+                },
+            })
+            .collect(),
+        started_at_unix_ms,
+        extra: BTreeMap::new(),
+    };
+    Receipt::new(ReceiptKind::Run, evidence, measurements)
+}
 
 /// A receipt for a record that ran outside the gates (e.g. `bench`): PASS, no gates; callers
 /// set the verdict, gates and claim they establish.

@@ -27,7 +27,9 @@ impl Transport {
 
     pub fn parse(s: &str) -> Result<Self, RuntimeError> {
         Transport::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| {
-            RuntimeError::Config(format!("transport `{s}` is unknown; the transports are host-bounce, native-p2p, nccl"))
+            RuntimeError::Config(format!(
+                "transport `{s}` is unknown; the transports are host-bounce, native-p2p, nccl"
+            ))
         })
     }
 }

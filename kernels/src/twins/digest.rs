@@ -21,7 +21,5 @@ pub fn digest_f32(x: &[f32], base: u64) -> u64 {
 
 /// Digest of u32 words whose first element has global index `base`.
 pub fn digest_u32(x: &[u32], base: u64) -> u64 {
-    x.iter()
-        .enumerate()
-        .fold(0u64, |acc, (i, v)| acc.wrapping_add(splitmix64(((base + i as u64) << 32) | *v as u64)))
+    x.iter().enumerate().fold(0u64, |acc, (i, v)| acc.wrapping_add(splitmix64(((base + i as u64) << 32) | *v as u64)))
 }

@@ -15,7 +15,11 @@ pub const W8_GROUP: usize = 32;
 
 /// Quantize a row-major `[rows][cols]` f32 matrix (or a vector with rows = 1); `cols % 32 == 0`.
 pub fn w8_quantize(v: &[f32], cols: usize) -> (Vec<i8>, Vec<f32>) {
-    assert!(cols.is_multiple_of(W8_GROUP) && v.len().is_multiple_of(cols.max(1)), "w8: {} values do not form rows of {cols} in groups of 32", v.len());
+    assert!(
+        cols.is_multiple_of(W8_GROUP) && v.len().is_multiple_of(cols.max(1)),
+        "w8: {} values do not form rows of {cols} in groups of 32",
+        v.len()
+    );
     let mut q = Vec::with_capacity(v.len());
     let mut scales = Vec::with_capacity(v.len() / W8_GROUP);
     for g in v.chunks_exact(W8_GROUP) {
@@ -56,7 +60,11 @@ fn partial(m: &W8View, xq: &[i8], xs: &[f32], r: usize, k: usize) -> f32 {
 
 fn check(m: &W8View, x: &[f32]) -> usize {
     assert_eq!(x.len(), m.in_features, "w8 gemv: x has {} values, the view {} columns", x.len(), m.in_features);
-    assert!(m.kblock_width.is_multiple_of(W8_GROUP), "w8 gemv: K-block width {} is not whole groups of 32", m.kblock_width);
+    assert!(
+        m.kblock_width.is_multiple_of(W8_GROUP),
+        "w8 gemv: K-block width {} is not whole groups of 32",
+        m.kblock_width
+    );
     assert_eq!(m.q.len(), m.out_features * m.in_features, "w8 gemv: storage does not match the view");
     m.in_features / m.kblock_width
 }

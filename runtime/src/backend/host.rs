@@ -85,7 +85,10 @@ impl HostBackend {
         if rank < self.ranks.len() {
             Ok(())
         } else {
-            Err(RuntimeError::Config(format!("rank {rank} does not exist: this backend has {} ranks", self.ranks.len())))
+            Err(RuntimeError::Config(format!(
+                "rank {rank} does not exist: this backend has {} ranks",
+                self.ranks.len()
+            )))
         }
     }
 

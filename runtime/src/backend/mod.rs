@@ -189,7 +189,11 @@ pub fn probe_word(src: usize, dst: usize, i: usize) -> u32 {
 /// The byte-integrity probe, written once over the trait: for every ordered pair and size, fill
 /// the source with the hashed pattern, poison the destination, copy over `transport`, read the
 /// destination back and count every wrong word.
-pub fn run_probe<B: Backend + ?Sized>(b: &mut B, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>> {
+pub fn run_probe<B: Backend + ?Sized>(
+    b: &mut B,
+    transport: Transport,
+    sizes_bytes: &[usize],
+) -> Result<Vec<ProbeResult>> {
     const POISON: u32 = 0xDEAD_BEEF;
     let mut out = Vec::new();
     let n = b.ranks();
@@ -203,8 +207,7 @@ pub fn run_probe<B: Backend + ?Sized>(b: &mut B, transport: Transport, sizes_byt
                 b.write(dst, Slice::new(bufs[dst], 0, words), &vec![f32::from_bits(POISON); words])?;
                 b.copy(transport, src, Slice::new(bufs[src], 0, words), dst, Slice::new(bufs[dst], 0, words))?;
                 let got = b.read(dst, Slice::new(bufs[dst], 0, words))?;
-                let bad_words =
-                    got.iter().enumerate().filter(|(i, v)| v.to_bits() != probe_word(src, dst, *i)).count();
+                let bad_words = got.iter().enumerate().filter(|(i, v)| v.to_bits() != probe_word(src, dst, *i)).count();
                 out.push(ProbeResult { src, dst, bytes, bad_words, no_peer_access: None });
             }
         }
@@ -255,9 +258,9 @@ pub fn measure_copy_bandwidth<B: Backend + ?Sized>(b: &mut B, bytes: usize, reps
     let marks = b.collect()?.marks_ns.swap_remove(0);
     let mut ns: Vec<u64> = marks.chunks_exact(2).map(|m| m[1].saturating_sub(m[0])).collect();
     ns.sort_unstable();
-    let median = *ns.get(ns.len().saturating_sub(1) / 2).ok_or_else(|| {
-        crate::RuntimeError::Config("copy bandwidth: no timed repetition (reps = 0)".into())
-    })?;
+    let median = *ns
+        .get(ns.len().saturating_sub(1) / 2)
+        .ok_or_else(|| crate::RuntimeError::Config("copy bandwidth: no timed repetition (reps = 0)".into()))?;
     Ok(2.0 * (n * 4) as f64 / (median.max(1) as f64 * 1e-9))
 }
 

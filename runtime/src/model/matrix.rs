@@ -182,10 +182,21 @@ pub struct MatrixShard {
 pub enum ShardData {
     Bf16(Vec<u16>),
     F32(Vec<f32>),
-    E4m3 { codes: Vec<u8>, scales: Vec<f32>, row0: usize },
-    Nvfp4 { packed: Vec<u8>, scales: Vec<u8>, global_scale: f32 },
+    E4m3 {
+        codes: Vec<u8>,
+        scales: Vec<f32>,
+        row0: usize,
+    },
+    Nvfp4 {
+        packed: Vec<u8>,
+        scales: Vec<u8>,
+        global_scale: f32,
+    },
     /// The W8 door's int8 mirror: `q` row-major, one f32 scale per 32 values of a row.
-    W8 { q: Vec<i8>, scales: Vec<f32> },
+    W8 {
+        q: Vec<i8>,
+        scales: Vec<f32>,
+    },
 }
 
 impl MatrixShard {

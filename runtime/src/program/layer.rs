@@ -350,7 +350,10 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
             }
             ctx.b.copy(ctx.cfg.transport, r, acc, 0, root.rank_sums.sub(owner * hidden, hidden))?;
         }
-        ctx.b.launch(0, Op::Add { a: root.rank_sums.sub(0, hidden), b: root.rank_sums.sub(hidden, hidden), out: routed })?;
+        ctx.b.launch(
+            0,
+            Op::Add { a: root.rank_sums.sub(0, hidden), b: root.rank_sums.sub(hidden, hidden), out: routed },
+        )?;
     } else {
         ctx.b.launch(0, Op::Combine { y: root.y.sub(0, k * hidden), w: weights, out: routed })?;
     }

@@ -111,7 +111,11 @@ impl Ctx<'_> {
 /// Run the whole battery of `cfg` on `b` and return the record.
 pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record> {
     if b.ranks() != cfg.tp {
-        return Err(RuntimeError::Config(format!("the backend has {} ranks but the run asks for TP {}", b.ranks(), cfg.tp)));
+        return Err(RuntimeError::Config(format!(
+            "the backend has {} ranks but the run asks for TP {}",
+            b.ranks(),
+            cfg.tp
+        )));
     }
     let c = &model.config;
     c.validate()?;
@@ -120,7 +124,10 @@ pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record
             return Err(RuntimeError::Config(format!("battery prompt {i} is empty: every prompt needs a token")));
         }
         if let Some(t) = p.iter().find(|t| **t as usize >= c.vocab) {
-            return Err(RuntimeError::Config(format!("battery prompt {i} has token {t}, outside the vocabulary of {}", c.vocab)));
+            return Err(RuntimeError::Config(format!(
+                "battery prompt {i} has token {t}, outside the vocabulary of {}",
+                c.vocab
+            )));
         }
         let steps = cfg.battery.steps_of(i);
         if steps > c.max_positions {
@@ -231,9 +238,10 @@ fn decode_step(ctx: &mut Ctx, token: u32, pos: usize) -> Result<()> {
 fn embed_row(model: &Model, token: u32) -> Vec<f32> {
     let h = model.config.hidden;
     match &model.embed {
-        crate::model::Matrix::Bf16 { bits, .. } => {
-            bits[token as usize * h..(token as usize + 1) * h].iter().map(|b| memra_kernels::formats::bf16_to_f32(*b)).collect()
-        }
+        crate::model::Matrix::Bf16 { bits, .. } => bits[token as usize * h..(token as usize + 1) * h]
+            .iter()
+            .map(|b| memra_kernels::formats::bf16_to_f32(*b))
+            .collect(),
         crate::model::Matrix::E4m3 { .. } => unreachable!("the loader guarantees a BF16 embedding"),
     }
 }

@@ -365,14 +365,7 @@ impl CudaBackend {
     }
 
     /// A cross-rank copy of `words` 32-bit words over NCCL (one grouped send + receive).
-    pub(crate) fn nccl_copy(
-        &mut self,
-        src_rank: usize,
-        sp: u64,
-        dst_rank: usize,
-        dp: u64,
-        words: usize,
-    ) -> Result<()> {
+    pub(crate) fn nccl_copy(&mut self, src_rank: usize, sp: u64, dst_rank: usize, dp: u64, words: usize) -> Result<()> {
         let lib = self.ensure_nccl()?;
         let what = format!("nccl copy rank {src_rank} → rank {dst_rank}");
         let (ss, ds) = (self.ranks[src_rank].stream.cu_stream(), self.ranks[dst_rank].stream.cu_stream());
@@ -428,7 +421,10 @@ impl CudaBackend {
                     s.len, out.len
                 )));
             }
-            if rank == out_rank && s.buf == out.buf && s.offset != out.offset && s.offset < out.offset + out.len
+            if rank == out_rank
+                && s.buf == out.buf
+                && s.offset != out.offset
+                && s.offset < out.offset + out.len
                 && out.offset < s.offset + s.len
             {
                 return Err(RuntimeError::Config(format!(

@@ -101,8 +101,10 @@ impl CudaBackend {
                     // SAFETY: `sp` and `dp` address `bytes` checked bytes of live buffers in the
                     // source and destination contexts; the copy is ordered after both ranks'
                     // earlier work (order_after above) and before their later work (below).
-                    unsafe { dresult::memcpy_peer_async(dctx.cu_ctx(), dp, sctx.cu_ctx(), sp, bytes, s.stream.cu_stream()) }
-                        .map_err(|e| self.fault(src_rank, what, e))?;
+                    unsafe {
+                        dresult::memcpy_peer_async(dctx.cu_ctx(), dp, sctx.cu_ctx(), sp, bytes, s.stream.cu_stream())
+                    }
+                    .map_err(|e| self.fault(src_rank, what, e))?;
                 }
                 self.order_after(dst_rank, src_rank, what)?;
                 // The source's later writes must not overtake the copy: they already queue behind
