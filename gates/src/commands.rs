@@ -34,6 +34,7 @@ pub fn write_outputs(dir: &std::path::Path, name: &str, receipts: &[Receipt]) ->
 pub fn run(args: &RunArgs, prov: Provenance) -> Result<u8, GateError> {
     let registry = plan::load_registry(&args.registry)?;
     let req = plan::door_request(&registry, &args.doors)?;
+    plan::check_battery_flags(args.prompts, args.gen_tokens)?;
     let backend = plan::resolve_backend(&args.backend)?;
     let (name, matrix) = plan::run_matrix(&registry, args, &req, backend)?;
     let jobs = plan::jobs_of(&registry, &matrix, &req)?;
@@ -125,7 +126,15 @@ pub fn matrix(args: &MatrixArgs) -> Result<u8, GateError> {
 pub fn diff(args: &DiffArgs) -> Result<u8, GateError> {
     let load = load_receipts;
     let format: memra_receipts::DiffFormat = args.format.parse().map_err(input)?;
-    let report = memra_receipts::diff(&load(&args.old)?, &load(&args.new)?, args.threshold)?;
+    let (old, new) = (load(&args.old)?, load(&args.new)?);
+    if old.is_empty() && new.is_empty() {
+        return Err(input(format!(
+            "{} and {} hold no receipt: nothing was compared",
+            args.old.display(),
+            args.new.display()
+        )));
+    }
+    let report = memra_receipts::diff(&old, &new, args.threshold)?;
     println!("{}", report.render(format)?);
     Ok(if report.regressed() { 1 } else { 0 })
 }

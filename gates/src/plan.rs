@@ -78,11 +78,23 @@ pub fn load_subject(m: &ModelArgs, battery: impl FnOnce(&ModelConfig) -> Battery
     Ok(Subject { model, model_evidence: ModelEvidence { preset, digest }, battery })
 }
 
+/// Battery sizes are checked before any model is generated: 0 prompts or 0 generated tokens
+/// would test nothing.
+pub fn check_battery_flags(prompts: Option<usize>, gen_tokens: Option<usize>) -> Result<(), GateError> {
+    if prompts == Some(0) {
+        return Err(input("--prompts 0 selects no prompt: nothing would be tested (use 1 to 8)"));
+    }
+    if gen_tokens == Some(0) {
+        return Err(input("--gen-tokens 0 generates no token: nothing would be tested"));
+    }
+    Ok(())
+}
+
 /// The battery of a run: the documented default, optionally shortened.
 pub fn battery_of(cfg: &ModelConfig, seed: u64, prompts: Option<usize>, gen_tokens: Option<usize>) -> Battery {
     let mut b = Battery::default_for(cfg.vocab, seed);
     if let Some(n) = prompts {
-        b.prompts.truncate(n.max(1));
+        b.prompts.truncate(n);
     }
     if let Some(g) = gen_tokens {
         b.gen_tokens = g;

@@ -255,7 +255,20 @@ impl<'a> Suite<'a> {
     /// receipts in job order. Receipts are written as each job finishes.
     pub fn run_all(&self, jobs: &[Job]) -> Vec<Receipt> {
         let done: BTreeMap<String, Verdict> = match (&self.opts.out_dir, self.opts.resume) {
-            (Some(dir), true) => memra_receipts::store::scan_dir(dir).map(|s| s.complete()).unwrap_or_default(),
+            (Some(dir), true) => match memra_receipts::store::scan_dir(dir) {
+                Ok(scan) => {
+                    // Temp files are writes a killed run never renamed into place: garbage.
+                    for t in &scan.temp_files {
+                        eprintln!("memra-gates: --resume removes an unfinished write {}", t.display());
+                        let _ = std::fs::remove_file(t);
+                    }
+                    for b in &scan.broken {
+                        eprintln!("memra-gates: --resume re-runs a receipt that does not read: {b}");
+                    }
+                    scan.complete()
+                }
+                Err(_) => BTreeMap::new(),
+            },
             _ => BTreeMap::new(),
         };
         let results: Vec<Mutex<Option<Receipt>>> = jobs.iter().map(|_| Mutex::new(None)).collect();

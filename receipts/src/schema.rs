@@ -20,7 +20,7 @@
 //! │  ├─ build                  what numerics were compiled (kernel digest, NVRTC options)
 //! │  ├─ verdict, reason        PASS | FAIL | VOID | SKIP | NOT-APPLICABLE | ERROR, and why
 //! │  ├─ gates                  one verdict per gate that ran
-//! │  ├─ engaged                engagement counters ("MEMRA_X" or "MEMRA_X@seam" → count)
+//! │  ├─ engaged                engagement counters ("<door_id>.<what>" → count, as named in doors.toml)
 //! │  ├─ first_divergence       where the run first differed from its reference, if it did
 //! │  ├─ digests                layer × seam × token digest table
 //! │  ├─ tokens, token_tape_digest
@@ -225,7 +225,9 @@ pub struct Evidence {
     pub reason: Option<String>,
     /// One entry per gate that ran, in the order they ran; each gate at most once.
     pub gates: Vec<GateResult>,
-    /// Engagement counters: `"MEMRA_X"` (the door's mechanism ran n times) or `"MEMRA_X@seam"`
+    /// Engagement counters, named `"<door_id>.<what>"` by the door registry (e.g.
+    /// `"oproj_direct.peer_stores"`): how many times the door's mechanism ran. Older spellings
+    /// `"MEMRA_X"` / `"MEMRA_X@seam"` are also accepted by readers.
     /// (per seam it touches). A door counts as engaged when any of its counters is > 0.
     pub engaged: BTreeMap<String, u64>,
     /// The first place this run differed from its reference, if it did (DESIGN §4.2).
@@ -783,12 +785,16 @@ pub fn overall_verdict(verdicts: &[Verdict]) -> Verdict {
     }
 }
 
-/// The doors whose engagement counter is > 0: counter keys with any `@seam` suffix removed.
+/// The doors whose engagement counter is > 0: the door part of each counter key
+/// (`"<door_id>.<what>"` → `door_id`; an older `"MEMRA_X@seam"` → `MEMRA_X`).
 pub fn engaged_doors(engaged: &BTreeMap<String, u64>) -> BTreeSet<String> {
     engaged
         .iter()
         .filter(|(_, n)| **n > 0)
-        .map(|(k, _)| k.split_once('@').map_or(k.as_str(), |(door, _)| door).to_string())
+        .map(|(k, _)| {
+            let k = k.split_once('@').map_or(k.as_str(), |(door, _)| door);
+            k.split_once('.').map_or(k, |(door, _)| door).to_string()
+        })
         .collect()
 }
 

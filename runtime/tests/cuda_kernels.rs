@@ -847,11 +847,7 @@ fn bit_diff(want: &[u32], got: &[u32]) -> (usize, Option<String>) {
     let bad: Vec<usize> = (0..want.len().max(got.len())).filter(|i| want.get(*i) != got.get(*i)).collect();
     let first = bad.first().map(|&i| {
         let (w, g) = (want.get(i).copied().unwrap_or(0), got.get(i).copied().unwrap_or(0));
-        format!(
-            "element {i}: {w:#010x} ({:e}) vs {g:#010x} ({:e})",
-            f32::from_bits(w),
-            f32::from_bits(g)
-        )
+        format!("element {i}: {w:#010x} ({:e}) vs {g:#010x} ({:e})", f32::from_bits(w), f32::from_bits(g))
     });
     (bad.len(), first)
 }
@@ -896,8 +892,9 @@ fn nccl_copies_move_bytes_exactly_between_devices() {
         let whole = |r: usize| Slice::new(bufs[r], 0, n);
         for round in 0..3 {
             let mut data = rng.vec(n, 1e3);
-            for (i, bits) in
-                [0x7FC0_1234u32, 0xFF80_0001, 0x7F80_0001, 0x8000_0000, 0x7F80_0000, 0xFF80_0000, 1].into_iter().enumerate()
+            for (i, bits) in [0x7FC0_1234u32, 0xFF80_0001, 0x7F80_0001, 0x8000_0000, 0x7F80_0000, 0xFF80_0000, 1]
+                .into_iter()
+                .enumerate()
             {
                 data[i * 7 + round] = f32::from_bits(bits);
             }
@@ -1040,7 +1037,8 @@ fn skip_fence_canary_engages_on_cuda() {
     let Some(mut b1) = cuda_backend(1, FAST) else { return };
     let base = run_program(&model, &RunConfig::new(1, Transport::HostBounce, battery.clone()).unwrap(), &mut b1);
     let n_devices = cuda::probe_cuda().map(|s| s.devices.len()).unwrap_or(0);
-    let mut setups = vec![("co-resident", CO_RESIDENT, Transport::HostBounce), ("co-resident", CO_RESIDENT, Transport::NativeP2p)];
+    let mut setups =
+        vec![("co-resident", CO_RESIDENT, Transport::HostBounce), ("co-resident", CO_RESIDENT, Transport::NativeP2p)];
     if n_devices >= 2 {
         setups.push(("distinct devices", FAST, Transport::HostBounce));
         setups.push(("distinct devices", FAST, Transport::NativeP2p));
@@ -1057,7 +1055,9 @@ fn skip_fence_canary_engages_on_cuda() {
                 let Some(mut b) = cuda_backend(tp, opts) else { return };
                 match program::run(&model, &cfg, &mut b) {
                     Ok(r) => runs.push(r),
-                    Err(RuntimeError::Unavailable(reason)) => println!("skipped: TP{tp} {placement} {} ({reason})", t.name()),
+                    Err(RuntimeError::Unavailable(reason)) => {
+                        println!("skipped: TP{tp} {placement} {} ({reason})", t.name())
+                    }
                     Err(e) => panic!("skip_fence TP{tp} {placement} {}: {e}", t.name()),
                 }
             }
@@ -1066,7 +1066,11 @@ fn skip_fence_canary_engages_on_cuda() {
             }
             for r in &runs {
                 let n = r.engaged.get("canary_skip_fence.skipped_fences").copied().unwrap_or(0);
-                assert_eq!(n as usize, steps * model.layers.len() * (tp - 1), "TP{tp}: one unfenced copy per peer per o_join");
+                assert_eq!(
+                    n as usize,
+                    steps * model.layers.len() * (tp - 1),
+                    "TP{tp}: one unfenced copy per peer per o_join"
+                );
             }
             let identity = describe_diff(&base, first_diff(&base, &runs[0]));
             let determinism = describe_diff(&runs[0], first_diff(&runs[0], &runs[1]));
