@@ -133,14 +133,14 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
     }
     // Table.
     let bw_text = bandwidth.map(|bw| format!("{:.2} TB/s (read+write)", bw / 1e12)).unwrap_or("not measured".into());
-    println!("device-to-device copy bandwidth: {bw_text}; {} timed steps after {warmup} warm-up", args.steps);
-    println!(
+    crate::say!("device-to-device copy bandwidth: {bw_text}; {} timed steps after {warmup} warm-up", args.steps);
+    crate::say!(
         "{:<6} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
         "layer", "bytes MB", "layer µs", "floor µs", "qkv µs/floor", "exp µs/floor", "layer/floor"
     );
     for (l, bytes, layer_ns, qkv_ns, exp_ns) in &rows {
         let f = |b: u64| bandwidth.map(|bw| b as f64 / bw * 1e6).unwrap_or(f64::NAN);
-        println!(
+        crate::say!(
             "{l:<6} {:>10.1} {:>10.1} {:>10.1} {:>5.1}/{:<6.1} {:>5.1}/{:<6.1} {:>12.2}",
             bytes.total() as f64 / 1e6,
             *layer_ns as f64 / 1e3,
@@ -153,7 +153,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
         );
     }
     match &torch {
-        Ok(t) => println!(
+        Ok(t) => crate::say!(
             "PyTorch {} on {}: layer eager median {:.1} µs (attention eager {:.1} µs, graphed {:.1} µs; MoE eager {:.1} µs; experts in {})",
             t["torch"].as_str().unwrap_or("?"),
             t["device"].as_str().unwrap_or("?"),
@@ -163,17 +163,17 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
             t["moe_eager"]["median_us"].as_f64().unwrap_or(f64::NAN),
             t["expert_dtype"].as_str().unwrap_or("?"),
         ),
-        Err(e) => println!("PyTorch anchor: not run ({e})"),
+        Err(e) => crate::say!("PyTorch anchor: not run ({e})"),
     }
     for (k, v) in &ratios {
-        println!("  {k} = {v:.3}");
+        crate::say!("  {k} = {v:.3}");
     }
 
     let receipt = performance_receipt(&subject, &record, backend, ratios, bandwidth, &torch, wall_ms, prov)?;
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).map_err(|e| input(format!("--out {}: {e}", dir.display())))?;
         let path = memra_receipts::store::write_receipt(dir, &receipt)?;
-        println!("performance receipt: {}", path.display());
+        crate::say!("performance receipt: {}", path.display());
     }
     Ok(0)
 }

@@ -275,10 +275,10 @@ pub fn main(prov: Provenance) -> ExitCode {
         Some(Command::Plot(a)) => crate::commands::plot(&a),
         Some(Command::Promote(a)) => crate::commands::promote(&a),
         Some(Command::Version) => {
-            println!("memra-gates {}", env!("CARGO_PKG_VERSION"));
-            println!("git revision: {}", prov.git_rev);
-            println!("kernel sources: {}", prov.kernel_digest);
-            println!("compiler: {}", prov.rustc);
+            crate::say!("memra-gates {}", env!("CARGO_PKG_VERSION"));
+            crate::say!("git revision: {}", prov.git_rev);
+            crate::say!("kernel sources: {}", prov.kernel_digest);
+            crate::say!("compiler: {}", prov.rustc);
             Ok(0)
         }
     };

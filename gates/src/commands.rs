@@ -63,8 +63,8 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<u8, GateError> {
     let suite = Suite::new(&subject, opts)?;
     let receipts = suite.run_all(&jobs);
     let summary = write_outputs(&args.out, &name, &receipts)?;
-    println!("{}", memra_tools::table::summary_table(&receipts));
-    println!("{}  → {}", summary.counts.one_line(), args.out.display());
+    crate::say!("{}", memra_tools::table::summary_table(&receipts));
+    crate::say!("{}  → {}", summary.counts.one_line(), args.out.display());
     exit_status(&receipts)
 }
 
@@ -72,16 +72,16 @@ pub fn gen_model(args: &GenModelArgs) -> Result<u8, GateError> {
     let cfg = memra_runtime::model::ModelConfig::preset(&args.preset, args.layers)?;
     let model = memra_runtime::model::gen::generate(&cfg, args.seed)?;
     memra_runtime::model::format::save(&model, &args.out)?;
-    println!("wrote {} ({} preset, seed {}, {} layers)", args.out.display(), args.preset, args.seed, cfg.layers);
+    crate::say!("wrote {} ({} preset, seed {}, {} layers)", args.out.display(), args.preset, args.seed, cfg.layers);
     Ok(0)
 }
 
 pub fn doors(args: &DoorsArgs) -> Result<u8, GateError> {
     let registry = plan::load_registry(&args.registry)?;
     if args.json {
-        println!("{}", crate::registry_view::to_json(&registry));
+        crate::say!("{}", crate::registry_view::to_json(&registry));
     } else {
-        println!("{}", crate::registry_view::to_table(&registry));
+        crate::say!("{}", crate::registry_view::to_table(&registry));
     }
     Ok(0)
 }
@@ -106,19 +106,19 @@ pub fn matrix(args: &MatrixArgs) -> Result<u8, GateError> {
         plan = crate::matrix::shard(&plan, i, n).map_err(|e| input(e.to_string()))?;
     }
     for c in &plan.legal {
-        println!("{}", c.label());
+        crate::say!("{}", c.label());
     }
     for n in &plan.not_applicable {
-        println!("{}  NOT-APPLICABLE: {}", n.config.label(), n.reason);
+        crate::say!("{}  NOT-APPLICABLE: {}", n.config.label(), n.reason);
     }
-    println!(
+    crate::say!(
         "{} legal, {} not applicable, {} excluded",
         plan.legal.len(),
         plan.not_applicable.len(),
         plan.excluded.len()
     );
     if args.explain {
-        println!("{}", plan.explain());
+        crate::say!("{}", plan.explain());
     }
     Ok(0)
 }
@@ -135,7 +135,7 @@ pub fn diff(args: &DiffArgs) -> Result<u8, GateError> {
         )));
     }
     let report = memra_receipts::diff(&old, &new, args.threshold)?;
-    println!("{}", report.render(format)?);
+    crate::say!("{}", report.render(format)?);
     Ok(if report.regressed() { 1 } else { 0 })
 }
 
@@ -167,7 +167,7 @@ pub fn plot(args: &PlotArgs) -> Result<u8, GateError> {
     }
     .map_err(|e| input(e.to_string()))?;
     for f in files {
-        println!("{}", f.display());
+        crate::say!("{}", f.display());
     }
     Ok(0)
 }
@@ -181,6 +181,6 @@ pub fn promote(args: &PromoteArgs) -> Result<u8, GateError> {
     let report = promote_with(&registry, &nights, policy);
     print!("{}", report.to_table());
     store::write_atomic(&args.out, report.defaults_toml(&registry).as_bytes())?;
-    println!("defaults block written to {}", args.out.display());
+    crate::say!("defaults block written to {}", args.out.display());
     Ok(0)
 }

@@ -63,12 +63,12 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<u8, GateError> 
 
     let mut all_caught = true;
     let mut ran = 0;
-    println!("{:<26} {:<16} {:<28} {:<40}", "canary", "verdict", "expected first divergence", "observed");
+    crate::say!("{:<26} {:<16} {:<28} {:<40}", "canary", "verdict", "expected first divergence", "observed");
     for (job, r) in jobs.iter().zip(&receipts) {
         let ev = &r.evidence;
         let name = job.engagement.keys().next().cloned().unwrap_or_default();
         if ev.verdict == Verdict::NotApplicable {
-            println!("{name:<26} {:<16} {:<28} {}", "NOT-APPLICABLE", "-", ev.reason.clone().unwrap_or_default());
+            crate::say!("{name:<26} {:<16} {:<28} {}", "NOT-APPLICABLE", "-", ev.reason.clone().unwrap_or_default());
             continue;
         }
         ran += 1;
@@ -90,7 +90,7 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<u8, GateError> 
         all_caught &= caught;
         let exp = expected.map(|(p, s, l, seam)| format!("L{l}.{} p{p} s{s}", seam.name())).unwrap_or("any".into());
         let obs = observed.map(|d| d.short()).unwrap_or_else(|| ev.reason.clone().unwrap_or("no divergence".into()));
-        println!("{name:<26} {:<16} {exp:<28} {obs}", if caught { "CAUGHT" } else { "MISSED" });
+        crate::say!("{name:<26} {:<16} {exp:<28} {obs}", if caught { "CAUGHT" } else { "MISSED" });
     }
     if ran == 0 {
         return Err(input("selftest ran no canary: nothing was tested"));
@@ -118,21 +118,21 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<u8, GateError> 
             vec![],
         ) {
             Ok(r) if r.digests == suite.oracle().digests => {
-                println!(
+                crate::say!(
                     "{:<26} WARNING: bit-identical to the oracle at TP{tp} {}: its NUMERIC class may be mislabeled",
                     door.id,
                     transport.name()
                 );
             }
-            Ok(_) => println!("{:<26} changes arithmetic as its NUMERIC class says", door.id),
-            Err(e) => println!("{:<26} could not run: {e}", door.id),
+            Ok(_) => crate::say!("{:<26} changes arithmetic as its NUMERIC class says", door.id),
+            Err(e) => crate::say!("{:<26} could not run: {e}", door.id),
         }
     }
     if all_caught {
-        println!("selftest: every canary was caught");
+        crate::say!("selftest: every canary was caught");
         Ok(0)
     } else {
-        println!("selftest: FAILED — a planted defect went unnoticed");
+        crate::say!("selftest: FAILED — a planted defect went unnoticed");
         Ok(1)
     }
 }
