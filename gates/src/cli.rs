@@ -52,6 +52,8 @@ enum Command {
     Plot(PlotArgs),
     /// Which doors have earned default-on over the nightly history.
     Promote(PromoteArgs),
+    /// Devices, byte-integrity probe and copy cost of every transport.
+    Probe(ProbeArgs),
     /// Print build provenance.
     Version,
 }
@@ -253,6 +255,23 @@ pub struct PromoteArgs {
     pub registry: Option<PathBuf>,
 }
 
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Ranks to place (one per device when there are enough, else co-resident).
+    #[arg(long, default_value_t = 2)]
+    pub ranks: usize,
+    #[arg(long, value_delimiter = ',', default_value = "host-bounce,native-p2p,nccl")]
+    pub transport: Vec<String>,
+    /// Copies per timed batch.
+    #[arg(long, default_value_t = 50)]
+    pub reps: usize,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
 /// Entry point: parse, run, print the error chain once, map to an exit status.
 pub fn main(prov: Provenance) -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -274,6 +293,7 @@ pub fn main(prov: Provenance) -> ExitCode {
         Some(Command::Bench(a)) => crate::bench::bench(&a, prov),
         Some(Command::Plot(a)) => crate::commands::plot(&a),
         Some(Command::Promote(a)) => crate::commands::promote(&a),
+        Some(Command::Probe(a)) => crate::probe_cmd::probe(&a),
         Some(Command::Version) => {
             crate::say!("memra-gates {}", env!("CARGO_PKG_VERSION"));
             crate::say!("git revision: {}", prov.git_rev);

@@ -20,6 +20,7 @@ pub mod error;
 pub mod gate;
 pub mod matrix;
 pub mod plan;
+pub mod probe_cmd;
 pub mod promote;
 pub mod registry;
 pub mod registry_view;
