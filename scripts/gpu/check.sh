@@ -53,6 +53,11 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so\.13 '; then
     fi
     [ -n "$nvrtc" ] && add_lib_dir "$nvrtc"
 fi
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
+    f=$(find /usr/local /opt /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -1)
+    [ -n "$f" ] && add_lib_dir "$(dirname "$f")"
+fi
+export NCCL_NVLS_ENABLE=0
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
 
 echo "== machine"

@@ -10,3 +10,9 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so\.13 '; then
     [ -n "$f" ] && LD_LIBRARY_PATH="$(dirname "$f"):$LD_LIBRARY_PATH"
 fi
 export LD_LIBRARY_PATH
+# NCCL: the image's pip wheel ships libnccl.so.2 outside the loader's default path.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
+    f=$(find /usr/local /opt /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -1)
+    [ -n "$f" ] && LD_LIBRARY_PATH="$(dirname "$f"):$LD_LIBRARY_PATH"
+fi
+export LD_LIBRARY_PATH

@@ -105,6 +105,9 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
 
     // o_proj: each rank's canonical K-block partials of the row-parallel output projection.
     ctx.begin()?;
+    // SkipFence canary: a peer's partials are copied to the root right after their producer is
+    // launched, without waiting for it — the race a missing fence opens (o_join reads them).
+    let skip_fence = ctx.cfg.doors.canary == Some(Canary::SkipFence) && tp > 1;
     let mut parts: Vec<Part> = Vec::new();
     for r in 0..tp {
         let rb = ctx.buf.ranks[r].clone();
@@ -112,6 +115,11 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
         ctx.b.launch(r, Op::GemvPartials { w: wo, x: rb.attn, out: rb.opart })?;
         if ctx.cfg.doors.w8 {
             ctx.count("w8.int8_gemvs");
+        }
+        if skip_fence && r != 0 {
+            let t = if ctx.cfg.doors.oproj_direct { Transport::NativeP2p } else { ctx.cfg.transport };
+            ctx.b.copy_unfenced(t, r, rb.opart, 0, root.opart_all.sub(r * rb.opart.len, rb.opart.len))?;
+            ctx.count("canary_skip_fence.skipped_fences");
         }
         parts.push((r, rb.opart, (r * rb.opart.len) as u64));
     }
@@ -122,8 +130,6 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
     ctx.begin()?;
     let direct = ctx.cfg.doors.oproj_direct;
     let g = ctx.p.o_kblocks;
-    // SkipFence canary: the peers' partials are copied without waiting for their producer.
-    let skip_fence = ctx.cfg.doors.canary == Some(Canary::SkipFence) && tp > 1;
     if ctx.cfg.doors.nccl_allreduce {
         // NCCL_ALLREDUCE (NUMERIC, o_join only; the moe_join stays canonical): each rank folds
         // its own K-blocks from +0.0 into a local vector (its `xin`, free until ffn_norm), then
@@ -151,12 +157,9 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
             let src = ctx.buf.ranks[r].opart;
             let dst = root.opart_all.sub(r * src.len, src.len);
             if skip_fence && r != 0 {
-                let t = if direct { Transport::NativeP2p } else { ctx.cfg.transport };
-                ctx.b.copy_unfenced(t, r, src, 0, dst)?;
-                ctx.count("canary_skip_fence.skipped_fences");
-            } else {
-                move_bytes(ctx, direct, r, src, 0, dst)?;
+                continue; // already copied, unfenced, in the o_proj seam
             }
+            move_bytes(ctx, direct, r, src, 0, dst)?;
             if direct && r != 0 {
                 ctx.count("oproj_direct.peer_stores");
             }
