@@ -205,6 +205,7 @@ fn performance_receipt(
         transport: Transport::HostBounce,
         backend,
         baseline_tp: 1,
+        baseline_transport: Transport::HostBounce,
         not_run: None,
     };
     let nt = crate::gate::non_triviality(record);

@@ -236,7 +236,9 @@ pub fn job_of(
         .map(|b| (b.near_tie_margin, b.max_rel_error))
         .reduce(|a, b| (a.0.max(b.0), a.1.max(b.1)))
     {
-        JobClass::Numeric { margin_budget: budget.0 as f32, rel_budget: budget.1 }
+        let class_identity =
+            doors.iter().filter(|d| d.class == DoorClass::Numeric).all(|d| d.gate.has_class_identity());
+        JobClass::Numeric { margin_budget: budget.0 as f32, rel_budget: budget.1, class_identity }
     } else {
         JobClass::Identity
     };
@@ -258,6 +260,11 @@ pub fn job_of(
             .filter_map(|d| d.tp.allowed.iter().min().copied())
             .max()
             .unwrap_or(1),
+        baseline_transport: doors
+            .iter()
+            .filter(|d| d.class == DoorClass::Numeric && !d.transports.contains(&Transport::HostBounce))
+            .find_map(|d| d.transports.allowed.first().copied())
+            .unwrap_or(Transport::HostBounce),
         not_run,
     })
 }

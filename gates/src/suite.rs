@@ -21,8 +21,9 @@ use std::time::Instant;
 pub enum JobClass {
     /// BIT / VALUE / SCHEDULING doors (and the baseline): identity with the reference.
     Identity,
-    /// NUMERIC-CLASS: argmax tape (teacher forced), class identity, error budget.
-    Numeric { margin_budget: f32, rel_budget: f64 },
+    /// NUMERIC-CLASS: argmax tape (teacher forced), class identity (unless the door's gate has
+    /// none, e.g. NCCL's all-reduce whose order depends on the rank count), error budget.
+    Numeric { margin_budget: f32, rel_budget: f64, class_identity: bool },
     /// A planted defect: identity is expected to FAIL (selftest checks that it does).
     Canary,
 }
@@ -41,6 +42,8 @@ pub struct Job {
     pub backend: BackendKind,
     /// TP size of the class baseline of a NUMERIC-CLASS job (the smallest TP its doors allow).
     pub baseline_tp: usize,
+    /// Transport of the class baseline (host-bounce unless the doors do not allow it).
+    pub baseline_transport: Transport,
     /// When set, the job is NOT-APPLICABLE (or SKIP) for this reason and does not run.
     pub not_run: Option<(Verdict, String)>,
 }
@@ -215,7 +218,7 @@ impl<'a> Suite<'a> {
             self.subject,
             job.backend,
             job.baseline_tp,
-            Transport::HostBounce,
+            job.baseline_transport,
             job.doors,
             Self::format_of(job),
             Some(oracle),
@@ -422,11 +425,13 @@ impl<'a> Suite<'a> {
                 };
                 ev.gates.push(gate_result(Gate::Identity, &outcome, Verdict::Fail));
             }
-            JobClass::Numeric { margin_budget, rel_budget } => {
+            JobClass::Numeric { margin_budget, rel_budget, class_identity } => {
                 let (tape, ties) = gate::argmax_tape(&oracle, &first, margin_budget);
                 ev.gates.push(gate_result(Gate::ArgmaxTape, &tape, Verdict::Fail));
                 ev.near_ties = ties;
-                let class = if job.tp == job.baseline_tp && job.transport == Transport::HostBounce {
+                let class = if !class_identity {
+                    Ok("not gated: the door's registry gate has no class identity".into())
+                } else if job.tp == job.baseline_tp && job.transport == job.baseline_transport {
                     Ok("this run is the class baseline (fresh tape); its reproduction is the determinism gate".into())
                 } else {
                     self.class_baseline(job, &oracle).and_then(|base| {

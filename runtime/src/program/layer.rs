@@ -105,21 +105,23 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
 
     // o_proj: each rank's canonical K-block partials of the row-parallel output projection.
     ctx.begin()?;
-    // SkipFence canary: a peer's partials are copied to the root right after their producer is
-    // launched, without waiting for it — the race a missing fence opens (o_join reads them).
+    // SkipFence canary: a peer's partials are copied to the root without waiting for their
+    // producer — the race a missing fence opens (o_join reads them).
     let skip_fence = ctx.cfg.doors.canary == Some(Canary::SkipFence) && tp > 1;
     let mut parts: Vec<Part> = Vec::new();
     for r in 0..tp {
         let rb = ctx.buf.ranks[r].clone();
         let wo = ctx.w.layers[l][r].wo;
-        ctx.b.launch(r, Op::GemvPartials { w: wo, x: rb.attn, out: rb.opart })?;
-        if ctx.cfg.doors.w8 {
-            ctx.count("w8.int8_gemvs");
-        }
         if skip_fence && r != 0 {
+            // Issued before its producer: with no fence, nothing stops the copy from running
+            // first, and on a fast device that is what it does — so the defect shows every time.
             let t = if ctx.cfg.doors.oproj_direct { Transport::NativeP2p } else { ctx.cfg.transport };
             ctx.b.copy_unfenced(t, r, rb.opart, 0, root.opart_all.sub(r * rb.opart.len, rb.opart.len))?;
             ctx.count("canary_skip_fence.skipped_fences");
+        }
+        ctx.b.launch(r, Op::GemvPartials { w: wo, x: rb.attn, out: rb.opart })?;
+        if ctx.cfg.doors.w8 {
+            ctx.count("w8.int8_gemvs");
         }
         parts.push((r, rb.opart, (r * rb.opart.len) as u64));
     }
