@@ -429,22 +429,27 @@ impl<'a> Suite<'a> {
                 let (tape, ties) = gate::argmax_tape(&oracle, &first, margin_budget);
                 ev.gates.push(gate_result(Gate::ArgmaxTape, &tape, Verdict::Fail));
                 ev.near_ties = ties;
+                // A door whose registry gate has no class identity gets no such gate: a gate that
+                // was not evaluated must not read as passed.
                 let class = if !class_identity {
-                    Ok("not gated: the door's registry gate has no class identity".into())
+                    None
                 } else if job.tp == job.baseline_tp && job.transport == job.baseline_transport {
-                    Ok("this run is the class baseline (fresh tape); its reproduction is the determinism gate".into())
+                    Some(Ok("this run is the class baseline (fresh tape); its reproduction is the determinism gate".into()))
                 } else {
-                    self.class_baseline(job, &oracle).and_then(|base| {
+                    Some(self.class_baseline(job, &oracle).and_then(|base| {
                         match gate::first_digest_divergence(&base, &first)? {
                             None => Ok(format!(
-                                "bit-identical to the door's TP{} host-bounce class baseline",
-                                job.baseline_tp
+                                "bit-identical to the door's TP{} {} class baseline",
+                                job.baseline_tp,
+                                job.baseline_transport.name()
                             )),
                             Some(d) => Err(format!("differs from the class baseline first at {}", describe(&d))),
                         }
-                    })
+                    }))
                 };
-                ev.gates.push(gate_result(Gate::ClassIdentity, &class, Verdict::Fail));
+                if let Some(class) = class {
+                    ev.gates.push(gate_result(Gate::ClassIdentity, &class, Verdict::Fail));
+                }
                 match self.oracle_captured(format) {
                     Ok(oc) => {
                         let (errors, flips) = gate::error_budget(&oc, &second);

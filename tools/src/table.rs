@@ -52,8 +52,13 @@ pub fn summary_table(receipts: &[Receipt]) -> String {
                 .join(" ")
         };
         let compared = ev.digests.rows.len() * ev.digests.columns.len();
+        let worst = ev.error_budget.iter().map(|e| e.max_rel).fold(0.0f64, f64::max);
         let detail = match (&ev.first_divergence, ev.verdict) {
             (Some(d), _) => d.short(),
+            // A NUMERIC-CLASS run that passed is within its budget, not identical.
+            (None, Verdict::Pass) if !ev.error_budget.is_empty() => {
+                format!("within budget (max rel {worst:.1e}, {} near-ties)", ev.near_ties.len())
+            }
             (None, Verdict::Pass) => "identical".to_string(),
             (None, _) => ev.reason.clone().unwrap_or_default(),
         };
