@@ -73,6 +73,14 @@ pub struct ModelArgs {
     /// Override the preset's layer count (required for `step`).
     #[arg(long)]
     pub layers: Option<usize>,
+    /// Override the KV-cache capacity (positions each rank allocates per layer), e.g. to plant
+    /// an out-of-memory.
+    #[arg(long)]
+    pub kv_positions: Option<usize>,
+    /// Fault injection: GiB held on every CUDA device before each run (a crowded device), to
+    /// check that an out-of-memory becomes an ERROR receipt and the matrix goes on.
+    #[arg(long, default_value_t = 0.0)]
+    pub cuda_reserve_gib: f64,
 }
 
 /// Options shared by `run` and `selftest`.

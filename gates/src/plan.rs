@@ -74,8 +74,17 @@ pub fn load_subject(m: &ModelArgs, battery: impl FnOnce(&ModelConfig) -> Battery
             (gen::generate(&cfg, m.seed)?, m.preset.clone(), digest)
         }
     };
+    let mut model = model;
+    let mut digest = digest;
+    if let Some(n) = m.kv_positions {
+        model.config.max_positions = n;
+        model.config.validate()?;
+        // A different cache capacity is a different subject: keep run identities apart.
+        digest = format!("{:016x}", memra_receipts::schema::fnv1a64(format!("{digest}:kv{n}").as_bytes()));
+    }
     let battery = battery(&model.config);
-    Ok(Subject { model, model_evidence: ModelEvidence { preset, digest }, battery })
+    let device_reserve_bytes = (m.cuda_reserve_gib * (1u64 << 30) as f64) as usize;
+    Ok(Subject { model, model_evidence: ModelEvidence { preset, digest }, battery, device_reserve_bytes })
 }
 
 /// Battery sizes are checked before any model is generated: 0 prompts or 0 generated tokens

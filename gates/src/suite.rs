@@ -7,7 +7,7 @@
 use crate::gate::{self, FirstDivergence, GateOutcome};
 use memra_receipts::schema::{self as rs, Gate, GateResult, Verdict};
 use memra_receipts::{Receipt, ReceiptKind};
-use memra_runtime::backend::{open, BackendKind, ProbeResult, PROBE_SIZES_BYTES};
+use memra_runtime::backend::{open, open_with, BackendKind, ProbeResult, PROBE_SIZES_BYTES};
 use memra_runtime::model::Model;
 use memra_runtime::record::{CaptureKey, Record};
 use memra_runtime::{Battery, DoorSet, ExpertFormat, RunConfig, RuntimeError, Transport};
@@ -53,6 +53,8 @@ pub struct Subject {
     pub model: Model,
     pub model_evidence: rs::ModelEvidence,
     pub battery: Battery,
+    /// Fault injection: bytes held on every CUDA device before each run (`--cuda-reserve-gib`).
+    pub device_reserve_bytes: usize,
 }
 
 /// How a suite runs.
@@ -117,7 +119,7 @@ pub fn run_subject(
     cfg.expert_format = format;
     cfg.forced_tokens = forced.map(|r| r.tokens.clone());
     cfg.capture = capture;
-    let mut b = open(backend, tp)?;
+    let mut b = open_with(backend, tp, subject.device_reserve_bytes)?;
     memra_runtime::program::run(&subject.model, &cfg, b.as_mut())
 }
 

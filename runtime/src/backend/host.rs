@@ -42,6 +42,10 @@ struct RankWorker {
 /// CPU ranks as threads with private arenas.
 pub struct HostBackend {
     ranks: Vec<RankWorker>,
+    /// Bytes allocated in all arenas, and the most this process may take (the memory available
+    /// at construction): an allocation beyond it is an out-of-memory error, never an abort.
+    allocated_bytes: usize,
+    memory_limit_bytes: usize,
     staging_pool: Arc<Mutex<Vec<Vec<f32>>>>,
     digests: Arc<Mutex<Vec<u64>>>,
     n_tickets: usize,
@@ -67,6 +71,8 @@ impl HostBackend {
         }
         Ok(HostBackend {
             ranks,
+            allocated_bytes: 0,
+            memory_limit_bytes: available_memory_bytes(),
             staging_pool: Arc::new(Mutex::new(Vec::new())),
             digests: Arc::new(Mutex::new(Vec::new())),
             n_tickets: 0,
@@ -153,6 +159,19 @@ impl Drop for HostBackend {
             }
         }
     }
+}
+
+/// `MemAvailable` of /proc/meminfo (all of the address space where it cannot be read).
+fn available_memory_bytes() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<usize>().ok())
+        })
+        .map(|kib| kib.saturating_mul(1024))
+        .unwrap_or(usize::MAX)
 }
 
 fn read_slice(a: &Arena, s: Slice) -> &[f32] {
@@ -330,6 +349,17 @@ impl Backend for HostBackend {
 
     fn alloc(&mut self, rank: usize, len: usize) -> Result<BufId> {
         self.check_rank(rank)?;
+        let bytes = len.saturating_mul(4);
+        if self.allocated_bytes.saturating_add(bytes) > self.memory_limit_bytes {
+            return Err(RuntimeError::Device {
+                location: format!("allocating {bytes} bytes on host rank {rank}"),
+                detail: format!(
+                    "out of memory: {} bytes already allocated, {} available to this process",
+                    self.allocated_bytes, self.memory_limit_bytes
+                ),
+            });
+        }
+        self.allocated_bytes += bytes;
         self.submit(rank, Box::new(move |a: &mut Arena| a.bufs.push(vec![0.0; len])))?;
         let w = &mut self.ranks[rank];
         w.buf_lens.push(len);

@@ -233,14 +233,19 @@ impl BackendKind {
 
 /// Open a backend of `kind` with `ranks` ranks.
 pub fn open(kind: BackendKind, ranks: usize) -> Result<Box<dyn Backend>> {
-    match kind {
-        BackendKind::Host => Ok(Box::new(host::HostBackend::new(ranks)?)),
-        BackendKind::Cuda => open_cuda(ranks),
-    }
+    open_with(kind, ranks, 0)
 }
 
-fn open_cuda(ranks: usize) -> Result<Box<dyn Backend>> {
-    Ok(Box::new(cuda::CudaBackend::new(ranks)?))
+/// Open a backend; `device_reserve_bytes` > 0 holds that much memory on every CUDA device first
+/// (fault injection: a crowded device); the host backend ignores it.
+pub fn open_with(kind: BackendKind, ranks: usize, device_reserve_bytes: usize) -> Result<Box<dyn Backend>> {
+    match kind {
+        BackendKind::Host => Ok(Box::new(host::HostBackend::new(ranks)?)),
+        BackendKind::Cuda => Ok(Box::new(cuda::CudaBackend::with_options(
+            ranks,
+            cuda::CudaOptions { reserve_bytes: device_reserve_bytes, ..Default::default() },
+        )?)),
+    }
 }
 
 /// Median bandwidth (bytes read + written per second) of a same-rank copy of `bytes` on rank 0,

@@ -141,7 +141,8 @@ pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record
         return Err(RuntimeError::Config("the battery generates 0 tokens: nothing would be tested".into()));
     }
     let p = Placement::new(model, cfg.tp, &cfg.doors, cfg.nvfp4_experts())?;
-    let w = weights::upload(b, model, &p, &cfg.doors, cfg.nvfp4_experts())?;
+    let longest = (0..cfg.battery.prompts.len()).map(|i| cfg.battery.steps_of(i)).max().unwrap_or(1);
+    let w = weights::upload(b, model, &p, &cfg.doors, cfg.nvfp4_experts(), longest)?;
     let buf = buffers::allocate(b, c, &p, model.layers.len())?;
     let n_layers = model.layers.len();
     let mut record = Record { n_layers, backend: b.describe(), build_options: b.build_options(), ..Record::default() };

@@ -176,14 +176,22 @@ fn shard_rows(m: &Matrix, p: &Placement, rank: usize) -> MatrixShard {
 }
 
 /// Upload every weight of `model` to the ranks of `b` according to `p` and `doors`.
-/// `nvfp4`: routed experts are uploaded as NVFP4 banks (whole, on their owners).
-pub fn upload(b: &mut dyn Backend, model: &Model, p: &Placement, doors: &DoorSet, nvfp4: bool) -> Result<Uploaded> {
+/// `nvfp4`: routed experts are uploaded as NVFP4 banks (whole, on their owners). `positions`:
+/// the RoPE rows the run needs (its longest prompt), at most the model's `max_positions`.
+pub fn upload(
+    b: &mut dyn Backend,
+    model: &Model,
+    p: &Placement,
+    doors: &DoorSet,
+    nvfp4: bool,
+    positions: usize,
+) -> Result<Uploaded> {
     let c = &model.config;
     WIDENED.with(|w| w.set(0));
     let layout = ParamLayout {
         hidden: c.hidden,
         experts: c.experts,
-        max_positions: c.max_positions,
+        max_positions: positions.min(c.max_positions),
         n_layers: model.layers.len(),
     };
     let mut params_host = vec![0.0f32; layout.len()];
@@ -198,7 +206,7 @@ pub fn upload(b: &mut dyn Backend, model: &Model, p: &Placement, doors: &DoorSet
     }
     let fnorm = layout.final_norm(scratch);
     params_host[fnorm.offset..fnorm.offset + fnorm.len].copy_from_slice(&model.final_norm);
-    for pos in 0..c.max_positions {
+    for pos in 0..layout.max_positions {
         let s = layout.rope(scratch, pos);
         params_host[s.offset..s.offset + s.len].copy_from_slice(&model.rope_row(pos));
     }

@@ -67,6 +67,9 @@ pub enum GemvLayout {
 pub struct CudaOptions {
     pub placement: PlacementPolicy,
     pub gemv_layout: GemvLayout,
+    /// Bytes held on every device for the backend's lifetime before anything else is allocated:
+    /// fault injection standing in for a crowded device (plants an out-of-memory).
+    pub reserve_bytes: usize,
 }
 
 /// A device with its context and loaded kernels, shared by every backend of the process.
@@ -118,6 +121,8 @@ pub(crate) struct Rank {
 
 /// Ranks on CUDA devices.
 pub struct CudaBackend {
+    /// Planted reservations (`CudaOptions::reserve_bytes`), freed with the backend.
+    _reserved: Vec<DeviceBuffer>,
     // Field order is drop order: NCCL communicators, then ranks (buffers, events, streams), then
     // staging and devices.
     /// NCCL communicators, one per rank, created on the first NCCL operation.
@@ -166,7 +171,23 @@ impl CudaBackend {
             });
         }
         let staging = transfer::Staging::new(devices.len());
-        Ok(CudaBackend { nccl: None, ranks, staging, devices, opts, tickets: Vec::new(), launches: 0 })
+        let mut reserved = Vec::new();
+        if opts.reserve_bytes > 0 {
+            for (i, d) in devices.iter().enumerate() {
+                let r = ranks.iter().find(|r| r.dev == i).expect("every device hosts a rank");
+                reserved.push(DeviceBuffer::zeroed(&d.ctx, &r.stream, opts.reserve_bytes, "reserved (planted) device memory")?);
+            }
+        }
+        Ok(CudaBackend {
+            nccl: None,
+            ranks,
+            staging,
+            devices,
+            opts,
+            tickets: Vec::new(),
+            launches: 0,
+            _reserved: reserved,
+        })
     }
 
     /// Device ordinal of every rank.
