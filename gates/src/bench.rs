@@ -136,7 +136,13 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
     crate::say!("device-to-device copy bandwidth: {bw_text}; {} timed steps after {warmup} warm-up", args.steps);
     crate::say!(
         "{:<6} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
-        "layer", "bytes MB", "layer µs", "floor µs", "qkv µs/floor", "exp µs/floor", "layer/floor"
+        "layer",
+        "bytes MB",
+        "layer µs",
+        "floor µs",
+        "qkv µs/floor",
+        "exp µs/floor",
+        "layer/floor"
     );
     for (l, bytes, layer_ns, qkv_ns, exp_ns) in &rows {
         let f = |b: u64| bandwidth.map(|bw| b as f64 / bw * 1e6).unwrap_or(f64::NAN);

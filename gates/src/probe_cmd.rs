@@ -50,10 +50,7 @@ pub fn probe(args: &ProbeArgs) -> Result<u8, GateError> {
     let mut failed = false;
     let mut report = serde_json::Map::new();
     for t in transports {
-        let mut b = match open(backend, ranks) {
-            Ok(b) => b,
-            Err(e) => return Err(e.into()),
-        };
+        let mut b = open(backend, ranks)?;
         crate::say!("== {} over {}: {}", t.name(), backend.name(), b.describe());
         let results = match b.probe(t, sizes) {
             Ok(r) => r,
@@ -68,7 +65,9 @@ pub fn probe(args: &ProbeArgs) -> Result<u8, GateError> {
             "   byte-integrity probe: {} ordered pair × size checks, {} bad{}",
             results.len(),
             bad.len(),
-            bad.first().map(|p| format!(" (first: {}→{} {} B: {} bad words)", p.src, p.dst, p.bytes, p.bad_words)).unwrap_or_default()
+            bad.first()
+                .map(|p| format!(" (first: {}→{} {} B: {} bad words)", p.src, p.dst, p.bytes, p.bad_words))
+                .unwrap_or_default()
         );
         failed |= !bad.is_empty();
         let mut timings = serde_json::Map::new();

@@ -436,7 +436,9 @@ impl<'a> Suite<'a> {
                 let class = if !class_identity {
                     None
                 } else if job.tp == job.baseline_tp && job.transport == job.baseline_transport {
-                    Some(Ok("this run is the class baseline (fresh tape); its reproduction is the determinism gate".into()))
+                    Some(Ok(
+                        "this run is the class baseline (fresh tape); its reproduction is the determinism gate".into()
+                    ))
                 } else {
                     Some(self.class_baseline(job, &oracle).and_then(|base| {
                         match gate::first_digest_divergence(&base, &first)? {

@@ -42,9 +42,12 @@ fn gpu_present() -> bool {
     cuda_backend(1, CudaOptions::default()).is_some()
 }
 
-const FAST: CudaOptions = CudaOptions { placement: PlacementPolicy::Auto, gemv_layout: GemvLayout::Fast };
-const ROW_MAJOR: CudaOptions = CudaOptions { placement: PlacementPolicy::Auto, gemv_layout: GemvLayout::RowMajor };
-const CO_RESIDENT: CudaOptions = CudaOptions { placement: PlacementPolicy::CoResident, gemv_layout: GemvLayout::Fast };
+const FAST: CudaOptions =
+    CudaOptions { placement: PlacementPolicy::Auto, gemv_layout: GemvLayout::Fast, reserve_bytes: 0 };
+const ROW_MAJOR: CudaOptions =
+    CudaOptions { placement: PlacementPolicy::Auto, gemv_layout: GemvLayout::RowMajor, reserve_bytes: 0 };
+const CO_RESIDENT: CudaOptions =
+    CudaOptions { placement: PlacementPolicy::CoResident, gemv_layout: GemvLayout::Fast, reserve_bytes: 0 };
 
 // ---------------------------------------------------------------- inputs
 

@@ -175,7 +175,12 @@ impl CudaBackend {
         if opts.reserve_bytes > 0 {
             for (i, d) in devices.iter().enumerate() {
                 let r = ranks.iter().find(|r| r.dev == i).expect("every device hosts a rank");
-                reserved.push(DeviceBuffer::zeroed(&d.ctx, &r.stream, opts.reserve_bytes, "reserved (planted) device memory")?);
+                reserved.push(DeviceBuffer::zeroed(
+                    &d.ctx,
+                    &r.stream,
+                    opts.reserve_bytes,
+                    "reserved (planted) device memory",
+                )?);
             }
         }
         Ok(CudaBackend {
