@@ -166,16 +166,21 @@ pub struct NearTie {
     pub run_token: u32,
 }
 
-/// Argmax tape under teacher forcing: every token equals the oracle's except at near-ties, the
-/// steps whose oracle top-1 − top-2 logit margin is at or below `margin_budget` (logit units).
-pub fn argmax_tape(oracle: &Record, run: &Record, margin_budget: f32) -> (GateOutcome, Vec<NearTie>) {
+/// Argmax tape under teacher forcing: every token equals the oracle's except at near-ties.
+///
+/// A step is a near-tie when the oracle's top-1 − top-2 logit margin is at or below what the
+/// door's declared budget allows to move: `max(margin_budget, 2 · rel_budget · |top-1 logit|)`
+/// — each of the two logits may move by the declared relative error of the logits (normwise,
+/// so relative to the largest logit), hence twice. Near-ties are reported, never hidden.
+pub fn argmax_tape(oracle: &Record, run: &Record, margin_budget: f32, rel_budget: f64) -> (GateOutcome, Vec<NearTie>) {
     let mut ties = Vec::new();
     let mut flips = Vec::new();
     for (p, (to, tr)) in oracle.tokens.iter().zip(&run.tokens).enumerate() {
         for (i, (a, b)) in to.iter().zip(tr).enumerate() {
             let (t1, t2) = oracle.top2[p][i];
             let margin = t1 - t2;
-            if margin <= margin_budget {
+            let allowed = margin_budget.max((2.0 * rel_budget) as f32 * t1.abs());
+            if margin <= allowed {
                 ties.push(NearTie { prompt: p, token_index: i, margin, oracle_token: *a, run_token: *b });
             } else if a != b {
                 flips.push(format!("prompt {p} token {i}: oracle {a}, run {b} (margin {margin})"));

@@ -428,7 +428,7 @@ impl<'a> Suite<'a> {
                 ev.gates.push(gate_result(Gate::Identity, &outcome, Verdict::Fail));
             }
             JobClass::Numeric { margin_budget, rel_budget, class_identity } => {
-                let (tape, ties) = gate::argmax_tape(&oracle, &first, margin_budget);
+                let (tape, ties) = gate::argmax_tape(&oracle, &first, margin_budget, rel_budget);
                 ev.gates.push(gate_result(Gate::ArgmaxTape, &tape, Verdict::Fail));
                 ev.near_ties = ties;
                 // A door whose registry gate has no class identity gets no such gate: a gate that

@@ -31,6 +31,18 @@ fn cfg(grid: usize, block: u32, smem: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (grid.max(1) as u32, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem as u32 }
 }
 
+/// Dynamic shared memory of the norm kernels: one staged row of `n` f32 (one block per row).
+fn norm_smem(n: usize) -> Result<usize> {
+    const MAX: usize = 48 << 10; // the default per-block limit without an opt-in attribute
+    if n * 4 > MAX {
+        return Err(RuntimeError::Config(format!(
+            "rmsnorm: a row of {n} values needs {} bytes of shared memory, more than the {MAX} a block gets",
+            n * 4
+        )));
+    }
+    Ok(n * 4)
+}
+
 /// Grid of a grid-stride elementwise kernel over n elements.
 fn elementwise_grid(n: usize) -> usize {
     n.div_ceil(ELEMENTWISE_THREADS as usize).clamp(1, 4096)
@@ -245,7 +257,7 @@ impl CudaBackend {
                     return Ok(());
                 }
                 let (n, rows_i) = (w.len as i32, rows as i32);
-                launch!(self, rank, "rmsnorm_f32", cfg(rows.div_ceil(8), 256, 0), xp, wp, eps, outp, n, rows_i)
+                launch!(self, rank, "rmsnorm_f32", cfg(rows, 256, norm_smem(w.len)?), xp, wp, eps, outp, n, rows_i)
             }
             Op::AddRmsNorm { x, a, w, eps, h, out } => {
                 let what = "add_rmsnorm";
@@ -268,7 +280,7 @@ impl CudaBackend {
                     self,
                     rank,
                     "add_rmsnorm_f32",
-                    cfg(rows.div_ceil(8), 256, 0),
+                    cfg(rows, 256, norm_smem(w.len)?),
                     xp,
                     ap,
                     wp,
@@ -308,7 +320,7 @@ impl CudaBackend {
                     self,
                     rank,
                     "fold_add_rmsnorm_f32",
-                    cfg(rows.div_ceil(8), 256, 0),
+                    cfg(rows, 256, norm_smem(w.len)?),
                     pp,
                     np,
                     xp,
