@@ -222,19 +222,9 @@ fn night_order(a: &Night, b: &Night) -> std::cmp::Ordering {
     a.started_at_unix_ms.cmp(&b.started_at_unix_ms).then_with(|| dir_name(&a.dir).cmp(&dir_name(&b.dir)))
 }
 
-/// `YYYY-MM-DD` (UTC) of a Unix time in milliseconds (proleptic Gregorian; H. Hinnant's
-/// `civil_from_days`).
+/// `YYYY-MM-DD` (UTC) of a Unix time in milliseconds.
 pub fn utc_date(unix_ms: u64) -> String {
-    let days = (unix_ms / 86_400_000) as i64;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day, _, _) = memra_receipts::schema::utc_civil(unix_ms);
     format!("{year:04}-{month:02}-{day:02}")
 }
 

@@ -340,19 +340,7 @@ pub(crate) fn utc_minute(unix_ms: u64) -> String {
 
 /// The year and `MM-DD HH:MM` (UTC) of a Unix time in milliseconds.
 pub(crate) fn utc_year_and_rest(unix_ms: u64) -> (i64, String) {
-    let secs = unix_ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let (h, m) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
-    // Civil date from days since 1970-01-01 (H. Hinnant's `civil_from_days`).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(mo <= 2);
+    let (y, mo, d, h, m) = memra_receipts::schema::utc_civil(unix_ms);
     (y, format!("{mo:02}-{d:02} {h:02}:{m:02}"))
 }
 
