@@ -11,25 +11,8 @@ use memra_kernels::twins::gemv::{
     canonical_kblocks, fold_partials, gemv_partials, gemv_rows, gemv_rows_tree, MatrixView, WeightFormat, WeightRef,
 };
 
-/// SplitMix64: a small seeded generator so every failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        lo + (hi - lo) * u
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
+mod common;
+use common::Rng;
 
 /// E4M3 value by the textbook formula (sign, 4-bit exponent bias 7, 3-bit mantissa).
 fn e4m3_value(code: u8) -> f64 {
