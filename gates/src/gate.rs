@@ -191,8 +191,11 @@ pub fn argmax_tape(oracle: &Record, run: &Record, margin_budget: f32, rel_budget
     {
         return (Err("the run's token tape has a different shape from the oracle's".into()), ties);
     }
-    let outcome = if flips.is_empty() {
-        Ok(format!("tape equal outside {} near-tie(s)", ties.len()))
+    let compared: usize = oracle.tokens.iter().map(Vec::len).sum();
+    let outcome = if compared == 0 {
+        Err("no generated token was compared".to_string())
+    } else if flips.is_empty() {
+        Ok(format!("tape equal outside {} near-tie(s) of {compared} tokens", ties.len()))
     } else {
         Err(format!("{} argmax flip(s) outside near-ties; first: {}", flips.len(), flips[0]))
     };

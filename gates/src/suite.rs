@@ -417,6 +417,7 @@ impl<'a> Suite<'a> {
                 };
                 let outcome = match gate::first_digest_divergence(&reference, &first) {
                     Err(e) => Err(e),
+                    Ok(None) if steps(&first) == 0 => Err("no decode step was compared".to_string()),
                     Ok(None) => Ok(format!("{} steps × {} seams bit-identical", steps(&first), first.seams_per_step())),
                     Ok(Some(mut d)) => {
                         d.element = self.localise(job, &d);
@@ -436,9 +437,9 @@ impl<'a> Suite<'a> {
                 let class = if !class_identity {
                     None
                 } else if job.tp == job.baseline_tp && job.transport == job.baseline_transport {
-                    Some(Ok(
-                        "this run is the class baseline (fresh tape); its reproduction is the determinism gate".into()
-                    ))
+                    // This run IS the class baseline (the fresh tape): comparing it with itself
+                    // would pass vacuously; its reproduction is what the determinism gate checks.
+                    None
                 } else {
                     Some(self.class_baseline(job, &oracle).and_then(|base| {
                         match gate::first_digest_divergence(&base, &first)? {
@@ -459,7 +460,9 @@ impl<'a> Suite<'a> {
                         let (errors, flips) = gate::error_budget(&oc, &second);
                         let worst = errors.iter().map(|e| e.max_rel).fold(0.0f64, f64::max);
                         let bitwise = errors.iter().all(|e| e.max_ulp == 0);
-                        let outcome = if worst.is_nan() || worst > rel_budget {
+                        let outcome = if errors.is_empty() {
+                            Err("no seam was compared: the error-budget captures are missing".to_string())
+                        } else if worst.is_nan() || worst > rel_budget {
                             Err(format!("max normwise relative error {worst:.3e} exceeds the budget {rel_budget:.1e}"))
                         } else {
                             Ok(format!(
