@@ -7,7 +7,7 @@
 use crate::gate::{self, FirstDivergence, GateOutcome};
 use memra_receipts::schema::{self as rs, Gate, GateResult, Verdict};
 use memra_receipts::{Receipt, ReceiptKind};
-use memra_runtime::backend::{open, open_with, BackendKind, ProbeResult, PROBE_SIZES_BYTES};
+use memra_runtime::backend::{open, open_with, BackendKind, OpenOptions, ProbeResult, PROBE_SIZES_BYTES};
 use memra_runtime::model::Model;
 use memra_runtime::record::{CaptureKey, Record};
 use memra_runtime::{Battery, DoorSet, ExpertFormat, RunConfig, RuntimeError, Transport};
@@ -119,7 +119,8 @@ pub fn run_subject(
     cfg.expert_format = format;
     cfg.forced_tokens = forced.map(|r| r.tokens.clone());
     cfg.capture = capture;
-    let mut b = open_with(backend, tp, subject.device_reserve_bytes)?;
+    let opts = OpenOptions { device_reserve_bytes: subject.device_reserve_bytes, rank0_merge: doors.rank0_merge };
+    let mut b = open_with(backend, tp, &opts)?;
     memra_runtime::program::run(&subject.model, &cfg, b.as_mut())
 }
 

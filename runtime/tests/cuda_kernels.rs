@@ -42,12 +42,24 @@ fn gpu_present() -> bool {
     cuda_backend(1, CudaOptions::default()).is_some()
 }
 
-const FAST: CudaOptions =
-    CudaOptions { placement: PlacementPolicy::Auto, gemv_layout: GemvLayout::Fast, reserve_bytes: 0 };
-const ROW_MAJOR: CudaOptions =
-    CudaOptions { placement: PlacementPolicy::Auto, gemv_layout: GemvLayout::RowMajor, reserve_bytes: 0 };
-const CO_RESIDENT: CudaOptions =
-    CudaOptions { placement: PlacementPolicy::CoResident, gemv_layout: GemvLayout::Fast, reserve_bytes: 0 };
+const FAST: CudaOptions = CudaOptions {
+    placement: PlacementPolicy::Auto,
+    gemv_layout: GemvLayout::Fast,
+    reserve_bytes: 0,
+    rank0_on_default_stream: false,
+};
+const ROW_MAJOR: CudaOptions = CudaOptions {
+    placement: PlacementPolicy::Auto,
+    gemv_layout: GemvLayout::RowMajor,
+    reserve_bytes: 0,
+    rank0_on_default_stream: false,
+};
+const CO_RESIDENT: CudaOptions = CudaOptions {
+    placement: PlacementPolicy::CoResident,
+    gemv_layout: GemvLayout::Fast,
+    reserve_bytes: 0,
+    rank0_on_default_stream: false,
+};
 
 // ---------------------------------------------------------------- inputs
 

@@ -170,6 +170,12 @@ pub trait Backend {
         Ok(None)
     }
 
+    /// Engagement counters of mechanisms the backend itself carries out (e.g. RANK0_MERGE's
+    /// merged launches), added to the record after the run.
+    fn engagement(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+
     /// The compiler options that decided the kernels' arithmetic (NVRTC options on CUDA,
     /// starting with the architecture); empty where the host twins run.
     fn build_options(&self) -> Vec<String> {
@@ -233,17 +239,30 @@ impl BackendKind {
 
 /// Open a backend of `kind` with `ranks` ranks.
 pub fn open(kind: BackendKind, ranks: usize) -> Result<Box<dyn Backend>> {
-    open_with(kind, ranks, 0)
+    open_with(kind, ranks, &OpenOptions::default())
 }
 
-/// Open a backend; `device_reserve_bytes` > 0 holds that much memory on every CUDA device first
-/// (fault injection: a crowded device); the host backend ignores it.
-pub fn open_with(kind: BackendKind, ranks: usize, device_reserve_bytes: usize) -> Result<Box<dyn Backend>> {
+/// How a backend is opened (not door values of the program: these shape the machine).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Bytes held on every CUDA device first (fault injection: a crowded device).
+    pub device_reserve_bytes: usize,
+    /// RANK0_MERGE: rank 0 runs on its device's default stream.
+    pub rank0_merge: bool,
+}
+
+/// Open a backend with options; the host backend has no device memory or streams and ignores
+/// them (RANK0_MERGE is NOT-APPLICABLE there by the registry).
+pub fn open_with(kind: BackendKind, ranks: usize, o: &OpenOptions) -> Result<Box<dyn Backend>> {
     match kind {
         BackendKind::Host => Ok(Box::new(host::HostBackend::new(ranks)?)),
         BackendKind::Cuda => Ok(Box::new(cuda::CudaBackend::with_options(
             ranks,
-            cuda::CudaOptions { reserve_bytes: device_reserve_bytes, ..Default::default() },
+            cuda::CudaOptions {
+                reserve_bytes: o.device_reserve_bytes,
+                rank0_on_default_stream: o.rank0_merge,
+                ..Default::default()
+            },
         )?)),
     }
 }

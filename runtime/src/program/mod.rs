@@ -154,6 +154,11 @@ pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record
     for prompt in 0..cfg.battery.prompts.len() {
         decode_prompt(&mut ctx, prompt)?;
     }
+    for (counter, n) in ctx.b.engagement() {
+        if n > 0 {
+            *ctx.record.engaged.entry(counter).or_insert(0) += n;
+        }
+    }
     Ok(ctx.record)
 }
 

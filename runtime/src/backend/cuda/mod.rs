@@ -70,6 +70,10 @@ pub struct CudaOptions {
     /// Bytes held on every device for the backend's lifetime before anything else is allocated:
     /// fault injection standing in for a crowded device (plants an out-of-memory).
     pub reserve_bytes: usize,
+    /// RANK0_MERGE: rank 0 issues its work on its device's default stream (the "model stream")
+    /// instead of a stream of its own. Ordering across ranks stays event-based, so the bytes
+    /// cannot change; only scheduling does.
+    pub rank0_on_default_stream: bool,
 }
 
 /// A device with its context and loaded kernels, shared by every backend of the process.
@@ -123,6 +127,8 @@ pub(crate) struct Rank {
 pub struct CudaBackend {
     /// Planted reservations (`CudaOptions::reserve_bytes`), freed with the backend.
     _reserved: Vec<DeviceBuffer>,
+    /// Kernels rank 0 issued on the default stream (RANK0_MERGE's engagement evidence).
+    merged_launches: u64,
     // Field order is drop order: NCCL communicators, then ranks (buffers, events, streams), then
     // staging and devices.
     /// NCCL communicators, one per rank, created on the first NCCL operation.
@@ -156,7 +162,11 @@ impl CudaBackend {
             let dev = if distinct { r } else { 0 };
             let ctx = &devices[dev].ctx;
             let loc = |what: &str| format!("creating rank {r}'s {what} on device {}", devices[dev].info.ordinal);
-            let stream = ctx.new_stream().map_err(|e| driver_err(loc("stream"), e))?;
+            let stream = if r == 0 && opts.rank0_on_default_stream {
+                ctx.default_stream()
+            } else {
+                ctx.new_stream().map_err(|e| driver_err(loc("stream"), e))?
+            };
             let sync_event = ctx.new_event(None).map_err(|e| driver_err(loc("event"), e))?;
             ranks.push(Rank {
                 dev,
@@ -191,6 +201,7 @@ impl CudaBackend {
             opts,
             tickets: Vec::new(),
             launches: 0,
+            merged_launches: 0,
             _reserved: reserved,
         })
     }
@@ -316,6 +327,14 @@ impl Drop for CudaBackend {
 }
 
 impl Backend for CudaBackend {
+    fn engagement(&self) -> Vec<(String, u64)> {
+        if self.opts.rank0_on_default_stream {
+            vec![("rank0_merge.merged_launches".to_string(), self.merged_launches)]
+        } else {
+            Vec::new()
+        }
+    }
+
     fn build_options(&self) -> Vec<String> {
         let c = self.compiled();
         std::iter::once(format!("arch={}", c.arch))
@@ -408,6 +427,9 @@ impl Backend for CudaBackend {
     fn launch(&mut self, rank: usize, op: Op) -> Result<()> {
         self.check_rank(rank)?;
         self.launches += 1;
+        if rank == 0 && self.opts.rank0_on_default_stream {
+            self.merged_launches += 1;
+        }
         self.launch_op(rank, &op)
     }
 
