@@ -96,25 +96,26 @@ impl ParamLayout {
 }
 
 /// Upload a shard in the storage the doors ask for, counting F32-mirror widenings.
-fn store(b: &mut dyn Backend, rank: usize, shard: MatrixShard, doors: &DoorSet) -> Result<WeightId> {
+fn store(b: &mut dyn Backend, rank: usize, shard: MatrixShard, doors: &DoorSet, widened: &mut u64) -> Result<WeightId> {
     let shard = if doors.f32_mirror { shard.widened() } else { shard };
     if matches!(shard.data, crate::model::matrix::ShardData::F32(_)) {
-        WIDENED.with(|w| w.set(w.get() + 1));
+        *widened += 1;
     }
     b.upload_weight(rank, &shard)
 }
 
-thread_local! {
-    /// F32-mirror widenings done by the current `upload` call (its engagement evidence).
-    static WIDENED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
 /// An attention projection: the W8 door replaces it with its int8 mirror.
-fn store_attn(b: &mut dyn Backend, rank: usize, shard: MatrixShard, doors: &DoorSet) -> Result<WeightId> {
+fn store_attn(
+    b: &mut dyn Backend,
+    rank: usize,
+    shard: MatrixShard,
+    doors: &DoorSet,
+    widened: &mut u64,
+) -> Result<WeightId> {
     if doors.w8 {
         b.upload_weight(rank, &shard.to_w8())
     } else {
-        store(b, rank, shard, doors)
+        store(b, rank, shard, doors, widened)
     }
 }
 
@@ -187,7 +188,7 @@ pub fn upload(
     positions: usize,
 ) -> Result<Uploaded> {
     let c = &model.config;
-    WIDENED.with(|w| w.set(0));
+    let mut widened = 0u64;
     let layout = ParamLayout {
         hidden: c.hidden,
         experts: c.experts,
@@ -224,11 +225,11 @@ pub fn upload(
             let o_g = p.o_kblocks;
             let o_kw = layer.wo.in_features() / o_g;
             let kb = p.kblocks_of(o_g, rank);
-            let wq = store_attn(b, rank, shard_rows(&layer.wq, p, rank), doors)?;
-            let wk = store_attn(b, rank, shard_rows(&layer.wk, p, rank), doors)?;
-            let wv = store_attn(b, rank, shard_rows(&layer.wv, p, rank), doors)?;
-            let wg = store_attn(b, rank, shard_rows(&layer.wg, p, rank), doors)?;
-            let wo = store_attn(b, rank, layer.wo.shard_cols(kb.start * o_kw..kb.end * o_kw), doors)?;
+            let wq = store_attn(b, rank, shard_rows(&layer.wq, p, rank), doors, &mut widened)?;
+            let wk = store_attn(b, rank, shard_rows(&layer.wk, p, rank), doors, &mut widened)?;
+            let wv = store_attn(b, rank, shard_rows(&layer.wv, p, rank), doors, &mut widened)?;
+            let wg = store_attn(b, rank, shard_rows(&layer.wg, p, rank), doors, &mut widened)?;
+            let wo = store_attn(b, rank, layer.wo.shard_cols(kb.start * o_kw..kb.end * o_kw), doors, &mut widened)?;
             let mut experts = Vec::with_capacity(layer.experts.len());
             for (e, ex) in layer.experts.iter().enumerate() {
                 let held = match p.experts {
@@ -250,11 +251,11 @@ pub fn upload(
             } else {
                 None
             };
-            let router = if rank == 0 { Some(store(b, 0, layer.router.whole(), doors)?) } else { None };
+            let router = if rank == 0 { Some(store(b, 0, layer.router.whole(), doors, &mut widened)?) } else { None };
             per_rank.push(LayerHandles { wq, wk, wv, wg, wo, experts, shared, router });
         }
         layers.push(per_rank);
     }
-    let lm_head = store(b, 0, model.lm_head.whole(), doors)?;
-    Ok(Uploaded { layers, lm_head, params, param_layout: layout, widened: WIDENED.with(|w| w.get()) })
+    let lm_head = store(b, 0, model.lm_head.whole(), doors, &mut widened)?;
+    Ok(Uploaded { layers, lm_head, params, param_layout: layout, widened })
 }
