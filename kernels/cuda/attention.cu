@@ -21,7 +21,7 @@
 // cos_sin = [64 cos][64 sin]: x[i] = a*c - b*s, x[i+64] = b*c + a*s for i < 64. One warp per head;
 // lane l holds elements l, l+32, l+64, l+96 (its dot32 lane and both of its rotation pairs), so it
 // reads everything before writing anything.
-extern "C" __global__ void qk_norm_rope_f32(float* x, const float* w, float eps, const float* cos_sin, int heads) {
+__device__ __forceinline__ void qk_norm_rope_body(float* x, const float* w, float eps, const float* cos_sin, int heads) {
     const int h = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (h >= heads) return;  // warp-uniform
@@ -50,6 +50,19 @@ extern "C" __global__ void qk_norm_rope_f32(float* x, const float* w, float eps,
     }
 }
 
+extern "C" __global__ void qk_norm_rope_f32(float* x, const float* w, float eps, const float* cos_sin, int heads) {
+    qk_norm_rope_body(x, w, eps, cos_sin, heads);
+}
+
+// GRAPH: the same program at the device-held position: cos_sin = row pos[0] of table
+// ([positions][128]); nothing is written when pos[0] >= positions (the host twin does the same).
+extern "C" __global__ void qk_norm_rope_at_f32(float* x, const float* w, float eps, const float* table,
+                                               const unsigned* pos, int positions, int heads) {
+    const unsigned p = pos[0];
+    if (p >= (unsigned)positions) return;
+    qk_norm_rope_body(x, w, eps, table + (size_t)p * HEAD_DIM, heads);
+}
+
 // max by plain comparisons in index order (a leading NaN stays, a later NaN is skipped).
 __device__ __forceinline__ float max_in_order_c(const float* xs, int n) {
     float m = xs[0];
@@ -67,9 +80,9 @@ __device__ __forceinline__ float max_in_order_c(const float* xs, int n) {
 // accumulates o_p[d] in position order; partitions are combined in order with c_p = exp_c(m_p - M).
 // The combine is interleaved with the partitions here while the host runs all partitions first:
 // each value is the same sequence of IEEE operations either way.
-extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
-    decode_attention_f32(const float* q, const float* k, const float* v, const float* gate, int len, int q_heads,
-                         int kv_heads, float* out) {
+__device__ __forceinline__ void decode_attention_body(const float* q, const float* k, const float* v,
+                                                      const float* gate, int len, int q_heads, int kv_heads,
+                                                      float* out) {
     extern __shared__ float scores[];
     const int h = blockIdx.x;
     if (h >= q_heads || len < 1) return;  // block-uniform
@@ -115,4 +128,20 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     float r = div_c(o_all, l_all);
     r = r * g;
     out[(size_t)h * HEAD_DIM + d] = r;
+}
+
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
+    decode_attention_f32(const float* q, const float* k, const float* v, const float* gate, int len, int q_heads,
+                         int kv_heads, float* out) {
+    decode_attention_body(q, k, v, gate, len, q_heads, kv_heads, out);
+}
+
+// GRAPH: attention over pos[0] + 1 positions at the device-held position (k, v hold max_len
+// positions; shared memory is sized for max_len). Nothing is written when pos[0] >= max_len.
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
+    decode_attention_at_f32(const float* q, const float* k, const float* v, const float* gate, const unsigned* pos,
+                            int max_len, int q_heads, int kv_heads, float* out) {
+    const unsigned p = pos[0];
+    if (p >= (unsigned)max_len) return;
+    decode_attention_body(q, k, v, gate, (int)p + 1, q_heads, kv_heads, out);
 }

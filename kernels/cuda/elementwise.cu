@@ -19,3 +19,18 @@ extern "C" __global__ void scale_f32(const float* x, float s, float* out, int n)
 extern "C" __global__ void flip_low_bit_f32(float* x) {
     if (blockIdx.x == 0 && threadIdx.x == 0) x[0] = __uint_as_float(__float_as_uint(x[0]) ^ 1u);
 }
+
+// GRAPH: out[0] = v, the device-held decode position, set once per token outside any graph so
+// that the captured attention half reads its position from memory instead of a launch argument.
+extern "C" __global__ void set_u32(unsigned* out, unsigned v) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = v;
+}
+
+// GRAPH: the KV append at the device-held position: cache[pos[0] * n + i] = src[i] for i < n,
+// nothing when pos[0] >= positions (the host twin writes nothing either). A copy, no arithmetic.
+extern "C" __global__ void append_at_f32(const float* src, float* cache, const unsigned* pos, int n, int positions) {
+    const unsigned p = pos[0];
+    if (p >= (unsigned)positions) return;
+    float* dst = cache + (size_t)p * n;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
+}

@@ -68,6 +68,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     // attention.cu
     "qk_norm_rope_f32",
     "decode_attention_f32",
+    "qk_norm_rope_at_f32",
+    "decode_attention_at_f32",
     // moe.cu
     "router_topk_f32",
     "router_topk_dev_f32",
@@ -78,6 +80,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "add_f32",
     "scale_f32",
     "flip_low_bit_f32",
+    "set_u32",
+    "append_at_f32",
     // digest.cu
     "digest_f32",
 ];
@@ -119,7 +123,7 @@ mod tests {
     fn kernel_names_follow_op_dtype() {
         for name in KERNEL_NAMES {
             let dtype = name.rsplit('_').next().unwrap_or("");
-            assert!(["f32", "bf16", "e4m3", "nvfp4", "w8"].contains(&dtype), "{name} does not end in _<dtype>");
+            assert!(["f32", "u32", "bf16", "e4m3", "nvfp4", "w8"].contains(&dtype), "{name} does not end in _<dtype>");
         }
     }
 

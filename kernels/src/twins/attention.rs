@@ -166,3 +166,52 @@ fn max_in_order(xs: &[f32]) -> f32 {
     }
     m
 }
+
+/// Twin of `qk_norm_rope_at_f32` (the GRAPH door's position-independent launch): [`qk_norm_rope`]
+/// with the row `pos` of `table` (`[positions][128]`). When `pos >= positions` nothing is
+/// written and `false` is returned — the kernel cannot report an error, so both sides leave `x`
+/// untouched and the seam digest shows it.
+pub fn qk_norm_rope_at(x: &mut [f32], w: &[f32], eps: f32, table: &[f32], pos: u32) -> bool {
+    assert_eq!(table.len() % HEAD_DIM, 0, "qk_norm_rope_at: table has {} values, not rows of {HEAD_DIM}", table.len());
+    let p = pos as usize;
+    if p >= table.len() / HEAD_DIM {
+        return false;
+    }
+    qk_norm_rope(x, w, eps, &table[p * HEAD_DIM..(p + 1) * HEAD_DIM]);
+    true
+}
+
+/// Twin of `decode_attention_at_f32`: [`decode_attention`] over `pos + 1` positions of caches
+/// holding `max_len`; nothing is written (and `false` returned) when `pos >= max_len`.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_attention_at(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    gate: &[f32],
+    pos: u32,
+    max_len: usize,
+    q_heads: usize,
+    kv_heads: usize,
+    out: &mut [f32],
+) -> bool {
+    if pos as usize >= max_len {
+        return false;
+    }
+    decode_attention(q, k, v, gate, pos as usize + 1, q_heads, kv_heads, out);
+    true
+}
+
+/// Twin of `append_at_f32`: `cache[pos * src.len() ..][.. src.len()] = src` when the row fits
+/// (`(pos + 1) * src.len() <= cache.len()`); otherwise nothing is written and `false` returned.
+pub fn append_at(src: &[f32], cache: &mut [f32], pos: u32) -> bool {
+    let n = src.len();
+    let start = pos as usize * n;
+    match cache.get_mut(start..start + n) {
+        Some(dst) if n > 0 => {
+            dst.copy_from_slice(src);
+            true
+        }
+        _ => false,
+    }
+}

@@ -120,6 +120,14 @@ impl HostBackend {
             Op::GemvRows { w, .. } | Op::GemvPartials { w, .. } if *w as usize >= self.ranks[rank].n_weights => {
                 Err(RuntimeError::Config(format!("{name}: weight {w} does not exist on rank {rank}")))
             }
+            Op::SetU32 { out: pos, .. }
+            | Op::QkNormRopeAt { pos, .. }
+            | Op::AttentionAt { pos, .. }
+            | Op::AppendAt { pos, .. }
+                if pos.len == 0 =>
+            {
+                Err(RuntimeError::Config(format!("{name}: the position slice is empty; it must hold one u32")))
+            }
             _ => Ok(()),
         }
     }
@@ -199,6 +207,10 @@ fn op_slices(op: &Op) -> Vec<Slice> {
         Op::Combine { y, w, out } => vec![y, w, out],
         Op::Argmax { x, out } => vec![x, out],
         Op::FlipLowBit { x } => vec![x],
+        Op::SetU32 { out, .. } => vec![out],
+        Op::QkNormRopeAt { x, w, table, pos, .. } => vec![x, w, table, pos],
+        Op::AttentionAt { q, k, v, gate, pos, out, .. } => vec![q, k, v, gate, pos, out],
+        Op::AppendAt { src, cache, pos } => vec![src, cache, pos],
     }
 }
 
@@ -219,6 +231,10 @@ pub(crate) fn op_name(op: &Op) -> &'static str {
         Op::Combine { .. } => "combine",
         Op::Argmax { .. } => "argmax",
         Op::FlipLowBit { .. } => "flip_low_bit",
+        Op::SetU32 { .. } => "set_u32",
+        Op::QkNormRopeAt { .. } => "qk_norm_rope_at",
+        Op::AttentionAt { .. } => "attention_at",
+        Op::AppendAt { .. } => "append_at",
     }
 }
 
@@ -325,6 +341,30 @@ fn execute(a: &mut Arena, op: Op) {
         Op::FlipLowBit { x } => {
             let v = read_slice(a, x.sub(0, 1))[0];
             write_slice(a, x.sub(0, 1), &[f32::from_bits(v.to_bits() ^ 1)]);
+        }
+        Op::SetU32 { out, value } => write_slice(a, out.sub(0, 1), &[f32::from_bits(value)]),
+        Op::QkNormRopeAt { x, w, eps, table, pos } => {
+            let p = read_slice(a, pos.sub(0, 1))[0].to_bits();
+            let mut xv = read_slice(a, x).to_vec();
+            if attention::qk_norm_rope_at(&mut xv, read_slice(a, w), eps, read_slice(a, table), p) {
+                write_slice(a, x, &xv);
+            }
+        }
+        Op::AttentionAt { q, k, v, gate, pos, max_len, q_heads, kv_heads, out } => {
+            let p = read_slice(a, pos.sub(0, 1))[0].to_bits();
+            let mut o = vec![0.0f32; out.len];
+            let (qv, kv, vv, gv) = (read_slice(a, q), read_slice(a, k), read_slice(a, v), read_slice(a, gate));
+            if attention::decode_attention_at(qv, kv, vv, gv, p, max_len, q_heads, kv_heads, &mut o) {
+                write_slice(a, out, &o);
+            }
+        }
+        Op::AppendAt { src, cache, pos } => {
+            let p = read_slice(a, pos.sub(0, 1))[0].to_bits();
+            let sv = read_slice(a, src).to_vec();
+            let mut cv = read_slice(a, cache).to_vec();
+            if attention::append_at(&sv, &mut cv, p) {
+                write_slice(a, cache, &cv);
+            }
         }
     }
 }

@@ -83,6 +83,28 @@ pub enum Op {
     Argmax { x: Slice, out: Slice },
     /// CANARY: flip the lowest bit of `x[0]`.
     FlipLowBit { x: Slice },
+    /// GRAPH (position-independent launches): `pos[0] = value` (u32 bits), set once per token
+    /// outside any captured segment.
+    SetU32 { out: Slice, value: u32 },
+    /// GRAPH: `QkNormRope` with row `pos[0]` of `table` (`[positions][128]`); nothing is written
+    /// when the position is outside the table.
+    QkNormRopeAt { x: Slice, w: Slice, eps: f32, table: Slice, pos: Slice },
+    /// GRAPH: `Attention` over `pos[0] + 1` positions of caches holding `max_len` (`k`, `v` cover
+    /// `max_len` positions); nothing is written when `pos[0] >= max_len`.
+    AttentionAt {
+        q: Slice,
+        k: Slice,
+        v: Slice,
+        gate: Slice,
+        pos: Slice,
+        max_len: usize,
+        q_heads: usize,
+        kv_heads: usize,
+        out: Slice,
+    },
+    /// GRAPH: the KV append at the device-held position: `cache[pos[0] * src.len ..] = src`;
+    /// nothing is written when the row does not fit.
+    AppendAt { src: Slice, cache: Slice, pos: Slice },
 }
 
 /// What `collect` returns: digests in ticket order, and per-rank timing marks (ns since the
@@ -169,6 +191,28 @@ pub trait Backend {
         let _ = bytes;
         Ok(None)
     }
+
+    /// GRAPH: open a shape-stable segment named `key`: the launches, copies, digests and marks
+    /// issued until [`Backend::segment_end`] form one unit that a backend with graphs records on
+    /// its first pass, captures on the second and replays on every later one — the caller issues
+    /// the same calls every time (the backend checks that and fails on any difference). Host reads
+    /// and writes are refused inside a segment. The default refuses: a backend without graphs
+    /// never runs the door as the eager path.
+    fn segment_begin(&mut self, key: u64) -> Result<()> {
+        let _ = key;
+        Err(crate::RuntimeError::Config(format!(
+            "{}: this backend cannot capture graphs (MEMRA_STEP_TP_GRAPH needs the CUDA backend)",
+            self.describe()
+        )))
+    }
+
+    /// GRAPH: close the open segment (on a replay pass this launches the captured graph).
+    fn segment_end(&mut self) -> Result<()> {
+        Err(crate::RuntimeError::Config(format!("{}: no graph segment is open", self.describe())))
+    }
+
+    /// GRAPH: abandon the open segment after an error (a capture in progress is discarded).
+    fn segment_abort(&mut self) {}
 
     /// Engagement counters of mechanisms the backend itself carries out (e.g. RANK0_MERGE's
     /// merged launches), added to the record after the run.

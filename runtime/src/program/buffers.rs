@@ -34,6 +34,8 @@ pub struct RankBuffers {
     pub esum: Slice,
     /// `kc[layer]`, `vc[layer]`: `[max_positions][kv_heads_local][128]`.
     pub kc: Vec<BufId>,
+    /// GRAPH: the decode position as one u32, set once per token, read by the captured launches.
+    pub pos: Slice,
     pub vc: Vec<BufId>,
 }
 
@@ -107,6 +109,7 @@ pub fn allocate(b: &mut dyn Backend, c: &ModelConfig, p: &Placement, n_layers: u
             ey: whole(b, r, slots * c.hidden)?,
             rw: whole(b, r, 2 * c.top_k)?,
             esum: whole(b, r, 3 * c.hidden)?,
+            pos: whole(b, r, 1)?,
             kc,
             vc,
         });

@@ -24,7 +24,23 @@ fn broadcast(ctx: &mut Ctx, src: Slice, dst: impl Fn(&super::buffers::RankBuffer
     Ok(())
 }
 
+/// The attention half of layer `l` at position `pos`; with GRAPH, one graph segment per layer
+/// (recorded, captured, then replayed by the backend).
 pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> {
+    if !ctx.graph_segment(l) {
+        return attention_half_calls(ctx, l, pos);
+    }
+    ctx.b.segment_begin(l as u64)?;
+    match attention_half_calls(ctx, l, pos) {
+        Ok(()) => ctx.b.segment_end(),
+        Err(e) => {
+            ctx.b.segment_abort();
+            Err(e)
+        }
+    }
+}
+
+fn attention_half_calls(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> {
     let c = &ctx.model.config;
     let (hidden, hd, eps) = (c.hidden, c.head_dim, c.eps);
     let (qh, kvh) = (c.q_heads, c.kv_heads);
@@ -62,18 +78,31 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
     }
     ctx.seam(l, Seam::Qkv, &parts)?;
 
-    // rope: per-head q/k norm + RoPE, then K/V appended to this rank's cache at `pos`.
+    // rope: per-head q/k norm + RoPE, then K/V appended to this rank's cache at `pos`. With
+    // GRAPH the launches read the position from device memory (`rb.pos`), so a captured layer
+    // replays unchanged at every position.
     ctx.begin()?;
+    let graph = ctx.cfg.doors.graph;
+    let max_len = ctx.model.config.max_positions;
     let mut parts: Vec<Part> = Vec::new();
     for r in 0..tp {
         let rb = ctx.buf.ranks[r].clone();
         let prm = ctx.w.params[r];
-        let cs = lay.rope(prm, pos);
-        ctx.b.launch(r, Op::QkNormRope { x: rb.q, w: lay.q_norm(prm, l), eps, cos_sin: cs })?;
-        ctx.b.launch(r, Op::QkNormRope { x: rb.k, w: lay.k_norm(prm, l), eps, cos_sin: cs })?;
         let lkv = rb.k.len;
-        ctx.b.copy(ctx.cfg.transport, r, rb.k, r, Slice::new(rb.kc[l], pos * lkv, lkv))?;
-        ctx.b.copy(ctx.cfg.transport, r, rb.v, r, Slice::new(rb.vc[l], pos * lkv, lkv))?;
+        let (qn, kn) = (lay.q_norm(prm, l), lay.k_norm(prm, l));
+        if graph {
+            let (table, pos) = (lay.rope_table(prm), rb.pos);
+            ctx.b.launch(r, Op::QkNormRopeAt { x: rb.q, w: qn, eps, table, pos })?;
+            ctx.b.launch(r, Op::QkNormRopeAt { x: rb.k, w: kn, eps, table, pos })?;
+            ctx.b.launch(r, Op::AppendAt { src: rb.k, cache: Slice::new(rb.kc[l], 0, max_len * lkv), pos })?;
+            ctx.b.launch(r, Op::AppendAt { src: rb.v, cache: Slice::new(rb.vc[l], 0, max_len * lkv), pos })?;
+        } else {
+            let cs = lay.rope(prm, pos);
+            ctx.b.launch(r, Op::QkNormRope { x: rb.q, w: qn, eps, cos_sin: cs })?;
+            ctx.b.launch(r, Op::QkNormRope { x: rb.k, w: kn, eps, cos_sin: cs })?;
+            ctx.b.copy(ctx.cfg.transport, r, rb.k, r, Slice::new(rb.kc[l], pos * lkv, lkv))?;
+            ctx.b.copy(ctx.cfg.transport, r, rb.v, r, Slice::new(rb.vc[l], pos * lkv, lkv))?;
+        }
         parts.push((r, rb.q, (r * rb.q.len) as u64));
         parts.push((r, rb.k, (qh * hd + r * lkv) as u64));
     }
@@ -85,20 +114,16 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> 
     for r in 0..tp {
         let rb = ctx.buf.ranks[r].clone();
         let lkv = rb.k.len;
-        let len = pos + 1;
-        ctx.b.launch(
-            r,
-            Op::Attention {
-                q: rb.q,
-                k: Slice::new(rb.kc[l], 0, len * lkv),
-                v: Slice::new(rb.vc[l], 0, len * lkv),
-                gate: rb.g,
-                len,
-                q_heads: ctx.p.q_heads_per_rank,
-                kv_heads: ctx.p.kv_heads_per_rank,
-                out: rb.attn,
-            },
-        )?;
+        let (q_heads, kv_heads) = (ctx.p.q_heads_per_rank, ctx.p.kv_heads_per_rank);
+        let op = if graph {
+            let (k, v) = (Slice::new(rb.kc[l], 0, max_len * lkv), Slice::new(rb.vc[l], 0, max_len * lkv));
+            Op::AttentionAt { q: rb.q, k, v, gate: rb.g, pos: rb.pos, max_len, q_heads, kv_heads, out: rb.attn }
+        } else {
+            let len = pos + 1;
+            let (k, v) = (Slice::new(rb.kc[l], 0, len * lkv), Slice::new(rb.vc[l], 0, len * lkv));
+            Op::Attention { q: rb.q, k, v, gate: rb.g, len, q_heads, kv_heads, out: rb.attn }
+        };
+        ctx.b.launch(r, op)?;
         parts.push((r, rb.attn, (r * rb.attn.len) as u64));
     }
     ctx.seam(l, Seam::Attn, &parts)?;

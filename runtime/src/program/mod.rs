@@ -102,6 +102,24 @@ impl Ctx<'_> {
         self.record.bump(counter);
     }
 
+    /// GRAPH: whether layer `l`'s attention half is issued as a graph segment this step. Steps
+    /// whose calls differ from every other step's — a full capture (host reads), a flip canary
+    /// aimed at this layer and step, the stale-buffer canary (its o_join changes after step 0) —
+    /// run the same position-independent launches eagerly instead, since a segment must issue the
+    /// identical sequence on every pass.
+    pub fn graph_segment(&self, l: usize) -> bool {
+        let d = &self.cfg.doors;
+        if !d.graph || d.canary == Some(Canary::StaleBuffer) {
+            return false;
+        }
+        if let Some(Canary::FlipBit { layer, step, .. }) = d.canary {
+            if layer == l && step == self.step {
+                return false;
+            }
+        }
+        !self.cfg.capture.iter().any(|k| k.prompt == self.prompt && k.step == self.step && k.layer == l)
+    }
+
     /// Whether this step reads a stale buffer (the StaleBuffer canary, after the first step).
     pub fn stale(&self) -> bool {
         self.cfg.doors.canary == Some(Canary::StaleBuffer) && self.step > 0
@@ -233,6 +251,13 @@ fn decode_step(ctx: &mut Ctx, token: u32, pos: usize) -> Result<()> {
     let embed = embed_row(ctx.model, token);
     let x = ctx.buf.root.x;
     ctx.b.write(0, x, &embed)?;
+    if ctx.cfg.doors.graph {
+        // The position the captured layers read (battery validation keeps it inside the cache).
+        for r in 0..ctx.p.tp {
+            let out = ctx.buf.ranks[r].pos;
+            ctx.b.launch(r, Op::SetU32 { out, value: pos as u32 })?;
+        }
+    }
     for l in 0..ctx.model.layers.len() {
         layer::attention_half(ctx, l, pos)?;
         layer::moe_half(ctx, l)?;

@@ -89,6 +89,10 @@ impl ParamLayout {
     pub fn rope(&self, buf: BufId, pos: usize) -> Slice {
         Slice::new(buf, self.n_layers * self.per_layer() + self.hidden + pos * Self::HEAD, Self::HEAD)
     }
+    /// GRAPH: the whole RoPE table `[max_positions][128]`, indexed on the device by position.
+    pub fn rope_table(&self, buf: BufId) -> Slice {
+        Slice::new(buf, self.n_layers * self.per_layer() + self.hidden, self.max_positions * Self::HEAD)
+    }
     #[allow(clippy::len_without_is_empty)] // a layout is never empty: it always holds the final norm
     pub fn len(&self) -> usize {
         self.n_layers * self.per_layer() + self.hidden + self.max_positions * Self::HEAD

@@ -76,6 +76,10 @@ macro_rules! launch {
     }};
 }
 
+// The GRAPH door's position-independent launches (they use `launch!`, so they follow it).
+#[path = "launch_at.rs"]
+mod launch_at;
+
 impl CudaBackend {
     fn weight_shape(&self, rank: usize, w: u32, op: &str) -> Result<(WeightKind, usize, usize, usize, usize)> {
         let ws = &self.ranks[rank].weights;
@@ -493,6 +497,9 @@ impl CudaBackend {
                     return Err(shape_err("flip_low_bit", "empty slice".into()));
                 }
                 launch!(self, rank, "flip_low_bit_f32", cfg(1, 32, 0), xp)
+            }
+            Op::SetU32 { .. } | Op::QkNormRopeAt { .. } | Op::AttentionAt { .. } | Op::AppendAt { .. } => {
+                self.launch_at_op(rank, op)
             }
         }
     }

@@ -17,6 +17,7 @@
 //! every stream is drained before a buffer can be freed.
 
 mod compile;
+mod graph;
 mod launch;
 mod layout;
 mod memory;
@@ -129,8 +130,11 @@ pub struct CudaBackend {
     _reserved: Vec<DeviceBuffer>,
     /// Kernels rank 0 issued on the default stream (RANK0_MERGE's engagement evidence).
     merged_launches: u64,
-    // Field order is drop order: NCCL communicators, then ranks (buffers, events, streams), then
-    // staging and devices.
+    // Field order is drop order: captured graphs (they may hold NCCL work, and NCCL waits for
+    // graphs that reference a communicator before it lets the communicator go), then NCCL
+    // communicators, then ranks (buffers, events, streams), then staging and devices.
+    /// GRAPH: recorded segments and their captured graphs.
+    graphs: graph::Graphs,
     /// NCCL communicators, one per rank, created on the first NCCL operation.
     nccl: Option<nccl::Comms>,
     ranks: Vec<Rank>,
@@ -195,6 +199,7 @@ impl CudaBackend {
         }
         Ok(CudaBackend {
             nccl: None,
+            graphs: graph::Graphs::default(),
             ranks,
             staging,
             devices,
@@ -275,6 +280,7 @@ impl CudaBackend {
         for r in &self.ranks {
             let _ = r.stream.synchronize();
         }
+        self.graphs.drain();
     }
 
     /// Synchronize every stream, then check every context's recorded error state.
@@ -301,18 +307,33 @@ impl CudaBackend {
         self.ranks[waiter].stream.wait(&p.sync_event).map_err(|e| self.fault(waiter, what, e))
     }
 
-    /// A zeroed digest slot on `rank` (a new chunk when the current ones are used up).
-    fn digest_slot(&mut self, rank: usize) -> Result<dsys::CUdeviceptr> {
-        let slot = self.ranks[rank].digests_used;
-        let (chunk, at) = (slot / DIGEST_CHUNK, slot % DIGEST_CHUNK);
-        if chunk == self.ranks[rank].digest_chunks.len() {
+    /// Enough zeroed digest chunks on `rank` for `slots` slots.
+    pub(crate) fn ensure_digest_slots(&mut self, rank: usize, slots: usize) -> Result<()> {
+        while self.ranks[rank].digest_chunks.len() * DIGEST_CHUNK < slots {
             let ctx = self.ctx_of(rank).clone();
             let r = &self.ranks[rank];
             let b = DeviceBuffer::zeroed(&ctx, &r.stream, DIGEST_CHUNK * 8, "digest slots")?;
             self.ranks[rank].digest_chunks.push(b);
         }
+        Ok(())
+    }
+
+    /// A zeroed digest slot on `rank` (a new chunk when the current ones are used up).
+    fn digest_slot(&mut self, rank: usize) -> Result<dsys::CUdeviceptr> {
+        let slot = self.ranks[rank].digests_used;
+        self.ensure_digest_slots(rank, slot + 1)?;
         self.ranks[rank].digests_used += 1;
-        Ok(self.ranks[rank].digest_chunks[chunk].ptr() + (at * 8) as u64)
+        Ok(self.ranks[rank].digest_chunks[slot / DIGEST_CHUNK].ptr() + ((slot % DIGEST_CHUNK) * 8) as u64)
+    }
+
+    /// Refuse a host transfer inside an open graph segment (it would synchronise a capture).
+    fn no_open_segment(&self, what: &str) -> Result<()> {
+        if self.graphs.open() {
+            return Err(RuntimeError::Config(format!(
+                "{what} inside a graph segment: a captured segment holds device work only"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -328,11 +349,26 @@ impl Drop for CudaBackend {
 
 impl Backend for CudaBackend {
     fn engagement(&self) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
         if self.opts.rank0_on_default_stream {
-            vec![("rank0_merge.merged_launches".to_string(), self.merged_launches)]
-        } else {
-            Vec::new()
+            out.push(("rank0_merge.merged_launches".to_string(), self.merged_launches));
         }
+        if self.graphs.captures > 0 {
+            out.push(("graph.replays".to_string(), self.graphs.replays));
+        }
+        out
+    }
+
+    fn segment_begin(&mut self, key: u64) -> Result<()> {
+        self.segment_begin_impl(key)
+    }
+
+    fn segment_end(&mut self) -> Result<()> {
+        self.segment_end_impl()
+    }
+
+    fn segment_abort(&mut self) {
+        self.segment_abort_impl();
     }
 
     fn build_options(&self) -> Vec<String> {
@@ -392,6 +428,7 @@ impl Backend for CudaBackend {
     }
 
     fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> Result<()> {
+        self.no_open_segment("write")?;
         let ptr = self.slice_ptr(rank, dst, "write")?;
         if data.len() != dst.len {
             return Err(RuntimeError::Config(format!("write: {} values into a slice of {}", data.len(), dst.len)));
@@ -409,6 +446,7 @@ impl Backend for CudaBackend {
     }
 
     fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>> {
+        self.no_open_segment("read")?;
         let ptr = self.slice_ptr(rank, src, "read")?;
         let mut out = vec![0.0f32; src.len];
         if out.is_empty() {
@@ -426,6 +464,9 @@ impl Backend for CudaBackend {
 
     fn launch(&mut self, rank: usize, op: Op) -> Result<()> {
         self.check_rank(rank)?;
+        if !self.graph_gate(|| format!("launch r{rank} {op:?}"))? {
+            return Ok(());
+        }
         self.launches += 1;
         if rank == 0 && self.opts.rank0_on_default_stream {
             self.merged_launches += 1;
@@ -434,6 +475,9 @@ impl Backend for CudaBackend {
     }
 
     fn copy(&mut self, transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
+        if !self.graph_gate(|| format!("copy {transport:?} r{src_rank} {src:?} -> r{dst_rank} {dst:?}"))? {
+            return Ok(());
+        }
         self.copy_slices(transport, src_rank, src, dst_rank, dst)
     }
 
@@ -445,10 +489,16 @@ impl Backend for CudaBackend {
         dst_rank: usize,
         dst: Slice,
     ) -> Result<()> {
+        if !self.graph_gate(|| format!("unfenced copy {transport:?} r{src_rank} {src:?} -> r{dst_rank} {dst:?}"))? {
+            return Ok(());
+        }
         self.copy_unfenced_slices(transport, src_rank, src, dst_rank, dst)
     }
 
     fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
+        if !self.graph_gate(|| format!("all-reduce {parts:?} -> r{out_rank} {out:?}"))? {
+            return Ok(());
+        }
         self.nccl_all_reduce_sum(parts, out_rank, out)
     }
 
@@ -456,13 +506,30 @@ impl Backend for CudaBackend {
         let ptr = self.slice_ptr(rank, src, "digest")?;
         let slot_ptr = self.digest_slot(rank)?;
         let ticket = self.tickets.len();
-        self.tickets.push((rank, self.ranks[rank].digests_used - 1));
-        self.launches += 1;
-        self.launch_digest(rank, ptr, src.len, base, slot_ptr)?;
+        let slot = self.ranks[rank].digests_used - 1;
+        self.tickets.push((rank, slot));
+        self.graphs.note_digest(rank);
+        if self.graph_gate(|| format!("digest r{rank} {src:?} base {base} slot {slot}"))? {
+            self.launches += 1;
+            self.launch_digest(rank, ptr, src.len, base, slot_ptr)?;
+        }
         Ok(ticket)
     }
 
     fn mark(&mut self) -> Result<()> {
+        let slots: Vec<usize> = self.ranks.iter().map(|r| r.marks_used).collect();
+        self.graphs.note_marks();
+        let issue = self.graph_gate(|| format!("mark at {slots:?}"))?;
+        if self.graphs.pass() != graph::Pass::Eager && self.graphs.pass() != graph::Pass::Record {
+            // Capture: an event record node per rank; replay: the graph records them.
+            for (i, slot) in slots.into_iter().enumerate() {
+                if issue {
+                    self.record_mark_in_capture(i, slot)?;
+                }
+                self.ranks[i].marks_used += 1;
+            }
+            return Ok(());
+        }
         for i in 0..self.ranks.len() {
             if self.ranks[i].marks_used == self.ranks[i].mark_events.len() {
                 let ev = self
@@ -479,6 +546,7 @@ impl Backend for CudaBackend {
     }
 
     fn collect(&mut self) -> Result<Collected> {
+        self.no_open_segment("collect")?;
         self.sync_all("collect")?;
         // Digests: download each rank's used slots once, then zero them for the next step.
         let mut per_rank: Vec<Vec<u64>> = Vec::with_capacity(self.ranks.len());
@@ -524,6 +592,7 @@ impl Backend for CudaBackend {
     }
 
     fn probe(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>> {
+        self.no_open_segment("probe")?;
         self.probe_pairs(transport, sizes_bytes)
     }
 }

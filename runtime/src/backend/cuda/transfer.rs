@@ -20,6 +20,7 @@
 //! The SkipFence canary's [`CudaBackend::copy_unfenced_slices`] is the one copy that breaks this
 //! contract on purpose: it does not wait for the source's earlier work (the producer).
 
+use super::graph::Pass;
 use super::memory::{driver_err, PinnedBuffer};
 use super::CudaBackend;
 use crate::backend::{probe_word, ProbeResult, Slice};
@@ -98,13 +99,30 @@ impl CudaBackend {
                     let s = &self.ranks[src_rank];
                     let (sctx, dctx) = (self.ctx_of(src_rank), self.ctx_of(dst_rank));
                     sctx.bind_to_thread().map_err(|e| self.fault(src_rank, what, e))?;
-                    // SAFETY: `sp` and `dp` address `bytes` checked bytes of live buffers in the
-                    // source and destination contexts; the copy is ordered after both ranks'
-                    // earlier work (order_after above) and before their later work (below).
-                    unsafe {
-                        dresult::memcpy_peer_async(dctx.cu_ctx(), dp, sctx.cu_ctx(), sp, bytes, s.stream.cu_stream())
+                    if self.graphs.pass() == Pass::Capture {
+                        // cuMemcpyPeerAsync cannot be captured; with unified addressing and peer
+                        // access enabled, the plain copy between the two devices' pointers is the
+                        // same peer copy and becomes a memcpy node.
+                        // SAFETY: as below; both pointers are unified addresses of live buffers.
+                        unsafe { dsys::cuMemcpyAsync(dp, sp, bytes, s.stream.cu_stream()) }
+                            .result()
+                            .map_err(|e| self.fault(src_rank, what, e))?;
+                    } else {
+                        // SAFETY: `sp` and `dp` address `bytes` checked bytes of live buffers in
+                        // the source and destination contexts; the copy is ordered after both
+                        // ranks' earlier work (order_after above) and before their later work.
+                        unsafe {
+                            dresult::memcpy_peer_async(
+                                dctx.cu_ctx(),
+                                dp,
+                                sctx.cu_ctx(),
+                                sp,
+                                bytes,
+                                s.stream.cu_stream(),
+                            )
+                        }
+                        .map_err(|e| self.fault(src_rank, what, e))?;
                     }
-                    .map_err(|e| self.fault(src_rank, what, e))?;
                 }
                 self.order_after(dst_rank, src_rank, what)?;
                 // The source's later writes must not overtake the copy: they already queue behind
@@ -187,6 +205,13 @@ impl CudaBackend {
         bytes: usize,
     ) -> Result<()> {
         let what = "host-bounce copy";
+        match self.graphs.pass() {
+            Pass::Capture => return self.host_bounce_captured(src_rank, sp, dst_rank, dp, bytes),
+            Pass::Record => {
+                self.graphs.bounce_staging(bytes);
+            }
+            Pass::Eager | Pass::Replay => {}
+        }
         let dd = self.ranks[dst_rank].dev;
         let slot_idx = {
             let (_, next) = &mut self.staging.rings[dd];
@@ -234,6 +259,39 @@ impl CudaBackend {
         free.record(&d.stream).map_err(|e| self.fault(dst_rank, what, e))?;
         // The source's later writes queue behind the download on its own stream.
         Ok(())
+    }
+
+    /// A host-bounce copy inside a graph capture: through the pinned buffer the capture owns for
+    /// it (graph launches are serialised on one stream, so no ring and no free event is needed).
+    fn host_bounce_captured(
+        &mut self,
+        src_rank: usize,
+        sp: dsys::CUdeviceptr,
+        dst_rank: usize,
+        dp: dsys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<()> {
+        let what = "host-bounce copy (graph capture)";
+        let Some(buf) = self.graphs.bounce_staging(bytes).map(|b| b.ptr()) else {
+            return Err(RuntimeError::Config(format!(
+                "{what}: no staging buffer of {bytes} bytes was prepared for this copy"
+            )));
+        };
+        let (s, d) = (&self.ranks[src_rank], &self.ranks[dst_rank]);
+        s.stream.context().bind_to_thread().map_err(|e| self.fault(src_rank, what, e))?;
+        // SAFETY: the staging buffer is pinned, holds at least `bytes` bytes and belongs to this
+        // capture alone; `sp` addresses `bytes` checked device bytes.
+        unsafe { dsys::cuMemcpyDtoHAsync_v2(buf, sp, bytes, s.stream.cu_stream()) }
+            .result()
+            .map_err(|e| self.fault(src_rank, what, e))?;
+        s.sync_event.record(&s.stream).map_err(|e| self.fault(src_rank, what, e))?;
+        d.stream.wait(&s.sync_event).map_err(|e| self.fault(dst_rank, what, e))?;
+        d.stream.context().bind_to_thread().map_err(|e| self.fault(dst_rank, what, e))?;
+        // SAFETY: `dp` addresses `bytes` checked device bytes; the download above precedes this
+        // upload through the captured event dependency.
+        unsafe { dsys::cuMemcpyHtoDAsync_v2(dp, buf, bytes, d.stream.cu_stream()) }
+            .result()
+            .map_err(|e| self.fault(dst_rank, what, e))
     }
 
     /// Enable peer access from the source device's context to the destination device's memory

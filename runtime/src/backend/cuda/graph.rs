@@ -1,0 +1,364 @@
+//! MEMRA_STEP_TP_GRAPH on CUDA: a shape-stable segment of the step (one layer's attention half)
+//! is captured once as a multi-stream, possibly multi-device CUDA graph and replayed every token.
+//!
+//! A segment named `key` goes through three kinds of pass, each issued by the program exactly as
+//! an eager step would issue it:
+//! 1. **record** (first pass): everything runs eagerly; the backend writes down the signature of
+//!    every launch, copy, digest and mark, how many digest slots and timing marks each rank
+//!    uses, and the sizes of the host-bounce copies.
+//! 2. **capture** (second pass): every call is checked against the recorded signature and then
+//!    issued into a stream capture that starts on an origin stream of rank 0's device and forks
+//!    to every rank's stream (event waits), joins back at the end, and is instantiated and
+//!    launched once. Everything the capture needs is allocated before it begins (digest slots,
+//!    timing events, one pinned staging buffer per host-bounce copy, owned by the graph), so no
+//!    allocation or host synchronisation happens while capturing.
+//! 3. **replay** (every later pass): every call is checked against the signature and not issued;
+//!    digest tickets and timing marks advance exactly as they did when captured; at the end the
+//!    graph is launched on the origin stream, after every rank's earlier work and before its
+//!    later work. Zero per-token node updates: the decode position is read from device memory.
+//!
+//! A signature mismatch (the program issued something else than what was captured) is an error,
+//! never a silent eager fallback, so a replay is exactly the captured kernel and copy sequence.
+//! Replays are counted as the door's engagement (`graph.replays`).
+
+use super::memory::{driver_err, PinnedBuffer};
+use super::CudaBackend;
+use crate::error::RuntimeError;
+use crate::Result;
+use cudarc::driver::{sys as dsys, CudaEvent, CudaGraph, CudaStream};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What a call inside a segment must do on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// No segment is open: issue eagerly.
+    Eager,
+    /// First pass of a segment: issue eagerly, signature recorded.
+    Record,
+    /// Second pass: issue into the stream capture.
+    Capture,
+    /// Later passes: do not issue; the graph runs it.
+    Replay,
+}
+
+/// One recorded segment.
+struct Segment {
+    signatures: Vec<String>,
+    /// Per rank: digest slots and timing marks in use when the segment begins, and how many it takes.
+    digests_at: Vec<usize>,
+    marks_at: Vec<usize>,
+    digests_taken: Vec<usize>,
+    marks_taken: Vec<usize>,
+    /// Byte sizes of the host-bounce copies, in issue order.
+    bounce_bytes: Vec<usize>,
+    graph: Option<CudaGraph>,
+    /// Pinned staging of the captured host-bounce copies (one buffer per copy, used only by the
+    /// graph, whose launches are serialised on the origin stream).
+    staging: Vec<PinnedBuffer>,
+}
+
+struct Active {
+    key: u64,
+    pass: Pass,
+    cursor: usize,
+    next_staging: usize,
+}
+
+/// The GRAPH state of one backend.
+#[derive(Default)]
+pub(crate) struct Graphs {
+    segments: HashMap<u64, Segment>,
+    active: Option<Active>,
+    origin: Option<(Arc<CudaStream>, CudaEvent)>,
+    pub replays: u64,
+    pub captures: u64,
+}
+
+impl Graphs {
+    /// The pass of the open segment (Eager when none is open).
+    pub(crate) fn pass(&self) -> Pass {
+        self.active.as_ref().map_or(Pass::Eager, |a| a.pass)
+    }
+
+    /// Whether a segment is open (host reads and writes are refused inside one).
+    pub(crate) fn open(&self) -> bool {
+        self.active.is_some()
+    }
+
+    /// Wait for the origin stream (graph launches), ignoring errors like `CudaBackend::drain`.
+    pub(crate) fn drain(&self) {
+        if let Some((origin, _)) = &self.origin {
+            let _ = origin.synchronize();
+        }
+    }
+
+    /// Host-bounce staging for the next copy of a capture pass; records the size in a record pass.
+    pub(crate) fn bounce_staging(&mut self, bytes: usize) -> Option<&PinnedBuffer> {
+        let a = self.active.as_mut()?;
+        let seg = self.segments.get_mut(&a.key)?;
+        match a.pass {
+            Pass::Record => {
+                seg.bounce_bytes.push(bytes);
+                None
+            }
+            Pass::Capture => {
+                let i = a.next_staging;
+                a.next_staging += 1;
+                seg.staging.get(i).filter(|b| b.bytes() >= bytes)
+            }
+            _ => None,
+        }
+    }
+
+    /// Note digest and mark use of a record pass.
+    pub(crate) fn note_digest(&mut self, rank: usize) {
+        if let Some(seg) = self.recording() {
+            seg.digests_taken[rank] += 1;
+        }
+    }
+
+    pub(crate) fn note_marks(&mut self) {
+        if let Some(seg) = self.recording() {
+            seg.marks_taken.iter_mut().for_each(|m| *m += 1);
+        }
+    }
+
+    fn recording(&mut self) -> Option<&mut Segment> {
+        let a = self.active.as_ref().filter(|a| a.pass == Pass::Record)?;
+        self.segments.get_mut(&a.key)
+    }
+}
+
+impl CudaBackend {
+    /// Gate one call inside a segment: record or check its signature. `Ok(true)`: issue it on the
+    /// device (eagerly or into the capture); `Ok(false)`: the captured graph will run it.
+    pub(crate) fn graph_gate(&mut self, signature: impl FnOnce() -> String) -> Result<bool> {
+        let Some(a) = self.graphs.active.as_mut() else { return Ok(true) };
+        let seg = self.graphs.segments.get_mut(&a.key).expect("an open segment is registered");
+        if a.pass == Pass::Record {
+            seg.signatures.push(signature());
+            return Ok(true);
+        }
+        let got = signature();
+        let want = seg.signatures.get(a.cursor);
+        if want != Some(&got) {
+            let (key, pass, at) = (a.key, a.pass, a.cursor);
+            let detail = format!(
+                "graph segment {key}, call #{at} of a {pass:?} pass: the program issued `{got}` but the segment recorded {}",
+                want.map_or("nothing more".to_string(), |w| format!("`{w}`"))
+            );
+            self.segment_abort_impl();
+            return Err(RuntimeError::Config(detail));
+        }
+        a.cursor += 1;
+        Ok(a.pass == Pass::Capture)
+    }
+
+    /// Open segment `key` (see the module doc for the passes).
+    pub(crate) fn segment_begin_impl(&mut self, key: u64) -> Result<()> {
+        if let Some(a) = &self.graphs.active {
+            return Err(RuntimeError::Config(format!(
+                "graph segment {key} opened inside segment {}: segments do not nest",
+                a.key
+            )));
+        }
+        if self.opts.rank0_on_default_stream {
+            return Err(RuntimeError::Config(
+                "MEMRA_STEP_TP_GRAPH with MEMRA_RANK0_MERGE: rank 0 issues on the legacy default stream, which CUDA \
+                 cannot capture into a graph"
+                    .into(),
+            ));
+        }
+        let digests_now: Vec<usize> = self.ranks.iter().map(|r| r.digests_used).collect();
+        let marks_now: Vec<usize> = self.ranks.iter().map(|r| r.marks_used).collect();
+        let n = self.ranks.len();
+        let pass = match self.graphs.segments.get(&key) {
+            None => {
+                let seg = Segment {
+                    signatures: Vec::new(),
+                    digests_at: digests_now,
+                    marks_at: marks_now,
+                    digests_taken: vec![0; n],
+                    marks_taken: vec![0; n],
+                    bounce_bytes: Vec::new(),
+                    graph: None,
+                    staging: Vec::new(),
+                };
+                self.graphs.segments.insert(key, seg);
+                Pass::Record
+            }
+            Some(seg) => {
+                if seg.digests_at != digests_now || seg.marks_at != marks_now {
+                    return Err(RuntimeError::Config(format!(
+                        "graph segment {key} begins at digest slots {digests_now:?} and marks {marks_now:?} per rank, \
+                         but was recorded at {:?} and {:?}: the step before it changed",
+                        seg.digests_at, seg.marks_at
+                    )));
+                }
+                if seg.graph.is_some() {
+                    Pass::Replay
+                } else {
+                    Pass::Capture
+                }
+            }
+        };
+        if pass == Pass::Capture {
+            self.prepare_capture(key)?;
+        }
+        if pass != Pass::Record {
+            self.origin_after_ranks("graph segment begin")?;
+        }
+        self.graphs.active = Some(Active { key, pass, cursor: 0, next_staging: 0 });
+        if pass == Pass::Capture {
+            if let Err(e) = self.fork_capture() {
+                self.segment_abort_impl();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Close the open segment: store the record, or instantiate and launch the capture, or
+    /// launch the graph.
+    pub(crate) fn segment_end_impl(&mut self) -> Result<()> {
+        let Some(a) = self.graphs.active.as_ref() else {
+            return Err(RuntimeError::Config("graph segment end without a begin".into()));
+        };
+        let (key, pass, cursor) = (a.key, a.pass, a.cursor);
+        let recorded = self.graphs.segments[&key].signatures.len();
+        if pass != Pass::Record && cursor != recorded {
+            self.segment_abort_impl();
+            return Err(RuntimeError::Config(format!(
+                "graph segment {key} ended after {cursor} calls of a {pass:?} pass, but it recorded {recorded}"
+            )));
+        }
+        match pass {
+            Pass::Eager | Pass::Record => {}
+            Pass::Capture => {
+                let graph = match self.join_capture() {
+                    Ok(g) => g,
+                    Err(e) => {
+                        self.segment_abort_impl();
+                        return Err(e);
+                    }
+                };
+                self.graphs.segments.get_mut(&key).expect("registered").graph = Some(graph);
+                self.graphs.captures += 1;
+            }
+            Pass::Replay => self.graphs.replays += 1,
+        }
+        self.graphs.active = None;
+        if pass != Pass::Record {
+            let seg = &self.graphs.segments[&key];
+            let g = seg.graph.as_ref().expect("a captured segment holds its graph");
+            g.launch().map_err(|e| self.fault(0, "graph launch", e))?;
+            self.ranks_after_origin("graph segment end")?;
+        }
+        Ok(())
+    }
+
+    /// Drop an open segment after an error: end a capture in progress (its graph is discarded)
+    /// and forget the segment, so the next pass records it afresh.
+    pub(crate) fn segment_abort_impl(&mut self) {
+        let Some(a) = self.graphs.active.take() else { return };
+        if a.pass == Pass::Capture {
+            if let Some((origin, _)) = &self.graphs.origin {
+                // A failed capture invalidates the whole sequence; ending it returns every joined
+                // stream to normal mode. The error (if any) is the one already being reported.
+                let _ = origin.end_capture(dsys::CUgraphInstantiate_flags(0));
+            }
+        }
+        self.graphs.segments.remove(&a.key);
+    }
+
+    /// Before a capture: digest slots, timing events and staging that the capture will use.
+    fn prepare_capture(&mut self, key: u64) -> Result<()> {
+        let seg = &self.graphs.segments[&key];
+        let (digests_need, marks_need): (Vec<usize>, Vec<usize>) = (
+            seg.digests_at.iter().zip(&seg.digests_taken).map(|(a, t)| a + t).collect(),
+            seg.marks_at.iter().zip(&seg.marks_taken).map(|(a, t)| a + t).collect(),
+        );
+        let bounce = seg.bounce_bytes.clone();
+        for r in 0..self.ranks.len() {
+            self.ensure_digest_slots(r, digests_need[r])?;
+            while self.ranks[r].mark_events.len() < marks_need[r] {
+                let ev = self
+                    .ctx_of(r)
+                    .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(|e| self.fault(r, "graph timing event", e))?;
+                self.ranks[r].mark_events.push(ev);
+            }
+        }
+        let ctx = self.ctx_of(0).clone();
+        let staging = bounce.iter().map(|b| PinnedBuffer::new(&ctx, *b)).collect::<Result<Vec<_>>>()?;
+        self.graphs.segments.get_mut(&key).expect("registered").staging = staging;
+        if self.graphs.origin.is_none() {
+            let stream = ctx.new_stream().map_err(|e| driver_err("creating the graph origin stream", e))?;
+            let ev = ctx.new_event(None).map_err(|e| driver_err("creating the graph origin event", e))?;
+            self.graphs.origin = Some((stream, ev));
+        }
+        Ok(())
+    }
+
+    fn origin(&self) -> Result<&(Arc<CudaStream>, CudaEvent)> {
+        self.graphs
+            .origin
+            .as_ref()
+            .ok_or_else(|| RuntimeError::Config("graph origin stream used before a capture created it".into()))
+    }
+
+    /// The origin stream waits for everything queued so far on every rank.
+    fn origin_after_ranks(&self, what: &str) -> Result<()> {
+        let (origin, _) = self.origin()?;
+        for (i, r) in self.ranks.iter().enumerate() {
+            r.sync_event.record(&r.stream).map_err(|e| self.fault(i, what, e))?;
+            origin.wait(&r.sync_event).map_err(|e| self.fault(i, what, e))?;
+        }
+        Ok(())
+    }
+
+    /// Every rank's later work waits for what the origin stream holds now (the graph).
+    fn ranks_after_origin(&self, what: &str) -> Result<()> {
+        let (origin, ev) = self.origin()?;
+        ev.record(origin).map_err(|e| self.fault(0, what, e))?;
+        for (i, r) in self.ranks.iter().enumerate() {
+            r.stream.wait(ev).map_err(|e| self.fault(i, what, e))?;
+        }
+        Ok(())
+    }
+
+    /// Begin the capture on the origin stream and pull every rank's stream into it.
+    fn fork_capture(&self) -> Result<()> {
+        let (origin, _) = self.origin()?;
+        // Relaxed: other threads of the process (host rank workers, other tests) may make calls
+        // that the stricter modes would refuse; this capture itself allocates nothing.
+        origin
+            .begin_capture(dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .map_err(|e| self.fault(0, "graph capture begin", e))?;
+        self.ranks_after_origin("graph capture fork")
+    }
+
+    /// Join every rank's stream back into the origin stream, end the capture, instantiate.
+    fn join_capture(&self) -> Result<CudaGraph> {
+        self.origin_after_ranks("graph capture join")?;
+        let (origin, _) = self.origin()?;
+        origin
+            .end_capture(dsys::CUgraphInstantiate_flags(0))
+            .map_err(|e| self.fault(0, "graph capture end", e))?
+            .ok_or_else(|| RuntimeError::Config("graph capture produced no graph".into()))
+    }
+
+    /// Record a timing mark on `rank` inside a capture: an external record becomes an event
+    /// record node, so every replay stamps the event again.
+    pub(crate) fn record_mark_in_capture(&self, rank: usize, slot: usize) -> Result<()> {
+        let r = &self.ranks[rank];
+        let ev = &r.mark_events[slot];
+        r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "timing mark", e))?;
+        let external = dsys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32;
+        // SAFETY: the event and the stream are live objects of this rank's context.
+        unsafe { dsys::cuEventRecordWithFlags(ev.cu_event(), r.stream.cu_stream(), external) }
+            .result()
+            .map_err(|e| self.fault(rank, "timing mark in graph capture", e))
+    }
+}

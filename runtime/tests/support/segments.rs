@@ -1,0 +1,152 @@
+//! Test doubles around a real backend for the GRAPH door's program path.
+//!
+//! [`SegmentChecker`] forwards every call to the wrapped backend and runs everything eagerly, but
+//! holds graph segments to the contract a capturing backend relies on: every pass of a segment
+//! must issue the identical call sequence (launches, copies, digests, marks). It counts passes
+//! and mismatches. With `freeze_position_after = Some(n)`, it also drops every `SetU32` after the
+//! n-th, planting the defect a graph with a stale position would have.
+
+#![allow(dead_code)] // each test binary uses a part
+
+use memra_runtime::backend::{Backend, BufId, Collected, Op, ProbeResult, Slice, WeightId};
+use memra_runtime::model::matrix::MatrixShard;
+use memra_runtime::{Result, Transport};
+use std::collections::HashMap;
+
+pub struct SegmentChecker<B: Backend> {
+    pub inner: B,
+    recorded: HashMap<u64, Vec<String>>,
+    open: Option<(u64, Vec<String>)>,
+    /// Completed passes over all segments, and those whose calls differed from the first pass.
+    pub passes: u64,
+    pub mismatches: Vec<String>,
+    pub freeze_position_after: Option<usize>,
+    /// Pass segment calls on to the wrapped backend (a capturing backend) instead of only
+    /// checking them.
+    pub forward_segments: bool,
+    positions_set: usize,
+}
+
+impl<B: Backend> SegmentChecker<B> {
+    pub fn new(inner: B) -> SegmentChecker<B> {
+        SegmentChecker {
+            inner,
+            recorded: HashMap::new(),
+            open: None,
+            passes: 0,
+            mismatches: Vec::new(),
+            freeze_position_after: None,
+            forward_segments: false,
+            positions_set: 0,
+        }
+    }
+
+    fn note(&mut self, sig: String) {
+        if let Some((_, calls)) = &mut self.open {
+            calls.push(sig);
+        }
+    }
+}
+
+impl<B: Backend> Backend for SegmentChecker<B> {
+    fn describe(&self) -> String {
+        format!("segment-checked {}", self.inner.describe())
+    }
+    fn ranks(&self) -> usize {
+        self.inner.ranks()
+    }
+    fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> Result<WeightId> {
+        self.inner.upload_weight(rank, shard)
+    }
+    fn alloc(&mut self, rank: usize, len: usize) -> Result<BufId> {
+        self.inner.alloc(rank, len)
+    }
+    fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> Result<()> {
+        assert!(self.open.is_none() || self.forward_segments, "host write inside a graph segment");
+        self.inner.write(rank, dst, data)
+    }
+    fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>> {
+        assert!(self.open.is_none(), "host read inside a graph segment");
+        self.inner.read(rank, src)
+    }
+    fn launch(&mut self, rank: usize, op: Op) -> Result<()> {
+        if let Op::SetU32 { .. } = op {
+            self.positions_set += 1;
+            if self.freeze_position_after.is_some_and(|n| self.positions_set > n * self.inner.ranks()) {
+                return Ok(());
+            }
+        }
+        self.note(format!("launch r{rank} {op:?}"));
+        self.inner.launch(rank, op)
+    }
+    fn copy(&mut self, t: Transport, sr: usize, s: Slice, dr: usize, d: Slice) -> Result<()> {
+        self.note(format!("copy {t:?} r{sr} {s:?} r{dr} {d:?}"));
+        self.inner.copy(t, sr, s, dr, d)
+    }
+    fn copy_unfenced(&mut self, t: Transport, sr: usize, s: Slice, dr: usize, d: Slice) -> Result<()> {
+        self.note(format!("unfenced {t:?} r{sr} {s:?} r{dr} {d:?}"));
+        self.inner.copy_unfenced(t, sr, s, dr, d)
+    }
+    fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
+        self.note(format!("all-reduce {parts:?} r{out_rank} {out:?}"));
+        self.inner.all_reduce_sum(parts, out_rank, out)
+    }
+    fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {
+        let t = self.inner.digest(rank, src, base)?;
+        self.note(format!("digest r{rank} {src:?} {base}"));
+        Ok(t)
+    }
+    fn mark(&mut self) -> Result<()> {
+        self.note("mark".into());
+        self.inner.mark()
+    }
+    fn collect(&mut self) -> Result<Collected> {
+        assert!(self.open.is_none(), "collect inside a graph segment");
+        self.inner.collect()
+    }
+    fn probe(&mut self, t: Transport, sizes: &[usize]) -> Result<Vec<ProbeResult>> {
+        self.inner.probe(t, sizes)
+    }
+    fn engagement(&self) -> Vec<(String, u64)> {
+        self.inner.engagement()
+    }
+    fn build_options(&self) -> Vec<String> {
+        self.inner.build_options()
+    }
+    fn segment_begin(&mut self, key: u64) -> Result<()> {
+        assert!(self.open.is_none(), "segment {key} opened inside another");
+        self.open = Some((key, Vec::new()));
+        if self.forward_segments {
+            self.inner.segment_begin(key)?;
+        }
+        Ok(())
+    }
+    fn segment_end(&mut self) -> Result<()> {
+        let (key, calls) = self.open.take().expect("segment end without begin");
+        match self.recorded.get(&key) {
+            None => {
+                self.recorded.insert(key, calls);
+            }
+            Some(first) if *first != calls => {
+                let at = first.iter().zip(&calls).position(|(a, b)| a != b).unwrap_or(first.len().min(calls.len()));
+                self.mismatches.push(format!(
+                    "segment {key} call #{at}: first pass {:?}, this pass {:?}",
+                    first.get(at),
+                    calls.get(at)
+                ));
+            }
+            Some(_) => {}
+        }
+        self.passes += 1;
+        if self.forward_segments {
+            self.inner.segment_end()?;
+        }
+        Ok(())
+    }
+    fn segment_abort(&mut self) {
+        self.open = None;
+        if self.forward_segments {
+            self.inner.segment_abort();
+        }
+    }
+}
