@@ -9,6 +9,7 @@
 //! Every [`Op`] is one kernel; its arithmetic is the host twin's in `memra_kernels::twins`.
 
 pub mod cuda;
+pub mod dist;
 pub mod host;
 
 use crate::config::Transport;
