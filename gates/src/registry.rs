@@ -376,7 +376,7 @@ impl SettingFormat {
             _ if value.is_empty() => Ok(None),
             SettingFormat::Process => memra_runtime::backend::dist::ProcessSpec::parse(value)
                 .map(|p| Some(SettingValue::Process(p)))
-                .map_err(|e| bad(e)),
+                .map_err(&bad),
             SettingFormat::Path => Ok(Some(SettingValue::Path(value.into()))),
             SettingFormat::Seconds => match value.parse::<u64>() {
                 Ok(n) if n >= 1 && value.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(SettingValue::Seconds(n))),

@@ -55,7 +55,7 @@ pub struct ProcessLayout {
 
 /// Why a TP size cannot be split over `processes` processes, or `None` when it can.
 pub fn split_rule(tp: usize, processes: usize) -> Option<String> {
-    if processes == 0 || tp % processes != 0 {
+    if processes == 0 || !tp.is_multiple_of(processes) {
         Some(format!(
             "TP{tp} cannot be split over {processes} processes: every process holds a contiguous block of TP / N ranks, so TP must be a multiple of the process count"
         ))
