@@ -102,14 +102,19 @@ impl NcclMover {
         let n = b.ranks.len();
         let mut comms: Vec<ncclComm_t> = vec![std::ptr::null_mut(); n];
         let mut failed: Option<(usize, c_int, &str)> = None;
+        let mut bind_failed = None;
         // SAFETY: opens this thread's group (several local ranks must join in one group).
         let r = unsafe { (lib.group_start)() };
         if r != 0 {
             failed = Some((0, r, "ncclGroupStart"));
         } else {
             for (l, comm) in comms.iter_mut().enumerate() {
-                // NCCL takes the device of the calling thread's current context.
-                b.ctx_of(l).bind_to_thread().map_err(|e| b.fault(l, "binding the context for ncclCommInitRank", e))?;
+                // NCCL takes the device of the calling thread's current context. A failure here
+                // still closes the group below before it is reported.
+                if let Err(e) = b.ctx_of(l).bind_to_thread() {
+                    bind_failed.get_or_insert((l, e));
+                    break;
+                }
                 // SAFETY: `comm` is a live handle slot; `uid` is a 128-byte ncclUniqueId passed by
                 // value as nccl.h declares; the global rank is below TP.
                 let r = unsafe { (lib.comm_init_rank)(comm, layout.tp as c_int, uid, layout.global(l) as c_int) };
@@ -122,6 +127,13 @@ impl NcclMover {
             if r != 0 && failed.is_none() {
                 failed = Some((0, r, "ncclGroupEnd"));
             }
+        }
+        if let Some((l, e)) = bind_failed {
+            return Err(b.fault(
+                l,
+                &format!("binding the context of rank {} for ncclCommInitRank", layout.global(l)),
+                e,
+            ));
         }
         if let Some((l, code, call)) = failed {
             return Err(RuntimeError::Device {
@@ -345,6 +357,7 @@ impl Mover<CudaBackend> for NcclMover {
         })?;
         let mut out = vec![0u64; len];
         let r = &b.ranks[0];
+        r.stream.context().bind_to_thread().map_err(|e| b.fault(0, "nccl digest sum result", e))?;
         // SAFETY: `bufs[0]` holds `len` u64 written by the all-reduce queued on this stream;
         // `out` holds `len` u64 and the streams are synchronized below.
         unsafe { dresult::memcpy_dtoh_async(&mut out, bufs[0], r.stream.cu_stream()) }

@@ -139,7 +139,11 @@ impl<B: Backend, M: Mover<B>> DistBackend<B, M> {
 impl<B: Backend, M: Mover<B>> Drop for DistBackend<B, M> {
     fn drop(&mut self) {
         // Destroying a communicator may wait for peers: under the watchdog like any other call.
-        let guard = self.watchdog.as_ref().map(|w| w.enter("releasing the communicator".to_string()));
+        let guard =
+            self.watchdog.as_ref().map(|w| w.enter("draining the streams and releasing the communicator".to_string()));
+        // Wait for every local rank's queued work (NCCL halves included) before the
+        // communicator goes; the values are of no use any more.
+        let _ = self.inner.collect();
         self.mover = None;
         drop(guard);
     }
