@@ -131,6 +131,19 @@ pub struct RunArgs {
     /// Never print the progress line.
     #[arg(long)]
     pub quiet: bool,
+    /// Run as process P of N processes that share one plan, TP ranks split in contiguous blocks
+    /// of TP/N (docs/multi-host.md). Needs --backend cuda and --nccl-id-dir; only nccl runs with
+    /// TP a multiple of N span the processes, every other configuration is NOT-APPLICABLE.
+    #[arg(long, value_name = "P/N")]
+    pub process: Option<String>,
+    /// Rendezvous directory shared by the processes (process 0 publishes the plan fingerprint and
+    /// the NCCL unique ids there); one fresh directory per launch.
+    #[arg(long, value_name = "DIR")]
+    pub nccl_id_dir: Option<PathBuf>,
+    /// Seconds a process waits for a rendezvous file, and the longest a distributed call may
+    /// take before the process ends itself (status 2) naming the call [default: 300].
+    #[arg(long, value_name = "SECONDS")]
+    pub dist_timeout_s: Option<u64>,
 }
 
 #[derive(Args, Debug)]

@@ -34,19 +34,34 @@ pub fn write_outputs(dir: &std::path::Path, name: &str, receipts: &[Receipt]) ->
 pub fn run(args: &RunArgs, prov: Provenance) -> Result<u8, GateError> {
     let registry = plan::load_registry(&args.registry)?;
     let req = plan::door_request(&registry, &args.doors)?;
+    let dist = crate::dist::dist_plan(args, &req, &registry)?;
     plan::check_battery_flags(args.prompts, args.gen_tokens)?;
     let backend = plan::resolve_backend(&args.backend)?;
     let (name, matrix) = plan::run_matrix(&registry, args, &req, backend)?;
-    let jobs = plan::jobs_of(&registry, &matrix, &req)?;
+    let processes = dist.as_ref().map_or(1, |d| d.spec.processes);
+    let jobs = plan::jobs_of(&registry, &matrix, &req, processes)?;
     if jobs.is_empty() {
         return Err(input(format!("matrix `{name}` selects no configuration: nothing would be tested")));
     }
-    let subject =
+    let mut subject =
         plan::load_subject(&args.model, |c| plan::battery_of(c, args.battery_seed, args.prompts, args.gen_tokens))?;
-    std::fs::create_dir_all(&args.out).map_err(|e| input(format!("--out {}: {e}", args.out.display())))?;
+    if let Some(d) = &dist {
+        let fp = crate::dist::fingerprint(&prov, processes, &name, &subject, &jobs);
+        eprintln!(
+            "memra-gates: process {} joins rendezvous {} (plan fingerprint {fp})",
+            d.spec.label(),
+            d.id_dir.display()
+        );
+        subject.dist = Some(crate::dist::join(d, &fp)?);
+    }
+    // Only process 0 of a distributed launch writes receipts; the others compute the same ones.
+    let writer = dist.as_ref().is_none_or(|d| d.spec.process == 0);
+    if writer {
+        std::fs::create_dir_all(&args.out).map_err(|e| input(format!("--out {}: {e}", args.out.display())))?;
+    }
     let workers = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let opts = SuiteOptions {
-        out_dir: Some(args.out.clone()),
+        out_dir: writer.then(|| args.out.clone()),
         resume: args.resume,
         workers,
         kernel_digest: prov.kernel_digest.to_string(),
@@ -62,6 +77,17 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<u8, GateError> {
     );
     let suite = Suite::new(&subject, opts)?;
     let receipts = suite.run_all(&jobs);
+    if !writer {
+        let summary = memra_receipts::schema::Summary::from_receipts(&name, &receipts);
+        let status = exit_status(&receipts);
+        crate::say!(
+            "memra-gates: process {}: {} (receipts are written by process 0); exit {}",
+            subject.dist.as_ref().map(|d| d.spec.label()).unwrap_or_default(),
+            summary.counts.one_line(),
+            status.as_ref().map_or(2, |c| *c)
+        );
+        return status;
+    }
     let summary = write_outputs(&args.out, &name, &receipts)?;
     crate::say!("{}", memra_tools::table::summary_table(&receipts));
     crate::say!("{}  → {}", summary.counts.one_line(), args.out.display());

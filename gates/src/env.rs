@@ -44,8 +44,8 @@ impl DoorRequest {
 
     /// `MEMRA_REQUIRE_GPU`: whether GPU skips must become failures.
     pub fn require_gpu(&self, registry: &Registry) -> bool {
-        let given = self.settings.get(REQUIRE_GPU).copied();
-        let default = registry.setting(REQUIRE_GPU).and_then(|s| s.default_value);
+        let given = self.settings.get(REQUIRE_GPU).cloned();
+        let default = registry.setting(REQUIRE_GPU).and_then(|s| s.default_value.clone());
         matches!(given.or(default), Some(SettingValue::Bool(true)))
     }
 

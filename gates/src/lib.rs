@@ -15,6 +15,7 @@ macro_rules! say {
 pub mod bench;
 pub mod cli;
 pub mod commands;
+pub mod dist;
 pub mod env;
 pub mod error;
 pub mod gate;

@@ -84,7 +84,7 @@ pub fn load_subject(m: &ModelArgs, battery: impl FnOnce(&ModelConfig) -> Battery
     }
     let battery = battery(&model.config);
     let device_reserve_bytes = (m.cuda_reserve_gib * (1u64 << 30) as f64) as usize;
-    Ok(Subject { model, model_evidence: ModelEvidence { preset, digest }, battery, device_reserve_bytes })
+    Ok(Subject { model, model_evidence: ModelEvidence { preset, digest }, battery, device_reserve_bytes, dist: None })
 }
 
 /// Battery sizes are checked before any model is generated: 0 prompts or 0 generated tokens
@@ -190,11 +190,21 @@ fn filter_by_request(mut plan: MatrixPlan, req: &DoorRequest) -> MatrixPlan {
 }
 
 /// Resolve configurations into jobs: class, budgets, engagement counters, runtime door values.
-pub fn jobs_of(registry: &Registry, plan: &MatrixPlan, req: &DoorRequest) -> Result<Vec<Job>, GateError> {
+/// With `processes` > 1 (a run over several processes), configurations that cannot span them
+/// are NOT-APPLICABLE with the rule (`dist::rule`).
+pub fn jobs_of(
+    registry: &Registry,
+    plan: &MatrixPlan,
+    req: &DoorRequest,
+    processes: usize,
+) -> Result<Vec<Job>, GateError> {
     let flip = req.canary_flip_at(registry);
     let mut jobs = Vec::new();
     for c in &plan.legal {
-        jobs.push(job_of(registry, c, flip, transport_not_applicable(c))?);
+        let not_run = crate::dist::rule(c, processes)
+            .map(|r| (Verdict::NotApplicable, r))
+            .or_else(|| transport_not_applicable(c, processes));
+        jobs.push(job_of(registry, c, flip, not_run)?);
     }
     for n in &plan.not_applicable {
         jobs.push(job_of(registry, &n.config, flip, Some((Verdict::NotApplicable, n.reason.clone())))?);
@@ -203,8 +213,9 @@ pub fn jobs_of(registry: &Registry, plan: &MatrixPlan, req: &DoorRequest) -> Res
 }
 
 /// Transports that have no meaning where a configuration would run: NCCL needs CUDA devices, one
-/// per rank. Such runs are NOT-APPLICABLE, never silently run over another transport.
-fn transport_not_applicable(c: &Configuration) -> Option<(Verdict, String)> {
+/// per rank (per rank this process holds, when `processes` share the ranks). Such runs are
+/// NOT-APPLICABLE, never silently run over another transport.
+fn transport_not_applicable(c: &Configuration, processes: usize) -> Option<(Verdict, String)> {
     if c.transport != Transport::Nccl {
         return None;
     }
@@ -215,10 +226,12 @@ fn transport_not_applicable(c: &Configuration) -> Option<(Verdict, String)> {
         )),
         registry::BackendKind::Cuda => {
             let devices = memra_runtime::backend::cuda_device_count();
-            (devices < c.tp).then(|| {
+            let local = c.tp / processes.max(1);
+            (devices < local).then(|| {
+                let per = if processes > 1 { format!(" ({local} rank(s) in each of {processes} processes)") } else { String::new() };
                 (
                     Verdict::NotApplicable,
-                    format!("the nccl transport needs one CUDA device per rank: TP{} but {devices} device(s) here (co-resident ranks cannot form a NCCL communicator)", c.tp),
+                    format!("the nccl transport needs one CUDA device per rank: TP{}{per} but {devices} device(s) visible to this process (co-resident ranks cannot form a NCCL communicator)", c.tp),
                 )
             })
         }

@@ -34,7 +34,7 @@
 //!
 //! [[setting]]
 //! env = "MEMRA_REQUIRE_GPU"
-//! format = "bool01"                 # bool01 | layer:seam:step
+//! format = "bool01"                 # bool01 | layer:seam:step | process (P/N) | path | seconds
 //! default = "0"
 //! meaning = "1 turns GPU-test skips into failures"
 //! ```
@@ -302,6 +302,15 @@ pub enum SettingFormat {
     /// `LAYER:SEAM:STEP`, e.g. `0:o_join:3`.
     #[serde(rename = "layer:seam:step")]
     LayerSeamStep,
+    /// `P/N`: process P of N of one distributed run (empty: a single process).
+    #[serde(rename = "process")]
+    Process,
+    /// A filesystem path (empty: none).
+    #[serde(rename = "path")]
+    Path,
+    /// A whole number of seconds, at least 1.
+    #[serde(rename = "seconds")]
+    Seconds,
 }
 
 /// Where the flip-bit canary plants its defect.
@@ -313,10 +322,13 @@ pub struct FlipAt {
 }
 
 /// A parsed setting value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettingValue {
     Bool(bool),
     FlipAt(FlipAt),
+    Process(memra_runtime::backend::dist::ProcessSpec),
+    Path(std::path::PathBuf),
+    Seconds(u64),
 }
 
 const BOOL01_RULE: &str = "use 1 (on), 0 or empty (off)";
@@ -326,6 +338,9 @@ impl SettingFormat {
         match self {
             SettingFormat::Bool01 => "bool01",
             SettingFormat::LayerSeamStep => "layer:seam:step",
+            SettingFormat::Process => "process",
+            SettingFormat::Path => "path",
+            SettingFormat::Seconds => "seconds",
         }
     }
 
@@ -358,6 +373,15 @@ impl SettingFormat {
                 })?;
                 Ok(Some(SettingValue::FlipAt(FlipAt { layer, seam, step })))
             }
+            _ if value.is_empty() => Ok(None),
+            SettingFormat::Process => memra_runtime::backend::dist::ProcessSpec::parse(value)
+                .map(|p| Some(SettingValue::Process(p)))
+                .map_err(&bad),
+            SettingFormat::Path => Ok(Some(SettingValue::Path(value.into()))),
+            SettingFormat::Seconds => match value.parse::<u64>() {
+                Ok(n) if n >= 1 && value.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(SettingValue::Seconds(n))),
+                _ => Err(bad("use a whole number of seconds, at least 1".to_string())),
+            },
         }
     }
 }
@@ -376,6 +400,11 @@ pub struct Setting {
 
 /// Env name of the setting that turns GPU skips into failures.
 pub const REQUIRE_GPU: &str = "MEMRA_REQUIRE_GPU";
+/// Env names of the settings of a run over several processes (`--process`, `--nccl-id-dir`,
+/// `--dist-timeout-s`).
+pub const PROCESS: &str = "MEMRA_PROCESS";
+pub const NCCL_ID_DIR: &str = "MEMRA_NCCL_ID_DIR";
+pub const DIST_TIMEOUT_S: &str = "MEMRA_DIST_TIMEOUT_S";
 /// Env name of the setting that places the flip-bit canary.
 pub const CANARY_FLIP_AT: &str = "MEMRA_CANARY_FLIP_AT";
 
@@ -1009,9 +1038,9 @@ impl Registry {
 
     /// The registry default of `MEMRA_CANARY_FLIP_AT`, if declared.
     pub fn default_flip_at(&self) -> Option<FlipAt> {
-        match self.setting(CANARY_FLIP_AT)?.default_value? {
-            SettingValue::FlipAt(at) => Some(at),
-            SettingValue::Bool(_) => None,
+        match self.setting(CANARY_FLIP_AT)?.default_value.as_ref()? {
+            SettingValue::FlipAt(at) => Some(*at),
+            _ => None,
         }
     }
 }

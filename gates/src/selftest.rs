@@ -39,7 +39,7 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<u8, GateError> 
     // TP2: the reversed K-block fold needs more than one rank.
     let canaries = matrix::enumerate(&registry, &MatrixKind::Canaries, &[2], &[Transport::HostBounce], &[rb])
         .map_err(|e| input(e.to_string()))?;
-    let mut jobs = plan::jobs_of(&registry, &canaries, &req)?;
+    let mut jobs = plan::jobs_of(&registry, &canaries, &req, 1)?;
     if let Some(id) = &args.disarm {
         let job = jobs
             .iter_mut()

@@ -55,6 +55,17 @@ pub struct Subject {
     pub battery: Battery,
     /// Fault injection: bytes held on every CUDA device before each run (`--cuda-reserve-gib`).
     pub device_reserve_bytes: usize,
+    /// Set when this process is one of several that share the ranks (`--process P/N`): CUDA
+    /// runs over the nccl transport then span the processes (`memra_runtime::backend::dist`).
+    pub dist: Option<crate::dist::DistContext>,
+}
+
+impl Subject {
+    /// Whether a run of (backend, transport) spans the processes of a distributed launch; every
+    /// other run (oracles, TP1 baselines, reference re-runs) stays inside this process.
+    pub fn spans_processes(&self, backend: BackendKind, transport: Transport) -> bool {
+        self.dist.is_some() && backend == BackendKind::Cuda && transport == Transport::Nccl
+    }
 }
 
 /// How a suite runs.
@@ -120,7 +131,13 @@ pub fn run_subject(
     cfg.forced_tokens = forced.map(|r| r.tokens.clone());
     cfg.capture = capture;
     let opts = OpenOptions { device_reserve_bytes: subject.device_reserve_bytes, rank0_merge: doors.rank0_merge };
-    let mut b = open_with(backend, tp, &opts)?;
+    let mut b = match &subject.dist {
+        Some(d) if subject.spans_processes(backend, transport) => {
+            let mut rendezvous = d.rendezvous.lock().unwrap_or_else(|p| p.into_inner());
+            memra_runtime::backend::open_distributed(tp, &mut rendezvous, &opts)?
+        }
+        _ => open_with(backend, tp, &opts)?,
+    };
     memra_runtime::program::run(&subject.model, &cfg, b.as_mut())
 }
 
@@ -503,7 +520,7 @@ impl<'a> Suite<'a> {
     }
 
     fn receipt(&self, job: &Job, ev: Evaluation, started_at_unix_ms: u64, wall_ms: f64) -> Receipt {
-        build_receipt(
+        let mut r = build_receipt(
             &self.opts,
             job,
             &self.subject.model_evidence,
@@ -511,7 +528,18 @@ impl<'a> Suite<'a> {
             ev,
             started_at_unix_ms,
             wall_ms,
-        )
+        );
+        // A launch over several processes says so in the volatile part (the evidence stays the
+        // single-process run's): `processes` on every receipt, `ranks_per_process` on the runs
+        // that spanned them.
+        if let Some(d) = &self.subject.dist {
+            let n = d.spec.processes;
+            r.measurements.extra.insert("processes".into(), n as f64);
+            if self.subject.spans_processes(job.backend, job.transport) && job.not_run.is_none() {
+                r.measurements.extra.insert("ranks_per_process".into(), (job.tp / n) as f64);
+            }
+        }
+        r
     }
 }
 

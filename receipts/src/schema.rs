@@ -518,7 +518,10 @@ pub struct Measurements {
     pub p2p_probe: Vec<ProbeEntry>,
     /// Start of the run, milliseconds since the Unix epoch.
     pub started_at_unix_ms: u64,
-    /// Other named measurements (e.g. `"gate_overhead_ms"`).
+    /// Other named measurements (e.g. `"gate_overhead_ms"`). A launch over several processes
+    /// (`--process P/N`) adds `"processes"` (N) to each of its receipts and `"ranks_per_process"`
+    /// (TP / N) to the runs that spanned the processes; absent keys mean one process. They live
+    /// here, not in `evidence`, because the evidence must equal the single-process run's.
     pub extra: BTreeMap<String, f64>,
 }
 

@@ -22,6 +22,10 @@ pub enum RuntimeError {
     /// A device fault during a run: where it happened and what the driver said.
     #[error("device fault at {location}: {detail}")]
     Device { location: String, detail: String },
+    /// Processes of one distributed run could not agree through their rendezvous directory
+    /// (a file that never appeared, or one published for another plan).
+    #[error("rendezvous {path}: {detail}")]
+    Rendezvous { path: PathBuf, detail: String },
     /// An I/O failure on a named path.
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },

@@ -4,6 +4,7 @@ mod bad_input;
 mod determinism;
 mod diff;
 mod model_file;
+mod multi_process;
 mod registry;
 mod resume;
 mod run_default;

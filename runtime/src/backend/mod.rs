@@ -9,6 +9,7 @@
 //! Every [`Op`] is one kernel; its arithmetic is the host twin's in `memra_kernels::twins`.
 
 pub mod cuda;
+pub mod dist;
 pub mod host;
 
 use crate::config::Transport;
@@ -309,6 +310,46 @@ pub fn open_with(kind: BackendKind, ranks: usize, o: &OpenOptions) -> Result<Box
             },
         )?)),
     }
+}
+
+/// This process's part of a TP `tp` run spread over processes with the `nccl` transport: a
+/// [`dist::DistBackend`] over a CUDA backend of the local ranks and an NCCL communicator over all
+/// ranks, made from the next id of `rendezvous` (published by process 0, awaited by the others).
+/// Every call runs under a watchdog that ends the process with status 2, naming the call, once a
+/// call takes longer than the rendezvous timeout (a peer that died would otherwise hang NCCL).
+pub fn open_distributed(tp: usize, rendezvous: &mut dist::Rendezvous, o: &OpenOptions) -> Result<Box<dyn Backend>> {
+    let spec = rendezvous.spec();
+    let layout = dist::ProcessLayout::new(tp, spec).map_err(crate::RuntimeError::Config)?;
+    // The id is taken first, so a process whose backend fails still stays in step with the
+    // others' communicator numbering.
+    let (k, id) = rendezvous.next_id(cuda::nccl_unique_id)?;
+    let inner = cuda::CudaBackend::with_options(
+        layout.ranks_per_process(),
+        cuda::CudaOptions {
+            reserve_bytes: o.device_reserve_bytes,
+            // Only the process holding global rank 0 has the "model stream" of RANK0_MERGE.
+            rank0_on_default_stream: o.rank0_merge && spec.process == 0,
+            ..Default::default()
+        },
+    )?;
+    let watchdog = dist::Watchdog::start(
+        format!("process {}", spec.label()),
+        rendezvous.timeout(),
+        Box::new(|msg| {
+            eprintln!("memra-gates: error: {msg}");
+            cuda::exit_now(2)
+        }),
+    );
+    let mover = {
+        let r = layout.local_ranks();
+        let _guard = watchdog.enter(format!(
+            "creating NCCL communicator {k} over TP{tp} (ncclCommInitRank) for ranks {}..{}",
+            r.start,
+            r.end - 1
+        ));
+        cuda::NcclMover::connect(&inner, layout, &id, k)?
+    };
+    Ok(Box::new(dist::DistBackend::new(layout, inner, mover, Some(watchdog))?))
 }
 
 /// Median bandwidth (bytes read + written per second) of a same-rank copy of `bytes` on rank 0,

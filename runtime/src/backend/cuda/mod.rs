@@ -22,11 +22,13 @@ mod launch;
 mod layout;
 mod memory;
 mod nccl;
+mod nccl_dist;
 mod probe;
 mod transfer;
 
 pub use compile::{compile, compiled_for, nvrtc_options, CompiledKernels};
 pub use nccl::{nccl_library_present, nccl_version};
+pub use nccl_dist::{exit_now, nccl_unique_id, NcclMover};
 pub use probe::{
     cuda_backend_available, driver_library_present, nvrtc_library_present, probe_cuda, CudaSystem, CudaUnavailable,
     DeviceInfo,

@@ -41,23 +41,47 @@ use std::sync::OnceLock;
 /// The oldest NCCL with point-to-point send/receive.
 const MIN_VERSION: (i32, i32) = (2, 7);
 
+/// nccl.h's `ncclUniqueId`: 128 opaque bytes, passed by value to `ncclCommInitRank`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct UniqueId {
+    pub internal: [c_char; UNIQUE_ID_BYTES],
+}
+
+/// `NCCL_UNIQUE_ID_BYTES`.
+pub(super) const UNIQUE_ID_BYTES: usize = 128;
+
 /// The NCCL entry points this backend calls, with nccl.h's signatures. Results are read as raw
 /// `int`, so an unknown code from a newer library stays a number instead of an invalid enum.
-struct Lib {
+pub(super) struct Lib {
     /// The name dlopen succeeded with.
     name: String,
     /// `ncclGetVersion`, decoded as (major, minor, patch).
-    version: (i32, i32, i32),
+    pub(super) version: (i32, i32, i32),
     get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
     /// Absent before NCCL 2.13.
     get_last_error: Option<unsafe extern "C" fn(ncclComm_t) -> *const c_char>,
     comm_init_all: unsafe extern "C" fn(*mut ncclComm_t, c_int, *const c_int) -> c_int,
-    comm_destroy: unsafe extern "C" fn(ncclComm_t) -> c_int,
-    group_start: unsafe extern "C" fn() -> c_int,
-    group_end: unsafe extern "C" fn() -> c_int,
-    send: unsafe extern "C" fn(*const c_void, usize, ncclDataType_t, c_int, ncclComm_t, cudaStream_t) -> c_int,
-    recv: unsafe extern "C" fn(*mut c_void, usize, ncclDataType_t, c_int, ncclComm_t, cudaStream_t) -> c_int,
-    all_reduce: unsafe extern "C" fn(
+    /// `ncclGetUniqueId(ncclUniqueId*)`.
+    pub(super) get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> c_int,
+    /// `ncclCommInitRank(comm*, nranks, ncclUniqueId (by value), rank)`.
+    pub(super) comm_init_rank: unsafe extern "C" fn(*mut ncclComm_t, c_int, UniqueId, c_int) -> c_int,
+    pub(super) broadcast: unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        ncclDataType_t,
+        c_int,
+        ncclComm_t,
+        cudaStream_t,
+    ) -> c_int,
+    pub(super) comm_destroy: unsafe extern "C" fn(ncclComm_t) -> c_int,
+    pub(super) group_start: unsafe extern "C" fn() -> c_int,
+    pub(super) group_end: unsafe extern "C" fn() -> c_int,
+    pub(super) send:
+        unsafe extern "C" fn(*const c_void, usize, ncclDataType_t, c_int, ncclComm_t, cudaStream_t) -> c_int,
+    pub(super) recv: unsafe extern "C" fn(*mut c_void, usize, ncclDataType_t, c_int, ncclComm_t, cudaStream_t) -> c_int,
+    pub(super) all_reduce: unsafe extern "C" fn(
         *const c_void,
         *mut c_void,
         usize,
@@ -222,6 +246,9 @@ fn load() -> std::result::Result<Lib, String> {
             get_error_string: symbol(h, &name, "ncclGetErrorString")?,
             get_last_error: symbol(h, &name, "ncclGetLastError").ok(),
             comm_init_all: symbol(h, &name, "ncclCommInitAll")?,
+            get_unique_id: symbol(h, &name, "ncclGetUniqueId")?,
+            comm_init_rank: symbol(h, &name, "ncclCommInitRank")?,
+            broadcast: symbol(h, &name, "ncclBroadcast")?,
             comm_destroy: symbol(h, &name, "ncclCommDestroy")?,
             group_start: symbol(h, &name, "ncclGroupStart")?,
             group_end: symbol(h, &name, "ncclGroupEnd")?,
@@ -234,7 +261,7 @@ fn load() -> std::result::Result<Lib, String> {
 }
 
 /// The NCCL library of this process, loaded once; the reason when it cannot be.
-fn library() -> std::result::Result<&'static Lib, String> {
+pub(super) fn library() -> std::result::Result<&'static Lib, String> {
     static LIB: OnceLock<std::result::Result<Lib, String>> = OnceLock::new();
     LIB.get_or_init(load).as_ref().map_err(|e| e.clone())
 }
@@ -286,7 +313,7 @@ impl Drop for Comms {
 }
 
 /// NCCL's name for `code` and its last error message.
-fn describe_error(lib: &Lib, code: c_int) -> String {
+pub(super) fn describe_error(lib: &Lib, code: c_int) -> String {
     // SAFETY: ncclGetErrorString returns a static NUL-terminated string for any code.
     let what = unsafe { CStr::from_ptr((lib.get_error_string)(code)) }.to_string_lossy().into_owned();
     let last = lib

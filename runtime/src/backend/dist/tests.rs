@@ -1,0 +1,132 @@
+//! The distributed wrapper on CPU: N "processes" are threads, each holding its block of host
+//! ranks behind a [`DistBackend`] with the in-memory mover; their records must equal a
+//! single-process run bit for bit, and a mover that changes one word must make them differ.
+
+use super::memory::{MemoryHub, MemoryMover, Tamper};
+use super::*;
+use crate::backend::host::HostBackend;
+use crate::model::{gen::generate, Model, ModelConfig};
+use crate::record::{CaptureKey, Record, Seam};
+use crate::{program, Battery, RunConfig};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+fn tiny() -> &'static Model {
+    static TINY: OnceLock<Model> = OnceLock::new();
+    TINY.get_or_init(|| generate(&ModelConfig::preset("tiny", None).unwrap(), 7).unwrap())
+}
+
+fn config(tp: usize) -> RunConfig {
+    let battery = Battery { prompts: vec![vec![3, 141, 59], vec![26, 535]], gen_tokens: 3 };
+    let mut cfg = RunConfig::new(tp, Transport::HostBounce, battery).unwrap();
+    // A full capture reads every part of a seam from its owner (broadcasts from every rank).
+    cfg.capture = vec![
+        CaptureKey { prompt: 0, step: 1, layer: 0, seam: Seam::OProj },
+        CaptureKey { prompt: 1, step: 2, layer: 1, seam: Seam::Experts },
+    ];
+    cfg
+}
+
+fn single(tp: usize) -> Record {
+    let mut b = HostBackend::new(tp).unwrap();
+    program::run(tiny(), &config(tp), &mut b).unwrap()
+}
+
+/// Run TP `tp` over `n` thread-processes; `tamper` (if any) goes to process 0's mover.
+fn spread(tp: usize, n: usize, mut tamper: Option<Tamper>) -> Vec<Result<Record>> {
+    let hub = MemoryHub::new();
+    let handles: Vec<_> = (0..n)
+        .map(|p| {
+            let hub: Arc<MemoryHub> = hub.clone();
+            let tamper = if p == 0 { tamper.take() } else { None };
+            std::thread::spawn(move || {
+                let layout = ProcessLayout::new(tp, ProcessSpec { process: p, processes: n }).unwrap();
+                let inner = HostBackend::new(layout.ranks_per_process())?;
+                let mut mover = MemoryMover::new(hub, layout, Duration::from_secs(60));
+                if let Some(t) = tamper {
+                    mover = mover.tampering(t);
+                }
+                let mut b = DistBackend::new(layout, inner, mover, None)?;
+                program::run(tiny(), &config(tp), &mut b)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().expect("a process thread panicked")).collect()
+}
+
+fn assert_same(tp: usize, n: usize, want: &Record, got: &Record, p: usize) {
+    let what = format!("TP{tp} over {n} processes, process {p}");
+    assert_eq!(got.digests, want.digests, "{what}: seam digests");
+    assert_eq!(got.tokens, want.tokens, "{what}: token tape");
+    let bits = |r: &Record| r.top2.iter().flatten().map(|(a, b)| (a.to_bits(), b.to_bits())).collect::<Vec<_>>();
+    assert_eq!(bits(got), bits(want), "{what}: top-2 logits");
+    assert_eq!(got.engaged, want.engaged, "{what}: engagement");
+    assert_eq!(got.captures, want.captures, "{what}: captures");
+    assert_eq!(
+        got.timings_ns.iter().map(|t| t.len()).collect::<Vec<_>>(),
+        want.timings_ns.iter().map(|t| t.len()).collect::<Vec<_>>(),
+        "{what}: timing samples"
+    );
+}
+
+#[test]
+fn every_process_records_exactly_the_single_process_run() {
+    for (tp, n) in [(2, 2), (4, 2), (8, 4), (4, 1)] {
+        let want = single(tp);
+        assert!(!want.captures.is_empty() && want.tokens.iter().all(|t| t.len() == 3));
+        for (p, got) in spread(tp, n, None).into_iter().enumerate() {
+            let got = got.unwrap_or_else(|e| panic!("TP{tp} over {n}, process {p}: {e}"));
+            assert_same(tp, n, &want, &got, p);
+            assert!(got.backend.contains(&format!("process {p}/{n}")), "{}", got.backend);
+        }
+    }
+}
+
+#[test]
+fn a_mover_that_corrupts_one_word_makes_the_records_differ() {
+    let want = single(2);
+    // Flip the lowest bit of word 5 of the 10th cross-process copy process 0 sends.
+    let tamper: Tamper = Box::new(|n, words| {
+        if n == 9 {
+            words[5] ^= 1;
+        }
+    });
+    let got = spread(2, 2, Some(tamper));
+    for (p, r) in got.into_iter().enumerate() {
+        let r = r.unwrap();
+        assert_ne!(r.digests, want.digests, "process {p}: the corrupted word must show in the digests");
+        // Both processes see the same (wrong) record: the digests come from one collective.
+        let first = want.digests.iter().flatten().zip(r.digests.iter().flatten()).position(|(a, b)| a != b);
+        assert!(first.is_some(), "process {p}");
+    }
+}
+
+#[test]
+fn ids_of_remote_work_match_the_owners() {
+    let layout = ProcessLayout::new(4, ProcessSpec { process: 1, processes: 2 }).unwrap();
+    let mover = MemoryMover::new(MemoryHub::new(), layout, Duration::from_millis(10));
+    let mut b = DistBackend::new(layout, HostBackend::new(2).unwrap(), mover, None).unwrap();
+    // Rank 0 is remote, rank 2 local: both count buffers from 0 in program order.
+    assert_eq!(b.alloc(0, 8).unwrap(), 0);
+    assert_eq!(b.alloc(2, 8).unwrap(), 0);
+    assert_eq!(b.alloc(0, 8).unwrap(), 1);
+    assert_eq!(b.alloc(2, 4).unwrap(), 1);
+    assert_eq!(b.alloc(3, 4).unwrap(), 0);
+    assert!(b.alloc(4, 4).unwrap_err().to_string().contains("rank 4 does not exist: this run has TP4"));
+    // Remote-to-remote copies are nobody's business here; a receive with no sender times out
+    // naming the process, the call and the ranks.
+    b.copy(Transport::Nccl, 0, Slice::new(0, 0, 8), 1, Slice::new(0, 0, 8)).unwrap();
+    let e = b.copy(Transport::Nccl, 0, Slice::new(0, 0, 4), 2, Slice::new(1, 0, 4)).unwrap_err().to_string();
+    assert!(e.contains("process 1/2, recv on rank 0 → rank 2"), "{e}");
+    let e = b.all_reduce_sum(&[], 0, Slice::new(0, 0, 1)).unwrap_err().to_string();
+    assert!(e.contains("not available across processes"), "{e}");
+    assert_eq!(b.ranks(), 4);
+}
+
+#[test]
+fn an_inner_backend_of_the_wrong_size_is_refused() {
+    let layout = ProcessLayout::new(4, ProcessSpec { process: 0, processes: 2 }).unwrap();
+    let mover = MemoryMover::new(MemoryHub::new(), layout, Duration::from_millis(10));
+    let e = DistBackend::new(layout, HostBackend::new(4).unwrap(), mover, None).err().unwrap().to_string();
+    assert!(e.contains("the inner backend has 4 ranks, the layout gives this process 2"), "{e}");
+}
