@@ -102,7 +102,16 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
     let model = &subject.model;
     let mut b = open(backend, 1)?;
     let bandwidth = b.copy_bandwidth(args.copy_bytes)?;
-    let cfg = RunConfig::new(1, Transport::HostBounce, subject.battery.clone())?;
+    let mut cfg = RunConfig::new(1, Transport::HostBounce, subject.battery.clone())?;
+    if args.graph {
+        if warmup < 2 {
+            return Err(input(format!(
+                "--graph with --warmup {warmup}: the first two steps record and capture each layer, so the timed \
+                 steps would not all be replays (use --warmup 2 or more)"
+            )));
+        }
+        cfg.doors.graph = true;
+    }
     let started = Instant::now();
     let record = memra_runtime::program::run(model, &cfg, b.as_mut())?;
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -134,6 +143,10 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
     // Table.
     let bw_text = bandwidth.map(|bw| format!("{:.2} TB/s (read+write)", bw / 1e12)).unwrap_or("not measured".into());
     crate::say!("device-to-device copy bandwidth: {bw_text}; {} timed steps after {warmup} warm-up", args.steps);
+    if args.graph {
+        let replays = record.engaged.get("graph.replays").copied().unwrap_or(0);
+        crate::say!("MEMRA_STEP_TP_GRAPH: attention halves replayed {replays} times (recorded on step 0, captured on step 1)");
+    }
     crate::say!(
         "{:<6} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
         "layer",
@@ -175,7 +188,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
         crate::say!("  {k} = {v:.3}");
     }
 
-    let receipt = performance_receipt(&subject, &record, backend, ratios, bandwidth, &torch, wall_ms, prov)?;
+    let receipt = performance_receipt(&subject, &record, backend, args.graph, ratios, bandwidth, &torch, wall_ms, prov)?;
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).map_err(|e| input(format!("--out {}: {e}", dir.display())))?;
         let path = memra_receipts::store::write_receipt(dir, &receipt)?;
@@ -189,6 +202,7 @@ fn performance_receipt(
     subject: &crate::suite::Subject,
     record: &Record,
     backend: BackendKind,
+    graph: bool,
     ratios: BTreeMap<String, f64>,
     bandwidth: Option<f64>,
     torch: &Result<serde_json::Value, String>,
@@ -203,10 +217,14 @@ fn performance_receipt(
         progress: false,
     };
     let job = crate::suite::Job {
-        doors_env: BTreeMap::new(),
-        doors: Default::default(),
+        doors_env: if graph { BTreeMap::from([("MEMRA_STEP_TP_GRAPH".to_string(), true)]) } else { BTreeMap::new() },
+        doors: memra_runtime::DoorSet { graph, ..Default::default() },
         class: crate::suite::JobClass::Identity,
-        engagement: BTreeMap::new(),
+        engagement: if graph {
+            BTreeMap::from([("graph".to_string(), "graph.replays".to_string())])
+        } else {
+            BTreeMap::new()
+        },
         tp: 1,
         transport: Transport::HostBounce,
         backend,

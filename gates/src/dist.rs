@@ -37,7 +37,11 @@ pub struct DistContext {
 }
 
 /// Door ids whose mechanism exists only inside one process, with the reason.
-const SINGLE_PROCESS_DOORS: [(&str, &str); 2] = [
+const SINGLE_PROCESS_DOORS: [(&str, &str); 3] = [
+    (
+        "graph",
+        "MEMRA_STEP_TP_GRAPH is not run across processes: a CUDA graph is captured within one process, and the distributed backend does not capture its cross-process NCCL sends and receives",
+    ),
     (
         "nccl_allreduce",
         "MEMRA_NCCL_ALLREDUCE is not run across processes: NCCL's own all-reduce order depends on the topology, so its evidence would not be the single-process run's",
