@@ -10,6 +10,8 @@
 //! step). Two deliberate departures, each behind its own switch: the NUMERIC door
 //! MEMRA_NCCL_ALLREDUCE ([`Backend::all_reduce_sum`], NCCL's own reduction order) and the
 //! SkipFence canary ([`Backend::copy_unfenced`], a copy that does not wait for its producer).
+//! Direct joins ([`Backend::launch_peer_store`], `direct.rs`) order a kernel's stores into
+//! another rank's memory with the same two fences a copy has (events, or FENCE_MEMOPS doorbells).
 //!
 //! This module is the one room where `unsafe` and driver calls live (STYLE.md): every `unsafe`
 //! block names its invariant in a `// SAFETY:` line, and every driver error becomes
@@ -17,6 +19,7 @@
 //! every stream is drained before a buffer can be freed.
 
 mod compile;
+mod direct;
 mod launch;
 mod layout;
 mod memory;
@@ -31,7 +34,7 @@ pub use probe::{
     DeviceInfo,
 };
 
-use super::{Backend, BufId, Collected, Op, ProbeResult, Slice, WeightId};
+use super::{Backend, BufId, Collected, JoinFence, Op, Packed, ProbeResult, Slice, WeightId};
 use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::model::matrix::MatrixShard;
@@ -129,6 +132,12 @@ pub struct CudaBackend {
     _reserved: Vec<DeviceBuffer>,
     /// Kernels rank 0 issued on the default stream (RANK0_MERGE's engagement evidence).
     merged_launches: u64,
+    /// Packed copies of at least 2 blocks really issued (BULK_P2P's engagement evidence).
+    packed_copies: u64,
+    /// Doorbells rung with stream memops, fallbacks to events excluded (FENCE_MEMOPS's).
+    doorbells_rung: u64,
+    /// The doorbell flags of FENCE_MEMOPS, created on first use.
+    bells: direct::BellState,
     // Field order is drop order: NCCL communicators, then ranks (buffers, events, streams), then
     // staging and devices.
     /// NCCL communicators, one per rank, created on the first NCCL operation.
@@ -202,6 +211,9 @@ impl CudaBackend {
             tickets: Vec::new(),
             launches: 0,
             merged_launches: 0,
+            packed_copies: 0,
+            doorbells_rung: 0,
+            bells: direct::BellState::Untried,
             _reserved: reserved,
         })
     }
@@ -327,12 +339,20 @@ impl Drop for CudaBackend {
 }
 
 impl Backend for CudaBackend {
+    /// Counted here, where the mechanisms are carried out, never by the program on faith: a
+    /// packed copy of fewer than 2 blocks and a doorbell that fell back to events count nothing.
     fn engagement(&self) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
         if self.opts.rank0_on_default_stream {
-            vec![("rank0_merge.merged_launches".to_string(), self.merged_launches)]
-        } else {
-            Vec::new()
+            out.push(("rank0_merge.merged_launches".to_string(), self.merged_launches));
         }
+        if self.packed_copies > 0 {
+            out.push(("bulk_p2p.packed_copies".to_string(), self.packed_copies));
+        }
+        if self.doorbells_rung > 0 {
+            out.push(("fence_memops.doorbells".to_string(), self.doorbells_rung));
+        }
+        out
     }
 
     fn build_options(&self) -> Vec<String> {
@@ -446,6 +466,14 @@ impl Backend for CudaBackend {
         dst: Slice,
     ) -> Result<()> {
         self.copy_unfenced_slices(transport, src_rank, src, dst_rank, dst)
+    }
+
+    fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
+        self.peer_store(rank, &op, out_rank, fence)
+    }
+
+    fn copy_packed(&mut self, transport: Transport, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
+        self.copy_packed_blocks(transport, src_rank, dst_rank, p)
     }
 
     fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
