@@ -111,11 +111,21 @@ fn counter(r: &Record, name: &str) -> u64 {
 fn check_direct_run(tp: usize, doors: DoorSet, opts: CudaOptions, what: &str) -> Option<(Record, CudaBackend)> {
     let base = cuda_tp1()?;
     let mut b = cuda_backend(tp, opts)?;
-    let r = program::run(tiny(), &config(tp, doors), &mut b).unwrap_or_else(|e| panic!("{what}: CUDA run failed: {e}"));
+    let r = match program::run(tiny(), &config(tp, doors), &mut b) {
+        Ok(r) => r,
+        Err(RuntimeError::Unavailable(reason)) => {
+            // A device pair without peer access: native-p2p runs are SKIPPED, never passed.
+            println!("skipped: {what}: {reason}");
+            return None;
+        }
+        Err(e) => panic!("{what}: CUDA run failed: {e}"),
+    };
     if let Some(d) = first_diff(base, &r) {
         panic!("{what} ({}): differs from CUDA TP1 at {d}", b.describe());
     }
-    let host = program::run(tiny(), &config(tp, doors), &mut HostBackend::new(tp).unwrap()).unwrap();
+    // The host has the peer stores but not the CUDA-only doors (NOT-APPLICABLE there).
+    let host_doors = DoorSet { fence_memops: false, bulk_p2p: false, ..doors };
+    let host = program::run(tiny(), &config(tp, host_doors), &mut HostBackend::new(tp).unwrap()).unwrap();
     for c in ["oproj_direct.peer_stores", "moe_direct.peer_stores", "oproj_tail.fused_joins"] {
         assert_eq!(counter(&r, c), counter(&host, c), "{what}: `{c}` on CUDA vs host");
     }
