@@ -1,5 +1,7 @@
 //! One decoder layer: the attention half (attn_norm … ffn_norm) and the MoE half (router …
-//! residual). Every arithmetic step is one kernel on one rank; every cross-rank step is a copy.
+//! residual). Every arithmetic step is one kernel on one rank; every cross-rank step is a copy —
+//! except under the direct-join doors (OPROJ_DIRECT, MOE_DIRECT), where a peer's last kernel of a
+//! join stores its output straight into the root's buffer (a peer store) and nothing is copied.
 
 use super::placement::ExpertMode;
 use super::{Ctx, Part};
