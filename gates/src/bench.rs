@@ -145,7 +145,9 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
     crate::say!("device-to-device copy bandwidth: {bw_text}; {} timed steps after {warmup} warm-up", args.steps);
     if args.graph {
         let replays = record.engaged.get("graph.replays").copied().unwrap_or(0);
-        crate::say!("MEMRA_STEP_TP_GRAPH: attention halves replayed {replays} times (recorded on step 0, captured on step 1)");
+        crate::say!(
+            "MEMRA_STEP_TP_GRAPH: attention halves replayed {replays} times (recorded on step 0, captured on step 1)"
+        );
     }
     crate::say!(
         "{:<6} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
@@ -188,7 +190,8 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
         crate::say!("  {k} = {v:.3}");
     }
 
-    let receipt = performance_receipt(&subject, &record, backend, args.graph, ratios, bandwidth, &torch, wall_ms, prov)?;
+    let receipt =
+        performance_receipt(&subject, &record, backend, args.graph, ratios, bandwidth, &torch, wall_ms, prov)?;
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).map_err(|e| input(format!("--out {}: {e}", dir.display())))?;
         let path = memra_receipts::store::write_receipt(dir, &receipt)?;

@@ -109,6 +109,11 @@ fn door_table_decisions() {
     assert!(d("nvfp4_ep2").conflict("step_ep").is_some(), "conflicts hold both ways");
     assert!(d("w8").conflict("qkv_fused").is_some());
     assert!(d("graph").conflict("nvfp4_ep2").is_some());
+    // BULK_P2P packs the moe_join's TP-sharded slot copies: inert (VOID) wherever there are none.
+    for inert in ["moe_direct", "step_ep", "nvfp4_ep2"] {
+        assert!(d("bulk_p2p").conflict(inert).is_some(), "bulk_p2p must exclude {inert}");
+    }
+    assert_eq!(d("bulk_p2p").seams, vec![Seam::MoeJoin], "the o_join has no per-slot copies to pack");
     assert!(d("dev_router").requires.is_empty() && d("dev_router").conflicts.is_empty());
     let canaries: Vec<&str> = r.doors().iter().filter(|x| x.is_canary()).map(|x| x.id.as_str()).collect();
     for a in &canaries {
@@ -284,8 +289,8 @@ fn inconsistent_entries_are_refused_with_the_rule() {
     // A backend neither supported nor explained.
     let e = err_text(Registry::from_toml_str(
         &edited(
-            "backends = [\"cuda\"]\nnot_applicable = { host = \"host native",
-            "backends = [\"cuda\"]\nnot_applicable = { hostx = \"host native",
+            "backends = [\"cuda\"]\nnot_applicable = { host = \"the host backend has no device",
+            "backends = [\"cuda\"]\nnot_applicable = { hostx = \"the host backend has no device",
         ),
         "t.toml",
     ));

@@ -140,6 +140,42 @@ impl RunConfig {
         })
     }
 
+    /// The door rules the program's mechanisms rely on (gates/doors.toml states them too; a run
+    /// configured without the registry is refused here, never run as something else).
+    pub fn check_doors(&self) -> Result<(), RuntimeError> {
+        let d = &self.doors;
+        let refuse = |msg: String| Err(RuntimeError::Config(msg));
+        for (on, env) in [(d.oproj_direct, "MEMRA_OPROJ_DIRECT"), (d.moe_direct, "MEMRA_MOE_DIRECT")] {
+            if on && self.transport != Transport::NativeP2p {
+                return refuse(format!(
+                    "{env} with transport {}: peer stores write into the root's memory, which needs native-p2p",
+                    self.transport.name()
+                ));
+            }
+        }
+        if d.fence_memops && !d.moe_direct {
+            return refuse(
+                "MEMRA_FENCE_MEMOPS without MEMRA_MOE_DIRECT: the doorbells replace the MOE_DIRECT join's fences, \
+                 which do not exist otherwise"
+                    .into(),
+            );
+        }
+        if d.bulk_p2p && d.moe_direct {
+            return refuse(
+                "MEMRA_STEP_TP_BULK_P2P with MEMRA_MOE_DIRECT: peers store their expert partials at the root, \
+                 so the moe_join has no copies to pack"
+                    .into(),
+            );
+        }
+        if d.bulk_p2p && self.transport != Transport::NativeP2p {
+            return refuse(format!(
+                "MEMRA_STEP_TP_BULK_P2P with transport {}: the packed copy is one device-to-device copy (native-p2p)",
+                self.transport.name()
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether the routed experts run as NVFP4 banks.
     pub fn nvfp4_experts(&self) -> bool {
         self.doors.nvfp4_ep2 || self.expert_format == ExpertFormat::Nvfp4

@@ -193,3 +193,37 @@ fn a_stale_device_position_under_replay_is_caught() {
     let d = first_diff(&oracle, &r);
     assert_eq!(d.as_deref(), Some("prompt 0 step 3 layer 0 rope"), "the frozen position must show where it froze");
 }
+
+/// Peer stores inside the captured attention half (OPROJ_DIRECT + OPROJ_TAIL, MOE_DIRECT eager).
+#[test]
+fn graph_with_peer_stores_equals_the_oracle() {
+    let Some(_) = cuda_backend(1, PlacementPolicy::Auto) else { return };
+    let model = tiny();
+    let oracle = {
+        let cfg = RunConfig::new(1, Transport::HostBounce, battery()).unwrap();
+        program::run(&model, &cfg, &mut HostBackend::new(1).unwrap()).unwrap()
+    };
+    let n_devices = cuda::probe_cuda().map(|s| s.devices.len()).unwrap_or(0);
+    for tp in [2, 4, 8] {
+        let mut placements = vec![PlacementPolicy::CoResident];
+        if n_devices >= tp {
+            placements.push(PlacementPolicy::Auto);
+        }
+        for placement in placements {
+            let Some(mut b) = cuda_backend(tp, placement) else { return };
+            let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery()).unwrap();
+            (cfg.doors.graph, cfg.doors.oproj_direct, cfg.doors.oproj_tail, cfg.doors.moe_direct) =
+                (true, true, true, true);
+            let r = program::run(&model, &cfg, &mut b).unwrap_or_else(|e| panic!("TP{tp} {placement:?}: {e}"));
+            assert_eq!(first_diff(&oracle, &r), None, "TP{tp} {placement:?}: graph + direct joins vs host oracle");
+            for counter in ["graph.replays", "oproj_direct.peer_stores", "moe_direct.peer_stores"] {
+                assert!(
+                    r.engaged.get(counter).is_some_and(|n| *n > 0),
+                    "TP{tp} {placement:?}: {counter} {:?}",
+                    r.engaged
+                );
+            }
+            println!("TP{tp} {placement:?}: graph + peer stores = oracle");
+        }
+    }
+}

@@ -71,6 +71,19 @@ fn graph_program_path_equals_the_oracle_and_repeats_its_segments_exactly() {
 }
 
 #[test]
+fn graph_program_path_with_the_direct_joins_equals_the_oracle() {
+    for tp in [2, 4, 8] {
+        let mut cfg = graph_cfg(tp, Transport::NativeP2p);
+        (cfg.doors.oproj_direct, cfg.doors.oproj_tail, cfg.doors.moe_direct) = (true, true, true);
+        let mut b = SegmentChecker::new(HostBackend::new(tp).unwrap());
+        let r = program::run(tiny(), &cfg, &mut b).unwrap();
+        assert_eq!(first_diff(oracle(), &r), None, "TP{tp} graph path + direct joins");
+        assert_eq!(b.mismatches, Vec::<String>::new(), "TP{tp}: a segment changed between passes");
+        assert!(r.engaged.get("oproj_direct.peer_stores").is_some_and(|n| *n > 0), "TP{tp}: {:?}", r.engaged);
+    }
+}
+
+#[test]
 fn a_frozen_device_position_is_caught() {
     // Positions stop advancing after the 2nd token: exactly what a graph that captured the
     // position instead of reading it would do.

@@ -10,7 +10,7 @@
 //! No deadlock is possible: every receive waits for a send that was queued earlier in the single
 //! issue order of the driver thread, and a send never waits.
 
-use super::{Backend, BufId, Collected, Op, ProbeResult, RowOrder, Slice, WeightId};
+use super::{Backend, BufId, Collected, JoinFence, Op, ProbeResult, RowOrder, Slice, WeightId};
 use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::model::matrix::MatrixShard;
@@ -112,9 +112,18 @@ impl HostBackend {
     }
 
     fn check_op(&self, rank: usize, op: &Op) -> Result<()> {
+        self.check_op_at(rank, op, rank)
+    }
+
+    /// Like `check_op`, with the op's store target (listed last by `op_slices`) checked on
+    /// `target_rank` (a peer store's destination).
+    fn check_op_at(&self, rank: usize, op: &Op, target_rank: usize) -> Result<()> {
         let name = op_name(op);
-        for s in op_slices(op) {
-            self.check_slice(rank, s, name)?;
+        let slices = op_slices(op);
+        let n = slices.len();
+        for (i, s) in slices.into_iter().enumerate() {
+            let at = if i + 1 == n && op.store_target().is_some() { target_rank } else { rank };
+            self.check_slice(at, s, name)?;
         }
         match op {
             Op::GemvRows { w, .. } | Op::GemvPartials { w, .. } if *w as usize >= self.ranks[rank].n_weights => {
@@ -190,7 +199,8 @@ fn write_slice(a: &mut Arena, s: Slice, data: &[f32]) {
     a.bufs[s.buf as usize][s.offset..s.offset + s.len].copy_from_slice(data);
 }
 
-/// Every slice an op touches (for bounds checks before queueing).
+/// Every slice an op touches (for bounds checks before queueing); an op's store target
+/// ([`Op::store_target`]) comes last.
 fn op_slices(op: &Op) -> Vec<Slice> {
     match *op {
         Op::GemvRows { x, out, .. } | Op::GemvPartials { x, out, .. } => vec![x, out],
@@ -498,6 +508,39 @@ impl Backend for HostBackend {
                 )
             }
         }
+    }
+
+    /// The op runs on `rank`'s thread into a scratch vector (the host's stand-in for a kernel's
+    /// registers: pushed for this op and popped right after, never a slice of `rank`), which is
+    /// handed to `out_rank`'s thread and written there in issue order — after `out_rank`'s
+    /// earlier work, before its later work, like the device's two event fences. No copy of a
+    /// `rank` buffer is involved.
+    fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
+        let target = super::peer_store_target(&op, rank, out_rank)?;
+        if fence == JoinFence::Doorbells {
+            return Err(RuntimeError::Config(
+                "host backend: MEMRA_FENCE_MEMOPS is NOT-APPLICABLE here (stream memory-op doorbells exist only on CUDA streams); refusing rather than running the event path under the door's name".into(),
+            ));
+        }
+        self.check_op_at(rank, &op, out_rank)?;
+        let (tx, rx) = channel::<Vec<f32>>();
+        self.submit(
+            rank,
+            Box::new(move |a: &mut Arena| {
+                let scratch = a.bufs.len();
+                a.bufs.push(vec![0.0; target.len]);
+                execute(a, op.with_store_target(Slice::new(scratch as BufId, 0, target.len)));
+                let _ = tx.send(a.bufs.pop().unwrap_or_default());
+            }),
+        )?;
+        self.submit(
+            out_rank,
+            Box::new(move |a: &mut Arena| {
+                if let Ok(v) = rx.recv() {
+                    write_slice(a, target, &v);
+                }
+            }),
+        )
     }
 
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {

@@ -108,6 +108,118 @@ pub enum Op {
     AppendAt { src: Slice, cache: Slice, pos: Slice },
 }
 
+impl Op {
+    /// The slice a peer store may place on another rank: the one output of an op that writes
+    /// exactly one slice and does not read it. In-place ops and ops with several outputs have none
+    /// (their outputs cannot be split between two ranks' memories).
+    pub fn store_target(&self) -> Option<Slice> {
+        match *self {
+            Op::GemvRows { out, .. }
+            | Op::GemvPartials { out, .. }
+            | Op::Fold { out, .. }
+            | Op::Add { out, .. }
+            | Op::Scale { out, .. } => Some(out),
+            _ => None,
+        }
+    }
+
+    /// The same op with its store target replaced by `to` (unchanged for an op without one).
+    pub fn with_store_target(mut self, to: Slice) -> Op {
+        match &mut self {
+            Op::GemvRows { out, .. }
+            | Op::GemvPartials { out, .. }
+            | Op::Fold { out, .. }
+            | Op::Add { out, .. }
+            | Op::Scale { out, .. } => *out = to,
+            _ => {}
+        }
+        self
+    }
+}
+
+/// How the two fences of a direct join's peer store are carried out. The first orders the store
+/// after the destination rank's earlier work (it must not overwrite partials that rank is still
+/// reading); the second orders the destination's later work after the store (its fold sees it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinFence {
+    /// Recorded events awaited across streams (or, on the host, the rank threads' message order).
+    Events,
+    /// FENCE_MEMOPS: stream memory-op doorbells — the signalling stream writes a ticket, the
+    /// waiting stream waits until the flag reaches it. Only CUDA streams have them; a device that
+    /// rejects them gets events instead, and such a fence is not counted as a doorbell.
+    Doorbells,
+}
+
+/// BULK_P2P: `blocks` blocks of `src.len` elements, block i at `src.offset + i·src_pitch` of
+/// `src.buf`, moved to `dst.offset + i·dst_pitch` of `dst.buf` in one copy. The elements between
+/// blocks are not touched on either side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packed {
+    /// Block 0 of the source (its `len` is every block's length).
+    pub src: Slice,
+    pub src_pitch: usize,
+    /// Block 0 of the destination (`len` equal to `src.len`).
+    pub dst: Slice,
+    pub dst_pitch: usize,
+    pub blocks: usize,
+}
+
+impl Packed {
+    /// Block `i` of the source.
+    pub fn src_block(&self, i: usize) -> Slice {
+        Slice::new(self.src.buf, self.src.offset + i * self.src_pitch, self.src.len)
+    }
+
+    /// Block `i` of the destination.
+    pub fn dst_block(&self, i: usize) -> Slice {
+        Slice::new(self.dst.buf, self.dst.offset + i * self.dst_pitch, self.dst.len)
+    }
+
+    /// The source span from block 0's first element to the last block's last element.
+    pub fn src_span(&self) -> Slice {
+        Slice::new(self.src.buf, self.src.offset, self.blocks.saturating_sub(1) * self.src_pitch + self.src.len)
+    }
+
+    /// The destination span, like [`Packed::src_span`].
+    pub fn dst_span(&self) -> Slice {
+        Slice::new(self.dst.buf, self.dst.offset, self.blocks.saturating_sub(1) * self.dst_pitch + self.dst.len)
+    }
+
+    /// Shape rules every backend checks: equal block lengths, at least one block, and pitches
+    /// that keep blocks apart (a pitch below the block length would make blocks overlap).
+    pub fn check(&self) -> Result<()> {
+        let rule = |detail: String| Err(crate::RuntimeError::Config(format!("packed copy: {detail}")));
+        if self.src.len != self.dst.len {
+            return rule(format!("source blocks of {} elements, destination blocks of {}", self.src.len, self.dst.len));
+        }
+        if self.blocks == 0 {
+            return rule("0 blocks: a packed copy moves at least one block".into());
+        }
+        if self.blocks > 1 && (self.src_pitch < self.src.len || self.dst_pitch < self.dst.len) {
+            return rule(format!(
+                "pitches {} (source) and {} (destination) are below the block length {}: blocks would overlap",
+                self.src_pitch, self.dst_pitch, self.src.len
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks every backend's peer store shares: two distinct ranks and an op with one store target.
+/// Returns the target (a slice of `out_rank`).
+pub fn peer_store_target(op: &Op, rank: usize, out_rank: usize) -> Result<Slice> {
+    if rank == out_rank {
+        return Err(crate::RuntimeError::Config(format!(
+            "peer store on rank {rank} into its own memory: a peer store crosses ranks (a rank's own output is a plain launch)"
+        )));
+    }
+    op.store_target().ok_or_else(|| {
+        crate::RuntimeError::Config(format!(
+            "peer store of {op:?}: only an op with exactly one output that it does not read (gemv, fold, add, scale) can store into another rank"
+        ))
+    })
+}
+
 /// What `collect` returns: digests in ticket order, and per-rank timing marks (ns since the
 /// first mark after the previous collect).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -182,6 +294,33 @@ pub trait Backend {
         let _ = (transport, src_rank, src, dst_rank, dst);
         Err(crate::RuntimeError::Config(format!(
             "{}: this backend has no producer fence to skip (the skip_fence canary needs device streams)",
+            self.describe()
+        )))
+    }
+
+    /// Direct joins (OPROJ_DIRECT, MOE_DIRECT): run `op` on `rank` with its inputs on `rank` and
+    /// its one output ([`Op::store_target`]) a slice of `out_rank` — the kernel stores straight
+    /// into `out_rank`'s memory; no slice of `rank` is written and no copy follows. Ordered after
+    /// `out_rank`'s earlier work and before its later work (the join's two fences, carried out
+    /// as `fence` says), and after `rank`'s earlier work (stream order). The default refuses: a
+    /// backend without peer stores must never fall back to a copy, which would make the door
+    /// vacuous.
+    fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
+        let _ = (rank, op, out_rank, fence);
+        Err(crate::RuntimeError::Config(format!(
+            "{}: this backend has no peer stores (MEMRA_OPROJ_DIRECT / MEMRA_MOE_DIRECT need a kernel that writes into another rank's memory)",
+            self.describe()
+        )))
+    }
+
+    /// BULK_P2P: move every block of `p` from `src_rank` to `dst_rank` in ONE copy over
+    /// `transport`, ordered like [`Backend::copy`]. A backend that carries it out counts
+    /// `bulk_p2p.packed_copies` in [`Backend::engagement`] for each packed copy of at least 2
+    /// blocks. The default refuses (never one copy per block in disguise).
+    fn copy_packed(&mut self, transport: Transport, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
+        let _ = (transport, src_rank, dst_rank, p);
+        Err(crate::RuntimeError::Config(format!(
+            "{}: this backend has no packed copies (MEMRA_STEP_TP_BULK_P2P needs the CUDA backend over native-p2p)",
             self.describe()
         )))
     }

@@ -1,18 +1,27 @@
 //! One decoder layer: the attention half (attn_norm … ffn_norm) and the MoE half (router …
-//! residual). Every arithmetic step is one kernel on one rank; every cross-rank step is a copy.
+//! residual). Every arithmetic step is one kernel on one rank; every cross-rank step is a copy —
+//! except under the direct-join doors (OPROJ_DIRECT, MOE_DIRECT), where a peer's last kernel of a
+//! join stores its output straight into the root's buffer (a peer store) and nothing is copied.
 
 use super::placement::ExpertMode;
 use super::{Ctx, Part};
-use crate::backend::{Op, RowOrder, Slice};
+use crate::backend::{JoinFence, Op, Packed, RowOrder, Slice};
 use crate::config::{Canary, Transport};
 use crate::record::Seam;
 use crate::Result;
 
-/// Copy from a rank to another over the run's transport, or over peer stores when a direct
-/// door asks for them.
-fn move_bytes(ctx: &mut Ctx, direct: bool, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
-    let t = if direct { Transport::NativeP2p } else { ctx.cfg.transport };
-    ctx.b.copy(t, src_rank, src, dst_rank, dst)
+/// Run `op` with its output going to `dst`, a slice of the root: rank 0 launches it there
+/// directly; a peer stores into the root's memory (a direct join's peer store, counted under
+/// `counter` because it really crossed ranks).
+fn store_to_root(ctx: &mut Ctx, rank: usize, op: Op, dst: Slice, fence: JoinFence, counter: &str) -> Result<()> {
+    let op = op.with_store_target(dst);
+    if rank == 0 {
+        ctx.b.launch(0, op)
+    } else {
+        ctx.b.launch_peer_store(rank, op, 0, fence)?;
+        ctx.count(counter);
+        Ok(())
+    }
 }
 
 /// Root → every other rank (the replicated rows of attn_norm and ffn_norm).
@@ -133,29 +142,41 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> {
     // SkipFence canary: a peer's partials are copied to the root without waiting for their
     // producer — the race a missing fence opens (o_join reads them).
     let skip_fence = ctx.cfg.doors.canary == Some(Canary::SkipFence) && tp > 1;
+    // OPROJ_DIRECT: every rank's partials land in root.opart_all at their canonical offset (peers
+    // by peer stores), so the o_join moves nothing. Not when a canary needs the rank-local
+    // producer buffer: skip_fence copies it unfenced, and a stale step must leave the previous
+    // step's partials in the root's buffer.
+    let direct = ctx.cfg.doors.oproj_direct && !skip_fence && !ctx.stale();
     let mut parts: Vec<Part> = Vec::new();
     for r in 0..tp {
         let rb = ctx.buf.ranks[r].clone();
         let wo = ctx.w.layers[l][r].wo;
+        let at = root.opart_all.sub(r * rb.opart.len, rb.opart.len);
+        let base = (r * rb.opart.len) as u64;
         if skip_fence && r != 0 {
             // Issued before its producer: with no fence, nothing stops the copy from running
             // first, and on a fast device that is what it does — so the defect shows every time.
-            let t = if ctx.cfg.doors.oproj_direct { Transport::NativeP2p } else { ctx.cfg.transport };
-            ctx.b.copy_unfenced(t, r, rb.opart, 0, root.opart_all.sub(r * rb.opart.len, rb.opart.len))?;
+            ctx.b.copy_unfenced(ctx.cfg.transport, r, rb.opart, 0, at)?;
             ctx.count("canary_skip_fence.skipped_fences");
         }
-        ctx.b.launch(r, Op::GemvPartials { w: wo, x: rb.attn, out: rb.opart })?;
+        let op = Op::GemvPartials { w: wo, x: rb.attn, out: rb.opart };
+        if direct {
+            // The seam's digest reads the root-resident slice: same global indices, same bits.
+            store_to_root(ctx, r, op, at, JoinFence::Events, "oproj_direct.peer_stores")?;
+            parts.push((0, at, base));
+        } else {
+            ctx.b.launch(r, op)?;
+            parts.push((r, rb.opart, base));
+        }
         if ctx.cfg.doors.w8 {
             ctx.count("w8.int8_gemvs");
         }
-        parts.push((r, rb.opart, (r * rb.opart.len) as u64));
     }
     ctx.seam(l, Seam::OProj, &parts)?;
 
-    // o_join: partials moved to the root, reduced in canonical order (or deferred into the
-    // ffn_norm kernel by OPROJ_TAIL).
+    // o_join: partials moved to the root (already there under OPROJ_DIRECT), reduced in
+    // canonical order (or deferred into the ffn_norm kernel by OPROJ_TAIL).
     ctx.begin()?;
-    let direct = ctx.cfg.doors.oproj_direct;
     let g = ctx.p.o_kblocks;
     if ctx.cfg.doors.nccl_allreduce {
         // NCCL_ALLREDUCE (NUMERIC, o_join only; the moe_join stays canonical): each rank folds
@@ -179,17 +200,14 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize, pos: usize) -> Result<()> {
         ctx.count("nccl_allreduce.allreduces");
     } else if ctx.stale() {
         ctx.count("canary_stale_buffer.stale_reads");
-    } else {
+    } else if !direct {
         for r in 0..tp {
             let src = ctx.buf.ranks[r].opart;
             let dst = root.opart_all.sub(r * src.len, src.len);
             if skip_fence && r != 0 {
                 continue; // already copied, unfenced, in the o_proj seam
             }
-            move_bytes(ctx, direct, r, src, 0, dst)?;
-            if direct && r != 0 {
-                ctx.count("oproj_direct.peer_stores");
-            }
+            ctx.b.copy(ctx.cfg.transport, r, src, 0, dst)?;
         }
     }
     let reverse = ctx.cfg.doors.canary == Some(Canary::ReverseKBlocks) && tp > 1;
@@ -236,6 +254,10 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     let lay = ctx.w.param_layout.clone();
     let doors = ctx.cfg.doors;
     let xin0 = ctx.buf.ranks[0].xin;
+    // MOE_DIRECT: expert outputs reach the root by peer stores, fenced by events or, under
+    // FENCE_MEMOPS, by doorbells.
+    let direct = doors.moe_direct;
+    let fence = if doors.fence_memops { JoinFence::Doorbells } else { JoinFence::Events };
 
     // ROUTES_PRESTAGE: the expert input is broadcast before the router runs.
     if doors.routes_prestage {
@@ -299,10 +321,21 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
             }
             ctx.b.launch(r, Op::Swiglu { gate, up, limit, out: act })?;
             let out = rb.epart.sub(s * slot_stride, eh.kblocks * hidden);
-            ctx.b.launch(r, Op::GemvPartials { w: eh.down, x: act, out })?;
+            let op = Op::GemvPartials { w: eh.down, x: act, out };
             // Global index: slot stride, then this rank's first K-block (0 for a whole expert).
-            let first_kb = if slot_sharded(ctx, expert) { r * eh.kblocks } else { 0 };
-            parts.push((r, out, (s * slot_stride + first_kb * hidden) as u64));
+            let sharded = slot_sharded(ctx, expert);
+            let first_kb = if sharded { r * eh.kblocks } else { 0 };
+            let base = s * slot_stride + first_kb * hidden;
+            if direct && sharded {
+                // MOE_DIRECT: the shard's partials land at their canonical place in the root's
+                // epart_all, where the moe_join folds them.
+                let at = root.epart_all.sub(base, eh.kblocks * hidden);
+                store_to_root(ctx, r, op, at, fence, "moe_direct.peer_stores")?;
+                parts.push((0, at, base as u64));
+            } else {
+                ctx.b.launch(r, op)?;
+                parts.push((r, out, base as u64));
+            }
         }
     }
     if ctx.p.experts == ExpertMode::ExpertParallel && doors.step_ep {
@@ -316,21 +349,24 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     // moe_join: partials to the root (TP) or per-slot outputs from owners (EP), canonical folds,
     // weighted combine in slot order.
     ctx.begin()?;
-    let direct = doors.moe_direct;
+    let k = c.top_k;
     let routed = root.moe.sub(0, hidden);
     let shared = root.moe.sub(hidden, hidden);
-    let k = c.top_k;
+    if doors.bulk_p2p && !direct {
+        bulk_move_partials(ctx, &slots)?;
+    }
     for (s, expert) in slots.iter().enumerate() {
         let sharded = slot_sharded(ctx, expert);
         let g = if expert.is_some() { ctx.p.down_kblocks } else { ctx.p.shared_kblocks };
         let y_s = root.y.sub(s * hidden, hidden);
         if sharded {
-            for r in 0..tp {
-                let gl = g / tp;
-                let src = ctx.buf.ranks[r].epart.sub(s * slot_stride, gl * hidden);
-                move_bytes(ctx, direct, r, src, 0, root.epart_all.sub(s * slot_stride + r * gl * hidden, gl * hidden))?;
-                if direct && r != 0 {
-                    ctx.count("moe_direct.peer_stores");
+            // Already at the root under MOE_DIRECT (peer stores) or BULK_P2P (packed copies).
+            if !direct && !doors.bulk_p2p {
+                for r in 0..tp {
+                    let gl = g / tp;
+                    let src = ctx.buf.ranks[r].epart.sub(s * slot_stride, gl * hidden);
+                    let dst = root.epart_all.sub(s * slot_stride + r * gl * hidden, gl * hidden);
+                    ctx.b.copy(ctx.cfg.transport, r, src, 0, dst)?;
                 }
             }
             let parts = root.epart_all.sub(s * slot_stride, g * hidden);
@@ -344,20 +380,34 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
             let ob = ctx.buf.ranks[owner].clone();
             let parts = ob.epart.sub(s * slot_stride, g * hidden);
             let oy = ob.ey.sub(s * hidden, hidden);
-            ctx.b.launch(owner, Op::Fold { parts, n_parts: g, reverse: false, out: oy })?;
             let held = match expert {
                 Some(e) => ctx.w.layers[l][owner].experts[*e],
                 None => ctx.w.layers[l][owner].shared,
             };
-            if let Some([_, _, sd]) = held.and_then(|h| h.nvfp4_scales) {
-                // The per-matrix NVFP4 scale, applied once after the full row reduce.
+            // The per-matrix NVFP4 scale, applied once after the full row reduce.
+            let scale = held.and_then(|h| h.nvfp4_scales).map(|[_, _, sd]| sd);
+            // NVFP4_EP2 keeps routed slot outputs on their owners (they sum them there).
+            let to_root = ctx.p.experts != ExpertMode::Interleaved2 || expert.is_none();
+            let fold = Op::Fold { parts, n_parts: g, reverse: false, out: oy };
+            if direct && to_root {
+                // MOE_DIRECT: the owner's last kernel (the fold, or the scale after it) stores
+                // the slot output straight into the root's y slot.
+                let last = match scale {
+                    Some(sd) => {
+                        ctx.b.launch(owner, fold)?;
+                        Op::Scale { x: oy, s: sd, out: oy }
+                    }
+                    None => fold,
+                };
+                store_to_root(ctx, owner, last, y_s, fence, "moe_direct.peer_stores")?;
+                continue;
+            }
+            ctx.b.launch(owner, fold)?;
+            if let Some(sd) = scale {
                 ctx.b.launch(owner, Op::Scale { x: oy, s: sd, out: oy })?;
             }
-            if ctx.p.experts != ExpertMode::Interleaved2 || expert.is_none() {
-                move_bytes(ctx, direct, owner, oy, 0, y_s)?;
-                if direct && owner != 0 {
-                    ctx.count("moe_direct.peer_stores");
-                }
+            if to_root {
+                ctx.b.copy(ctx.cfg.transport, owner, oy, 0, y_s)?;
             }
         }
     }
@@ -395,6 +445,41 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     ctx.b.launch(0, Op::Add { a: routed, b: shared, out: root.moe_sum })?;
     ctx.b.launch(0, Op::Add { a: root.h, b: root.moe_sum, out: root.x })?;
     ctx.seam(l, Seam::Residual, &Ctx::root_part(root.x))
+}
+
+/// BULK_P2P: each rank's partials of every TP-sharded slot move to the root in one packed copy
+/// per run of consecutive sharded slots of equal G (slot s's shard sits at `s·slot_stride` on
+/// its rank and at `s·slot_stride + r·G/TP·hidden` at the root: equal pitches, one 2D copy). A
+/// run of one slot is a plain copy (nothing to pack; the backend would not count it anyway).
+fn bulk_move_partials(ctx: &mut Ctx, slots: &[Option<usize>]) -> Result<()> {
+    let hidden = ctx.model.config.hidden;
+    let (tp, stride) = (ctx.p.tp, ctx.buf.gmax * hidden);
+    let root_parts = ctx.buf.root.epart_all;
+    let g_of = |e: &Option<usize>| if e.is_some() { ctx.p.down_kblocks } else { ctx.p.shared_kblocks };
+    let mut runs: Vec<(usize, usize, usize)> = Vec::new(); // (first slot, slots, G)
+    for (s, e) in slots.iter().enumerate() {
+        if !slot_sharded(ctx, e) {
+            continue;
+        }
+        match runs.last_mut() {
+            Some((first, n, g)) if *first + *n == s && *g == g_of(e) => *n += 1,
+            _ => runs.push((s, 1, g_of(e))),
+        }
+    }
+    for (first, n, g) in runs {
+        let len = g / tp * hidden;
+        for r in 0..tp {
+            let src = ctx.buf.ranks[r].epart.sub(first * stride, len);
+            let dst = root_parts.sub(first * stride + r * len, len);
+            if n == 1 {
+                ctx.b.copy(ctx.cfg.transport, r, src, 0, dst)?;
+            } else {
+                let p = Packed { src, src_pitch: stride, dst, dst_pitch: stride, blocks: n };
+                ctx.b.copy_packed(ctx.cfg.transport, r, 0, p)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether a slot's expert (`None` = shared) is TP-sharded over the ranks.

@@ -135,6 +135,7 @@ pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record
             cfg.tp
         )));
     }
+    cfg.check_doors()?;
     let c = &model.config;
     c.validate()?;
     for (i, p) in cfg.battery.prompts.iter().enumerate() {

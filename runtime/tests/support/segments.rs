@@ -8,7 +8,7 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
-use memra_runtime::backend::{Backend, BufId, Collected, Op, ProbeResult, Slice, WeightId};
+use memra_runtime::backend::{Backend, BufId, Collected, JoinFence, Op, Packed, ProbeResult, Slice, WeightId};
 use memra_runtime::model::matrix::MatrixShard;
 use memra_runtime::{Result, Transport};
 use std::collections::HashMap;
@@ -86,6 +86,14 @@ impl<B: Backend> Backend for SegmentChecker<B> {
     fn copy_unfenced(&mut self, t: Transport, sr: usize, s: Slice, dr: usize, d: Slice) -> Result<()> {
         self.note(format!("unfenced {t:?} r{sr} {s:?} r{dr} {d:?}"));
         self.inner.copy_unfenced(t, sr, s, dr, d)
+    }
+    fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
+        self.note(format!("peer store r{rank} {op:?} r{out_rank} {fence:?}"));
+        self.inner.launch_peer_store(rank, op, out_rank, fence)
+    }
+    fn copy_packed(&mut self, t: Transport, sr: usize, dr: usize, p: Packed) -> Result<()> {
+        self.note(format!("packed {t:?} r{sr} r{dr} {p:?}"));
+        self.inner.copy_packed(t, sr, dr, p)
     }
     fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
         self.note(format!("all-reduce {parts:?} r{out_rank} {out:?}"));

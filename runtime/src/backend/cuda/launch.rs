@@ -100,11 +100,12 @@ impl CudaBackend {
             .map_err(|e| self.fault(rank, what, e))
     }
 
-    fn gemv(&self, rank: usize, w: u32, x: Slice, out: Slice, mode: GemvMode) -> Result<()> {
+    /// `out` is a slice of `out_rank` (`rank` itself, or the root of a peer store).
+    fn gemv(&self, rank: usize, w: u32, x: Slice, out: Slice, out_rank: usize, mode: GemvMode) -> Result<()> {
         let op = mode.name();
         let (kind, rows, cols, kw, vec) = self.weight_shape(rank, w, op)?;
         let xp = self.slice_ptr(rank, x, op)?;
-        let op_ptr = self.slice_ptr(rank, out, op)?;
+        let op_ptr = self.slice_ptr(out_rank, out, op)?;
         if x.len != cols {
             return Err(shape_err(op, format!("x has {} elements but the weight has in_features {cols}", x.len)));
         }
@@ -191,14 +192,29 @@ impl CudaBackend {
     }
 
     pub(crate) fn launch_op(&self, rank: usize, op: &Op) -> Result<()> {
+        self.launch_op_to(rank, op, rank)
+    }
+
+    /// Launch `op` on `rank`'s stream with its store target ([`Op::store_target`]) resolved on
+    /// `out_rank` — the one place a kernel is handed another rank's pointer (a peer store; the
+    /// caller enabled peer access and placed the fences). Every other slice is `rank`'s. An op
+    /// without a store target cannot be redirected.
+    pub(crate) fn launch_op_to(&self, rank: usize, op: &Op, out_rank: usize) -> Result<()> {
+        if out_rank != rank && op.store_target().is_none() {
+            return Err(shape_err(
+                crate::backend::host::op_name(op),
+                format!("has no single output to store into rank {out_rank} from rank {rank}"),
+            ));
+        }
+        let to = out_rank;
         match *op {
             Op::GemvRows { w, x, out, order } => {
                 let mode = if order == RowOrder::Tree { GemvMode::Tree } else { GemvMode::Rows };
-                self.gemv(rank, w, x, out, mode)
+                self.gemv(rank, w, x, out, to, mode)
             }
-            Op::GemvPartials { w, x, out } => self.gemv(rank, w, x, out, GemvMode::Partials),
+            Op::GemvPartials { w, x, out } => self.gemv(rank, w, x, out, to, GemvMode::Partials),
             Op::Fold { parts, n_parts, reverse, out } => {
-                let (pp, outp) = (self.slice_ptr(rank, parts, "fold")?, self.slice_ptr(rank, out, "fold")?);
+                let (pp, outp) = (self.slice_ptr(rank, parts, "fold")?, self.slice_ptr(to, out, "fold")?);
                 if Some(parts.len) != n_parts.checked_mul(out.len) {
                     return Err(shape_err(
                         "fold",
@@ -222,11 +238,8 @@ impl CudaBackend {
                 )
             }
             Op::Add { a, b, out } => {
-                let (ap, bp, outp) = (
-                    self.slice_ptr(rank, a, "add")?,
-                    self.slice_ptr(rank, b, "add")?,
-                    self.slice_ptr(rank, out, "add")?,
-                );
+                let (ap, bp, outp) =
+                    (self.slice_ptr(rank, a, "add")?, self.slice_ptr(rank, b, "add")?, self.slice_ptr(to, out, "add")?);
                 if a.len != out.len || b.len != out.len {
                     return Err(shape_err("add", format!("lengths {} + {} → {}", a.len, b.len, out.len)));
                 }
@@ -237,7 +250,7 @@ impl CudaBackend {
                 launch!(self, rank, "add_f32", cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0), ap, bp, outp, n)
             }
             Op::Scale { x, s, out } => {
-                let (xp, outp) = (self.slice_ptr(rank, x, "scale")?, self.slice_ptr(rank, out, "scale")?);
+                let (xp, outp) = (self.slice_ptr(rank, x, "scale")?, self.slice_ptr(to, out, "scale")?);
                 if x.len != out.len {
                     return Err(shape_err("scale", format!("lengths {} → {}", x.len, out.len)));
                 }

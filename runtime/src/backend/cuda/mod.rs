@@ -10,6 +10,8 @@
 //! step). Two deliberate departures, each behind its own switch: the NUMERIC door
 //! MEMRA_NCCL_ALLREDUCE ([`Backend::all_reduce_sum`], NCCL's own reduction order) and the
 //! SkipFence canary ([`Backend::copy_unfenced`], a copy that does not wait for its producer).
+//! Direct joins ([`Backend::launch_peer_store`], `direct.rs`) order a kernel's stores into
+//! another rank's memory with the same two fences a copy has (events, or FENCE_MEMOPS doorbells).
 //!
 //! This module is the one room where `unsafe` and driver calls live (STYLE.md): every `unsafe`
 //! block names its invariant in a `// SAFETY:` line, and every driver error becomes
@@ -17,6 +19,7 @@
 //! every stream is drained before a buffer can be freed.
 
 mod compile;
+mod direct;
 mod graph;
 mod launch;
 mod layout;
@@ -34,7 +37,7 @@ pub use probe::{
     DeviceInfo,
 };
 
-use super::{Backend, BufId, Collected, Op, ProbeResult, Slice, WeightId};
+use super::{Backend, BufId, Collected, JoinFence, Op, Packed, ProbeResult, Slice, WeightId};
 use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::model::matrix::MatrixShard;
@@ -132,6 +135,12 @@ pub struct CudaBackend {
     _reserved: Vec<DeviceBuffer>,
     /// Kernels rank 0 issued on the default stream (RANK0_MERGE's engagement evidence).
     merged_launches: u64,
+    /// Packed copies of at least 2 blocks really issued (BULK_P2P's engagement evidence).
+    packed_copies: u64,
+    /// Doorbells rung with stream memops, fallbacks to events excluded (FENCE_MEMOPS's).
+    doorbells_rung: u64,
+    /// The doorbell flags of FENCE_MEMOPS, created on first use.
+    bells: direct::BellState,
     // Field order is drop order: captured graphs (they may hold NCCL work, and NCCL waits for
     // graphs that reference a communicator before it lets the communicator go), then NCCL
     // communicators, then ranks (buffers, events, streams), then staging and devices.
@@ -209,6 +218,9 @@ impl CudaBackend {
             tickets: Vec::new(),
             launches: 0,
             merged_launches: 0,
+            packed_copies: 0,
+            doorbells_rung: 0,
+            bells: direct::BellState::Untried,
             _reserved: reserved,
         })
     }
@@ -350,6 +362,8 @@ impl Drop for CudaBackend {
 }
 
 impl Backend for CudaBackend {
+    /// Counted here, where the mechanisms are carried out, never by the program on faith: a
+    /// packed copy of fewer than 2 blocks and a doorbell that fell back to events count nothing.
     fn engagement(&self) -> Vec<(String, u64)> {
         let mut out = Vec::new();
         if self.opts.rank0_on_default_stream {
@@ -357,6 +371,12 @@ impl Backend for CudaBackend {
         }
         if self.graphs.captures > 0 {
             out.push(("graph.replays".to_string(), self.graphs.replays));
+        }
+        if self.packed_copies > 0 {
+            out.push(("bulk_p2p.packed_copies".to_string(), self.packed_copies));
+        }
+        if self.doorbells_rung > 0 {
+            out.push(("fence_memops.doorbells".to_string(), self.doorbells_rung));
         }
         out
     }
@@ -495,6 +515,27 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         self.copy_unfenced_slices(transport, src_rank, src, dst_rank, dst)
+    }
+
+    fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
+        if fence == JoinFence::Doorbells && self.graphs.open() {
+            return Err(RuntimeError::Config(
+                "FENCE_MEMOPS doorbells inside a graph segment: every join rings a new ticket, and a captured graph \
+                 would replay the ticket it was captured with"
+                    .into(),
+            ));
+        }
+        if !self.graph_gate(|| format!("peer store r{rank} {op:?} -> r{out_rank} {fence:?}"))? {
+            return Ok(());
+        }
+        self.peer_store(rank, &op, out_rank, fence)
+    }
+
+    fn copy_packed(&mut self, transport: Transport, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
+        if !self.graph_gate(|| format!("packed copy {transport:?} r{src_rank} -> r{dst_rank} {p:?}"))? {
+            return Ok(());
+        }
+        self.copy_packed_blocks(transport, src_rank, dst_rank, p)
     }
 
     fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {

@@ -23,7 +23,7 @@
 use super::graph::Pass;
 use super::memory::{driver_err, PinnedBuffer};
 use super::CudaBackend;
-use crate::backend::{probe_word, ProbeResult, Slice};
+use crate::backend::{probe_word, Packed, ProbeResult, Slice};
 use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::Result;
@@ -131,6 +131,123 @@ impl CudaBackend {
             }
             Transport::HostBounce => self.host_bounce(src_rank, sp, dst_rank, dp, bytes),
         }
+    }
+
+    /// BULK_P2P: every block of `p` in ONE strided copy, ordered like a native-p2p copy (after
+    /// both ranks' earlier work, before their later work). One device: `cuMemcpy2DAsync` (rows =
+    /// blocks, pitches = the slot strides); two devices: `cuMemcpy3DPeerAsync` with depth 1 and
+    /// peer access enabled. The elements between blocks are never written: a 2D copy moves
+    /// `WidthInBytes` per row and skips the rest of each pitch. Counted when ≥ 2 blocks moved.
+    pub(crate) fn copy_packed_blocks(
+        &mut self,
+        transport: Transport,
+        src_rank: usize,
+        dst_rank: usize,
+        p: Packed,
+    ) -> Result<()> {
+        let what = "packed copy (bulk_p2p)";
+        if transport != Transport::NativeP2p {
+            return Err(RuntimeError::Config(format!(
+                "{what} over {}: MEMRA_STEP_TP_BULK_P2P packs blocks into one device-to-device copy, which needs the native-p2p transport",
+                transport.name()
+            )));
+        }
+        p.check()?;
+        let (ss, ds) = (p.src_span(), p.dst_span());
+        let sp = self.slice_ptr(src_rank, ss, "packed copy source")?;
+        let dp = self.slice_ptr(dst_rank, ds, "packed copy destination")?;
+        if src_rank == dst_rank && ss.buf == ds.buf && ss.offset < ds.offset + ds.len && ds.offset < ss.offset + ss.len
+        {
+            return Err(RuntimeError::Config(format!(
+                "{what} within buffer {} on rank {src_rank}: spans {}+{} and {}+{} overlap",
+                ss.buf, ss.offset, ss.len, ds.offset, ds.len
+            )));
+        }
+        if p.src.len == 0 {
+            return Ok(());
+        }
+        let (width, spitch, dpitch) = (p.src.len * 4, p.src_pitch * 4, p.dst_pitch * 4);
+        if spitch.max(dpitch) > i32::MAX as usize {
+            return Err(RuntimeError::Config(format!(
+                "{what}: pitch of {} bytes exceeds the 2D copy's limit of {} bytes",
+                spitch.max(dpitch),
+                i32::MAX
+            )));
+        }
+        // A single block has no pitch to honour: make it the block's width so the driver never
+        // sees a pitch below the width.
+        let (spitch, dpitch) = if p.blocks == 1 { (width, width) } else { (spitch, dpitch) };
+        self.order_after(src_rank, dst_rank, what)?;
+        let same_device = self.ranks[src_rank].dev == self.ranks[dst_rank].dev;
+        if !same_device {
+            self.ensure_peer_access(src_rank, dst_rank)?;
+        }
+        let s = &self.ranks[src_rank];
+        s.stream.context().bind_to_thread().map_err(|e| self.fault(src_rank, what, e))?;
+        let dev = dsys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        let r = if same_device {
+            let c = dsys::CUDA_MEMCPY2D {
+                srcXInBytes: 0,
+                srcY: 0,
+                srcMemoryType: dev,
+                srcHost: std::ptr::null(),
+                srcDevice: sp,
+                srcArray: std::ptr::null_mut(),
+                srcPitch: spitch,
+                dstXInBytes: 0,
+                dstY: 0,
+                dstMemoryType: dev,
+                dstHost: std::ptr::null_mut(),
+                dstDevice: dp,
+                dstArray: std::ptr::null_mut(),
+                dstPitch: dpitch,
+                WidthInBytes: width,
+                Height: p.blocks,
+            };
+            // SAFETY: both spans were checked inside live buffers on this device (rows of
+            // `width` bytes at the given pitches end inside them) and do not overlap; the
+            // descriptor is a live local read during the call; ordering is placed around it.
+            unsafe { dsys::cuMemcpy2DAsync_v2(&c, s.stream.cu_stream()) }
+        } else {
+            let (sctx, dctx) = (self.ctx_of(src_rank).cu_ctx(), self.ctx_of(dst_rank).cu_ctx());
+            let c = dsys::CUDA_MEMCPY3D_PEER {
+                srcXInBytes: 0,
+                srcY: 0,
+                srcZ: 0,
+                srcLOD: 0,
+                srcMemoryType: dev,
+                srcHost: std::ptr::null(),
+                srcDevice: sp,
+                srcArray: std::ptr::null_mut(),
+                srcContext: sctx,
+                srcPitch: spitch,
+                srcHeight: p.blocks,
+                dstXInBytes: 0,
+                dstY: 0,
+                dstZ: 0,
+                dstLOD: 0,
+                dstMemoryType: dev,
+                dstHost: std::ptr::null_mut(),
+                dstDevice: dp,
+                dstArray: std::ptr::null_mut(),
+                dstContext: dctx,
+                dstPitch: dpitch,
+                dstHeight: p.blocks,
+                WidthInBytes: width,
+                Height: p.blocks,
+                Depth: 1,
+            };
+            // SAFETY: the spans were checked inside live buffers of the source and destination
+            // contexts named in the descriptor, with peer access enabled between them; the
+            // descriptor is a live local read during the call.
+            unsafe { dsys::cuMemcpy3DPeerAsync(&c, s.stream.cu_stream()) }
+        };
+        r.result().map_err(|e| self.fault(src_rank, what, e))?;
+        self.order_after(dst_rank, src_rank, what)?;
+        if p.blocks >= 2 {
+            self.packed_copies += 1;
+        }
+        Ok(())
     }
 
     /// CANARY SkipFence: move `src` to `dst` on the DESTINATION rank's stream without waiting for
@@ -296,7 +413,7 @@ impl CudaBackend {
 
     /// Enable peer access from the source device's context to the destination device's memory
     /// (and back), once per process; a pair without peer access is `Unavailable` with the reason.
-    fn ensure_peer_access(&self, a_rank: usize, b_rank: usize) -> Result<()> {
+    pub(crate) fn ensure_peer_access(&self, a_rank: usize, b_rank: usize) -> Result<()> {
         let (a, b) = (self.ordinal_of(a_rank), self.ordinal_of(b_rank));
         for (from, to, from_rank, to_rank) in [(a, b, a_rank, b_rank), (b, a, b_rank, a_rank)] {
             let mut set = peer_enabled().lock().unwrap_or_else(|p| p.into_inner());

@@ -1,0 +1,199 @@
+//! Direct joins on CUDA (OPROJ_DIRECT, MOE_DIRECT): a peer rank's kernel stores its output
+//! straight into the root's memory, and the join's two fences — events by default, stream
+//! memory-op doorbells under FENCE_MEMOPS.
+//!
+//! A peer store is one launch on the producing rank's stream whose output pointer belongs to the
+//! destination rank (same device: a plain pointer; distinct devices: a peer pointer, usable by the
+//! kernel once peer access is enabled — UVA makes it an ordinary address). Its fences:
+//! 1. before the kernel, the producer waits for the destination's work so far, so it cannot
+//!    overwrite partials the destination's previous fold is still reading;
+//! 2. after the kernel, the destination waits for the producer, so its fold sees the stores.
+//!
+//! Doorbells (FENCE_MEMOPS) replace each event pair with a ticket: the signalling stream writes
+//! `ticket` into a flag word (`cuStreamWriteValue32_v2`, default flags = with a memory barrier, so
+//! the stores issued before it are visible first), the waiting stream waits until the flag is
+//! ≥ `ticket` (`cuStreamWaitValue32_v2`, GEQ, plus FLUSH of remote writes where the device can).
+//! Tickets grow by one per fence of an ordered rank pair. The flags are pinned, device-mapped,
+//! portable host words: every device can reach them with memops (the engine found memops on a
+//! peer device's memory rejected). A write is always issued before its wait, and every stream
+//! queue executes in issue order, so no wait can block the write it waits for.
+//!
+//! A device that rejects memops (allocation, mapping or the call itself refused) gets events for
+//! that fence and every later one; such fences are NOT counted, so a fallback run reports 0
+//! doorbells and its gate is VOID, never PASS. Why not gate on
+//! `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1`: it describes the deprecated v1 memop API; the
+//! v2 calls used here report their own refusal, which is what decides.
+
+use super::CudaBackend;
+use crate::backend::{JoinFence, Op};
+use crate::Result;
+use cudarc::driver::{result as dresult, sys as dsys, CudaContext};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// The doorbell flags of one backend: one u32 word per ordered (signaller, waiter) rank pair.
+pub(crate) struct Doorbells {
+    /// Pinned host words `[signaller][waiter]`, zeroed at allocation.
+    host: *mut c_void,
+    /// The context the allocation was made in (freed there).
+    ctx: Arc<CudaContext>,
+    /// Device address of the words per backend device (index like `CudaBackend::devices`).
+    dev_ptr: Vec<dsys::CUdeviceptr>,
+    /// Last ticket rung per ordered pair.
+    tickets: Vec<u32>,
+    n_ranks: usize,
+}
+
+impl Doorbells {
+    fn new(b: &CudaBackend) -> std::result::Result<Doorbells, String> {
+        let n = b.ranks.len();
+        let bytes = n * n * 4;
+        let ctx = b.devices[0].ctx.clone();
+        ctx.bind_to_thread().map_err(|e| format!("binding device {}: {e}", b.devices[0].info.ordinal))?;
+        let flags = dsys::CU_MEMHOSTALLOC_DEVICEMAP | dsys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: the context is current; a non-zero size; flags are the documented constants.
+        let host = unsafe { dresult::malloc_host(bytes, flags) }
+            .map_err(|e| format!("cuMemHostAlloc(DEVICEMAP|PORTABLE, {bytes} bytes) refused: {e}"))?;
+        // SAFETY: `host` is a fresh allocation of `bytes` bytes that no device work uses yet.
+        unsafe { std::ptr::write_bytes(host as *mut u8, 0, bytes) };
+        let mut bells = Doorbells { host, ctx, dev_ptr: Vec::new(), tickets: vec![0; n * n], n_ranks: n };
+        for d in &b.devices {
+            d.ctx.bind_to_thread().map_err(|e| format!("binding device {}: {e}", d.info.ordinal))?;
+            let mut p: dsys::CUdeviceptr = 0;
+            // SAFETY: `host` is a live DEVICEMAP|PORTABLE allocation, so it is mapped in every
+            // context; `p` is a live local; flags must be 0.
+            unsafe { dsys::cuMemHostGetDevicePointer_v2(&mut p, bells.host, 0) }
+                .result()
+                .map_err(|e| format!("mapping the doorbell flags on device {}: {e}", d.info.ordinal))?;
+            bells.dev_ptr.push(p);
+        }
+        Ok(bells)
+    }
+
+    fn word(&self, dev: usize, signaller: usize, waiter: usize) -> dsys::CUdeviceptr {
+        self.dev_ptr[dev] + ((signaller * self.n_ranks + waiter) * 4) as u64
+    }
+}
+
+impl Drop for Doorbells {
+    fn drop(&mut self) {
+        self.ctx.record_err(self.ctx.bind_to_thread());
+        // SAFETY: allocated by cuMemHostAlloc and freed once; the owning backend drained every
+        // stream before its fields drop, so no memop still targets the words.
+        self.ctx.record_err(unsafe { dresult::free_host(self.host) });
+    }
+}
+
+/// Whether doorbells can be rung on this backend, decided on first use.
+#[derive(Default)]
+pub(crate) enum BellState {
+    #[default]
+    Untried,
+    Ready(Doorbells),
+    /// Refused by the driver or device: fences use events and are not counted.
+    Rejected(String),
+}
+
+impl CudaBackend {
+    /// A peer store (see the module docs): `op` on `rank`, its store target on `out_rank`.
+    pub(crate) fn peer_store(&mut self, rank: usize, op: &Op, out_rank: usize, fence: JoinFence) -> Result<()> {
+        let target = crate::backend::peer_store_target(op, rank, out_rank)?;
+        self.check_rank(rank)?;
+        self.check_rank(out_rank)?;
+        // Checked before any fence is queued, so a refused store leaves no half-placed ordering.
+        self.slice_ptr(out_rank, target, "peer store target")?;
+        if self.ranks[rank].dev != self.ranks[out_rank].dev {
+            // The kernel on `rank`'s device dereferences `out_rank`'s memory.
+            self.ensure_peer_access(rank, out_rank)?;
+        }
+        let what = "peer store";
+        self.fence(out_rank, rank, fence, what)?;
+        self.launches += 1;
+        if rank == 0 && self.opts.rank0_on_default_stream {
+            self.merged_launches += 1;
+        }
+        self.launch_op_to(rank, op, out_rank)?;
+        self.fence(rank, out_rank, fence, what)
+    }
+
+    /// Make `waiter`'s later work wait for `signaller`'s work so far, by events or a doorbell.
+    fn fence(&mut self, signaller: usize, waiter: usize, fence: JoinFence, what: &str) -> Result<()> {
+        if fence == JoinFence::Doorbells && self.ring(signaller, waiter)? {
+            return Ok(());
+        }
+        self.order_after(waiter, signaller, what)
+    }
+
+    /// Ring one doorbell signaller → waiter; `Ok(false)` when memops are unavailable (the caller
+    /// falls back to events, uncounted).
+    fn ring(&mut self, signaller: usize, waiter: usize) -> Result<bool> {
+        if matches!(self.bells, BellState::Untried) {
+            self.bells = match Doorbells::new(self) {
+                Ok(b) => BellState::Ready(b),
+                Err(reason) => BellState::Rejected(reason),
+            };
+        }
+        let BellState::Ready(bells) = &mut self.bells else { return Ok(false) };
+        let pair = signaller * bells.n_ranks + waiter;
+        let ticket = bells.tickets[pair].wrapping_add(1);
+        let (sd, wd) = (self.ranks[signaller].dev, self.ranks[waiter].dev);
+        let (s_word, w_word) = (bells.word(sd, signaller, waiter), bells.word(wd, signaller, waiter));
+        let (s, w) = (&self.ranks[signaller], &self.ranks[waiter]);
+        s.stream.context().bind_to_thread().map_err(|e| self.fault(signaller, "doorbell write", e))?;
+        let write = dsys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+        // SAFETY: `s_word` is the device address, in the signaller's context, of a live mapped
+        // host word owned by `self.bells` (freed only after every stream is drained).
+        let r = unsafe { dsys::cuStreamWriteValue32_v2(s.stream.cu_stream(), s_word, ticket, write) };
+        if let Some(rejected) = self.memop_result(r, signaller, "cuStreamWriteValue32_v2")? {
+            self.bells = BellState::Rejected(rejected);
+            return Ok(false);
+        }
+        let mut wait = dsys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        if self.can_flush_remote_writes(waiter) {
+            wait |= dsys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_FLUSH as u32;
+        }
+        w.stream.context().bind_to_thread().map_err(|e| self.fault(waiter, "doorbell wait", e))?;
+        // SAFETY: as above, in the waiter's context; the matching write was issued just before,
+        // so the wait can always be satisfied (see the module docs on issue order).
+        let r = unsafe { dsys::cuStreamWaitValue32_v2(w.stream.cu_stream(), w_word, ticket, wait) };
+        if let Some(rejected) = self.memop_result(r, waiter, "cuStreamWaitValue32_v2")? {
+            // The ticket already written is harmless: nothing waits for it.
+            self.bells = BellState::Rejected(rejected);
+            return Ok(false);
+        }
+        if let BellState::Ready(bells) = &mut self.bells {
+            bells.tickets[pair] = ticket;
+        }
+        self.doorbells_rung += 1;
+        Ok(true)
+    }
+
+    /// `Ok(None)` on success, `Ok(Some(reason))` when the device rejects memops, else a fault.
+    fn memop_result(&self, r: dsys::CUresult, rank: usize, call: &str) -> Result<Option<String>> {
+        use dsys::CUresult::*;
+        match r {
+            CUDA_SUCCESS => Ok(None),
+            CUDA_ERROR_NOT_SUPPORTED | CUDA_ERROR_INVALID_VALUE => Ok(Some(format!(
+                "{call} refused on device {}: {:?} (stream memory operations unavailable; events used, doorbells not counted)",
+                self.ordinal_of(rank),
+                r
+            ))),
+            _ => Err(self.fault(rank, call, dresult::DriverError(r))),
+        }
+    }
+
+    fn can_flush_remote_writes(&self, rank: usize) -> bool {
+        let dev = self.ctx_of(rank).cu_device();
+        let attr = dsys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES;
+        // SAFETY: `dev` is the live device handle of this rank's context.
+        unsafe { dresult::device::get_attribute(dev, attr) }.is_ok_and(|v| v == 1)
+    }
+
+    /// Why FENCE_MEMOPS fell back to events, if it did (for diagnostics and test messages).
+    pub fn doorbell_fallback(&self) -> Option<String> {
+        match &self.bells {
+            BellState::Rejected(reason) => Some(reason.clone()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The multi-GPU evidence of issue 6 in one call on a machine with 2 or more GPUs.
+#
+# Usage (from the repository root, on the GPU machine, with the executables built elsewhere):
+#   scripts/gpu/multi-gpu.sh DIR [STEPS]
+# DIR holds `memra-gates` and the test executables `cuda_kernels-*`, `cuda_graph-*` (and any
+# other `cuda_*-*`) from `cargo test --release --no-run -p memra-runtime`. STEPS is a
+# space-separated subset of: tests probe multiprocess single pairwise all bench (default: all of
+# them but `all`). `all` runs shard $ALL_SHARD (default 0/64) of `--matrix all`.
+#
+# Everything lands in $OUT (or a temporary folder) packed as at most a few archives, because the
+# device tool returns at most 8 files; the short table of results is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+dir="${1:?usage: scripts/gpu/multi-gpu.sh DIR [STEPS]}"
+steps="${2:-tests probe multiprocess single pairwise bench}"
+bin="$dir/memra-gates"
+[ -x "$bin" ] || { echo "no memra-gates executable in $dir"; exit 2; }
+# shellcheck source=libs.sh
+source scripts/gpu/libs.sh
+export NCCL_NVLS_ENABLE=0 MEMRA_REQUIRE_GPU=1 RUST_BACKTRACE=1
+out="${OUT:-$(mktemp -d)}"
+work="$(mktemp -d)"
+mkdir -p "$out" "$work"
+table="$work/table.txt"
+: >"$table"
+row() { printf '%-34s %s\n' "$1" "$2" | tee -a "$table"; }
+transports="host-bounce,native-p2p,nccl"
+common=(--backend cuda --transport "$transports" --tp 1,2,4,8 --prompts 1 --gen-tokens 4 --quiet)
+
+nvidia-smi -L | tee "$work/machine.txt"
+for step in $steps; do
+    start=$(date +%s)
+    case "$step" in
+    tests)
+        for t in "$dir"/cuda_*-*; do
+            case "$t" in *.d) continue ;; esac
+            name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
+            timeout 300 "$t" --test-threads=1 --nocapture >"$work/test-$name.log" 2>&1
+            rc=$?
+            row "tests $name" "rc=$rc $(grep -E '^test result' "$work/test-$name.log" | tail -1)"
+            grep -E '^test .*FAILED|panicked at' "$work/test-$name.log" | head -5
+        done
+        ;;
+    probe)
+        timeout 240 "$bin" probe --backend cuda --ranks 2 --transport "$transports" --json "$work/probe-2-devices.json" \
+            >"$work/probe.log" 2>&1
+        row "probe 2 devices" "rc=$? $(grep -ciE 'bad words: [1-9]' "$work/probe.log") pairs with bad words"
+        ;;
+    multiprocess)
+        OUT="$work/multiprocess" timeout 420 bash scripts/gpu/multiprocess.sh "$bin" -- --matrix single \
+            --door MEMRA_NCCL_ALLREDUCE=0 --prompts 1 --gen-tokens 4 >"$work/multiprocess.log" 2>&1
+        row "multiprocess 2x1 vs 1x2" "rc=$? $(tail -1 "$work/multiprocess.log")"
+        ;;
+    single | pairwise)
+        timeout 420 "$bin" run --matrix "$step" "${common[@]}" --out "$work/$step" >"$work/$step.log" 2>&1
+        row "matrix $step" "rc=$? $(grep -m1 -oE '[0-9]+ run\(s\): .*' "$work/$step/summary.md" 2>/dev/null)"
+        ;;
+    all)
+        timeout 420 "$bin" run --matrix all --shard "${ALL_SHARD:-0/64}" "${common[@]}" --out "$work/all" \
+            >"$work/all.log" 2>&1
+        row "matrix all shard ${ALL_SHARD:-0/64}" "rc=$? $(grep -m1 -oE '[0-9]+ run\(s\): .*' "$work/all/summary.md" 2>/dev/null)"
+        ;;
+    bench)
+        for mode in eager graph; do
+            flag=()
+            [ "$mode" = graph ] && flag=(--graph)
+            timeout 240 "$bin" bench --backend cuda --preset step --layers 2 --no-torch "${flag[@]}" \
+                --out "$work/bench-$mode" >"$work/bench-$mode.log" 2>&1
+            row "bench step 2 layers $mode" "rc=$? $(grep -E '^L?[0-9]+ ' "$work/bench-$mode.log" | head -2 | tr -s ' ' | tr '\n' ';')"
+        done
+        ;;
+    *) echo "unknown step $step"; exit 2 ;;
+    esac
+    echo "   ($step: $(( $(date +%s) - start )) s)" | tee -a "$table"
+done
+tar czf "$out/multi-gpu.tgz" -C "$work" .
+echo "== summary"
+cat "$table"
