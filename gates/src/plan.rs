@@ -276,17 +276,35 @@ pub fn job_of(
             registry::BackendKind::Host => BackendKind::Host,
             registry::BackendKind::Cuda => BackendKind::Cuda,
         },
-        baseline_tp: doors
-            .iter()
-            .filter(|d| d.class == DoorClass::Numeric)
-            .filter_map(|d| d.tp.allowed.iter().min().copied())
-            .max()
-            .unwrap_or(1),
+        // The class baseline runs the whole door set, so every door's TP and transport rules
+        // bind it, not only the NUMERIC doors' (a peer-store door cannot run at TP1 or over
+        // host-bounce).
+        baseline_tp: doors.iter().filter_map(|d| d.tp.allowed.iter().min().copied()).max().unwrap_or(1),
         baseline_transport: doors
             .iter()
-            .filter(|d| d.class == DoorClass::Numeric && !d.transports.contains(&Transport::HostBounce))
+            .filter(|d| !d.transports.contains(&Transport::HostBounce))
             .find_map(|d| d.transports.allowed.first().copied())
             .unwrap_or(Transport::HostBounce),
         not_run,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::Configuration;
+
+    /// A NUMERIC door combined with a door that needs TP ≥ 2 and native-p2p: the class baseline
+    /// runs the whole set, so it must be the smallest TP and the transport that set can run at.
+    #[test]
+    fn class_baseline_honours_every_door_of_the_set() {
+        let reg = load_registry(&None).unwrap();
+        let mut c = Configuration::baseline(4, Transport::NativeP2p, registry::BackendKind::Host);
+        c.doors = ["qkv_fused", "oproj_direct"].iter().map(|s| s.to_string()).collect();
+        let job = job_of(&reg, &c, None, None).unwrap();
+        assert_eq!((job.baseline_tp, job.baseline_transport), (2, Transport::NativeP2p));
+        c.doors = ["qkv_fused"].iter().map(|s| s.to_string()).collect();
+        let job = job_of(&reg, &c, None, None).unwrap();
+        assert_eq!((job.baseline_tp, job.baseline_transport), (1, Transport::HostBounce));
+    }
 }

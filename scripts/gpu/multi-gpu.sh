@@ -49,11 +49,11 @@ for step in $steps; do
         ;;
     multiprocess)
         OUT="$work/multiprocess" timeout 420 bash scripts/gpu/multiprocess.sh "$bin" -- --matrix single \
-            --door MEMRA_NCCL_ALLREDUCE=0 --prompts 1 --gen-tokens 4 >"$work/multiprocess.log" 2>&1
+            --door MEMRA_NCCL_ALLREDUCE=0 --door MEMRA_STEP_TP_GRAPH=0 --prompts 1 --gen-tokens 4 >"$work/multiprocess.log" 2>&1
         row "multiprocess 2x1 vs 1x2" "rc=$? $(tail -1 "$work/multiprocess.log")"
         ;;
     single | pairwise)
-        timeout 420 "$bin" run --matrix "$step" "${common[@]}" --out "$work/$step" >"$work/$step.log" 2>&1
+        timeout "${MATRIX_TIMEOUT:-420}" "$bin" run --matrix "$step" "${common[@]}" --out "$work/$step" >"$work/$step.log" 2>&1
         row "matrix $step" "rc=$? $(grep -m1 -oE '[0-9]+ run\(s\): .*' "$work/$step/summary.md" 2>/dev/null)"
         ;;
     all)
@@ -73,7 +73,8 @@ for step in $steps; do
     *) echo "unknown step $step"; exit 2 ;;
     esac
     echo "   ($step: $(( $(date +%s) - start )) s)" | tee -a "$table"
+    # Packed after every step, so a call stopped by its time limit still returns what finished.
+    tar czf "$out/multi-gpu.tgz" -C "$work" .
 done
-tar czf "$out/multi-gpu.tgz" -C "$work" .
 echo "== summary"
 cat "$table"

@@ -24,7 +24,9 @@ bin="target/release/memra-gates"
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then bin="$1"; shift; fi
 [ "${1:-}" = "--" ] && shift
 extra=("$@")
-[ ${#extra[@]} -eq 0 ] && extra=(--matrix single --door MEMRA_NCCL_ALLREDUCE=0 --prompts 2)
+# The doors that are NOT-APPLICABLE across processes (gates/src/dist.rs) are left out, so every
+# configuration compared runs in both launches.
+[ ${#extra[@]} -eq 0 ] && extra=(--matrix single --door MEMRA_NCCL_ALLREDUCE=0 --door MEMRA_STEP_TP_GRAPH=0 --prompts 2)
 [ -x "$bin" ] || { echo "no memra-gates executable at $bin (cargo build --release)"; exit 2; }
 
 # shellcheck source=libs.sh

@@ -45,11 +45,15 @@ pub(crate) enum Pass {
 /// One recorded segment.
 struct Segment {
     signatures: Vec<String>,
-    /// Per rank: digest slots and timing marks in use when the segment begins, and how many it takes.
-    digests_at: Vec<usize>,
+    /// Per rank: timing marks in use when the segment begins, and how many it takes.
     marks_at: Vec<usize>,
-    digests_taken: Vec<usize>,
     marks_taken: Vec<usize>,
+    /// Per rank: digests the segment takes, and the first slot of the region reserved for them
+    /// (set when the record pass ends). Captured digest kernels write fixed addresses, and what
+    /// precedes a segment in a step may take a different number of digests per rank from token to
+    /// token (expert-parallel owners follow the routing), so the segment's slots are its own.
+    digests_taken: Vec<usize>,
+    digest_base: Vec<usize>,
     /// Byte sizes of the host-bounce copies, in issue order.
     bounce_bytes: Vec<usize>,
     graph: Option<CudaGraph>,
@@ -63,6 +67,8 @@ struct Active {
     pass: Pass,
     cursor: usize,
     next_staging: usize,
+    /// Digests issued per rank in this pass.
+    digests_seen: Vec<usize>,
 }
 
 /// The GRAPH state of one backend.
@@ -109,6 +115,16 @@ impl Graphs {
             }
             _ => None,
         }
+    }
+
+    /// The slot of the next digest on `rank` in a capture or replay pass (its segment's region);
+    /// `None` outside those passes (the step's running slots).
+    pub(crate) fn segment_digest_slot(&mut self, rank: usize) -> Option<usize> {
+        let a = self.active.as_mut().filter(|a| matches!(a.pass, Pass::Capture | Pass::Replay))?;
+        let seg = self.segments.get(&a.key)?;
+        let slot = seg.digest_base[rank] + a.digests_seen[rank];
+        a.digests_seen[rank] += 1;
+        Some(slot)
     }
 
     /// Note digest and mark use of a record pass.
@@ -170,17 +186,16 @@ impl CudaBackend {
                     .into(),
             ));
         }
-        let digests_now: Vec<usize> = self.ranks.iter().map(|r| r.digests_used).collect();
         let marks_now: Vec<usize> = self.ranks.iter().map(|r| r.marks_used).collect();
         let n = self.ranks.len();
         let pass = match self.graphs.segments.get(&key) {
             None => {
                 let seg = Segment {
                     signatures: Vec::new(),
-                    digests_at: digests_now,
                     marks_at: marks_now,
-                    digests_taken: vec![0; n],
                     marks_taken: vec![0; n],
+                    digests_taken: vec![0; n],
+                    digest_base: Vec::new(),
                     bounce_bytes: Vec::new(),
                     graph: None,
                     staging: Vec::new(),
@@ -189,11 +204,11 @@ impl CudaBackend {
                 Pass::Record
             }
             Some(seg) => {
-                if seg.digests_at != digests_now || seg.marks_at != marks_now {
+                if seg.marks_at != marks_now {
                     return Err(RuntimeError::Config(format!(
-                        "graph segment {key} begins at digest slots {digests_now:?} and marks {marks_now:?} per rank, \
-                         but was recorded at {:?} and {:?}: the step before it changed",
-                        seg.digests_at, seg.marks_at
+                        "graph segment {key} begins at timing marks {marks_now:?} per rank, but was recorded at {:?}: \
+                         the step before it changed",
+                        seg.marks_at
                     )));
                 }
                 if seg.graph.is_some() {
@@ -209,7 +224,7 @@ impl CudaBackend {
         if pass != Pass::Record {
             self.origin_after_ranks("graph segment begin")?;
         }
-        self.graphs.active = Some(Active { key, pass, cursor: 0, next_staging: 0 });
+        self.graphs.active = Some(Active { key, pass, cursor: 0, next_staging: 0, digests_seen: vec![0; n] });
         if pass == Pass::Capture {
             if let Err(e) = self.fork_capture() {
                 self.segment_abort_impl();
@@ -234,7 +249,18 @@ impl CudaBackend {
             )));
         }
         match pass {
-            Pass::Eager | Pass::Record => {}
+            Pass::Eager => {}
+            Pass::Record => {
+                // Reserve the segment's digest region after every region reserved so far; the
+                // step's running slots start after all regions from the next collect on.
+                let taken = self.graphs.segments[&key].digests_taken.clone();
+                let mut base = Vec::with_capacity(taken.len());
+                for (r, t) in taken.into_iter().enumerate() {
+                    base.push(self.ranks[r].digests_reserved);
+                    self.ranks[r].digests_reserved += t;
+                }
+                self.graphs.segments.get_mut(&key).expect("registered").digest_base = base;
+            }
             Pass::Capture => {
                 let graph = match self.join_capture() {
                     Ok(g) => g,
@@ -276,7 +302,7 @@ impl CudaBackend {
     fn prepare_capture(&mut self, key: u64) -> Result<()> {
         let seg = &self.graphs.segments[&key];
         let (digests_need, marks_need): (Vec<usize>, Vec<usize>) = (
-            seg.digests_at.iter().zip(&seg.digests_taken).map(|(a, t)| a + t).collect(),
+            seg.digest_base.iter().zip(&seg.digests_taken).map(|(a, t)| a + t).collect(),
             seg.marks_at.iter().zip(&seg.marks_taken).map(|(a, t)| a + t).collect(),
         );
         let bounce = seg.bounce_bytes.clone();

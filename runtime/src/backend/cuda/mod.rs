@@ -124,9 +124,12 @@ pub(crate) struct Rank {
     /// Timing events (a pool reused across collects) and how many are recorded since collect.
     pub mark_events: Vec<CudaEvent>,
     pub marks_used: usize,
-    /// Digest slots: chunks of `DIGEST_CHUNK` u64, zeroed; `digests_used` slots hold this step's.
+    /// Digest slots: chunks of `DIGEST_CHUNK` u64, zeroed. Slots below `digests_reserved` are the
+    /// regions of recorded graph segments; this step's other digests run from there to
+    /// `digests_used`.
     pub digest_chunks: Vec<DeviceBuffer>,
     pub digests_used: usize,
+    pub digests_reserved: usize,
 }
 
 /// Ranks on CUDA devices.
@@ -193,6 +196,7 @@ impl CudaBackend {
                 marks_used: 0,
                 digest_chunks: Vec::new(),
                 digests_used: 0,
+                digests_reserved: 0,
             });
         }
         let staging = transfer::Staging::new(devices.len());
@@ -332,12 +336,19 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// A zeroed digest slot on `rank` (a new chunk when the current ones are used up).
-    fn digest_slot(&mut self, rank: usize) -> Result<dsys::CUdeviceptr> {
-        let slot = self.ranks[rank].digests_used;
+    /// The next zeroed digest slot on `rank` and its address: the open graph segment's region in a
+    /// capture or replay pass, else the step's next running slot (a new chunk when needed).
+    fn digest_slot(&mut self, rank: usize) -> Result<(usize, dsys::CUdeviceptr)> {
+        let slot = match self.graphs.segment_digest_slot(rank) {
+            Some(s) => s,
+            None => {
+                let r = &mut self.ranks[rank];
+                r.digests_used = r.digests_used.max(r.digests_reserved) + 1;
+                r.digests_used - 1
+            }
+        };
         self.ensure_digest_slots(rank, slot + 1)?;
-        self.ranks[rank].digests_used += 1;
-        Ok(self.ranks[rank].digest_chunks[slot / DIGEST_CHUNK].ptr() + ((slot % DIGEST_CHUNK) * 8) as u64)
+        Ok((slot, self.ranks[rank].digest_chunks[slot / DIGEST_CHUNK].ptr() + ((slot % DIGEST_CHUNK) * 8) as u64))
     }
 
     /// Refuse a host transfer inside an open graph segment (it would synchronise a capture).
@@ -547,12 +558,11 @@ impl Backend for CudaBackend {
 
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {
         let ptr = self.slice_ptr(rank, src, "digest")?;
-        let slot_ptr = self.digest_slot(rank)?;
+        let (slot, slot_ptr) = self.digest_slot(rank)?;
         let ticket = self.tickets.len();
-        let slot = self.ranks[rank].digests_used - 1;
         self.tickets.push((rank, slot));
         self.graphs.note_digest(rank);
-        if self.graph_gate(|| format!("digest r{rank} {src:?} base {base} slot {slot}"))? {
+        if self.graph_gate(|| format!("digest r{rank} {src:?} base {base}"))? {
             self.launches += 1;
             self.launch_digest(rank, ptr, src.len, base, slot_ptr)?;
         }
@@ -595,13 +605,15 @@ impl Backend for CudaBackend {
         let mut per_rank: Vec<Vec<u64>> = Vec::with_capacity(self.ranks.len());
         for i in 0..self.ranks.len() {
             let r = &self.ranks[i];
-            let mut vals = vec![0u64; r.digests_used];
+            // Segment regions (below `digests_reserved`) were written by this step's replays.
+            let used = r.digests_used.max(r.digests_reserved);
+            let mut vals = vec![0u64; used];
             for (c, chunk) in r.digest_chunks.iter().enumerate() {
                 let start = c * DIGEST_CHUNK;
-                if start >= r.digests_used {
+                if start >= used {
                     break;
                 }
-                let n = (r.digests_used - start).min(DIGEST_CHUNK);
+                let n = (used - start).min(DIGEST_CHUNK);
                 r.stream.context().bind_to_thread().map_err(|e| self.fault(i, "collect digests", e))?;
                 // SAFETY: the chunk holds DIGEST_CHUNK u64 and n ≤ DIGEST_CHUNK; `vals[start..]`
                 // has n slots; the stream is synchronized before the values are read.
