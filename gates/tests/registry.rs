@@ -846,3 +846,15 @@ fn door_set_files_in_toml_and_json() {
     let e = err_text(matrix::read_door_sets(&dir.path().join("none.toml"), &r));
     assert!(e.contains("none.toml"), "{e}");
 }
+
+/// The counters a backend reports itself (and the distributed backend sums across processes)
+/// are engagement counters of registered doors, so no backend can prove a door that does not
+/// exist or report under a name the gates never read.
+#[test]
+fn backend_counted_engagement_names_registered_counters() {
+    let r = reg();
+    let known: BTreeSet<&str> = r.doors().iter().map(|d| d.engagement.as_str()).collect();
+    for name in memra_runtime::backend::BACKEND_COUNTERS {
+        assert!(known.contains(name), "{name} is not the engagement counter of any door in doors.toml");
+    }
+}

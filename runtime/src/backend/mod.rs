@@ -367,6 +367,11 @@ pub trait Backend {
     }
 }
 
+/// Every engagement counter a backend may report through [`Backend::engagement`] (mechanisms the
+/// backend carries out alone). The distributed backend sums exactly these across processes.
+pub const BACKEND_COUNTERS: [&str; 4] =
+    ["rank0_merge.merged_launches", "graph.replays", "bulk_p2p.packed_copies", "fence_memops.doorbells"];
+
 /// The probe sizes of DESIGN.md §3.5.
 pub const PROBE_SIZES_BYTES: [usize; 4] = [16 << 10, 64 << 10, 1 << 20, 64 << 20];
 

@@ -64,6 +64,10 @@ pub struct DistBackend<B: Backend, M: Mover<B>> {
     tickets: Vec<Option<usize>>,
     /// Marks queued since the last collect.
     marks: usize,
+    /// The backend-counted engagement of the whole launch (every process's inner counters,
+    /// summed at each collect): a mechanism such as RANK0_MERGE runs in one process only, yet
+    /// every process gates the run.
+    engaged: Vec<(String, u64)>,
 }
 
 impl<B: Backend, M: Mover<B>> DistBackend<B, M> {
@@ -86,6 +90,7 @@ impl<B: Backend, M: Mover<B>> DistBackend<B, M> {
             watchdog,
             tickets: Vec::new(),
             marks: 0,
+            engaged: Vec::new(),
         })
     }
 
@@ -262,7 +267,19 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
             let got = s.inner.collect()?;
             // One word per ticket, then `n_marks` per global rank; each word is written by
             // exactly one process and is 0 in the others, so the sum is exact.
-            let mut words = vec![0u64; n_tickets + tp * n_marks];
+            let counters = crate::backend::BACKEND_COUNTERS;
+            let mut words = vec![0u64; n_tickets + tp * n_marks + counters.len()];
+            let inner_counts = s.inner.engagement();
+            for (i, name) in counters.iter().enumerate() {
+                words[n_tickets + tp * n_marks + i] =
+                    inner_counts.iter().filter(|(n, _)| n == name).map(|(_, v)| *v).sum();
+            }
+            if let Some((n, _)) = inner_counts.iter().find(|(n, _)| !counters.contains(&n.as_str())) {
+                return Err(RuntimeError::Config(format!(
+                    "engagement counter `{n}` of the inner backend is not in BACKEND_COUNTERS, so it cannot be summed \
+                     across processes"
+                )));
+            }
             for (t, inner) in s.tickets.iter().enumerate() {
                 if let Some(it) = inner {
                     words[t] = *got.digests.get(*it).ok_or_else(|| {
@@ -282,13 +299,16 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
                 let (m, b) = s.mover();
                 m.sum_u64(b, &words)?
             };
-            if words.len() != n_tickets + tp * n_marks {
-                return Err(RuntimeError::Config(format!(
-                    "the mover returned {} words for {} sent",
-                    words.len(),
-                    n_tickets + tp * n_marks
-                )));
+            let sent = n_tickets + tp * n_marks + counters.len();
+            if words.len() != sent {
+                return Err(RuntimeError::Config(format!("the mover returned {} words for {sent} sent", words.len())));
             }
+            s.engaged = counters
+                .iter()
+                .zip(&words[n_tickets + tp * n_marks..])
+                .filter(|(_, v)| **v > 0)
+                .map(|(n, v)| (n.to_string(), *v))
+                .collect();
             let marks_ns =
                 (0..tp).map(|g| words[n_tickets + g * n_marks..n_tickets + (g + 1) * n_marks].to_vec()).collect();
             Ok(Collected { digests: words[..n_tickets].to_vec(), marks_ns })
@@ -324,7 +344,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
     }
 
     fn engagement(&self) -> Vec<(String, u64)> {
-        self.inner.engagement()
+        self.engaged.clone()
     }
 
     fn build_options(&self) -> Vec<String> {

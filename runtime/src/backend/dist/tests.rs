@@ -130,3 +130,87 @@ fn an_inner_backend_of_the_wrong_size_is_refused() {
     let e = DistBackend::new(layout, HostBackend::new(4).unwrap(), mover, None).err().unwrap().to_string();
     assert!(e.contains("the inner backend has 4 ranks, the layout gives this process 2"), "{e}");
 }
+
+/// A host backend that reports a backend-counted mechanism the way the CUDA backend reports
+/// RANK0_MERGE: only the process holding global rank 0 has it, and counts its rank 0 launches.
+struct Rank0Counting {
+    inner: HostBackend,
+    counts: bool,
+    launches: u64,
+}
+
+impl Backend for Rank0Counting {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn ranks(&self) -> usize {
+        self.inner.ranks()
+    }
+    fn upload_weight(&mut self, rank: usize, shard: &crate::model::matrix::MatrixShard) -> Result<WeightId> {
+        self.inner.upload_weight(rank, shard)
+    }
+    fn alloc(&mut self, rank: usize, len: usize) -> Result<BufId> {
+        self.inner.alloc(rank, len)
+    }
+    fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> Result<()> {
+        self.inner.write(rank, dst, data)
+    }
+    fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>> {
+        self.inner.read(rank, src)
+    }
+    fn launch(&mut self, rank: usize, op: crate::backend::Op) -> Result<()> {
+        self.launches += u64::from(self.counts && rank == 0);
+        self.inner.launch(rank, op)
+    }
+    fn copy(&mut self, t: Transport, sr: usize, s: Slice, dr: usize, d: Slice) -> Result<()> {
+        self.inner.copy(t, sr, s, dr, d)
+    }
+    fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {
+        self.inner.digest(rank, src, base)
+    }
+    fn mark(&mut self) -> Result<()> {
+        self.inner.mark()
+    }
+    fn collect(&mut self) -> Result<Collected> {
+        self.inner.collect()
+    }
+    fn probe(&mut self, t: Transport, sizes: &[usize]) -> Result<Vec<crate::backend::ProbeResult>> {
+        self.inner.probe(t, sizes)
+    }
+    fn engagement(&self) -> Vec<(String, u64)> {
+        if self.counts {
+            vec![("rank0_merge.merged_launches".to_string(), self.launches)]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+#[test]
+fn backend_counted_engagement_is_the_whole_launchs_in_every_process() {
+    let (tp, n) = (4, 2);
+    let mut one = Rank0Counting { inner: HostBackend::new(tp).unwrap(), counts: true, launches: 0 };
+    let want = program::run(tiny(), &config(tp), &mut one).unwrap();
+    let want_n = want.engaged.get("rank0_merge.merged_launches").copied();
+    assert!(want_n.is_some_and(|n| n > 0), "{:?}", want.engaged);
+    let hub = MemoryHub::new();
+    let handles: Vec<_> = (0..n)
+        .map(|p| {
+            let hub: Arc<MemoryHub> = hub.clone();
+            std::thread::spawn(move || {
+                let layout = ProcessLayout::new(tp, ProcessSpec { process: p, processes: n }).unwrap();
+                let inner = HostBackend::new(layout.ranks_per_process())?;
+                let inner = Rank0Counting { inner, counts: p == 0, launches: 0 };
+                let mover = MemoryMover::new(hub, layout, Duration::from_secs(60));
+                let mut b = DistBackend::new(layout, inner, mover, None)?;
+                program::run(tiny(), &config(tp), &mut b)
+            })
+        })
+        .collect();
+    for (p, h) in handles.into_iter().enumerate() {
+        let got = h.join().expect("a process thread panicked").unwrap();
+        // Process 1 launched nothing on global rank 0, yet its record must not read VOID.
+        assert_eq!(got.engaged.get("rank0_merge.merged_launches").copied(), want_n, "process {p}");
+        assert_eq!(got.digests, want.digests, "process {p}");
+    }
+}
