@@ -21,22 +21,9 @@ use memra_runtime::record::{Record, Seam};
 use memra_runtime::{program, Battery, DoorSet, RunConfig, RuntimeError, Transport};
 use std::sync::OnceLock;
 
-fn require_gpu() -> bool {
-    std::env::var("MEMRA_REQUIRE_GPU").as_deref() == Ok("1")
-}
-
-/// A CUDA backend, or None after printing the skip reason (a failure under MEMRA_REQUIRE_GPU=1).
-fn cuda_backend(tp: usize, opts: CudaOptions) -> Option<CudaBackend> {
-    match CudaBackend::with_options(tp, opts) {
-        Ok(b) => Some(b),
-        Err(RuntimeError::Unavailable(reason)) => {
-            assert!(!require_gpu(), "MEMRA_REQUIRE_GPU=1 but the CUDA backend is unavailable: {reason}");
-            println!("skipped: no CUDA device ({reason})");
-            None
-        }
-        Err(e) => panic!("creating the CUDA backend failed: {e}"),
-    }
-}
+#[path = "support/gpu.rs"]
+mod gpu;
+use gpu::{cuda_backend, require_gpu};
 
 /// The device count when there are at least `want`, else None after printing why (only "no
 /// device at all" fails under MEMRA_REQUIRE_GPU=1).

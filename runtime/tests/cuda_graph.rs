@@ -15,20 +15,11 @@ use memra_runtime::record::Record;
 use memra_runtime::{program, Battery, RunConfig, RuntimeError, Transport};
 use segments::SegmentChecker;
 
-fn require_gpu() -> bool {
-    std::env::var("MEMRA_REQUIRE_GPU").as_deref() == Ok("1")
-}
+#[path = "support/gpu.rs"]
+mod gpu;
 
 fn cuda_backend(tp: usize, placement: PlacementPolicy) -> Option<CudaBackend> {
-    match CudaBackend::with_options(tp, CudaOptions { placement, ..CudaOptions::default() }) {
-        Ok(b) => Some(b),
-        Err(RuntimeError::Unavailable(reason)) => {
-            assert!(!require_gpu(), "MEMRA_REQUIRE_GPU=1 but the CUDA backend is unavailable: {reason}");
-            println!("skipped: no CUDA device ({reason})");
-            None
-        }
-        Err(e) => panic!("creating the CUDA backend failed: {e}"),
-    }
+    gpu::cuda_backend(tp, CudaOptions { placement, ..CudaOptions::default() })
 }
 
 fn tiny() -> Model {

@@ -56,6 +56,36 @@ fn i32_of(op: &str, what: &str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| shape_err(op, format!("{what} {v} does not fit a 32-bit kernel argument")))
 }
 
+/// The shape rules of decode attention over `len` positions (`[q, k, v, gate, out]`, the twin's
+/// asserts); returns the dynamic shared memory the scores need.
+fn attention_shape(what: &str, s: [Slice; 5], len: usize, q_heads: usize, kv_heads: usize) -> Result<usize> {
+    let [q, k, v, gate, out] = s;
+    let need = len.checked_mul(kv_heads).and_then(|n| n.checked_mul(HEAD_DIM));
+    let ok = len >= 1
+        && kv_heads >= 1
+        && q_heads.is_multiple_of(kv_heads)
+        && q.len == q_heads * HEAD_DIM
+        && out.len == q_heads * HEAD_DIM
+        && gate.len == q_heads
+        && need.is_some_and(|n| k.len >= n && v.len >= n);
+    if !ok {
+        return Err(shape_err(
+            what,
+            format!(
+                "len {len}, q_heads {q_heads}, kv_heads {kv_heads}: q {} out {} gate {} k {} v {} break the shape rules",
+                q.len, out.len, gate.len, k.len, v.len
+            ),
+        ));
+    }
+    if len * 4 > SMEM_LIMIT {
+        return Err(shape_err(
+            what,
+            format!("{len} positions exceed the {} scores held in shared memory", SMEM_LIMIT / 4),
+        ));
+    }
+    Ok(len * 4)
+}
+
 /// Launch `$name` on `$rank`'s stream with the listed arguments (each a local of the exact
 /// kernel parameter type).
 macro_rules! launch {
@@ -379,30 +409,7 @@ impl CudaBackend {
                     self.slice_ptr(rank, gate, what)?,
                     self.slice_ptr(rank, out, what)?,
                 );
-                let need = len.checked_mul(kv_heads).and_then(|n| n.checked_mul(HEAD_DIM));
-                let ok = len >= 1
-                    && kv_heads >= 1
-                    && q_heads % kv_heads == 0
-                    && q.len == q_heads * HEAD_DIM
-                    && out.len == q_heads * HEAD_DIM
-                    && gate.len == q_heads
-                    && need.is_some_and(|n| k.len >= n && v.len >= n);
-                if !ok {
-                    return Err(shape_err(
-                        what,
-                        format!(
-                            "len {len}, q_heads {q_heads}, kv_heads {kv_heads}: q {} out {} gate {} k {} v {} break the shape rules",
-                            q.len, out.len, gate.len, k.len, v.len
-                        ),
-                    ));
-                }
-                let smem = len * 4;
-                if smem > SMEM_LIMIT {
-                    return Err(shape_err(
-                        what,
-                        format!("{len} positions exceed the {} scores held in shared memory", SMEM_LIMIT / 4),
-                    ));
-                }
+                let smem = attention_shape(what, [q, k, v, gate, out], len, q_heads, kv_heads)?;
                 let (len_i, qh, kvh) = (len as i32, q_heads as i32, kv_heads as i32);
                 launch!(
                     self,

@@ -4,7 +4,7 @@
 //! the parent module; the position itself can only be checked by the kernels, which write nothing
 //! when it is out of range (exactly like their host twins).
 
-use super::{cfg, elementwise_grid, i32_of, shape_err, ATTN_THREADS, HEAD_DIM, SMEM_LIMIT};
+use super::{attention_shape, cfg, elementwise_grid, i32_of, shape_err, ATTN_THREADS, HEAD_DIM};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::{Op, Slice};
 use crate::Result;
@@ -98,31 +98,8 @@ impl CudaBackend {
                     self.pos_ptr(rank, pos, what)?,
                     self.slice_ptr(rank, out, what)?,
                 );
-                let need = max_len.checked_mul(kv_heads).and_then(|n| n.checked_mul(HEAD_DIM));
-                let ok = max_len >= 1
-                    && kv_heads >= 1
-                    && q_heads % kv_heads == 0
-                    && q.len == q_heads * HEAD_DIM
-                    && out.len == q_heads * HEAD_DIM
-                    && gate.len == q_heads
-                    && need.is_some_and(|n| k.len >= n && v.len >= n);
-                if !ok {
-                    return Err(shape_err(
-                        what,
-                        format!(
-                            "max_len {max_len}, q_heads {q_heads}, kv_heads {kv_heads}: q {} out {} gate {} k {} v {} break the shape rules",
-                            q.len, out.len, gate.len, k.len, v.len
-                        ),
-                    ));
-                }
                 // Shared memory holds the scores of the longest sequence the graph may see.
-                let smem = max_len * 4;
-                if smem > SMEM_LIMIT {
-                    return Err(shape_err(
-                        what,
-                        format!("{max_len} positions exceed the {} scores held in shared memory", SMEM_LIMIT / 4),
-                    ));
-                }
+                let smem = attention_shape(what, [q, k, v, gate, out], max_len, q_heads, kv_heads)?;
                 let (max_i, qh, kvh) = (i32_of(what, "max_len", max_len)?, q_heads as i32, kv_heads as i32);
                 launch!(
                     self,

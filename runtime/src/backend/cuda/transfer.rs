@@ -355,13 +355,33 @@ impl CudaBackend {
             (Some(b), Some(f)) => (b, f),
             _ => return Err(RuntimeError::Config("host-bounce staging slot was not initialised".into())),
         };
-        let (s, d) = (&self.ranks[src_rank], &self.ranks[dst_rank]);
         // Source: wait until the slot's previous upload finished, then download into it.
-        s.stream.wait(free).map_err(|e| self.fault(src_rank, what, e))?;
+        self.ranks[src_rank].stream.wait(free).map_err(|e| self.fault(src_rank, what, e))?;
+        self.bounce_through(src_rank, sp, dst_rank, dp, bytes, buf.ptr(), what)?;
+        free.record(&self.ranks[dst_rank].stream).map_err(|e| self.fault(dst_rank, what, e))?;
+        // The source's later writes queue behind the download on its own stream.
+        Ok(())
+    }
+
+    /// Device → `buf` (pinned, at least `bytes`, free for this copy) on the source stream, then
+    /// `buf` → device on the destination stream after an event: the two halves of every
+    /// host-bounce copy.
+    #[allow(clippy::too_many_arguments)]
+    fn bounce_through(
+        &self,
+        src_rank: usize,
+        sp: dsys::CUdeviceptr,
+        dst_rank: usize,
+        dp: dsys::CUdeviceptr,
+        bytes: usize,
+        buf: *mut std::ffi::c_void,
+        what: &str,
+    ) -> Result<()> {
+        let (s, d) = (&self.ranks[src_rank], &self.ranks[dst_rank]);
         s.stream.context().bind_to_thread().map_err(|e| self.fault(src_rank, what, e))?;
-        // SAFETY: the staging buffer holds at least `bytes` pinned bytes and no copy still uses
-        // it (the stream waits its free event); `sp` addresses `bytes` checked device bytes.
-        unsafe { dsys::cuMemcpyDtoHAsync_v2(buf.ptr(), sp, bytes, s.stream.cu_stream()) }
+        // SAFETY: the caller guarantees `buf` is pinned, holds at least `bytes` bytes and no
+        // queued copy still uses it; `sp` addresses `bytes` checked device bytes.
+        unsafe { dsys::cuMemcpyDtoHAsync_v2(buf, sp, bytes, s.stream.cu_stream()) }
             .result()
             .map_err(|e| self.fault(src_rank, what, e))?;
         // Destination: after its own earlier work (stream order) and the download, upload.
@@ -370,12 +390,9 @@ impl CudaBackend {
         d.stream.context().bind_to_thread().map_err(|e| self.fault(dst_rank, what, e))?;
         // SAFETY: `dp` addresses `bytes` checked device bytes on the destination device; the
         // staging bytes were written by the download this stream now waits for.
-        unsafe { dsys::cuMemcpyHtoDAsync_v2(dp, buf.ptr(), bytes, d.stream.cu_stream()) }
+        unsafe { dsys::cuMemcpyHtoDAsync_v2(dp, buf, bytes, d.stream.cu_stream()) }
             .result()
-            .map_err(|e| self.fault(dst_rank, what, e))?;
-        free.record(&d.stream).map_err(|e| self.fault(dst_rank, what, e))?;
-        // The source's later writes queue behind the download on its own stream.
-        Ok(())
+            .map_err(|e| self.fault(dst_rank, what, e))
     }
 
     /// A host-bounce copy inside a graph capture: through the pinned buffer the capture owns for
@@ -394,21 +411,8 @@ impl CudaBackend {
                 "{what}: no staging buffer of {bytes} bytes was prepared for this copy"
             )));
         };
-        let (s, d) = (&self.ranks[src_rank], &self.ranks[dst_rank]);
-        s.stream.context().bind_to_thread().map_err(|e| self.fault(src_rank, what, e))?;
-        // SAFETY: the staging buffer is pinned, holds at least `bytes` bytes and belongs to this
-        // capture alone; `sp` addresses `bytes` checked device bytes.
-        unsafe { dsys::cuMemcpyDtoHAsync_v2(buf, sp, bytes, s.stream.cu_stream()) }
-            .result()
-            .map_err(|e| self.fault(src_rank, what, e))?;
-        s.sync_event.record(&s.stream).map_err(|e| self.fault(src_rank, what, e))?;
-        d.stream.wait(&s.sync_event).map_err(|e| self.fault(dst_rank, what, e))?;
-        d.stream.context().bind_to_thread().map_err(|e| self.fault(dst_rank, what, e))?;
-        // SAFETY: `dp` addresses `bytes` checked device bytes; the download above precedes this
-        // upload through the captured event dependency.
-        unsafe { dsys::cuMemcpyHtoDAsync_v2(dp, buf, bytes, d.stream.cu_stream()) }
-            .result()
-            .map_err(|e| self.fault(dst_rank, what, e))
+        // The buffer belongs to this capture alone; graph launches are serialised.
+        self.bounce_through(src_rank, sp, dst_rank, dp, bytes, buf, what)
     }
 
     /// Enable peer access from the source device's context to the destination device's memory
