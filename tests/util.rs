@@ -244,3 +244,15 @@ pub fn receipt_key(r: &Receipt, ids: &std::collections::BTreeMap<String, String>
     doors.sort();
     (c.tp, c.transport.as_str().to_string(), doors)
 }
+
+/// A short host run (1 prompt, 2 generated tokens) at the TP sizes `tp`, writing receipts to
+/// `out`, followed by `extra` (matrix, transport, doors, model).
+pub fn short_host_run<'a>(tp: &'a str, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", "--backend", "host", "--tp", tp, "--prompts", "1", "--gen-tokens", "2", "--out", s(out)];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// `memra-gates matrix` arguments of the `single` matrix at TP1/TP2 over both host transports.
+pub const SINGLE_TP12_HOST: [&str; 8] =
+    ["--matrix", "single", "--backend", "host", "--tp", "1,2", "--transport", "host-bounce,native-p2p"];

@@ -338,49 +338,44 @@ impl<'a> ser::Serializer for &'a mut FiniteCheck {
     }
 }
 
-impl ser::SerializeSeq for Compound<'_> {
-    type Ok = ();
-    type Error = CheckError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), CheckError> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), CheckError> {
-        Ok(())
-    }
+/// The sequence-like compounds: each element is checked under its index.
+macro_rules! elements {
+    ($($trait:ident :: $method:ident),+) => {$(
+        impl ser::$trait for Compound<'_> {
+            type Ok = ();
+            type Error = CheckError;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), CheckError> {
+                self.element(value)
+            }
+            fn end(self) -> Result<(), CheckError> {
+                Ok(())
+            }
+        }
+    )+};
 }
+elements!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
-impl ser::SerializeTuple for Compound<'_> {
-    type Ok = ();
-    type Error = CheckError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), CheckError> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), CheckError> {
-        Ok(())
-    }
+/// The struct-like compounds: each field is checked under its name.
+macro_rules! fields {
+    ($($trait:ident),+) => {$(
+        impl ser::$trait for Compound<'_> {
+            type Ok = ();
+            type Error = CheckError;
+            fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), CheckError> {
+                self.check.nested(key.to_string(), value)
+            }
+            fn end(self) -> Result<(), CheckError> {
+                Ok(())
+            }
+        }
+    )+};
 }
-
-impl ser::SerializeTupleStruct for Compound<'_> {
-    type Ok = ();
-    type Error = CheckError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), CheckError> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), CheckError> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleVariant for Compound<'_> {
-    type Ok = ();
-    type Error = CheckError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), CheckError> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), CheckError> {
-        Ok(())
-    }
-}
+fields!(SerializeStruct, SerializeStructVariant);
 
 impl ser::SerializeMap for Compound<'_> {
     type Ok = ();
@@ -397,28 +392,6 @@ impl ser::SerializeMap for Compound<'_> {
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), CheckError> {
         let seg = std::mem::take(&mut self.key);
         self.check.nested(seg, value)
-    }
-    fn end(self) -> Result<(), CheckError> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStruct for Compound<'_> {
-    type Ok = ();
-    type Error = CheckError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), CheckError> {
-        self.check.nested(key.to_string(), value)
-    }
-    fn end(self) -> Result<(), CheckError> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStructVariant for Compound<'_> {
-    type Ok = ();
-    type Error = CheckError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), CheckError> {
-        self.check.nested(key.to_string(), value)
     }
     fn end(self) -> Result<(), CheckError> {
         Ok(())

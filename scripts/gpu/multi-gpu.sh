@@ -45,7 +45,11 @@ for step in $steps; do
     probe)
         timeout 240 "$bin" probe --backend cuda --ranks 2 --transport "$transports" --json "$work/probe-2-devices.json" \
             >"$work/probe.log" 2>&1
-        row "probe 2 devices" "rc=$? $(grep -ciE 'bad words: [1-9]' "$work/probe.log") pairs with bad words"
+        rc=$?
+        # "byte-integrity probe: N ordered pair × size checks, B bad", one line per transport.
+        checked=$(grep -c 'byte-integrity probe:' "$work/probe.log")
+        bad=$(grep -E 'byte-integrity probe:' "$work/probe.log" | grep -cvE ', 0 bad$')
+        row "probe 2 devices" "rc=$rc; $checked transport(s) probed, $bad with bad words"
         ;;
     multiprocess)
         OUT="$work/multiprocess" timeout 420 bash scripts/gpu/multiprocess.sh "$bin" -- --matrix single \

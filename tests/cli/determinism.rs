@@ -15,20 +15,7 @@ fn evidence_text(text: &str) -> &str {
 }
 
 fn small_run(out_dir: &Path, jobs: Option<&str>) {
-    let mut args = vec![
-        "run",
-        "--backend",
-        "host",
-        "--tp",
-        "1,2",
-        "--prompts",
-        "1",
-        "--gen-tokens",
-        "2",
-        "--quiet",
-        "--out",
-        s(out_dir),
-    ];
+    let mut args = short_host_run("1,2", out_dir, &["--quiet"]);
     if let Some(j) = jobs {
         args.extend(["--jobs", j]);
     }

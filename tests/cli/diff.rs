@@ -14,12 +14,8 @@ use serde_json::Value;
 
 use crate::util::*;
 
-const SMALL: [&str; 11] =
-    ["run", "--backend", "host", "--tp", "1", "--transport", "host-bounce", "--prompts", "1", "--gen-tokens", "2"];
-
 fn small(out_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut args = SMALL.to_vec();
-    args.extend(["--quiet", "--out", s(out_dir)]);
+    let mut args = short_host_run("1", out_dir, &["--transport", "host-bounce", "--quiet"]);
     args.extend_from_slice(extra);
     run_env(&args, env)
 }

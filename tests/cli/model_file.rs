@@ -17,22 +17,7 @@ use memra_receipts::Verdict;
 use crate::util::*;
 
 fn one_run(out_dir: &std::path::Path, model: &[&str]) -> memra_receipts::Receipt {
-    let mut args = vec![
-        "run",
-        "--backend",
-        "host",
-        "--tp",
-        "1",
-        "--transport",
-        "host-bounce",
-        "--prompts",
-        "1",
-        "--gen-tokens",
-        "2",
-        "--quiet",
-        "--out",
-        s(out_dir),
-    ];
+    let mut args = short_host_run("1", out_dir, &["--transport", "host-bounce", "--quiet"]);
     args.extend_from_slice(model);
     run(&args).expect_code(0);
     let mut receipts = read_receipts(out_dir);

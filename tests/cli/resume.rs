@@ -17,32 +17,8 @@ const SIGINT: i32 = 2;
 fn resume_after_sigint_completes_the_matrix_without_rewriting_finished_receipts() {
     let dir = tempdir();
     let out_dir = dir.path().join("receipts");
-    let args = [
-        "run",
-        "--matrix",
-        "single",
-        "--backend",
-        "host",
-        "--tp",
-        "1,2",
-        "--prompts",
-        "1",
-        "--gen-tokens",
-        "2",
-        "--quiet",
-        "--out",
-        s(&out_dir),
-    ];
-    let expected = matrix_listing(&[
-        "--matrix",
-        "single",
-        "--backend",
-        "host",
-        "--tp",
-        "1,2",
-        "--transport",
-        "host-bounce,native-p2p",
-    ]);
+    let args = short_host_run("1,2", &out_dir, &["--matrix", "single", "--quiet"]);
+    let expected = matrix_listing(&SINGLE_TP12_HOST);
     let expected_set: BTreeSet<ConfigKey> = expected.iter().cloned().collect();
     assert_eq!(expected_set.len(), expected.len(), "`memra-gates matrix` lists a configuration twice");
 

@@ -14,21 +14,7 @@ use crate::util::*;
 fn single_matrix_on_host_passes_every_door() {
     let dir = tempdir();
     let out_dir = dir.path().join("receipts");
-    let out = run(&[
-        "run",
-        "--matrix",
-        "single",
-        "--backend",
-        "host",
-        "--tp",
-        "1,2",
-        "--prompts",
-        "1",
-        "--gen-tokens",
-        "2",
-        "--out",
-        s(&out_dir),
-    ]);
+    let out = run(&short_host_run("1,2", &out_dir, &["--matrix", "single"]));
     out.expect_code(0);
 
     // The registry: class, engagement counter and host reason of each door, by env name.
@@ -38,18 +24,7 @@ fn single_matrix_on_host_passes_every_door() {
         registry["doors"].as_array().unwrap().iter().map(|d| (d["env"].as_str().unwrap(), d)).collect();
     let ids = door_ids_by_env();
 
-    let expected: BTreeSet<ConfigKey> = matrix_listing(&[
-        "--matrix",
-        "single",
-        "--backend",
-        "host",
-        "--tp",
-        "1,2",
-        "--transport",
-        "host-bounce,native-p2p",
-    ])
-    .into_iter()
-    .collect();
+    let expected: BTreeSet<ConfigKey> = matrix_listing(&SINGLE_TP12_HOST).into_iter().collect();
     let receipts = read_receipts(&out_dir);
     let got: BTreeSet<ConfigKey> = receipts.iter().map(|(_, r)| receipt_key(r, &ids)).collect();
     assert_eq!(got, expected, "receipts vs `memra-gates matrix` listing");

@@ -88,14 +88,7 @@ impl HostBackend {
     }
 
     fn check_rank(&self, rank: usize) -> Result<()> {
-        if rank < self.ranks.len() {
-            Ok(())
-        } else {
-            Err(RuntimeError::Config(format!(
-                "rank {rank} does not exist: this backend has {} ranks",
-                self.ranks.len()
-            )))
-        }
+        super::check_rank(rank, self.ranks.len())
     }
 
     fn check_slice(&self, rank: usize, s: Slice, what: &str) -> Result<()> {

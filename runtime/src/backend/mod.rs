@@ -372,6 +372,15 @@ pub trait Backend {
 pub const BACKEND_COUNTERS: [&str; 4] =
     ["rank0_merge.merged_launches", "graph.replays", "bulk_p2p.packed_copies", "fence_memops.doorbells"];
 
+/// `rank` is one of a backend's `n` ranks, or a typed error naming both.
+pub(crate) fn check_rank(rank: usize, n: usize) -> Result<()> {
+    if rank < n {
+        Ok(())
+    } else {
+        Err(crate::RuntimeError::Config(format!("rank {rank} does not exist: this backend has {n} ranks")))
+    }
+}
+
 /// The probe sizes of DESIGN.md §3.5.
 pub const PROBE_SIZES_BYTES: [usize; 4] = [16 << 10, 64 << 10, 1 << 20, 64 << 20];
 

@@ -23,6 +23,8 @@
 
 use super::memory::{driver_err, PinnedBuffer};
 use super::CudaBackend;
+use crate::backend::{JoinFence, Op, Packed, Slice};
+use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::Result;
 use cudarc::driver::{sys as dsys, CudaEvent, CudaGraph, CudaStream};
@@ -42,9 +44,22 @@ pub(crate) enum Pass {
     Replay,
 }
 
+/// One call a segment issues, as recorded and as checked on every later pass (compared by
+/// value: a replay formats nothing unless it differs).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Call {
+    Launch { rank: usize, op: Op },
+    Copy { transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice, fenced: bool },
+    PeerStore { rank: usize, op: Op, out_rank: usize, fence: JoinFence },
+    Packed { transport: Transport, src_rank: usize, dst_rank: usize, packed: Packed },
+    AllReduce { parts: Vec<(usize, Slice)>, out_rank: usize, out: Slice },
+    Digest { rank: usize, src: Slice, base: u64 },
+    Mark,
+}
+
 /// One recorded segment.
 struct Segment {
-    signatures: Vec<String>,
+    signatures: Vec<Call>,
     /// Per rank: timing marks in use when the segment begins, and how many it takes.
     marks_at: Vec<usize>,
     marks_taken: Vec<usize>,
@@ -99,22 +114,20 @@ impl Graphs {
         }
     }
 
-    /// Host-bounce staging for the next copy of a capture pass; records the size in a record pass.
-    pub(crate) fn bounce_staging(&mut self, bytes: usize) -> Option<&PinnedBuffer> {
-        let a = self.active.as_mut()?;
-        let seg = self.segments.get_mut(&a.key)?;
-        match a.pass {
-            Pass::Record => {
-                seg.bounce_bytes.push(bytes);
-                None
-            }
-            Pass::Capture => {
-                let i = a.next_staging;
-                a.next_staging += 1;
-                seg.staging.get(i).filter(|b| b.bytes() >= bytes)
-            }
-            _ => None,
+    /// Note the size of a host-bounce copy of a record pass (its capture gets a buffer that size).
+    pub(crate) fn note_bounce(&mut self, bytes: usize) {
+        if let Some(seg) = self.recording() {
+            seg.bounce_bytes.push(bytes);
         }
+    }
+
+    /// The staging buffer of the next host-bounce copy of a capture pass.
+    pub(crate) fn capture_staging(&mut self, bytes: usize) -> Option<&PinnedBuffer> {
+        let a = self.active.as_mut().filter(|a| a.pass == Pass::Capture)?;
+        let seg = self.segments.get(&a.key)?;
+        let i = a.next_staging;
+        a.next_staging += 1;
+        seg.staging.get(i).filter(|b| b.bytes() >= bytes)
     }
 
     /// The slot of the next digest on `rank` in a capture or replay pass (its segment's region);
@@ -149,7 +162,7 @@ impl Graphs {
 impl CudaBackend {
     /// Gate one call inside a segment: record or check its signature. `Ok(true)`: issue it on the
     /// device (eagerly or into the capture); `Ok(false)`: the captured graph will run it.
-    pub(crate) fn graph_gate(&mut self, signature: impl FnOnce() -> String) -> Result<bool> {
+    pub(crate) fn graph_gate(&mut self, signature: impl FnOnce() -> Call) -> Result<bool> {
         let Some(a) = self.graphs.active.as_mut() else { return Ok(true) };
         let seg = self.graphs.segments.get_mut(&a.key).expect("an open segment is registered");
         if a.pass == Pass::Record {
@@ -161,8 +174,8 @@ impl CudaBackend {
         if want != Some(&got) {
             let (key, pass, at) = (a.key, a.pass, a.cursor);
             let detail = format!(
-                "graph segment {key}, call #{at} of a {pass:?} pass: the program issued `{got}` but the segment recorded {}",
-                want.map_or("nothing more".to_string(), |w| format!("`{w}`"))
+                "graph segment {key}, call #{at} of a {pass:?} pass: the program issued `{got:?}` but the segment recorded {}",
+                want.map_or("nothing more".to_string(), |w| format!("`{w:?}`"))
             );
             self.segment_abort_impl();
             return Err(RuntimeError::Config(detail));

@@ -21,6 +21,7 @@
 mod compile;
 mod direct;
 mod graph;
+use graph::Call;
 mod launch;
 mod layout;
 mod memory;
@@ -249,14 +250,7 @@ impl CudaBackend {
     }
 
     fn check_rank(&self, rank: usize) -> Result<()> {
-        if rank < self.ranks.len() {
-            Ok(())
-        } else {
-            Err(RuntimeError::Config(format!(
-                "rank {rank} does not exist: this backend has {} ranks",
-                self.ranks.len()
-            )))
-        }
+        crate::backend::check_rank(rank, self.ranks.len())
     }
 
     /// Device address of a slice after checking it lies inside its buffer.
@@ -497,7 +491,7 @@ impl Backend for CudaBackend {
 
     fn launch(&mut self, rank: usize, op: Op) -> Result<()> {
         self.check_rank(rank)?;
-        if !self.graph_gate(|| format!("launch r{rank} {op:?}"))? {
+        if !self.graph_gate(|| Call::Launch { rank, op: op.clone() })? {
             return Ok(());
         }
         self.launches += 1;
@@ -508,7 +502,7 @@ impl Backend for CudaBackend {
     }
 
     fn copy(&mut self, transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
-        if !self.graph_gate(|| format!("copy {transport:?} r{src_rank} {src:?} -> r{dst_rank} {dst:?}"))? {
+        if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: true })? {
             return Ok(());
         }
         self.copy_slices(transport, src_rank, src, dst_rank, dst)
@@ -522,7 +516,7 @@ impl Backend for CudaBackend {
         dst_rank: usize,
         dst: Slice,
     ) -> Result<()> {
-        if !self.graph_gate(|| format!("unfenced copy {transport:?} r{src_rank} {src:?} -> r{dst_rank} {dst:?}"))? {
+        if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: false })? {
             return Ok(());
         }
         self.copy_unfenced_slices(transport, src_rank, src, dst_rank, dst)
@@ -536,21 +530,21 @@ impl Backend for CudaBackend {
                     .into(),
             ));
         }
-        if !self.graph_gate(|| format!("peer store r{rank} {op:?} -> r{out_rank} {fence:?}"))? {
+        if !self.graph_gate(|| Call::PeerStore { rank, op: op.clone(), out_rank, fence })? {
             return Ok(());
         }
         self.peer_store(rank, &op, out_rank, fence)
     }
 
     fn copy_packed(&mut self, transport: Transport, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
-        if !self.graph_gate(|| format!("packed copy {transport:?} r{src_rank} -> r{dst_rank} {p:?}"))? {
+        if !self.graph_gate(|| Call::Packed { transport, src_rank, dst_rank, packed: p })? {
             return Ok(());
         }
         self.copy_packed_blocks(transport, src_rank, dst_rank, p)
     }
 
     fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
-        if !self.graph_gate(|| format!("all-reduce {parts:?} -> r{out_rank} {out:?}"))? {
+        if !self.graph_gate(|| Call::AllReduce { parts: parts.to_vec(), out_rank, out })? {
             return Ok(());
         }
         self.nccl_all_reduce_sum(parts, out_rank, out)
@@ -562,7 +556,7 @@ impl Backend for CudaBackend {
         let ticket = self.tickets.len();
         self.tickets.push((rank, slot));
         self.graphs.note_digest(rank);
-        if self.graph_gate(|| format!("digest r{rank} {src:?} base {base}"))? {
+        if self.graph_gate(|| Call::Digest { rank, src, base })? {
             self.launches += 1;
             self.launch_digest(rank, ptr, src.len, base, slot_ptr)?;
         }
@@ -570,14 +564,13 @@ impl Backend for CudaBackend {
     }
 
     fn mark(&mut self) -> Result<()> {
-        let slots: Vec<usize> = self.ranks.iter().map(|r| r.marks_used).collect();
         self.graphs.note_marks();
-        let issue = self.graph_gate(|| format!("mark at {slots:?}"))?;
-        if self.graphs.pass() != graph::Pass::Eager && self.graphs.pass() != graph::Pass::Record {
+        let issue = self.graph_gate(|| Call::Mark)?;
+        if matches!(self.graphs.pass(), graph::Pass::Capture | graph::Pass::Replay) {
             // Capture: an event record node per rank; replay: the graph records them.
-            for (i, slot) in slots.into_iter().enumerate() {
+            for i in 0..self.ranks.len() {
                 if issue {
-                    self.record_mark_in_capture(i, slot)?;
+                    self.record_mark_in_capture(i, self.ranks[i].marks_used)?;
                 }
                 self.ranks[i].marks_used += 1;
             }

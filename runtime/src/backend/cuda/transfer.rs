@@ -324,9 +324,7 @@ impl CudaBackend {
         let what = "host-bounce copy";
         match self.graphs.pass() {
             Pass::Capture => return self.host_bounce_captured(src_rank, sp, dst_rank, dp, bytes),
-            Pass::Record => {
-                self.graphs.bounce_staging(bytes);
-            }
+            Pass::Record => self.graphs.note_bounce(bytes),
             Pass::Eager | Pass::Replay => {}
         }
         let dd = self.ranks[dst_rank].dev;
@@ -406,7 +404,7 @@ impl CudaBackend {
         bytes: usize,
     ) -> Result<()> {
         let what = "host-bounce copy (graph capture)";
-        let Some(buf) = self.graphs.bounce_staging(bytes).map(|b| b.ptr()) else {
+        let Some(buf) = self.graphs.capture_staging(bytes).map(|b| b.ptr()) else {
             return Err(RuntimeError::Config(format!(
                 "{what}: no staging buffer of {bytes} bytes was prepared for this copy"
             )));
