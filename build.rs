@@ -1,6 +1,10 @@
 //! Stamps provenance into the `memra-gates` binary: the git revision, the digest of the kernel
 //! sources (`memra_kernels::sources::source_digest`, the one definition: FNV-1a 64 of exactly the
 //! text NVRTC compiles), and the rustc version.
+//!
+//! The stamped names must not start with `MEMRA_`: cargo also exports every `rustc-env` variable
+//! into the environment of the program it starts (`cargo run`, `cargo test`), where the strict
+//! `MEMRA_*` parser (every such name is a door or a setting) would refuse them.
 
 use std::process::Command;
 
@@ -11,7 +15,7 @@ fn main() {
     for f in memra_kernels::sources::source_files() {
         println!("cargo:rerun-if-changed=kernels/cuda/{f}");
     }
-    println!("cargo:rustc-env=MEMRA_KERNEL_DIGEST={}", memra_kernels::sources::source_digest());
+    println!("cargo:rustc-env=MG_BUILD_KERNEL_DIGEST={}", memra_kernels::sources::source_digest());
     let git = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()
@@ -25,7 +29,7 @@ fn main() {
         .ok()
         .map(|o| !o.stdout.is_empty())
         .unwrap_or(false);
-    println!("cargo:rustc-env=MEMRA_GIT_REV={git}{}", if dirty { "-dirty" } else { "" });
+    println!("cargo:rustc-env=MG_BUILD_GIT_REV={git}{}", if dirty { "-dirty" } else { "" });
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let version = Command::new(rustc)
         .arg("--version")
@@ -33,5 +37,5 @@ fn main() {
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|| "unknown".into());
-    println!("cargo:rustc-env=MEMRA_RUSTC_VERSION={version}");
+    println!("cargo:rustc-env=MG_BUILD_RUSTC_VERSION={version}");
 }

@@ -2,8 +2,8 @@
 
 fn main() -> std::process::ExitCode {
     memra_gating::cli::main(memra_gating::cli::Provenance {
-        git_rev: env!("MEMRA_GIT_REV"),
-        kernel_digest: env!("MEMRA_KERNEL_DIGEST"),
-        rustc: env!("MEMRA_RUSTC_VERSION"),
+        git_rev: env!("MG_BUILD_GIT_REV"),
+        kernel_digest: env!("MG_BUILD_KERNEL_DIGEST"),
+        rustc: env!("MG_BUILD_RUSTC_VERSION"),
     })
 }

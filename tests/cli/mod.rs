@@ -5,6 +5,7 @@ mod determinism;
 mod diff;
 mod model_file;
 mod multi_process;
+mod readme_commands;
 mod registry;
 mod resume;
 mod run_default;
