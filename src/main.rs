@@ -1,9 +1,39 @@
-//! The `memra-gates` binary: provenance stamped by build.rs, everything else in `memra-gating`.
+//! The `memra-gates` binary: provenance stamped by build.rs, the exit status decided here,
+//! everything else in `memra-gating` (ripgrep's `main` → `run(flags::parse())`).
+#![forbid(unsafe_code)]
 
-fn main() -> std::process::ExitCode {
-    memra_gating::cli::main(memra_gating::cli::Provenance {
-        git_rev: env!("MG_BUILD_GIT_REV"),
-        kernel_digest: env!("MG_BUILD_KERNEL_DIGEST"),
-        rustc: env!("MG_BUILD_RUSTC_VERSION"),
-    })
+use memra_gating::args::{self, Provenance};
+use memra_gating::Status;
+use std::process::ExitCode;
+
+const PROVENANCE: Provenance = Provenance {
+    git_rev: env!("MG_BUILD_GIT_REV"),
+    kernel_digest: env!("MG_BUILD_KERNEL_DIGEST"),
+    rustc: env!("MG_BUILD_RUSTC_VERSION"),
+};
+
+/// 0 every gate passed, 1 a gate failed, 2 the harness could not run (the error chain is printed
+/// once).
+fn main() -> ExitCode {
+    let cli = match args::parse(PROVENANCE) {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match memra_gating::run(cli, PROVENANCE) {
+        Ok(Status::Passed) => ExitCode::from(0),
+        Ok(Status::Failed) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("memra-gates: error: {e}");
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                eprintln!("  caused by: {s}");
+                src = s.source();
+            }
+            ExitCode::from(2)
+        }
+    }
 }

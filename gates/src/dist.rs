@@ -9,13 +9,14 @@
 //! receipts; process 0 writes them, the others print a one-line summary and exit with the same
 //! status.
 
-use crate::cli::{input, Provenance, RunArgs};
+use crate::args::{Provenance, RunArgs};
 use crate::env::DoorRequest;
 use crate::error::GateError;
+use crate::job::Job;
 use crate::matrix::Configuration;
-use crate::registry::{self, Registry, SettingValue, DIST_TIMEOUT_S, NCCL_ID_DIR, PROCESS};
-use crate::suite::{config_evidence, Job, Subject};
+use crate::registry::{BackendKind, Registry, SettingValue, DIST_TIMEOUT_S, NCCL_ID_DIR, PROCESS};
 use memra_receipts::schema as rs;
+use memra_runtime::Battery;
 use memra_runtime::backend::dist::{split_rule, ProcessSpec, Rendezvous};
 use memra_runtime::Transport;
 use std::path::PathBuf;
@@ -56,7 +57,7 @@ const SINGLE_PROCESS_DOORS: [(&str, &str); 3] = [
 /// is a plain single-process run (no `--process`, or `0/1`).
 pub fn dist_plan(args: &RunArgs, req: &DoorRequest, registry: &Registry) -> Result<Option<DistPlan>, GateError> {
     let spec = match &args.process {
-        Some(s) => Some(ProcessSpec::parse(s).map_err(|e| input(format!("--process: {e}")))?),
+        Some(s) => Some(ProcessSpec::parse(s).map_err(|e| GateError::usage(format!("--process: {e}")))?),
         None => match req.settings.get(PROCESS) {
             Some(SettingValue::Process(p)) => Some(*p),
             _ => None,
@@ -68,7 +69,7 @@ pub fn dist_plan(args: &RunArgs, req: &DoorRequest, registry: &Registry) -> Resu
     });
     let seconds = match args.dist_timeout_s {
         Some(0) => {
-            return Err(input(
+            return Err(GateError::usage(
                 "--dist-timeout-s 0: a process would give up before its peers start (use 1 or more seconds)",
             ))
         }
@@ -84,7 +85,7 @@ pub fn dist_plan(args: &RunArgs, req: &DoorRequest, registry: &Registry) -> Resu
     };
     let Some(spec) = spec else {
         if let Some(d) = id_dir.filter(|_| args.nccl_id_dir.is_some()) {
-            return Err(input(format!(
+            return Err(GateError::usage(format!(
                 "--nccl-id-dir {} is given without --process P/N: the rendezvous directory belongs to a run over several processes",
                 d.display()
             )));
@@ -96,18 +97,18 @@ pub fn dist_plan(args: &RunArgs, req: &DoorRequest, registry: &Registry) -> Resu
     }
     let who = format!("--process {}", spec.label());
     if args.backend != "cuda" {
-        return Err(input(format!(
+        return Err(GateError::usage(format!(
             "{who} needs --backend cuda (not `{}`): ranks in several processes meet only through NCCL on CUDA devices, and every process must open the same backend",
             args.backend
         )));
     }
     let Some(id_dir) = id_dir else {
-        return Err(input(format!(
+        return Err(GateError::usage(format!(
             "{who} needs --nccl-id-dir DIR (or MEMRA_NCCL_ID_DIR): a directory every process can read, where process 0 publishes the NCCL unique ids"
         )));
     };
     if args.resume {
-        return Err(input(format!(
+        return Err(GateError::usage(format!(
             "{who} cannot --resume: every process must run the identical plan, and only process 0 sees the receipts already written"
         )));
     }
@@ -119,7 +120,7 @@ pub fn rule(c: &Configuration, processes: usize) -> Option<String> {
     if processes <= 1 {
         return None;
     }
-    if c.backend != registry::BackendKind::Cuda {
+    if c.backend != BackendKind::Cuda {
         return Some(format!(
             "a run over {processes} processes needs the cuda backend: host ranks are threads of one process"
         ));
@@ -138,21 +139,27 @@ pub fn rule(c: &Configuration, processes: usize) -> Option<String> {
 
 /// The fingerprint of everything that decides the program every process runs: the build, the
 /// process count, the subject, and every job in order with its run identity and whether it runs.
-pub fn fingerprint(prov: &Provenance, processes: usize, matrix: &str, subject: &Subject, jobs: &[Job]) -> String {
+pub fn fingerprint(
+    prov: &Provenance,
+    processes: usize,
+    matrix: &str,
+    (model, battery): (&rs::ModelEvidence, &Battery),
+    jobs: &[Job],
+) -> String {
     let mut text = format!(
         "memra-gates {} {} {}\nprocesses {processes}\nmatrix {matrix}\nmodel {} {}\n",
         env!("CARGO_PKG_VERSION"),
         prov.git_rev,
         prov.kernel_digest,
-        subject.model_evidence.preset,
-        subject.model_evidence.digest
+        model.preset,
+        model.digest
     );
     for j in jobs {
-        let id = rs::run_id(&config_evidence(j, &subject.model_evidence, &subject.battery));
+        let id = memra_receipts::run_id(&crate::receipt::config_evidence(j, model, battery));
         let not_run = j.not_run.as_ref().map(|(v, r)| format!("{} {r}", v.as_str())).unwrap_or_default();
         text += &format!("{id} {not_run}\n");
     }
-    format!("{:016x}", rs::fnv1a64(text.as_bytes()))
+    format!("{:016x}", memra_receipts::fnv1a64(text.as_bytes()))
 }
 
 /// Join the rendezvous: process 0 publishes the plan, the others check it. Fails in
@@ -239,7 +246,7 @@ mod tests {
             transport,
             doors: doors.iter().map(|d| d.to_string()).collect(),
         };
-        use registry::BackendKind::{Cuda, Host};
+        use BackendKind::{Cuda, Host};
         assert_eq!(rule(&c(Cuda, 2, Transport::Nccl, &[]), 2), None);
         assert_eq!(rule(&c(Cuda, 8, Transport::Nccl, &["rank0_merge"]), 4), None);
         assert_eq!(rule(&c(Cuda, 1, Transport::HostBounce, &[]), 1), None, "one process: no rule");

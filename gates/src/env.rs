@@ -9,12 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use memra_runtime::config::DoorSet;
 
 use crate::registry::{FlipAt, Registry, RegistryError, SettingValue, CANARY_FLIP_AT, REQUIRE_GPU};
+use crate::text::{best, edit_distance};
 
 /// The prefix every door variable and tool setting shares.
 pub const PREFIX: &str = "MEMRA_";
-
-/// Largest edit distance at which a did-you-mean suggestion is offered.
-pub const MAX_SUGGESTION_DISTANCE: usize = 3;
 
 /// Doors and settings as the user asked for them: only what was given explicitly.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -72,6 +70,17 @@ pub fn parse_door_value(name: &str, value: &str) -> Result<bool, RegistryError> 
         "1" => Ok(true),
         _ => Err(RegistryError::DoorValue { name: name.to_string(), value: value.to_string() }),
     }
+}
+
+/// The process environment's `MEMRA_*` variables: the one place the crate reads the environment
+/// (architecture invariant, checked by the tidy test). Names are matched case-insensitively so a
+/// misspelt `memra_x` is reported; values that are not UTF-8 are passed on lossily and refused by
+/// the value rules.
+pub fn process_vars() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
+        .filter(|(k, _)| k.to_ascii_uppercase().starts_with(PREFIX))
+        .collect()
 }
 
 /// Read the `MEMRA_*` variables out of an environment (pass `std::env::vars()` or a test list).
@@ -258,42 +267,3 @@ fn suggest_door(name: &str, registry: &Registry) -> Option<String> {
     registry.door(pick).map(|d| format!("{} ({})", d.id, d.env))
 }
 
-/// The candidate nearest to `name` within [`MAX_SUGGESTION_DISTANCE`] (ties: the smallest name).
-pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    best(name, candidates.into_iter().map(|c| (c, c)))
-}
-
-/// Nearest spelling within the limit; returns the target that spelling stands for.
-fn best<'a>(name: &str, spellings: impl Iterator<Item = (&'a str, &'a str)>) -> Option<&'a str> {
-    spellings
-        .map(|(s, target)| (edit_distance(name, s), target))
-        .filter(|(d, _)| *d <= MAX_SUGGESTION_DISTANCE)
-        .min()
-        .map(|(_, target)| target)
-}
-
-/// Damerau–Levenshtein distance (optimal string alignment: insertions, deletions,
-/// substitutions and transpositions of adjacent characters each cost 1).
-pub fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let w = b.len() + 1;
-    let mut d = vec![0usize; (a.len() + 1) * w];
-    for i in 0..=a.len() {
-        d[i * w] = i;
-    }
-    for (j, cell) in d.iter_mut().enumerate().take(w) {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut v = (d[(i - 1) * w + j] + 1).min(d[i * w + j - 1] + 1).min(d[(i - 1) * w + j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                v = v.min(d[(i - 2) * w + j - 2] + 1);
-            }
-            d[i * w + j] = v;
-        }
-    }
-    d[a.len() * w + b.len()]
-}

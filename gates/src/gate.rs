@@ -1,8 +1,9 @@
-//! The gates of DESIGN.md §4.2, as pure functions over records.
+//! The gates of docs/DESIGN.md §4.2, as pure functions over records.
 //!
 //! Gates see only [`Record`]s — digests, captures, tokens, engagement counters — never runtime
 //! internals, so a tape written by an external engine can be gated the same way (§10).
 
+use memra_kernels::grid::ulp_distance;
 use memra_runtime::record::{Capture, CaptureKey, Record, Seam};
 use std::collections::BTreeMap;
 
@@ -28,13 +29,47 @@ pub struct Element {
 }
 
 impl FirstDivergence {
+    /// One line: `L0.o_join p0 s1 [17] r1 0x… → 0x… (1 ulp)`.
+    pub fn describe(&self) -> String {
+        let mut s = format!("L{}.{} p{} s{}", self.layer, self.seam.name(), self.prompt, self.step);
+        if let Some(e) = self.element {
+            let rank = e.rank.map(|r| format!(" r{r}")).unwrap_or_default();
+            s += &format!(" [{}]{rank} 0x{:08x}→0x{:08x} ({} ulp)", e.index, e.oracle_bits, e.observed_bits, e.ulp);
+        }
+        s
+    }
+
     pub fn key(&self) -> CaptureKey {
         CaptureKey { prompt: self.prompt, step: self.step, layer: self.layer, seam: self.seam }
     }
 }
 
-/// Outcome of one gate: `Ok(detail)` passes, `Err(detail)` fails.
-pub type GateOutcome = Result<String, String>;
+/// What one gate concluded, with the detail a receipt shows either way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Pass(String),
+    Fail(String),
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        matches!(self, Outcome::Pass(_))
+    }
+
+    pub fn detail(&self) -> &str {
+        match self {
+            Outcome::Pass(d) | Outcome::Fail(d) => d,
+        }
+    }
+
+    /// Pass with `pass`'s detail when `check` holds its ground (`Ok`), else fail with the reason.
+    pub fn of(check: Result<String, String>) -> Outcome {
+        match check {
+            Ok(d) => Outcome::Pass(d),
+            Err(d) => Outcome::Fail(d),
+        }
+    }
+}
 
 /// Identity: every layer × seam × step digest equal. Structural differences (prompt or step
 /// counts) are failures too, reported at the first missing position.
@@ -62,19 +97,6 @@ pub fn first_digest_divergence(oracle: &Record, run: &Record) -> Result<Option<F
     Ok(None)
 }
 
-/// ULP distance between two f32 bit patterns on the monotone integer line (−0 and +0 are 1
-/// apart, so a sign-of-zero difference is never distance 0).
-pub fn ulp_distance(a: u32, b: u32) -> u64 {
-    fn ordered(x: u32) -> i64 {
-        if x & 0x8000_0000 != 0 {
-            -((x & 0x7FFF_FFFF) as i64) - 1
-        } else {
-            x as i64
-        }
-    }
-    (ordered(a) - ordered(b)).unsigned_abs()
-}
-
 /// The first differing element of two captures of the same seam.
 pub fn localise(oracle: &Capture, run: &Capture) -> Option<Element> {
     let n = oracle.bits.len().max(run.bits.len());
@@ -95,11 +117,15 @@ pub fn localise(oracle: &Capture, run: &Capture) -> Option<Element> {
 }
 
 /// Determinism: the same configuration twice gives identical digests and tokens.
-pub fn determinism(first: &Record, second: &Record) -> GateOutcome {
-    match first_digest_divergence(first, second)? {
-        None if first.tokens == second.tokens => Ok("two runs gave identical digests and tokens".into()),
-        None => Err("two runs gave identical digests but different tokens".into()),
-        Some(d) => Err(format!(
+pub fn determinism(first: &Record, second: &Record) -> Outcome {
+    let divergence = match first_digest_divergence(first, second) {
+        Ok(d) => d,
+        Err(structure) => return Outcome::Fail(structure),
+    };
+    match divergence {
+        None if first.tokens == second.tokens => Outcome::Pass("two runs gave identical digests and tokens".into()),
+        None => Outcome::Fail("two runs gave identical digests but different tokens".into()),
+        Some(d) => Outcome::Fail(format!(
             "two runs of the same configuration differ first at prompt {} step {} layer {} seam {}",
             d.prompt,
             d.step,
@@ -111,7 +137,11 @@ pub fn determinism(first: &Record, second: &Record) -> GateOutcome {
 
 /// Non-triviality: the run must produce varied, non-degenerate output (a run that writes zeros
 /// can match a broken oracle "exactly").
-pub fn non_triviality(run: &Record) -> GateOutcome {
+pub fn non_triviality(run: &Record) -> Outcome {
+    Outcome::of(non_triviality_check(run))
+}
+
+fn non_triviality_check(run: &Record) -> Result<String, String> {
     let tokens: Vec<u32> = run.tokens.iter().flatten().copied().collect();
     if tokens.is_empty() {
         return Err("no token was generated".into());
@@ -143,16 +173,16 @@ fn distinct(t: &[u32]) -> usize {
 }
 
 /// Engagement: every enabled door's counter ran (> 0). `expected` maps door id → counter name.
-pub fn engagement(run: &Record, expected: &BTreeMap<String, String>) -> GateOutcome {
+pub fn engagement(run: &Record, expected: &BTreeMap<String, String>) -> Outcome {
     let missing: Vec<String> = expected
         .iter()
         .filter(|(_, counter)| run.engaged.get(counter.as_str()).copied().unwrap_or(0) == 0)
         .map(|(door, counter)| format!("{door} (counter {counter} = 0)"))
         .collect();
     if missing.is_empty() {
-        Ok(format!("{} door(s) engaged", expected.len()))
+        Outcome::Pass(format!("{} door(s) engaged", expected.len()))
     } else {
-        Err(format!("enabled but never engaged: {}", missing.join(", ")))
+        Outcome::Fail(format!("enabled but never engaged: {}", missing.join(", ")))
     }
 }
 
@@ -172,7 +202,7 @@ pub struct NearTie {
 /// door's declared budget allows to move: `max(margin_budget, 2 · rel_budget · |top-1 logit|)`
 /// — each of the two logits may move by the declared relative error of the logits (normwise,
 /// so relative to the largest logit), hence twice. Near-ties are reported, never hidden.
-pub fn argmax_tape(oracle: &Record, run: &Record, margin_budget: f32, rel_budget: f64) -> (GateOutcome, Vec<NearTie>) {
+pub fn argmax_tape(oracle: &Record, run: &Record, margin_budget: f32, rel_budget: f64) -> (Outcome, Vec<NearTie>) {
     let mut ties = Vec::new();
     let mut flips = Vec::new();
     for (p, (to, tr)) in oracle.tokens.iter().zip(&run.tokens).enumerate() {
@@ -189,15 +219,15 @@ pub fn argmax_tape(oracle: &Record, run: &Record, margin_budget: f32, rel_budget
     }
     if oracle.tokens.len() != run.tokens.len() || oracle.tokens.iter().zip(&run.tokens).any(|(a, b)| a.len() != b.len())
     {
-        return (Err("the run's token tape has a different shape from the oracle's".into()), ties);
+        return (Outcome::Fail("the run's token tape has a different shape from the oracle's".into()), ties);
     }
     let compared: usize = oracle.tokens.iter().map(Vec::len).sum();
     let outcome = if compared == 0 {
-        Err("no generated token was compared".to_string())
+        Outcome::Fail("no generated token was compared".to_string())
     } else if flips.is_empty() {
-        Ok(format!("tape equal outside {} near-tie(s) of {compared} tokens", ties.len()))
+        Outcome::Pass(format!("tape equal outside {} near-tie(s) of {compared} tokens", ties.len()))
     } else {
-        Err(format!("{} argmax flip(s) outside near-ties; first: {}", flips.len(), flips[0]))
+        Outcome::Fail(format!("{} argmax flip(s) outside near-ties; first: {}", flips.len(), flips[0]))
     };
     (outcome, ties)
 }

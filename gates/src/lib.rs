@@ -1,7 +1,22 @@
 //! Doors, matrices, oracles, gates, verdicts, promotion and the command line.
 //!
 //! The gates consume records (`memra_runtime::record`), never runtime internals, so another
-//! subject (an external engine's tape, DESIGN.md §10) can be gated the same way.
+//! subject (an external engine's tape, docs/DESIGN.md §10) can be gated the same way.
+//!
+//! # Layers (imports point down only; the tidy test checks there is no cycle)
+//!
+//! - [`args`]: the clap types; imports nothing of the crate.
+//! - [`text`], [`registry`], [`env`], [`matrix`]: the door registry and what derives from it.
+//! - [`job`], [`gate`], [`receipt`], [`dist`], [`subject`]: resolved configurations, the gates
+//!   as pure functions over records, the receipt builder, the subject that produces records.
+//! - [`suite`]: running jobs through the gates; [`outdir`]: the output directory.
+//! - [`plan`]: flags → a checked plan; [`promote`]: the promotion policy.
+//! - [`commands`]: one module per command and the one dispatch; nothing imports it back.
+//!
+//! The binary calls [`run`]`(`[`args::parse`]`(…)?)` and maps the [`Status`] (or the error) to its
+//! exit status.
+#![forbid(unsafe_code)]
+
 /// `println!` that never panics: a closed stdout (`memra-gates diff a b | head -1`) ends the
 /// output quietly instead of aborting with a broken-pipe panic.
 #[macro_export]
@@ -12,20 +27,27 @@ macro_rules! say {
     }};
 }
 
-pub mod bench;
-pub mod cli;
+pub mod args;
 pub mod commands;
 pub mod dist;
 pub mod env;
 pub mod error;
 pub mod gate;
+pub mod job;
 pub mod matrix;
+pub mod outdir;
 pub mod plan;
-pub mod probe_cmd;
 pub mod promote;
+pub mod receipt;
 pub mod registry;
-pub mod registry_view;
-pub mod selftest;
+pub mod subject;
 pub mod suite;
+pub mod text;
 
+pub use commands::Status;
 pub use error::GateError;
+
+/// Run the command line `cli` built with provenance `prov`.
+pub fn run(cli: args::Cli, prov: args::Provenance) -> Result<Status, GateError> {
+    commands::dispatch(cli.into_command(), prov)
+}

@@ -9,6 +9,7 @@
 pub mod canon;
 pub mod error;
 pub mod formats;
+pub mod grid;
 pub mod sources;
 pub mod twins;
 

@@ -4,7 +4,15 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::schema::Violation;
+
+/// A rule of the receipt format that a value broke: field path, the value (quoted for display)
+/// and the rule (see `validate`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub field: String,
+    pub value: String,
+    pub rule: String,
+}
 
 /// Name used in messages for values that are not (yet) in a file.
 pub const IN_MEMORY: &str = "<in-memory>";

@@ -3,8 +3,11 @@
 //! format lives in one dependency-free crate that every other part of memra-gates links; no other
 //! crate defines or parses receipt JSON.
 //!
-//! - [`schema`]: the format (schema v1), documented with a full example; run identity
-//! - [`json`]: canonical writer and strict reader
+//! - [`schema`]: the format (schema v1), documented with a full example
+//! - [`canonical`]: the canonical JSON writer (below everything: identities hash its text)
+//! - [`identity`]: run ids, digests and the hex forms of receipts; [`time`]: the date routine
+//! - [`validate`]: the rules the serde shape cannot express
+//! - [`json`]: the receipt and summary writer and strict reader
 //! - [`store`]: atomic writes, directory layout, loading, `--resume` listing
 //! - [`export`]: JUnit XML, latency CSV, Markdown summary
 //! - [`mod@diff`]: comparison of two receipt sets
@@ -12,17 +15,25 @@
 //! The published JSON Schema documents are [`RECEIPT_SCHEMA_V1`] and [`SUMMARY_SCHEMA_V1`]
 //! (`receipts/schema/*.schema.json`).
 
+#![forbid(unsafe_code)]
+
+pub mod canonical;
 pub mod diff;
 pub mod error;
 pub mod export;
+pub mod identity;
 pub mod json;
 pub mod schema;
 pub mod store;
+pub mod time;
+pub mod validate;
 
-pub use diff::{diff, DiffFormat, DiffReport, DEFAULT_THRESHOLD};
+pub use diff::{diff, DiffFormat, DiffReport};
+pub use identity::{digest_hex, f32_bits_hex, fnv1a64, run_id, token_tape_digest};
+pub use schema::seam_column;
 pub use error::ReceiptError;
 pub use schema::{
-    run_id, token_tape_digest, Backend, BuildEvidence, DigestRow, Divergence, Evidence, Gate, GateResult, LatencyStats,
+    Backend, BuildEvidence, DigestRow, Divergence, Evidence, Gate, GateResult, LatencyStats,
     Measurements, ModelEvidence, NearTie, PerformanceClaim, ProbeEntry, ProbeStatus, Receipt, ReceiptKind,
     RunConfigEvidence, SeamDigests, SeamError, SeamLatency, Summary, SummaryKind, SummaryRow, Transport, Verdict,
     VerdictCounts, SCHEMA_VERSION,

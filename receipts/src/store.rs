@@ -27,7 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::ReceiptError;
 use crate::json;
-use crate::schema::{is_lower_hex, Receipt, Summary, Verdict};
+use crate::schema::{Receipt, Summary, Verdict};
+use crate::validate::is_lower_hex;
 
 /// File name prefix of a run receipt.
 pub const RECEIPT_PREFIX: &str = "run-";

@@ -184,7 +184,7 @@ impl RunConfig {
 
 /// TP must be 1, 2, 4 or 8 (the canonical grid has 8 blocks).
 pub fn check_tp(tp: usize) -> Result<(), RuntimeError> {
-    if matches!(tp, 1 | 2 | 4 | 8) {
+    if memra_kernels::grid::is_tp_size(tp) {
         Ok(())
     } else {
         Err(RuntimeError::Config(format!(

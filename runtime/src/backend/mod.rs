@@ -427,11 +427,18 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    pub const ALL: [BackendKind; 2] = [BackendKind::Host, BackendKind::Cuda];
+
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Host => "host",
             BackendKind::Cuda => "cuda",
         }
+    }
+
+    /// `host` or `cuda`.
+    pub fn parse(s: &str) -> Option<BackendKind> {
+        BackendKind::ALL.into_iter().find(|b| b.name() == s)
     }
 }
 

@@ -340,7 +340,7 @@ pub(crate) fn utc_minute(unix_ms: u64) -> String {
 
 /// The year and `MM-DD HH:MM` (UTC) of a Unix time in milliseconds.
 pub(crate) fn utc_year_and_rest(unix_ms: u64) -> (i64, String) {
-    let (y, mo, d, h, m) = memra_receipts::schema::utc_civil(unix_ms);
+    let (y, mo, d, h, m) = memra_receipts::time::utc_civil(unix_ms);
     (y, format!("{mo:02}-{d:02} {h:02}:{m:02}"))
 }
 

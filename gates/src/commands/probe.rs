@@ -1,13 +1,14 @@
 //! `memra-gates probe`: what the machine's transports can be trusted with, and what they cost.
 //!
-//! Lists the devices and placement, runs the byte-integrity probe of DESIGN.md §3.5 over every
+//! Lists the devices and placement, runs the byte-integrity probe of docs/DESIGN.md §3.5 over every
 //! ordered rank pair for each transport, and times rank-0 → rank-1 copies at the seam payload
 //! sizes of the presets (wall clock over back-to-back copies between two synchronisations, so
 //! launch and ordering overhead are included, as they are in a decode step).
 
-use crate::cli::{input, ProbeArgs};
+use super::Status;
+use crate::args::ProbeArgs;
 use crate::error::GateError;
-use memra_runtime::backend::{open, Backend, BackendKind, Slice, PROBE_SIZES_BYTES};
+use memra_runtime::backend::{open, Backend, Slice};
 use memra_runtime::Transport;
 use std::time::Instant;
 
@@ -35,18 +36,17 @@ fn time_copy(b: &mut dyn Backend, transport: Transport, bytes: usize, reps: usiz
     Ok(samples[samples.len() / 2])
 }
 
-pub fn probe(args: &ProbeArgs) -> Result<u8, GateError> {
-    let backend = crate::plan::resolve_backend(&args.backend)?;
+pub fn probe(args: &ProbeArgs) -> Result<Status, GateError> {
+    let registry = crate::plan::load_registry(&None)?;
+    let request = crate::plan::door_request(&registry, &[])?;
+    let backend = crate::plan::resolve_backend(&args.backend, request.require_gpu(&registry))?;
     let ranks = args.ranks;
     memra_runtime::config::check_tp(ranks)?;
     if ranks < 2 {
-        return Err(input("--ranks 1 has no pair to probe: use 2, 4 or 8"));
+        return Err(GateError::usage("--ranks 1 has no pair to probe: use 2, 4 or 8"));
     }
     let transports: Vec<Transport> = crate::plan::parse_transports(&args.transport)?;
-    let sizes: &[usize] = match backend {
-        BackendKind::Cuda => &PROBE_SIZES_BYTES,
-        BackendKind::Host => &PROBE_SIZES_BYTES[..3],
-    };
+    let sizes = crate::suite::probe_sizes(backend);
     let mut failed = false;
     let mut report = serde_json::Map::new();
     for t in transports {
@@ -90,5 +90,5 @@ pub fn probe(args: &ProbeArgs) -> Result<u8, GateError> {
         let text = serde_json::to_string_pretty(&serde_json::Value::Object(report)).unwrap_or_default();
         memra_receipts::store::write_atomic(path, text.as_bytes())?;
     }
-    Ok(if failed { 1 } else { 0 })
+    Ok(if failed { Status::Failed } else { Status::Passed })
 }

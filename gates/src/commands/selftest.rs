@@ -4,16 +4,19 @@
 //! The expected first divergence of each canary is derived from the canary's own definition
 //! (where it plants the defect), never from a previous run.
 
-use crate::cli::{input, Provenance, SelftestArgs};
+use super::Status;
+use crate::args::{Provenance, SelftestArgs};
 use crate::error::GateError;
 use crate::matrix::{self, MatrixKind};
-use crate::plan;
+use crate::outdir::{OutDir, Reuse};
+use crate::plan::{self, ModelPlan};
 use crate::registry::{self, DoorClass};
-use crate::suite::{run_subject, Suite, SuiteOptions};
+use crate::subject::RunSpec;
+use crate::suite::{Progress, Suite, SuiteOptions};
 use memra_receipts::schema::{Gate, Verdict};
-use memra_runtime::backend::BackendKind;
 use memra_runtime::record::Seam;
 use memra_runtime::{Canary, Transport};
+use std::collections::BTreeSet;
 
 /// Where a canary's defect must first show: (prompt, step, layer, seam).
 pub fn expected_divergence(c: &Canary) -> Option<(usize, usize, usize, Seam)> {
@@ -28,38 +31,42 @@ pub fn expected_divergence(c: &Canary) -> Option<(usize, usize, usize, Seam)> {
     }
 }
 
-pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<u8, GateError> {
+pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateError> {
     let registry = plan::load_registry(&None)?;
     let req = plan::door_request(&registry, &[])?;
-    let backend = plan::resolve_backend(&args.backend)?;
-    let rb = match backend {
-        BackendKind::Host => registry::BackendKind::Host,
-        BackendKind::Cuda => registry::BackendKind::Cuda,
-    };
+    let backend = plan::resolve_backend(&args.backend, req.require_gpu(&registry))?;
     // TP2: the reversed K-block fold needs more than one rank.
-    let canaries = matrix::enumerate(&registry, &MatrixKind::Canaries, &[2], &[Transport::HostBounce], &[rb])
-        .map_err(|e| input(e.to_string()))?;
+    let canaries = matrix::enumerate(&registry, &MatrixKind::Canaries, &[2], &[Transport::HostBounce], &[backend])?;
     let mut jobs = plan::jobs_of(&registry, &canaries, &req, 1)?;
     if let Some(id) = &args.disarm {
         let job = jobs
             .iter_mut()
             .find(|j| j.doors.canary.map(|c| registry::canary_id(&c)) == Some(id.as_str()))
-            .ok_or_else(|| input(format!("--disarm {id}: no such canary in this selftest")))?;
+            .ok_or_else(|| GateError::usage(format!("--disarm {id}: no such canary in this selftest")))?;
         eprintln!("memra-gates: selftest with canary {id} DISARMED (its defect is not planted)");
         job.doors.canary = None;
     }
-    let subject = plan::load_subject(&args.model, |c| plan::battery_of(c, 1, Some(args.prompts), None))?;
-    std::fs::create_dir_all(&args.out).map_err(|e| input(format!("--out {}: {e}", args.out.display())))?;
+    let model = ModelPlan::from_args(&args.model)?;
+    let battery = plan::battery_for(&model.config, 1, Some(args.prompts), None)?;
+    let ids: BTreeSet<String> =
+        jobs.iter().map(|j| memra_receipts::run_id(&crate::receipt::config_evidence(j, &model.evidence, &battery))).collect();
+    let out = OutDir::take(&args.out, &ids, Reuse::Fresh)?;
+    let subject = model.load(battery)?;
     let opts = SuiteOptions {
-        out_dir: Some(args.out.clone()),
+        out_dir: Some(out.path().to_path_buf()),
         resume: false,
         workers: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         kernel_digest: prov.kernel_digest.to_string(),
-        progress: false,
+        progress: Progress::Off,
     };
     let suite = Suite::new(&subject, opts)?;
-    let receipts = suite.run_all(&jobs);
-    crate::commands::write_outputs(&args.out, "selftest", &receipts)?;
+    let done = suite.run_all(&jobs);
+    let (_, mut failed) = out.write_outputs("selftest", &done.receipts);
+    failed.extend(done.write_failures.into_iter().map(|w| (w.path, w.error)));
+    if !failed.is_empty() {
+        return Err(GateError::ReceiptsNotWritten { dir: out.path().to_path_buf(), failed });
+    }
+    let receipts = done.receipts;
 
     let mut all_caught = true;
     let mut ran = 0;
@@ -73,7 +80,7 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<u8, GateError> 
         }
         ran += 1;
         let canary = registry
-            .to_door_set(&std::collections::BTreeSet::from([name.clone()]), req.canary_flip_at(&registry))
+            .to_door_set(&BTreeSet::from([name.clone()]), req.canary_flip_at(&registry))
             .ok()
             .and_then(|d| d.canary);
         let expected = canary.as_ref().and_then(expected_divergence);
@@ -93,30 +100,21 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<u8, GateError> 
         crate::say!("{name:<26} {:<16} {exp:<28} {obs}", if caught { "CAUGHT" } else { "MISSED" });
     }
     if ran == 0 {
-        return Err(input("selftest ran no canary: nothing was tested"));
+        return Err(GateError::NothingToTest("selftest ran no canary: nothing was tested".into()));
     }
 
     // NUMERIC-CLASS doors that change nothing may be mislabeled.
-    for door in registry.doors().iter().filter(|d| d.class == DoorClass::Numeric && d.backends.contains(&rb)) {
+    for door in registry.doors().iter().filter(|d| d.class == DoorClass::Numeric && d.backends.contains(&backend)) {
         let tp = if door.tp.contains(&1) { 1 } else { door.tp.allowed.first().copied().unwrap_or(2) };
         let transport = if door.transports.contains(&Transport::HostBounce) {
             Transport::HostBounce
         } else {
             door.transports.allowed[0]
         };
-        let ds = registry
-            .to_door_set(&std::collections::BTreeSet::from([door.id.clone()]), None)
-            .map_err(|e| input(e.to_string()))?;
-        match run_subject(
-            &subject,
-            backend,
-            tp,
-            transport,
-            ds,
-            memra_runtime::ExpertFormat::E4m3,
-            Some(suite.oracle()),
-            vec![],
-        ) {
+        let doors = registry.to_door_set(&BTreeSet::from([door.id.clone()]), None)?;
+        let mut spec = RunSpec::oracle(backend, memra_runtime::ExpertFormat::E4m3);
+        (spec.tp, spec.transport, spec.doors, spec.forced) = (tp, transport, doors, Some(suite.oracle()));
+        match subject.run(spec) {
             Ok(r) if r.digests == suite.oracle().digests => {
                 crate::say!(
                     "{:<26} WARNING: bit-identical to the oracle at TP{tp} {}: its NUMERIC class may be mislabeled",
@@ -130,9 +128,9 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<u8, GateError> 
     }
     if all_caught {
         crate::say!("selftest: every canary was caught");
-        Ok(0)
+        Ok(Status::Passed)
     } else {
         crate::say!("selftest: FAILED — a planted defect went unnoticed");
-        Ok(1)
+        Ok(Status::Failed)
     }
 }

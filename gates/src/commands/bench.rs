@@ -1,13 +1,14 @@
-//! `memra-gates bench`: is the canonical program fast enough to be worth gating (DESIGN.md §8)?
+//! `memra-gates bench`: is the canonical program fast enough to be worth gating (docs/DESIGN.md §8)?
 //!
 //! One TP1 decode run on a device, timed per layer × seam with device events, compared with the
 //! memory floor (bytes a decode step must read ÷ the device-to-device bandwidth measured in the
 //! same process) and with a PyTorch implementation of the same layer run in the same session.
 //! The result is a performance receipt (`performance_claim = true`) and a table.
 
-use crate::cli::{input, BenchArgs, Provenance};
+use super::Status;
+use crate::args::{BenchArgs, Provenance};
 use crate::error::GateError;
-use crate::plan;
+use crate::plan::{self, ModelPlan};
 use memra_receipts::schema::{self as rs, Gate, GateResult, Verdict};
 use memra_receipts::{Receipt, ReceiptKind};
 use memra_runtime::backend::{open, BackendKind};
@@ -68,7 +69,7 @@ fn seam_median(r: &Record, layer: usize, seam: Seam, warmup: usize) -> Option<u6
 }
 
 /// The PyTorch anchor's JSON, or the reason it could not run.
-fn run_torch(args: &crate::cli::BenchArgs, model: &Model, positions: usize) -> Result<serde_json::Value, String> {
+fn run_torch(args: &BenchArgs, model: &Model, positions: usize) -> Result<serde_json::Value, String> {
     let c = &model.config;
     let out = std::process::Command::new(&args.python)
         .arg(&args.torch_script)
@@ -87,17 +88,26 @@ fn run_torch(args: &crate::cli::BenchArgs, model: &Model, positions: usize) -> R
     serde_json::from_slice(&out.stdout).map_err(|e| format!("the PyTorch anchor printed no JSON: {e}"))
 }
 
-pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
-    let backend = plan::resolve_backend(&args.backend)?;
+pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
+    let registry = plan::load_registry(&None)?;
+    let request = plan::door_request(&registry, &[])?;
+    let backend = plan::resolve_backend(&args.backend, request.require_gpu(&registry))?;
     if backend != BackendKind::Cuda && !args.allow_host {
-        return Err(input(
-            "bench measures a device: no CUDA device is usable here (pass --allow-host to time the host backend)",
+        return Err(GateError::NoDevice(
+            "bench measures a device: no CUDA device is usable here (pass --allow-host to time the host backend)".into(),
         ));
     }
     let warmup = args.warmup;
     let steps = warmup + args.steps;
     let t0 = Instant::now();
-    let subject = plan::load_subject(&args.model, |_| Battery { prompts: vec![vec![1]], gen_tokens: steps })?;
+    let model = ModelPlan::from_args(&args.model)?;
+    if steps > model.config.max_positions {
+        return Err(GateError::usage(format!(
+            "--warmup {warmup} + --steps {}: {steps} decode steps need {steps} cached positions, but the model's KV cache holds {} (use --kv-positions)",
+            args.steps, model.config.max_positions
+        )));
+    }
+    let subject = model.load(Battery { prompts: vec![vec![1]], gen_tokens: steps })?;
     eprintln!("memra-gates bench: model ready in {:.1}s", t0.elapsed().as_secs_f64());
     let model = &subject.model;
     let mut b = open(backend, 1)?;
@@ -105,7 +115,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
     let mut cfg = RunConfig::new(1, Transport::HostBounce, subject.battery.clone())?;
     if args.graph {
         if warmup < 2 {
-            return Err(input(format!(
+            return Err(GateError::usage(format!(
                 "--graph with --warmup {warmup}: the first two steps record and capture each layer, so the timed \
                  steps would not all be replays (use --warmup 2 or more)"
             )));
@@ -193,16 +203,22 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
     let receipt =
         performance_receipt(&subject, &record, backend, args.graph, ratios, bandwidth, &torch, wall_ms, prov)?;
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).map_err(|e| input(format!("--out {}: {e}", dir.display())))?;
+        if dir.is_file() || dir.extension().is_some_and(|e| e == "json") {
+            return Err(GateError::usage(format!(
+                "--out {}: bench writes its receipt as run-<id>.json into a directory; give a directory, not a file name",
+                dir.display()
+            )));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| GateError::OutDir { dir: dir.clone(), rule: format!("cannot create the directory: {e}") })?;
         let path = memra_receipts::store::write_receipt(dir, &receipt)?;
         crate::say!("performance receipt: {}", path.display());
     }
-    Ok(0)
+    Ok(Status::Passed)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn performance_receipt(
-    subject: &crate::suite::Subject,
+    subject: &crate::subject::Subject,
     record: &Record,
     backend: BackendKind,
     graph: bool,
@@ -212,17 +228,10 @@ fn performance_receipt(
     wall_ms: f64,
     prov: Provenance,
 ) -> Result<Receipt, GateError> {
-    let suite_opts = crate::suite::SuiteOptions {
-        out_dir: None,
-        resume: false,
-        workers: 1,
-        kernel_digest: prov.kernel_digest.to_string(),
-        progress: false,
-    };
-    let job = crate::suite::Job {
+    let job = crate::job::Job {
         doors_env: if graph { BTreeMap::from([("MEMRA_STEP_TP_GRAPH".to_string(), true)]) } else { BTreeMap::new() },
         doors: memra_runtime::DoorSet { graph, ..Default::default() },
-        class: crate::suite::JobClass::Identity,
+        class: crate::job::JobClass::Identity,
         engagement: if graph {
             BTreeMap::from([("graph".to_string(), "graph.replays".to_string())])
         } else {
@@ -236,7 +245,7 @@ fn performance_receipt(
         not_run: None,
     };
     let nt = crate::gate::non_triviality(record);
-    let verdict = if nt.is_ok() { Verdict::Pass } else { Verdict::Fail };
+    let verdict = if nt.passed() { Verdict::Pass } else { Verdict::Fail };
     let mut extra = BTreeMap::new();
     if let Some(bw) = bandwidth {
         extra.insert("copy_bandwidth_bytes_per_s".to_string(), bw);
@@ -248,15 +257,18 @@ fn performance_receipt(
             }
         }
     }
-    let mut r =
-        crate::suite::receipt_for_record(&suite_opts, &job, &subject.model_evidence, &subject.battery, record, wall_ms);
+    let mut r = crate::receipt::receipt_for_record(
+        prov.kernel_digest,
+        &job,
+        &subject.model_evidence,
+        &subject.battery,
+        record,
+        wall_ms,
+    );
     r.kind = ReceiptKind::Performance;
     r.evidence.verdict = verdict;
-    r.evidence.reason = nt.clone().err();
-    r.evidence.gates = vec![match nt {
-        Ok(d) => GateResult { gate: Gate::NonTriviality, verdict: Verdict::Pass, detail: d },
-        Err(d) => GateResult { gate: Gate::NonTriviality, verdict: Verdict::Fail, detail: d },
-    }];
+    r.evidence.reason = (!nt.passed()).then(|| nt.detail().to_string());
+    r.evidence.gates = vec![GateResult { gate: Gate::NonTriviality, verdict, detail: nt.detail().to_string() }];
     r.evidence.performance = Some(rs::PerformanceClaim { performance_claim: true, ratios });
     r.measurements.extra = extra;
     Ok(r)

@@ -1,13 +1,11 @@
-//! The command line, in two layers (STYLE.md): clap structs here only parse; `plan` turns them
-//! into a checked plan before any device work starts, so a bad request fails in milliseconds.
-//!
-//! Exit status: 0 every gate passed, 1 a gate failed (FAIL, VOID or ERROR), 2 the harness could
-//! not run (bad input, nothing tested).
+//! The command line's argument types, and nothing else: clap structs that only parse (ripgrep's
+//! `flags` module). Every check of what the values mean — and every conflict between them —
+//! happens in `crate::plan` (and the commands' own planning) before any work starts. This module
+//! imports nothing of the crate, so the arguments have one direction of imports: everything may
+//! read them, they read nothing.
 
-use crate::error::GateError;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 /// Build provenance stamped into the binary by build.rs.
 #[derive(Debug, Clone, Copy)]
@@ -17,23 +15,66 @@ pub struct Provenance {
     pub rustc: &'static str,
 }
 
+impl Provenance {
+    /// `memra-gates 0.1.0 (git …, kernels …, rustc …)`.
+    pub fn long_version(&self) -> String {
+        format!(
+            "{}
+git revision: {}
+kernel sources: {}
+compiler: {}",
+            env!("CARGO_PKG_VERSION"),
+            self.git_rev,
+            self.kernel_digest,
+            self.rustc
+        )
+    }
+}
+
+/// Parse the process's arguments; `--version` prints `prov`. A clap error (or `--help`) comes
+/// back as the error for the binary to print and map to its exit status.
+pub fn parse(prov: Provenance) -> Result<Cli, clap::Error> {
+    parse_from(std::env::args_os(), prov)
+}
+
+/// [`parse`] over given arguments (tests).
+pub fn parse_from<I, T>(args: I, prov: Provenance) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    // clap keeps version texts as `&'static str`; this one is made once per process.
+    let long: &'static str = Box::leak(prov.long_version().into_boxed_str());
+    let cmd = Cli::command().version(env!("CARGO_PKG_VERSION")).long_version(long);
+    let matches = cmd.try_get_matches_from(args)?;
+    Cli::from_arg_matches(&matches)
+}
+
+/// The whole command line.
 #[derive(Parser, Debug)]
 #[command(
     name = "memra-gates",
     about = "Proves or refutes the exactness claims of inference-engine doors",
-    args_conflicts_with_subcommands = true,
-    disable_version_flag = true
+    args_conflicts_with_subcommands = true
 )]
-struct Cli {
+pub struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    pub command: Option<Command>,
     /// `memra-gates --matrix all` is `memra-gates run --matrix all`.
     #[command(flatten)]
-    run: RunArgs,
+    pub run: RunArgs,
 }
 
+impl Cli {
+    /// The command to run: `run` when none is named.
+    pub fn into_command(self) -> Command {
+        self.command.unwrap_or(Command::Run(self.run))
+    }
+}
+
+/// The subcommands.
 #[derive(Subcommand, Debug)]
-enum Command {
+pub enum Command {
     /// Run configurations through the gates and write receipts (the default command).
     Run(RunArgs),
     /// Generate a deterministic model file.
@@ -54,22 +95,22 @@ enum Command {
     Promote(PromoteArgs),
     /// Devices, byte-integrity probe and copy cost of every transport.
     Probe(ProbeArgs),
-    /// Print build provenance.
+    /// Print build provenance (same as --version).
     Version,
 }
 
-/// Where the model comes from.
+/// Where the model comes from: a file, or a preset generated in memory.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
     /// A safetensors model file (see runtime/src/model/format.rs for the tensor names).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["preset", "seed", "layers"])]
     pub model: Option<PathBuf>,
-    /// Preset generated in memory when no --model is given: tiny, small, step.
-    #[arg(long, default_value = "tiny")]
-    pub preset: String,
-    /// Seed of the generated weights.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// Preset generated in memory when no --model is given: tiny, small, step [default: tiny].
+    #[arg(long, value_name = "PRESET")]
+    pub preset: Option<String>,
+    /// Seed of the generated weights [default: 1].
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Override the preset's layer count (required for `step`).
     #[arg(long)]
     pub layers: Option<usize>,
@@ -128,9 +169,17 @@ pub struct RunArgs {
     /// A door registry file instead of the built-in gates/doors.toml.
     #[arg(long, value_name = "FILE")]
     pub registry: Option<PathBuf>,
-    /// Never print the progress line.
+    /// Never print progress (on a terminal: a line per finished configuration; elsewhere, e.g. a
+    /// CI log: a plain line every --progress-every seconds).
     #[arg(long)]
     pub quiet: bool,
+    /// Seconds between progress lines when stderr is not a terminal.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub progress_every: u64,
+    /// Reuse an --out directory that holds another plan's receipts: remove them first (without
+    /// it such a directory is refused, so a summary always describes every receipt beside it).
+    #[arg(long, conflicts_with = "resume")]
+    pub replace: bool,
     /// Run as process P of N processes that share one plan, TP ranks split in contiguous blocks
     /// of TP/N (docs/multi-host.md). Needs --backend cuda and --nccl-id-dir; only nccl runs with
     /// TP a multiple of N span the processes, every other configuration is NOT-APPLICABLE.
@@ -146,53 +195,74 @@ pub struct RunArgs {
     pub dist_timeout_s: Option<u64>,
 }
 
+/// `gen-model`.
 #[derive(Args, Debug)]
 pub struct GenModelArgs {
+    /// Preset to generate: tiny, small, step.
     #[arg(long, default_value = "tiny")]
     pub preset: String,
+    /// Seed of the generated weights (the model is a pure function of preset, layers and seed).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Override the preset's layer count (required for `step`).
     #[arg(long)]
     pub layers: Option<usize>,
+    /// The safetensors file to write (written atomically; an existing file is replaced).
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
 }
 
+/// `doors`.
 #[derive(Args, Debug)]
 pub struct DoorsArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// A door registry file instead of the built-in gates/doors.toml.
     #[arg(long, value_name = "FILE")]
     pub registry: Option<PathBuf>,
 }
 
+/// `matrix`: what `run` with the same flags would run (same defaults as `run`).
 #[derive(Args, Debug)]
 pub struct MatrixArgs {
-    #[arg(long, default_value = "single")]
+    /// all | single | pairwise | canaries | FILE (.toml/.json door sets).
+    #[arg(long, value_name = "M", default_value = "single")]
     pub matrix: String,
+    /// TP sizes, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub tp: Vec<usize>,
-    #[arg(long, value_delimiter = ',', default_value = "host-bounce,native-p2p,nccl")]
+    /// Transports, comma separated: host-bounce, native-p2p, nccl.
+    #[arg(long, value_delimiter = ',', default_value = "host-bounce,native-p2p")]
     pub transport: Vec<String>,
-    /// host, cuda, or both (comma separated).
-    #[arg(long, value_delimiter = ',', default_value = "host,cuda")]
+    /// auto (as `run`: CUDA when a driver and device are present, else host), host, cuda, or
+    /// host,cuda (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
     pub backend: Vec<String>,
+    /// Only shard I of N (0-based), e.g. 0/4.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<String>,
-    /// Also list every excluded configuration with the rule that excluded it.
+    /// Also list every excluded configuration with the rule that excluded it, and estimate the
+    /// plan's duration from the receipts of earlier runs (--history).
     #[arg(long)]
     pub explain: bool,
+    /// Receipt directories of earlier runs to estimate durations from (with --explain).
+    #[arg(long, value_name = "DIR", num_args = 1..)]
+    pub history: Vec<PathBuf>,
+    /// A door registry file instead of the built-in gates/doors.toml.
     #[arg(long, value_name = "FILE")]
     pub registry: Option<PathBuf>,
 }
 
+/// `selftest`.
 #[derive(Args, Debug)]
 pub struct SelftestArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    /// auto (CUDA when a driver and device are present), host, or cuda.
     #[arg(long, default_value = "auto")]
     pub backend: String,
+    /// Directory for the canaries' receipts and summary.
     #[arg(long, default_value = "memra-selftest")]
     pub out: PathBuf,
     /// Use only the first N prompts of the battery (default 2: canaries fire early).
@@ -203,27 +273,34 @@ pub struct SelftestArgs {
     pub disarm: Option<String>,
 }
 
+/// `diff`.
 #[derive(Args, Debug)]
 pub struct DiffArgs {
+    /// The baseline receipts: a receipt file or a directory of them.
     pub old: PathBuf,
+    /// The receipts to judge against OLD: a receipt file or a directory of them.
     pub new: PathBuf,
     /// md | text | json
     #[arg(long, default_value = "md")]
     pub format: String,
-    /// Relative latency change reported beyond the old run's [min, max] band.
-    #[arg(long, default_value_t = memra_receipts::DEFAULT_THRESHOLD)]
-    pub threshold: f64,
+    /// Relative latency slowdown that counts as a regression (METRICS.md); by default 0.5 for
+    /// host receipts and 0.1 for CUDA receipts.
+    #[arg(long)]
+    pub threshold: Option<f64>,
 }
 
+/// `bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    /// auto (CUDA when a driver and device are present), host (needs --allow-host), or cuda.
     #[arg(long, default_value = "auto")]
     pub backend: String,
     /// Timed decode steps (after warm-up); each gives one sample per layer × seam.
     #[arg(long, default_value_t = 24)]
     pub steps: usize,
+    /// Untimed decode steps before the timed ones.
     #[arg(long, default_value_t = 4)]
     pub warmup: usize,
     /// Bytes of the device-to-device copy that measures the bandwidth.
@@ -232,6 +309,7 @@ pub struct BenchArgs {
     /// Python with PyTorch for the side-by-side layer.
     #[arg(long, default_value = "python3")]
     pub python: String,
+    /// The PyTorch anchor script.
     #[arg(long, default_value = "scripts/bench/torch_layer.py")]
     pub torch_script: PathBuf,
     /// Skip the PyTorch anchor.
@@ -244,16 +322,18 @@ pub struct BenchArgs {
     /// (the warm-up must cover the record and capture passes: at least 2 steps).
     #[arg(long)]
     pub graph: bool,
-    /// Write the performance receipt here.
-    #[arg(long)]
+    /// Directory to write the performance receipt into (`run-<id>.json`, like every receipt).
+    #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 
+/// `plot`.
 #[derive(Args, Debug)]
 pub struct PlotArgs {
     /// Receipt files or directories (with --history: one directory per night).
     #[arg(required = true)]
     pub receipts: Vec<PathBuf>,
+    /// Directory for the SVG and PNG files.
     #[arg(long, default_value = "memra-plots")]
     pub out: PathBuf,
     /// One line per seam across the receipt sets, ordered by their date.
@@ -261,6 +341,7 @@ pub struct PlotArgs {
     pub history: bool,
 }
 
+/// `promote`.
 #[derive(Args, Debug)]
 pub struct PromoteArgs {
     /// Nightly receipt directories (one per night).
@@ -276,17 +357,21 @@ pub struct PromoteArgs {
     /// Write the updated defaults block here.
     #[arg(long, default_value = "doors-defaults.toml")]
     pub out: PathBuf,
+    /// The door registry the history is judged against (default: the built-in gates/doors.toml).
     #[arg(long, value_name = "FILE")]
     pub registry: Option<PathBuf>,
 }
 
+/// `probe`.
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
+    /// auto (CUDA when a driver and device are present), host, or cuda.
     #[arg(long, default_value = "auto")]
     pub backend: String,
     /// Ranks to place (one per device when there are enough, else co-resident).
     #[arg(long, default_value_t = 2)]
     pub ranks: usize,
+    /// Transports to probe, comma separated: host-bounce, native-p2p, nccl.
     #[arg(long, value_delimiter = ',', default_value = "host-bounce,native-p2p,nccl")]
     pub transport: Vec<String>,
     /// Copies per timed batch.
@@ -297,51 +382,3 @@ pub struct ProbeArgs {
     pub json: Option<PathBuf>,
 }
 
-/// Entry point: parse, run, print the error chain once, map to an exit status.
-pub fn main(prov: Provenance) -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
-    };
-    let result = match cli.command {
-        None => crate::commands::run(&cli.run, prov),
-        Some(Command::Run(a)) => crate::commands::run(&a, prov),
-        Some(Command::GenModel(a)) => crate::commands::gen_model(&a),
-        Some(Command::Doors(a)) => crate::commands::doors(&a),
-        Some(Command::Matrix(a)) => crate::commands::matrix(&a),
-        Some(Command::Selftest(a)) => crate::selftest::selftest(&a, prov),
-        Some(Command::Diff(a)) => crate::commands::diff(&a),
-        Some(Command::Bench(a)) => crate::bench::bench(&a, prov),
-        Some(Command::Plot(a)) => crate::commands::plot(&a),
-        Some(Command::Promote(a)) => crate::commands::promote(&a),
-        Some(Command::Probe(a)) => crate::probe_cmd::probe(&a),
-        Some(Command::Version) => {
-            crate::say!("memra-gates {}", env!("CARGO_PKG_VERSION"));
-            crate::say!("git revision: {}", prov.git_rev);
-            crate::say!("kernel sources: {}", prov.kernel_digest);
-            crate::say!("compiler: {}", prov.rustc);
-            Ok(0)
-        }
-    };
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("memra-gates: error: {e}");
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                eprintln!("  caused by: {s}");
-                src = s.source();
-            }
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// Shorthand for errors at the edge.
-pub fn input(msg: impl Into<String>) -> GateError {
-    GateError::Input(msg.into())
-}

@@ -1,4 +1,4 @@
-//! Promotion (DESIGN.md §7): turning a door on by default is a claim about every configuration it
+//! Promotion (docs/DESIGN.md §7): turning a door on by default is a claim about every configuration it
 //! can appear in, so it is decided from nightly receipts alone — never from a person's memory of
 //! "it has been green for a while". This module reads a nightly history (one receipt directory per
 //! night), applies the policy below to every door of the registry, and writes the evidence: a
@@ -47,52 +47,26 @@
 //! non-canary door as a `[defaults]` snippet keyed by environment variable; the registry format
 //! keeps defaults inside each `[[door]]` entry (and rejects unknown tables), so
 //! [`PromotionReport::apply_to_registry_text`] rewrites a `doors.toml` text in place, which is the
-//! form to commit.
+//! form to commit. The history (`history`: nights, their identity, duplicates and models) and the
+//! report (`report`) have modules of their own.
+
+mod history;
+mod report;
+
+pub use history::{load_history, utc_date, History, Night};
+pub use report::{DoorRow, DoorStatus, PromotionReport};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use memra_receipts::{Gate as ReceiptGate, Receipt, ReceiptError, ReceiptKind, Verdict};
 use memra_runtime::config::Transport;
-use tabled::builder::Builder;
-use tabled::settings::Style;
 
 use crate::matrix::{self, Configuration, MatrixKind};
 use crate::registry::{BackendKind, Door, DoorClass, Registry, TP_SIZES};
 
 /// How many of the latest nights a door must hold in (DESIGN.md §7).
 pub const DEFAULT_NIGHTS: usize = 7;
-
-/// Errors of loading a nightly history and applying a promotion. Each message names the
-/// directory or value and the rule.
-#[derive(Debug, thiserror::Error)]
-pub enum PromoteError {
-    /// No history directory was given.
-    #[error("promote --history: no directory given; promotion needs at least one night of receipts")]
-    NoHistory,
-    /// A directory could not be listed, or one of its receipts did not read.
-    #[error("night {}: {source}", .dir.display())]
-    Receipt {
-        dir: PathBuf,
-        #[source]
-        source: ReceiptError,
-    },
-    /// A directory without a single receipt: a night that ran nothing is not a night of evidence.
-    #[error("night {}: holds no run-*.json receipt (rule: every history directory is one night's receipt directory)", .dir.display())]
-    EmptyNight { dir: PathBuf },
-    /// The same directory given twice would count one night twice.
-    #[error("night {}: given twice (as {} and {}); each night counts once", .dir.display(), .first.display(), .second.display())]
-    DuplicateNight { dir: PathBuf, first: PathBuf, second: PathBuf },
-    /// A policy value that cannot decide anything.
-    #[error("{thing} {value:?}: {rule}")]
-    Policy { thing: String, value: String, rule: String },
-    /// A registry text that the new defaults cannot be written into.
-    #[error("{origin}: {rule}")]
-    RegistryText { origin: String, rule: String },
-}
-
-// ---- policy ------------------------------------------------------------------------------------
 
 /// Which configurations a night must hold for a door (requirement (a) of the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -151,7 +125,7 @@ impl Policy {
     }
 }
 
-fn zero_nights() -> PromoteError {
+pub(crate) fn zero_nights() -> PromoteError {
     PromoteError::Policy {
         thing: "--nights".to_string(),
         value: "0".to_string(),
@@ -159,277 +133,40 @@ fn zero_nights() -> PromoteError {
     }
 }
 
-// ---- history -----------------------------------------------------------------------------------
-
-/// One night: the receipts of one directory.
-#[derive(Debug, Clone)]
-pub struct Night {
-    /// How messages name the night: the UTC date of its earliest receipt (`2026-11-27`), followed
-    /// by the directory name in parentheses when that differs from the date.
-    pub label: String,
-    pub dir: PathBuf,
-    /// The earliest `measurements.started_at_unix_ms` of its receipts: the night's date.
-    pub started_at_unix_ms: u64,
-    pub receipts: Vec<Receipt>,
+/// Errors of loading a nightly history and applying a promotion. Each message names the
+/// directory or value and the rule.
+#[derive(Debug, thiserror::Error)]
+pub enum PromoteError {
+    /// No history directory was given.
+    #[error("promote --history: no directory given; promotion needs at least one night of receipts")]
+    NoHistory,
+    /// A directory could not be listed, or one of its receipts did not read.
+    #[error("night {}: {source}", .dir.display())]
+    Receipt {
+        dir: PathBuf,
+        #[source]
+        source: ReceiptError,
+    },
+    /// A directory without a single receipt: a night that ran nothing is not a night of evidence.
+    #[error("night {}: holds no run-*.json receipt (rule: every history directory is one night's receipt directory)", .dir.display())]
+    EmptyNight { dir: PathBuf },
+    /// The same directory given twice would count one night twice.
+    #[error("night {}: given twice (as {} and {}); each night counts once", .dir.display(), .first.display(), .second.display())]
+    DuplicateNight { dir: PathBuf, first: PathBuf, second: PathBuf },
+    /// A policy value that cannot decide anything.
+    #[error("{thing} {value:?}: {rule}")]
+    Policy { thing: String, value: String, rule: String },
+    /// A night whose run receipts are of several models: a night is one model's evidence.
+    #[error("night {}: holds receipts of {} models ({}); keep each model's receipts in its own directory", .dir.display(), .models.len(), .models.join(", "))]
+    MixedModels { dir: PathBuf, models: Vec<String> },
+    /// Nights of different models in one history: promotion judges one model's nights.
+    #[error("the history mixes models: {first} in night {} and {second} in night {}; promote each model's history separately", .first_dir.display(), .second_dir.display())]
+    ModelChanged { first: String, first_dir: PathBuf, second: String, second_dir: PathBuf },
+    /// The registry's rewrite refused the new defaults.
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
 }
 
-impl Night {
-    /// A night from receipts already in memory (`dir` only names it and breaks date ties).
-    /// `None` when `receipts` is empty.
-    pub fn new(dir: impl Into<PathBuf>, receipts: Vec<Receipt>) -> Option<Night> {
-        let dir = dir.into();
-        let started_at_unix_ms = receipts.iter().map(|r| r.measurements.started_at_unix_ms).min()?;
-        let date = utc_date(started_at_unix_ms);
-        let name = dir_name(&dir);
-        let label = if name == date || name.is_empty() { date } else { format!("{date} ({name})") };
-        Some(Night { label, dir, started_at_unix_ms, receipts })
-    }
-}
-
-fn dir_name(dir: &Path) -> String {
-    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string())
-}
-
-/// Load one night per directory, ordered by date (earliest receipt start), ties by directory
-/// name. An unreadable receipt, a directory without receipts, a directory given twice, or no
-/// directory at all is an error naming it.
-pub fn load_history(dirs: &[PathBuf]) -> Result<Vec<Night>, PromoteError> {
-    if dirs.is_empty() {
-        return Err(PromoteError::NoHistory);
-    }
-    let mut seen: BTreeMap<PathBuf, PathBuf> = BTreeMap::new();
-    let mut nights = Vec::new();
-    for dir in dirs {
-        let canonical = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
-        if let Some(first) = seen.insert(canonical.clone(), dir.clone()) {
-            return Err(PromoteError::DuplicateNight { dir: canonical, first, second: dir.clone() });
-        }
-        let receipts = memra_receipts::store::load_dir(dir)
-            .map_err(|source| PromoteError::Receipt { dir: dir.clone(), source })?;
-        let night = Night::new(dir.clone(), receipts).ok_or_else(|| PromoteError::EmptyNight { dir: dir.clone() })?;
-        nights.push(night);
-    }
-    sort_nights(&mut nights);
-    Ok(nights)
-}
-
-fn sort_nights(nights: &mut [Night]) {
-    nights.sort_by(night_order);
-}
-
-/// By date, ties by directory name.
-fn night_order(a: &Night, b: &Night) -> std::cmp::Ordering {
-    a.started_at_unix_ms.cmp(&b.started_at_unix_ms).then_with(|| dir_name(&a.dir).cmp(&dir_name(&b.dir)))
-}
-
-/// `YYYY-MM-DD` (UTC) of a Unix time in milliseconds.
-pub fn utc_date(unix_ms: u64) -> String {
-    let (year, month, day, _, _) = memra_receipts::schema::utc_civil(unix_ms);
-    format!("{year:04}-{month:02}-{day:02}")
-}
-
-// ---- report ------------------------------------------------------------------------------------
-
-/// Where a door stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DoorStatus {
-    /// Every requirement held in each of the last N nights.
-    Promotable,
-    /// Some requirement did not hold; `evidence` names the first blocking receipt.
-    Blocked,
-    /// Already on by default in the registry (not evaluated).
-    AlreadyDefault,
-    /// A planted defect: never promoted.
-    Canary,
-}
-
-impl DoorStatus {
-    pub fn name(self) -> &'static str {
-        match self {
-            DoorStatus::Promotable => "promotable",
-            DoorStatus::Blocked => "blocked",
-            DoorStatus::AlreadyDefault => "already default",
-            DoorStatus::Canary => "canary",
-        }
-    }
-}
-
-/// One door's promotion decision.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DoorRow {
-    pub id: String,
-    pub env: String,
-    pub class: DoorClass,
-    pub status: DoorStatus,
-    /// `status == Promotable`.
-    pub promotable: bool,
-    /// The first blocking evidence (night, configuration label, gate / verdict) and how many more
-    /// there are, or `passed N nights, K runs`.
-    pub evidence: String,
-    /// Every blocking finding, in night order.
-    pub blockers: Vec<String>,
-    /// Nights evaluated (the window).
-    pub nights: usize,
-    /// Receipts that counted for the door over the window.
-    pub runs: usize,
-}
-
-/// The decision for every door of a registry, in registry order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PromotionReport {
-    pub policy: Policy,
-    /// Labels of the nights evaluated, oldest first.
-    pub window: Vec<String>,
-    pub rows: Vec<DoorRow>,
-}
-
-impl PromotionReport {
-    /// The row of door `id`.
-    pub fn row(&self, id: &str) -> Option<&DoorRow> {
-        self.rows.iter().find(|r| r.id == id)
-    }
-
-    /// The ids of the promotable doors.
-    pub fn promotable(&self) -> Vec<&str> {
-        self.rows.iter().filter(|r| r.promotable).map(|r| r.id.as_str()).collect()
-    }
-
-    /// One row per door: id, env, class, status, evidence.
-    pub fn to_table(&self) -> String {
-        let mut b = Builder::default();
-        b.push_record(["door", "env", "class", "status", "evidence"]);
-        for r in &self.rows {
-            b.push_record([
-                r.id.clone(),
-                r.env.clone(),
-                r.class.name().to_string(),
-                r.status.name().to_string(),
-                r.evidence.clone(),
-            ]);
-        }
-        let mut t = b.build();
-        t.with(Style::sharp());
-        let window = if self.window.is_empty() { "(no nights)".to_string() } else { self.window.join(", ") };
-        format!(
-            "promotion over the last {} night(s), coverage {}: {window}\n{t}\n{} of {} door(s) promotable\n",
-            self.policy.n_last,
-            self.policy.coverage.name(),
-            self.promotable().len(),
-            self.rows.len()
-        )
-    }
-
-    /// The new default of every non-canary door of `registry` (promotable or already default →
-    /// `true`), as a `[defaults]` TOML snippet keyed by environment variable, with the evidence as
-    /// a comment. Doors the report has no row for keep their registry default.
-    pub fn defaults_toml(&self, registry: &Registry) -> String {
-        let mut s = format!(
-            "# New door defaults from `memra-gates promote` (last {} night(s), coverage {}).\n\
-             # Each value is the `default` of that door's [[door]] entry in {}.\n[defaults]\n",
-            self.policy.n_last,
-            self.policy.coverage.name(),
-            registry.origin()
-        );
-        for d in registry.doors().iter().filter(|d| !d.is_canary()) {
-            let (on, why) = match self.row(&d.id) {
-                Some(r) if r.status == DoorStatus::Promotable => (true, format!("promoted: {}", r.evidence)),
-                Some(r) if r.status == DoorStatus::AlreadyDefault => (true, "already default".to_string()),
-                Some(r) => (false, format!("not promoted: {}", one_line(&r.evidence))),
-                None => (d.default, "not evaluated".to_string()),
-            };
-            let _ = writeln!(s, "{} = {on}  # {why}", d.env);
-        }
-        s
-    }
-
-    /// `text` (a `doors.toml` of the same doors) with `default = false` replaced by
-    /// `default = true` in the `[[door]]` entry of every promotable door; everything else is kept
-    /// byte for byte. The result is parsed back and must give exactly the new defaults.
-    pub fn apply_to_registry_text(&self, text: &str, origin: &str) -> Result<String, PromoteError> {
-        let fail = |rule: String| PromoteError::RegistryText { origin: origin.to_string(), rule };
-        let promote: BTreeSet<&str> = self.promotable().into_iter().collect();
-        let mut out = String::with_capacity(text.len());
-        let mut block: Vec<&str> = Vec::new();
-        let mut changed = BTreeSet::new();
-        let mut flush = |block: &mut Vec<&str>, out: &mut String| -> Result<(), PromoteError> {
-            let id = block.iter().find_map(|l| toml_string_value(l, "id"));
-            let flip = id.is_some_and(|id| promote.contains(id));
-            let mut done = false;
-            for line in block.drain(..) {
-                if flip && !done && toml_key(line) == Some("default") {
-                    let indent = &line[..line.len() - line.trim_start().len()];
-                    let rest = line.trim_start()["default".len()..].trim_start();
-                    let rest = rest.strip_prefix('=').map(str::trim_start).unwrap_or("");
-                    let Some(tail) = rest.strip_prefix("false") else {
-                        return Err(fail(format!(
-                            "door {:?}: its default line {line:?} is not `default = false`",
-                            id.unwrap_or_default()
-                        )));
-                    };
-                    out.push_str(indent);
-                    out.push_str("default = true");
-                    out.push_str(tail);
-                    changed.insert(id.unwrap_or_default().to_string());
-                    done = true;
-                } else {
-                    out.push_str(line);
-                }
-            }
-            Ok(())
-        };
-        for line in text.split_inclusive('\n') {
-            if is_table_header(line) {
-                flush(&mut block, &mut out)?;
-            }
-            block.push(line);
-        }
-        flush(&mut block, &mut out)?;
-        let missing: Vec<&str> = promote.iter().copied().filter(|id| !changed.contains(*id)).collect();
-        if !missing.is_empty() {
-            return Err(fail(format!(
-                "no [[door]] entry with `default = false` for promotable door(s) {}",
-                missing.join(", ")
-            )));
-        }
-        let updated = Registry::from_toml_str(&out, origin)
-            .map_err(|e| fail(format!("the updated registry does not read back: {e}")))?;
-        for id in &promote {
-            if !updated.door(id).is_some_and(|d| d.default) {
-                return Err(fail(format!("door {id:?} is not default-on after the update")));
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// Whether a line opens a TOML table (`[[door]]`, `[x]`), not an array element.
-fn is_table_header(line: &str) -> bool {
-    let t = line.split('#').next().unwrap_or("").trim();
-    t.starts_with('[') && t.ends_with(']') && !t.contains(',') && !t.contains('"') && !t.contains('=')
-}
-
-/// The key of a `key = value` TOML line, if it is one.
-fn toml_key(line: &str) -> Option<&str> {
-    let (k, _) = line.split_once('=')?;
-    let k = k.trim();
-    (!k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')).then_some(k)
-}
-
-/// The value of a `key = "value"` line.
-fn toml_string_value<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    if toml_key(line)? != key {
-        return None;
-    }
-    let v = line.split_once('=')?.1.trim();
-    let v = v.strip_prefix('"')?;
-    v.split_once('"').map(|(v, _)| v)
-}
-
-fn one_line(s: &str) -> String {
-    s.replace('\n', " ")
-}
-
-// ---- the decision ------------------------------------------------------------------------------
 
 /// [`promote_with`] under DESIGN §7's full coverage.
 pub fn promote(registry: &Registry, nights: &[Night], n_last: usize) -> PromotionReport {
@@ -440,7 +177,7 @@ pub fn promote(registry: &Registry, nights: &[Night], n_last: usize) -> Promotio
 /// here, as [`load_history`] sorts them). A policy of 0 nights blocks every door.
 pub fn promote_with(registry: &Registry, nights: &[Night], policy: Policy) -> PromotionReport {
     let mut sorted: Vec<&Night> = nights.iter().collect();
-    sorted.sort_by(|a, b| night_order(a, b));
+    sorted.sort_by(|a, b| history::night_order(a, b));
     let start = sorted.len().saturating_sub(policy.n_last);
     let window: Vec<NightIndex> = sorted[start..].iter().map(|n| NightIndex::new(registry, n)).collect();
     let mut expected_cache = ExpectedCache::default();
@@ -497,9 +234,7 @@ fn decide(
         let baseline = if door.class == DoorClass::Numeric { ", class baseline unchanged" } else { "" };
         row(DoorStatus::Promotable, format!("passed {} nights, {runs} runs{baseline}", window.len()), vec![], runs)
     } else {
-        let first = blockers.0[0].clone();
-        let more = blockers.0.len() - 1;
-        let evidence = if more == 0 { first } else { format!("{first} (+{more} more)") };
+        let evidence = blockers.summary();
         row(DoorStatus::Blocked, evidence, blockers.0, runs)
     }
 }
@@ -513,6 +248,38 @@ impl Blockers {
         if !self.0.contains(&s) {
             self.0.push(s);
         }
+    }
+
+    /// The first finding, and what the rest are by kind: `… (and 1998 more: 1990 configurations
+    /// without a receipt, 8 runs not PASS)`. Every finding stays in the row's `blockers`.
+    fn summary(&self) -> String {
+        let first = self.0[0].clone();
+        if self.0.len() == 1 {
+            return first;
+        }
+        let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+        for b in &self.0[1..] {
+            *kinds.entry(blocker_kind(b)).or_insert(0) += 1;
+        }
+        let parts: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        format!("{first} (and {} more: {})", self.0.len() - 1, parts.join(", "))
+    }
+}
+
+/// What kind of finding a blocker is, for the summary (the texts are made in this module).
+fn blocker_kind(b: &str) -> &'static str {
+    if b.contains("class baseline") {
+        "class-baseline findings"
+    } else if b.contains(": no receipt for ") {
+        "configurations without a receipt"
+    } else if b.contains(": verdict ") {
+        "runs not PASS"
+    } else if b.contains("engagement") {
+        "runs without proven engagement"
+    } else if b.contains("nights") {
+        "findings about the window"
+    } else {
+        "other findings"
     }
 }
 
@@ -528,33 +295,12 @@ impl<'n> NightIndex<'n> {
         let mut by_config: BTreeMap<Configuration, Vec<&Receipt>> = BTreeMap::new();
         let mut backends = BTreeSet::new();
         for r in night.receipts.iter().filter(|r| r.kind == ReceiptKind::Run) {
-            let c = configuration_of(registry, r);
+            let c = crate::receipt::configuration_of(registry, r);
             backends.insert(c.backend);
             by_config.entry(c).or_default().push(r);
         }
         NightIndex { label: night.label.clone(), backends: backends.into_iter().collect(), by_config }
     }
-}
-
-/// The configuration a receipt ran, in registry terms.
-fn configuration_of(registry: &Registry, r: &Receipt) -> Configuration {
-    let c = &r.evidence.config;
-    let backend = match c.backend {
-        memra_receipts::Backend::Host => BackendKind::Host,
-        memra_receipts::Backend::Cuda => BackendKind::Cuda,
-    };
-    let transport = match c.transport {
-        memra_receipts::Transport::HostBounce => Transport::HostBounce,
-        memra_receipts::Transport::NativeP2p => Transport::NativeP2p,
-        memra_receipts::Transport::Nccl => Transport::Nccl,
-    };
-    let doors = c
-        .doors
-        .iter()
-        .filter(|(_, on)| **on)
-        .map(|(env, _)| registry.by_env(env).map_or_else(|| env.clone(), |d| d.id.clone()))
-        .collect();
-    Configuration { backend, tp: c.tp, transport, doors }
 }
 
 /// `--matrix all` legal configurations per set of backends (the enumeration is the same for

@@ -14,30 +14,20 @@
 //! Everything is sorted ([`Configuration`]'s order: backend, TP, transport, doors), so the same
 //! registry and request always give the same plan.
 //!
-//! # Door-set files (`--matrix FILE`)
-//! A TOML (`.toml`) or JSON (`.json`) file with a schema version and a list of door sets; each
-//! door is named by its id (any case) or its `MEMRA_*` variable; `[]` is the baseline. Sets are
-//! taken literally (requirements are not added), so an illegal set is reported as excluded with
-//! its rule. Unknown doors, repeated doors and repeated sets are errors.
-//! ```toml
-//! schema_version = 1
-//! sets = [[], ["oproj_direct", "oproj_tail"], ["MEMRA_STEP_TP_W8"]]
-//! ```
-//! ```json
-//! {"schema_version": 1, "sets": [[], ["oproj_direct", "oproj_tail"], ["MEMRA_STEP_TP_W8"]]}
-//! ```
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use memra_runtime::config::{DoorSet, Transport};
-use serde::Deserialize;
 
 use crate::registry::{BackendKind, FlipAt, Registry, RegistryError, TP_SIZES};
 
-/// The schema version of door-set files.
-pub const DOOR_SET_FILE_VERSION: i64 = 1;
+mod covering;
+mod door_sets;
+
+use covering::Table;
+pub use door_sets::{parse_door_sets, read_door_sets, SetFileFormat, DOOR_SET_FILE_VERSION};
 
 /// Most doors `--matrix all` and `--matrix pairwise` enumerate over (2^n door sets).
 pub const MAX_ENUMERATED_DOORS: usize = 24;
@@ -182,7 +172,8 @@ impl MatrixPlan {
         self
     }
 
-    fn push(&mut self, config: Configuration, legality: Legality) {
+    /// Add a classified configuration to the list its legality puts it in.
+    pub fn push(&mut self, config: Configuration, legality: Legality) {
         match legality {
             Legality::Legal => self.legal.push(config),
             Legality::Excluded(rule) => self.excluded.push(Exclusion { config, rule }),
@@ -257,7 +248,7 @@ fn unknown_door(registry: &Registry, id: &str) -> RegistryError {
         name: format!("door {id:?}"),
         kind: "door id".to_string(),
         rule: format!("configurations name doors of {}", registry.origin()),
-        suggestion: crate::env::nearest(id, registry.ids()).map(str::to_string),
+        suggestion: crate::text::nearest(id, registry.ids()).map(str::to_string),
     }
 }
 
@@ -275,7 +266,7 @@ fn check_tps(tps: &[usize]) -> Result<(), RegistryError> {
 }
 
 /// The requested axes, sorted and free of repeats.
-struct Axes {
+pub(crate) struct Axes {
     tps: Vec<usize>,
     transports: Vec<Transport>,
     backends: Vec<BackendKind>,
@@ -309,7 +300,7 @@ impl Axes {
     }
 
     /// Every (backend, tp, transport), in configuration order.
-    fn each(&self) -> impl Iterator<Item = (BackendKind, usize, Transport)> + '_ {
+    pub(crate) fn each(&self) -> impl Iterator<Item = (BackendKind, usize, Transport)> + '_ {
         self.backends
             .iter()
             .flat_map(move |&b| self.tps.iter().flat_map(move |&tp| self.transports.iter().map(move |&t| (b, tp, t))))
@@ -405,144 +396,6 @@ fn single_sets(registry: &Registry, canaries: bool) -> Vec<BTreeSet<String>> {
     sets
 }
 
-/// The non-canary doors as bit masks, for the enumerations that range over 2^n door sets.
-struct Table<'r> {
-    /// Sorted non-canary door ids; bit i of a mask is `ids[i]`.
-    ids: Vec<&'r str>,
-    /// Bits of the doors each door directly requires.
-    requires: Vec<u64>,
-    conflicts: Vec<u64>,
-    tp_ok: Vec<Vec<usize>>,
-    transport_ok: Vec<Vec<Transport>>,
-    backend_ok: Vec<Vec<BackendKind>>,
-}
-
-impl<'r> Table<'r> {
-    fn new(registry: &'r Registry) -> Result<Table<'r>, RegistryError> {
-        let mut ids: Vec<&str> = registry.doors().iter().filter(|d| !d.is_canary()).map(|d| d.id.as_str()).collect();
-        ids.sort_unstable();
-        if ids.len() > MAX_ENUMERATED_DOORS {
-            return Err(RegistryError::Matrix {
-                thing: "door count".to_string(),
-                value: ids.len().to_string(),
-                rule: format!(
-                    "all and pairwise range over 2^n door sets and accept at most {MAX_ENUMERATED_DOORS} doors; use single or a door-set file"
-                ),
-            });
-        }
-        let bit = |id: &str| ids.iter().position(|x| *x == id).map_or(0, |i| 1u64 << i);
-        let mut t = Table {
-            ids: ids.clone(),
-            requires: Vec::new(),
-            conflicts: Vec::new(),
-            tp_ok: Vec::new(),
-            transport_ok: Vec::new(),
-            backend_ok: Vec::new(),
-        };
-        for id in &ids {
-            let d = registry.door(id).expect("ids come from the registry");
-            // Canaries are not enumerated here, so a door that requires one gets an
-            // unsatisfiable requirement (every bit) and is never enumerated either.
-            let mut req = 0;
-            for l in &d.requires {
-                req |= if registry.door(&l.id).is_some_and(|x| x.is_canary()) { u64::MAX } else { bit(&l.id) };
-            }
-            t.requires.push(req);
-            t.conflicts.push(d.conflicts.iter().map(|l| bit(&l.id)).fold(0, |a, b| a | b));
-            t.tp_ok.push(d.tp.allowed.clone());
-            t.transport_ok.push(d.transports.allowed.clone());
-            t.backend_ok.push(d.backends.clone());
-        }
-        Ok(t)
-    }
-
-    fn members(&self, mask: u64) -> impl Iterator<Item = usize> + '_ {
-        (0..self.ids.len()).filter(move |i| mask & (1 << i) != 0)
-    }
-
-    /// Every requirement present and no conflict.
-    fn door_rules_hold(&self, mask: u64) -> bool {
-        self.members(mask).all(|i| self.requires[i] & !mask == 0 && self.conflicts[i] & mask == 0)
-    }
-
-    /// Legal and applicable (door rules are checked by the caller).
-    fn runs(&self, mask: u64, backend: BackendKind, tp: usize, transport: Transport) -> bool {
-        self.members(mask).all(|i| {
-            self.tp_ok[i].contains(&tp)
-                && self.transport_ok[i].contains(&transport)
-                && self.backend_ok[i].contains(&backend)
-        })
-    }
-
-    fn set_of(&self, mask: u64) -> BTreeSet<String> {
-        self.members(mask).map(|i| self.ids[i].to_string()).collect()
-    }
-
-    fn conflicting_pairs(&self) -> Vec<(&'r str, &'r str)> {
-        let mut out = Vec::new();
-        for i in 0..self.ids.len() {
-            for j in i + 1..self.ids.len() {
-                if self.conflicts[i] & (1 << j) != 0 {
-                    out.push((self.ids[i], self.ids[j]));
-                }
-            }
-        }
-        out
-    }
-
-    /// Greedy covering array over door on/off settings. A pair of settings (door i = a,
-    /// door j = b) is coverable when some legal door set with that pair runs somewhere on the
-    /// requested axes; the baseline is taken first, then repeatedly the set that covers the most
-    /// uncovered pairs (ties: the smallest mask), until every coverable pair is covered.
-    fn covering(&self, axes: &Axes) -> Vec<u64> {
-        let n = self.ids.len();
-        let candidates: Vec<u64> = (0..(1u64 << n))
-            .filter(|&m| self.door_rules_hold(m) && axes.each().any(|(b, tp, t)| self.runs(m, b, tp, t)))
-            .collect();
-        let pair_index = |i: usize, j: usize, mask: u64| {
-            let a = usize::from(mask & (1 << i) != 0);
-            let b = usize::from(mask & (1 << j) != 0);
-            ((i * n + j) << 2) | (a << 1) | b
-        };
-        let pairs_of = |mask: u64| (0..n).flat_map(move |i| (i + 1..n).map(move |j| pair_index(i, j, mask)));
-        let mut coverable = vec![false; n * n * 4];
-        for &m in &candidates {
-            for p in pairs_of(m) {
-                coverable[p] = true;
-            }
-        }
-        let mut covered = vec![false; n * n * 4];
-        let mut remaining = coverable.iter().filter(|c| **c).count();
-        let mut chosen = Vec::new();
-        let mut take = |m: u64, covered: &mut Vec<bool>, remaining: &mut usize| {
-            for p in pairs_of(m) {
-                if !covered[p] {
-                    covered[p] = true;
-                    *remaining -= 1;
-                }
-            }
-            chosen.push(m);
-        };
-        if candidates.contains(&0) {
-            take(0, &mut covered, &mut remaining);
-        }
-        while remaining > 0 {
-            let mut best = (0usize, 0u64);
-            for &m in &candidates {
-                let gain = pairs_of(m).filter(|&p| !covered[p]).count();
-                if gain > best.0 {
-                    best = (gain, m);
-                }
-            }
-            if best.0 == 0 {
-                break; // cannot happen: every coverable pair comes from some candidate
-            }
-            take(best.1, &mut covered, &mut remaining);
-        }
-        chosen
-    }
-}
-
 /// Shard `index` of `count` (0-based): the configurations at positions `k` with
 /// `k % count == index` of each sorted list. The shards partition the plan.
 pub fn shard(plan: &MatrixPlan, index: usize, count: usize) -> Result<MatrixPlan, RegistryError> {
@@ -580,107 +433,3 @@ pub fn parse_shard(spec: &str) -> Result<(usize, usize), RegistryError> {
     Ok((i, n))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DoorSetFile {
-    #[allow(dead_code)] // checked before strict parsing
-    schema_version: i64,
-    sets: Vec<Vec<String>>,
-}
-
-/// How a door-set file is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SetFileFormat {
-    Toml,
-    Json,
-}
-
-/// Read a door-set file (format by extension: `.toml` or `.json`).
-pub fn read_door_sets(path: &Path, registry: &Registry) -> Result<Vec<BTreeSet<String>>, RegistryError> {
-    let origin = path.display().to_string();
-    let format = match path.extension().and_then(|e| e.to_str()) {
-        Some("toml") => SetFileFormat::Toml,
-        Some("json") => SetFileFormat::Json,
-        _ => {
-            return Err(RegistryError::Matrix {
-                thing: "door-set file".to_string(),
-                value: origin,
-                rule: "the file name must end in .toml or .json".to_string(),
-            })
-        }
-    };
-    let text = std::fs::read_to_string(path).map_err(|source| RegistryError::Io { path: origin.clone(), source })?;
-    parse_door_sets(&text, format, &origin, registry)
-}
-
-/// Parse door-set file text; `origin` names it in error messages.
-pub fn parse_door_sets(
-    text: &str,
-    format: SetFileFormat,
-    origin: &str,
-    registry: &Registry,
-) -> Result<Vec<BTreeSet<String>>, RegistryError> {
-    let parse_err = |message: String| RegistryError::Parse {
-        origin: origin.to_string(),
-        what: format!("door-set file (schema_version {DOOR_SET_FILE_VERSION})"),
-        message,
-    };
-    let version = match format {
-        SetFileFormat::Toml => {
-            let t: toml::Table = toml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
-            t.get("schema_version").map(|v| (v.as_integer(), v.to_string()))
-        }
-        SetFileFormat::Json => {
-            let v: serde_json::Value = serde_json::from_str(text).map_err(|e| parse_err(e.to_string()))?;
-            v.get("schema_version").map(|v| (v.as_i64(), v.to_string()))
-        }
-    };
-    match version {
-        Some((Some(DOOR_SET_FILE_VERSION), _)) => {}
-        other => {
-            return Err(RegistryError::SchemaVersion {
-                origin: origin.to_string(),
-                found: other.map_or("(missing)".to_string(), |(_, s)| s),
-                supported: DOOR_SET_FILE_VERSION,
-            })
-        }
-    }
-    let file: DoorSetFile = match format {
-        SetFileFormat::Toml => toml::from_str(text).map_err(|e| parse_err(e.to_string()))?,
-        SetFileFormat::Json => serde_json::from_str(text).map_err(|e| parse_err(e.to_string()))?,
-    };
-    let mut sets: Vec<BTreeSet<String>> = Vec::new();
-    let mut errors = Vec::new();
-    for (k, names) in file.sets.iter().enumerate() {
-        let mut set = BTreeSet::new();
-        for name in names {
-            let door = registry.by_env(name).or_else(|| registry.door(&name.to_ascii_lowercase()));
-            match door {
-                Some(d) if !set.insert(d.id.clone()) => errors.push(RegistryError::Matrix {
-                    thing: format!("{origin} set #{k}"),
-                    value: format!("{names:?}"),
-                    rule: format!("door {} is named twice", d.id),
-                }),
-                Some(_) => {}
-                None => errors.push(RegistryError::UnknownName {
-                    name: format!("{origin} set #{k} door {name:?}"),
-                    kind: "door".to_string(),
-                    rule: format!("doors are the ids and MEMRA_* variables of {}", registry.origin()),
-                    suggestion: crate::env::nearest(&name.to_ascii_lowercase(), registry.ids())
-                        .or_else(|| crate::env::nearest(name, registry.env_names()))
-                        .map(str::to_string),
-                }),
-            }
-        }
-        if let Some(first) = sets.iter().position(|s| *s == set) {
-            errors.push(RegistryError::Matrix {
-                thing: format!("{origin} set #{k}"),
-                value: format!("{names:?}"),
-                rule: format!("repeats set #{first}"),
-            });
-        }
-        sets.push(set);
-    }
-    RegistryError::collect(errors)?;
-    Ok(sets)
-}

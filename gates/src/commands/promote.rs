@@ -1,0 +1,22 @@
+//! `memra-gates promote`: which doors earned default-on over the nightly history (docs/DESIGN.md
+//! §7), and the defaults block to commit.
+
+use super::Status;
+use crate::args::PromoteArgs;
+use crate::error::GateError;
+use crate::promote::{load_history, promote_with, Coverage, Policy};
+
+pub fn promote(args: &PromoteArgs) -> Result<Status, GateError> {
+    let registry = crate::plan::load_registry(&args.registry)?;
+    let coverage = Coverage::parse(&args.coverage)?;
+    let policy = Policy::new(args.nights, coverage)?;
+    let history = load_history(&args.history)?;
+    for w in &history.warnings {
+        eprintln!("memra-gates: warning: {w}");
+    }
+    let report = promote_with(&registry, &history.nights, policy);
+    print!("{}", report.to_table());
+    memra_receipts::store::write_atomic(&args.out, report.defaults_toml(&registry).as_bytes())?;
+    crate::say!("defaults block written to {}", args.out.display());
+    Ok(Status::Passed)
+}

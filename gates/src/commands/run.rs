@@ -1,0 +1,116 @@
+//! `memra-gates run`: a checked plan, the output directory taken, the subject generated or
+//! loaded, every job run through the gates, the receipts and matrix outputs written, a table.
+//! Exit: passed, a gate failed, or an error — and never "passed" when a receipt or an output
+//! file could not be written.
+
+use super::{receipts_status, Status};
+use crate::args::{Provenance, RunArgs};
+use crate::error::GateError;
+use crate::outdir::{OutDir, Reuse};
+use crate::plan::RunPlan;
+use crate::suite::{Progress, Suite, SuiteOptions};
+use memra_receipts::schema as rs;
+use std::collections::BTreeSet;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+/// How progress is shown for `args`.
+pub fn progress_of(quiet: bool, every_s: u64) -> Result<Progress, GateError> {
+    if quiet {
+        return Ok(Progress::Off);
+    }
+    if std::io::stderr().is_terminal() {
+        return Ok(Progress::Terminal);
+    }
+    if every_s == 0 {
+        return Err(GateError::usage("--progress-every 0: use a number of seconds ≥ 1 (or --quiet for no progress)"));
+    }
+    Ok(Progress::Lines { every: Duration::from_secs(every_s) })
+}
+
+pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
+    let plan = RunPlan::from_args(args)?;
+    let progress = progress_of(args.quiet, args.progress_every)?;
+    let processes = plan.dist.as_ref().map_or(1, |d| d.spec.processes);
+    // Only process 0 of a distributed launch writes receipts; the others compute the same ones.
+    let writer = plan.dist.as_ref().is_none_or(|d| d.spec.process == 0);
+    let out = if writer {
+        let ids: BTreeSet<String> = plan
+            .jobs
+            .iter()
+            .map(|j| memra_receipts::run_id(&crate::receipt::config_evidence(j, &plan.model.evidence, &plan.battery)))
+            .collect();
+        let reuse = match (args.resume, args.replace) {
+            (true, _) => Reuse::Resume,
+            (_, true) => Reuse::Replace,
+            _ => Reuse::Fresh,
+        };
+        Some(OutDir::take(&args.out, &ids, reuse)?)
+    } else {
+        None
+    };
+    let RunPlan { dist, backend, matrix_name, matrix, jobs, model, battery, workers, .. } = plan;
+    let model_label = format!("{} {}", model.evidence.preset, model.evidence.digest);
+    let mut subject = model.load(battery)?;
+    if let Some(d) = &dist {
+        let fp = crate::dist::fingerprint(
+            &prov,
+            processes,
+            &matrix_name,
+            (&subject.model_evidence, &subject.battery),
+            &jobs,
+        );
+        eprintln!(
+            "memra-gates: process {} joins rendezvous {} (plan fingerprint {fp})",
+            d.spec.label(),
+            d.id_dir.display()
+        );
+        subject.dist = Some(crate::dist::join(d, &fp)?);
+    }
+    let opts = SuiteOptions {
+        out_dir: out.as_ref().map(|o| o.path().to_path_buf()),
+        resume: args.resume,
+        workers,
+        kernel_digest: prov.kernel_digest.to_string(),
+        progress,
+    };
+    eprintln!(
+        "memra-gates: {} configuration(s) of matrix `{matrix_name}` on {} ({} excluded), model {model_label}",
+        jobs.len(),
+        backend.name(),
+        matrix.excluded.len(),
+    );
+    let suite = Suite::new(&subject, opts)?;
+    let done = suite.run_all(&jobs);
+    if args.resume {
+        eprintln!(
+            "memra-gates: --resume kept {} complete receipt(s) and ran {} configuration(s)",
+            done.kept,
+            jobs.len() - done.kept
+        );
+    }
+    let Some(out) = out else {
+        let summary = rs::Summary::from_receipts(&matrix_name, &done.receipts);
+        let status = receipts_status(&done.receipts);
+        crate::say!(
+            "memra-gates: process {}: {} (receipts are written by process 0); exit {}",
+            subject.dist.as_ref().map(|d| d.spec.label()).unwrap_or_default(),
+            summary.counts.one_line(),
+            match &status {
+                Ok(Status::Passed) => 0,
+                Ok(Status::Failed) => 1,
+                Err(_) => 2,
+            }
+        );
+        return status;
+    };
+    let (summary, mut failed) = out.write_outputs(&matrix_name, &done.receipts);
+    crate::say!("{}", memra_tools::table::summary_table(&done.receipts));
+    crate::say!("{}  → {}", summary.counts.one_line(), out.path().display());
+    failed.extend(done.write_failures.into_iter().map(|w| (w.path, w.error)));
+    if !failed.is_empty() {
+        failed.sort();
+        return Err(GateError::ReceiptsNotWritten { dir: out.path().to_path_buf(), failed });
+    }
+    receipts_status(&done.receipts)
+}

@@ -1,0 +1,48 @@
+//! A job: one configuration of the matrix (door set × TP × transport × backend), resolved
+//! against the registry into what the runner needs — the runtime's door values, the class of
+//! gate, the engagement counters, the class baseline — so that running and gating never read the
+//! registry again (`crate::plan` resolves; `crate::suite` runs).
+
+use memra_receipts::Verdict;
+use memra_runtime::backend::BackendKind;
+use memra_runtime::{DoorSet, Transport};
+use std::collections::BTreeMap;
+
+/// What the gate of a job is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum JobClass {
+    /// BIT / VALUE / SCHEDULING doors (and the baseline): identity with the reference.
+    Identity,
+    /// NUMERIC-CLASS: argmax tape (teacher forced), class identity (unless the door's gate has
+    /// none, e.g. NCCL's all-reduce whose order depends on the rank count), error budget.
+    Numeric { margin_budget: f32, rel_budget: f64, class_identity: bool },
+    /// A planted defect: identity is expected to FAIL (selftest checks that it does).
+    Canary,
+}
+
+/// One resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// Explicit door settings as receipts record them (env name → on).
+    pub doors_env: BTreeMap<String, bool>,
+    pub doors: DoorSet,
+    pub class: JobClass,
+    /// Door id → engagement counter that must be > 0.
+    pub engagement: BTreeMap<String, String>,
+    pub tp: usize,
+    pub transport: Transport,
+    pub backend: BackendKind,
+    /// TP size of the class baseline of a NUMERIC-CLASS job (the smallest TP its doors allow).
+    pub baseline_tp: usize,
+    /// Transport of the class baseline (host-bounce unless the doors do not allow it).
+    pub baseline_transport: Transport,
+    /// When set, the job is NOT-APPLICABLE (or SKIP) for this reason and does not run.
+    pub not_run: Option<(Verdict, String)>,
+}
+
+impl Job {
+    /// Whether this run is its own class baseline (the door set's fresh tape).
+    pub fn is_class_baseline(&self) -> bool {
+        self.tp == self.baseline_tp && self.transport == self.baseline_transport
+    }
+}

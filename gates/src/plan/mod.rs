@@ -1,0 +1,176 @@
+//! From parsed flags to a checked plan (ripgrep's low args → high args): the registry, the door
+//! requests (environment and flags, strictly), the backend, the matrix, the jobs, the model and
+//! the battery. Every check of a request happens here, before any device work, output directory
+//! or model generation, so a bad request fails in milliseconds with one clear message.
+
+mod backend;
+mod jobs;
+mod model;
+
+pub use backend::resolve_backend;
+pub use jobs::{job_of, jobs_of};
+pub use model::{battery_for, check_fits, model_bytes, ModelPlan, ModelSource};
+
+use crate::args::RunArgs;
+use crate::dist::DistPlan;
+use crate::env::{check_explicit, parse_door_flags, parse_env, DoorRequest};
+use crate::error::GateError;
+use crate::job::Job;
+use crate::matrix::{self, Configuration, MatrixKind, MatrixPlan};
+use crate::registry::{BackendKind, Registry};
+use memra_runtime::{Battery, Transport};
+
+/// Load the registry named on the command line, or the built-in one.
+pub fn load_registry(path: &Option<std::path::PathBuf>) -> Result<Registry, GateError> {
+    Ok(match path {
+        Some(p) => Registry::from_path(p)?,
+        None => Registry::builtin()?,
+    })
+}
+
+/// Door requests from the process environment, then `--door` flags on top; explicit conflicts
+/// are refused with the rule quoted.
+pub fn door_request(registry: &Registry, flags: &[String]) -> Result<DoorRequest, GateError> {
+    let mut req = parse_env(crate::env::process_vars(), registry)?;
+    req.overlay(parse_door_flags(flags, registry)?);
+    check_explicit(&req, registry)?;
+    Ok(req)
+}
+
+/// `--transport` values: known names, each once.
+pub fn parse_transports(names: &[String]) -> Result<Vec<Transport>, GateError> {
+    let mut out: Vec<Transport> = Vec::new();
+    for n in names {
+        let t = Transport::parse(n)?;
+        if out.contains(&t) {
+            return Err(GateError::usage(format!(
+                "--transport {}: {n} is given twice (each transport is a column of the matrix; name it once)",
+                names.join(",")
+            )));
+        }
+        out.push(t);
+    }
+    if out.is_empty() {
+        return Err(GateError::NothingToTest("--transport is empty: nothing would be tested".into()));
+    }
+    Ok(out)
+}
+
+/// `--tp` values: sizes of the canonical grid, each once.
+pub fn check_tps(tps: &[usize]) -> Result<(), GateError> {
+    for (i, tp) in tps.iter().enumerate() {
+        memra_runtime::config::check_tp(*tp)?;
+        if tps[..i].contains(tp) {
+            let list: Vec<String> = tps.iter().map(|t| t.to_string()).collect();
+            return Err(GateError::usage(format!(
+                "--tp {}: TP{tp} is given twice (each TP size is a column of the matrix; name it once)",
+                list.join(",")
+            )));
+        }
+    }
+    if tps.is_empty() {
+        return Err(GateError::NothingToTest("--tp is empty: nothing would be tested".into()));
+    }
+    Ok(())
+}
+
+/// The checked plan of `run`.
+pub struct RunPlan {
+    pub registry: Registry,
+    pub request: DoorRequest,
+    /// Set for one process of a run over several (`--process P/N`).
+    pub dist: Option<DistPlan>,
+    pub backend: BackendKind,
+    /// The matrix's name (`single`, a file, or `requested`).
+    pub matrix_name: String,
+    pub matrix: MatrixPlan,
+    pub jobs: Vec<Job>,
+    pub model: ModelPlan,
+    pub battery: Battery,
+    /// Parallel host jobs.
+    pub workers: usize,
+}
+
+impl RunPlan {
+    /// Check every flag of `run` (and the environment's doors and settings).
+    pub fn from_args(args: &RunArgs) -> Result<RunPlan, GateError> {
+        let registry = load_registry(&args.registry)?;
+        let request = door_request(&registry, &args.doors)?;
+        let dist = crate::dist::dist_plan(args, &request, &registry)?;
+        let workers = match args.jobs {
+            Some(0) => {
+                return Err(GateError::usage(
+                    "--jobs 0: at least one worker is needed to run anything (use 1 or more, or leave it out for one per core)",
+                ))
+            }
+            Some(n) => n,
+            None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        };
+        check_tps(&args.tp)?;
+        let transports = parse_transports(&args.transport)?;
+        let backend = resolve_backend(&args.backend, request.require_gpu(&registry))?;
+        let (matrix_name, matrix) = run_matrix(&registry, args, &request, backend, &transports)?;
+        let processes = dist.as_ref().map_or(1, |d| d.spec.processes);
+        let jobs = jobs_of(&registry, &matrix, &request, processes)?;
+        if jobs.is_empty() {
+            return Err(GateError::NothingToTest(format!(
+                "matrix `{matrix_name}` selects no configuration: nothing would be tested"
+            )));
+        }
+        let model = ModelPlan::from_args(&args.model)?;
+        let battery = battery_for(&model.config, args.battery_seed, args.prompts, args.gen_tokens)?;
+        Ok(RunPlan { registry, request, dist, backend, matrix_name, matrix, jobs, model, battery, workers })
+    }
+}
+
+/// The matrix of a `run`: a named matrix filtered by explicit requests, or (without --matrix)
+/// the requested door set at every TP size and transport.
+fn run_matrix(
+    registry: &Registry,
+    args: &RunArgs,
+    req: &DoorRequest,
+    backend: BackendKind,
+    transports: &[Transport],
+) -> Result<(String, MatrixPlan), GateError> {
+    let (name, mut plan) = match &args.matrix {
+        Some(m) => {
+            let kind = MatrixKind::parse(m)?;
+            let plan = matrix::enumerate(registry, &kind, &args.tp, transports, &[backend])?;
+            (m.clone(), filter_by_request(plan, req))
+        }
+        None => {
+            let doors = req.enabled(registry);
+            let mut plan = MatrixPlan::default();
+            for &tp in &args.tp {
+                for &t in transports {
+                    let config = Configuration { backend, tp, transport: t, doors: doors.clone() };
+                    let legality = matrix::classify(registry, &config)?;
+                    plan.push(config, legality);
+                }
+            }
+            if plan.legal.is_empty() && plan.not_applicable.is_empty() {
+                let why: Vec<String> =
+                    plan.excluded.iter().map(|e| format!("{}: {}", e.config.label(), e.rule)).collect();
+                return Err(GateError::NothingToTest(format!(
+                    "no legal configuration for the requested doors:\n  {}",
+                    why.join("\n  ")
+                )));
+            }
+            ("requested".to_string(), plan)
+        }
+    };
+    if let Some(spec) = &args.shard {
+        let (i, n) = matrix::parse_shard(spec)?;
+        plan = matrix::shard(&plan, i, n)?;
+    }
+    Ok((name, plan))
+}
+
+/// Explicitly-on doors keep only configurations that contain them; explicitly-off doors drop
+/// configurations that contain them (so `MEMRA_X=0 memra-gates --matrix all` excludes door X).
+fn filter_by_request(mut plan: MatrixPlan, req: &DoorRequest) -> MatrixPlan {
+    let keep = |c: &Configuration| req.doors.iter().all(|(id, on)| c.doors.contains(id) == *on);
+    plan.legal.retain(keep);
+    plan.not_applicable.retain(|n| keep(&n.config));
+    plan
+}

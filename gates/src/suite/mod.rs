@@ -1,0 +1,202 @@
+//! Running jobs through the gates (docs/DESIGN.md §4.2, §5): the oracles and caches one plan
+//! shares ([`Suite`]), how one job is evaluated (`evaluate`), and how a list of jobs is
+//! scheduled over workers with resume and progress (`schedule`).
+//!
+//! A job arrives resolved against the registry (`crate::job`), so nothing here reads doors.toml.
+
+mod evaluate;
+mod schedule;
+
+pub use schedule::{clock, Progress, SuiteRun, WriteFailure};
+
+use crate::gate;
+use crate::job::Job;
+use crate::receipt::{self, Evaluation};
+use crate::subject::{RunSpec, Subject};
+use memra_receipts::schema as rs;
+use memra_receipts::Receipt;
+use memra_runtime::backend::{open, BackendKind, ProbeResult, PROBE_SIZES_BYTES};
+use memra_runtime::record::Record;
+use memra_runtime::{DoorSet, ExpertFormat, RuntimeError, Transport};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// How a suite runs.
+#[derive(Debug, Clone)]
+pub struct SuiteOptions {
+    /// Where receipts go (written atomically as each job finishes); none = keep in memory.
+    pub out_dir: Option<PathBuf>,
+    /// Skip jobs whose complete receipt already exists in `out_dir`.
+    pub resume: bool,
+    /// Parallel host workers (the host backend's ranks are threads; several jobs fill the cores).
+    pub workers: usize,
+    pub kernel_digest: String,
+    /// How progress is shown while jobs run.
+    pub progress: Progress,
+}
+
+/// The oracles and caches shared by every job of one suite.
+pub struct Suite<'a> {
+    subject: &'a Subject,
+    opts: SuiteOptions,
+    /// TP1, host-bounce, every door at default, host backend.
+    oracle: Record,
+    /// The CUDA TP1 host-bounce default run, when any job runs on CUDA.
+    cuda_baseline: Mutex<Option<Result<Record, String>>>,
+    /// NUMERIC-CLASS class baselines: (doors, backend) → TP1 host-bounce teacher-forced record.
+    class_baselines: Mutex<HashMap<(DoorSet, BackendKind), Result<Record, String>>>,
+    /// The oracle with full captures of prompt 0 (error budgets), per expert format.
+    oracle_captured: Mutex<HashMap<ExpertFormat, Record>>,
+    /// The canonical program on NVFP4 expert banks (the oracle of NVFP4 doors).
+    nvfp4_oracle: Mutex<Option<Result<Record, String>>>,
+    /// The byte-integrity probe per (backend, TP), run once before the first native-P2P job.
+    probes: Mutex<ProbeCache>,
+}
+
+/// Probe results per (backend, TP size).
+type ProbeCache = HashMap<(BackendKind, usize), Result<Vec<ProbeResult>, String>>;
+
+/// Probe sizes: docs/DESIGN.md §3.5's ladder on devices; on the host backend the 64 MiB rung is
+/// left out (arena-to-arena copies are plain memcpy, and 56 ordered pairs × 64 MiB would dominate
+/// a CI run) — the receipt lists exactly the sizes probed.
+pub fn probe_sizes(backend: BackendKind) -> &'static [usize] {
+    match backend {
+        BackendKind::Cuda => &PROBE_SIZES_BYTES,
+        BackendKind::Host => &PROBE_SIZES_BYTES[..3],
+    }
+}
+
+/// The expert format a job's doors imply (NVFP4_EP2 runs on NVFP4 banks).
+fn format_of(job: &Job) -> ExpertFormat {
+    if job.doors.nvfp4_ep2 {
+        ExpertFormat::Nvfp4
+    } else {
+        ExpertFormat::E4m3
+    }
+}
+
+impl<'a> Suite<'a> {
+    /// Build the suite: computes the host oracle once.
+    pub fn new(subject: &'a Subject, opts: SuiteOptions) -> Result<Suite<'a>, RuntimeError> {
+        let oracle = subject.run(RunSpec::oracle(BackendKind::Host, ExpertFormat::E4m3))?;
+        Ok(Suite {
+            subject,
+            opts,
+            oracle,
+            cuda_baseline: Mutex::new(None),
+            class_baselines: Mutex::new(HashMap::new()),
+            oracle_captured: Mutex::new(HashMap::new()),
+            nvfp4_oracle: Mutex::new(None),
+            probes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn oracle(&self) -> &Record {
+        &self.oracle
+    }
+
+    fn cuda_baseline(&self) -> Result<Record, String> {
+        let mut slot = self.cuda_baseline.lock().expect("cuda baseline lock");
+        slot.get_or_insert_with(|| {
+            self.subject.run(RunSpec::oracle(BackendKind::Cuda, ExpertFormat::E4m3)).map_err(|e| e.to_string())
+        })
+        .clone()
+    }
+
+    /// The oracle a NUMERIC job is held to: the canonical program (host TP1 host-bounce, doors
+    /// at default) on the same expert storage as the job.
+    fn numeric_oracle(&self, job: &Job) -> Result<Record, String> {
+        match format_of(job) {
+            ExpertFormat::E4m3 => Ok(self.oracle.clone()),
+            ExpertFormat::Nvfp4 => {
+                let mut slot = self.nvfp4_oracle.lock().expect("nvfp4 oracle lock");
+                slot.get_or_insert_with(|| {
+                    self.subject.run(RunSpec::oracle(BackendKind::Host, ExpertFormat::Nvfp4)).map_err(|e| e.to_string())
+                })
+                .clone()
+            }
+        }
+    }
+
+    fn class_baseline(&self, job: &Job, oracle: &Record) -> Result<Record, String> {
+        let key = (job.doors, job.backend);
+        if let Some(r) = self.class_baselines.lock().expect("baseline lock").get(&key) {
+            return r.clone();
+        }
+        let r = self
+            .subject
+            .run(RunSpec {
+                backend: job.backend,
+                tp: job.baseline_tp,
+                transport: job.baseline_transport,
+                doors: job.doors,
+                format: format_of(job),
+                forced: Some(oracle),
+                capture: vec![],
+            })
+            .map_err(|e| e.to_string());
+        self.class_baselines.lock().expect("baseline lock").insert(key, r.clone());
+        r
+    }
+
+    fn oracle_captured(&self, format: ExpertFormat) -> Result<Record, RuntimeError> {
+        let mut slot = self.oracle_captured.lock().expect("oracle capture lock");
+        if let Some(r) = slot.get(&format) {
+            return Ok(r.clone());
+        }
+        let mut spec = RunSpec::oracle(BackendKind::Host, format);
+        spec.capture = gate::all_keys_of_prompt(&self.oracle, 0);
+        let r = self.subject.run(spec)?;
+        slot.insert(format, r.clone());
+        Ok(r)
+    }
+
+    /// The reference an identity job is compared with: the host oracle, or the CUDA TP1 record.
+    fn reference_for(&self, job: &Job) -> Result<Record, String> {
+        match job.backend {
+            BackendKind::Host => Ok(self.oracle.clone()),
+            BackendKind::Cuda => self.cuda_baseline(),
+        }
+    }
+
+    fn probe(&self, backend: BackendKind, tp: usize) -> Result<Vec<ProbeResult>, String> {
+        let mut probes = self.probes.lock().expect("probe lock");
+        probes
+            .entry((backend, tp))
+            .or_insert_with(|| {
+                let mut b = open(backend, tp).map_err(|e| e.to_string())?;
+                b.probe(Transport::NativeP2p, probe_sizes(backend)).map_err(|e| e.to_string())
+            })
+            .clone()
+    }
+
+    /// The evidence of a job's configuration (its run identity).
+    pub fn config_evidence(&self, job: &Job) -> rs::RunConfigEvidence {
+        receipt::config_evidence(job, &self.subject.model_evidence, &self.subject.battery)
+    }
+
+    fn receipt(&self, job: &Job, ev: Evaluation, started_at_unix_ms: u64, wall_ms: f64) -> Receipt {
+        let s = self.subject;
+        let mut r = receipt::build_receipt(
+            &self.opts.kernel_digest,
+            job,
+            &s.model_evidence,
+            &s.battery,
+            ev,
+            started_at_unix_ms,
+            wall_ms,
+        );
+        // A launch over several processes says so in the volatile part (the evidence stays the
+        // single-process run's): `processes` on every receipt, `ranks_per_process` on the runs
+        // that spanned them.
+        if let Some(d) = &s.dist {
+            let n = d.spec.processes;
+            r.measurements.extra.insert("processes".into(), n as f64);
+            if s.spans_processes(job.backend, job.transport) && job.not_run.is_none() {
+                r.measurements.extra.insert("ranks_per_process".into(), (job.tp / n) as f64);
+            }
+        }
+        r
+    }
+}

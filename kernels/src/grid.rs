@@ -1,0 +1,56 @@
+//! Facts of the canonical grid and of f32 bit patterns that every crate shares: the TP sizes the
+//! grid admits, and the ULP distance used wherever two results are compared (gates, receipts,
+//! tests). One definition each, so the harness cannot disagree with itself about them.
+
+/// Blocks of the canonical grid every projection is computed on (docs/DESIGN.md §3.4).
+pub const GRID_BLOCKS: usize = 8;
+
+/// TP sizes the canonical grid admits: the divisors of [`GRID_BLOCKS`].
+pub const TP_SIZES: [usize; 4] = [1, 2, 4, 8];
+
+/// Whether `tp` divides the canonical grid.
+pub fn is_tp_size(tp: usize) -> bool {
+    TP_SIZES.contains(&tp)
+}
+
+/// ULP distance between two f32 bit patterns: the number of steps between them on the monotone
+/// integer line of f32 values (so `-0.0` and `+0.0` are 1 apart, never 0). Equal bit patterns are
+/// 0 apart; otherwise a NaN on either side has no distance: `u64::MAX`.
+pub fn ulp_distance(a: u32, b: u32) -> u64 {
+    if a == b {
+        return 0;
+    }
+    if f32::from_bits(a).is_nan() || f32::from_bits(b).is_nan() {
+        return u64::MAX;
+    }
+    fn key(bits: u32) -> i64 {
+        if bits & 0x8000_0000 != 0 {
+            -i64::from(bits & 0x7fff_ffff) - 1
+        } else {
+            i64::from(bits)
+        }
+    }
+    key(a).abs_diff(key(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ulp_distance_counts_representable_values_and_refuses_nan() {
+        assert_eq!(ulp_distance(1.0f32.to_bits(), 1.0f32.to_bits()), 0);
+        assert_eq!(ulp_distance(1.0f32.to_bits(), 0x3f80_0001), 1);
+        assert_eq!(ulp_distance((-0.0f32).to_bits(), 0.0f32.to_bits()), 1);
+        assert_eq!(ulp_distance(1, 0x8000_0001), 3);
+        assert_eq!(ulp_distance(f32::NAN.to_bits(), 1.0f32.to_bits()), u64::MAX);
+        assert_eq!(ulp_distance(f32::NAN.to_bits(), f32::NAN.to_bits()), 0, "identical bits are never apart");
+        assert_eq!(ulp_distance(f32::INFINITY.to_bits(), f32::MAX.to_bits()), 1);
+    }
+
+    #[test]
+    fn tp_sizes_are_the_divisors_of_the_grid() {
+        let divisors: Vec<usize> = (1..=GRID_BLOCKS).filter(|d| GRID_BLOCKS % d == 0).collect();
+        assert_eq!(divisors, TP_SIZES);
+    }
+}

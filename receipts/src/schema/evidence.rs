@@ -1,0 +1,298 @@
+//! The deterministic part of a receipt: what was asked for, what numerics were compiled, and
+//! everything the gates concluded. Two runs of one configuration on one build write byte-identical
+//! evidence.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{required, seam_column, Verdict};
+
+
+/// Everything about a run that does not depend on the clock or the machine: two runs of the same
+/// configuration on the same build serialize this byte-identically.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Evidence {
+    pub config: RunConfigEvidence,
+    pub build: BuildEvidence,
+    /// Overall verdict of the run (the worst of its gates, or SKIP / NOT-APPLICABLE / ERROR).
+    pub verdict: Verdict,
+    /// Why the verdict is what it is; required (non-empty) for VOID, SKIP, NOT-APPLICABLE and ERROR.
+    /// An ERROR's reason says where the run stopped ("layer 3 o_join: cudaErrorIllegalAddress").
+    #[serde(deserialize_with = "required")]
+    pub reason: Option<String>,
+    /// One entry per gate that ran, in the order they ran; each gate at most once.
+    pub gates: Vec<GateResult>,
+    /// Engagement counters, named `"<door_id>.<what>"` by the door registry (e.g.
+    /// `"oproj_direct.peer_stores"`): how many times the door's mechanism ran. Older spellings
+    /// `"MEMRA_X"` / `"MEMRA_X@seam"` are also accepted by readers.
+    /// (per seam it touches). A door counts as engaged when any of its counters is > 0.
+    pub engaged: BTreeMap<String, u64>,
+    /// The first place this run differed from its reference, if it did (DESIGN §4.2).
+    #[serde(deserialize_with = "required")]
+    pub first_divergence: Option<Divergence>,
+    pub digests: SeamDigests,
+    /// Token tape: `tokens[prompt][step]`, the argmax token of each decode step.
+    pub tokens: Vec<Vec<u32>>,
+    /// [`token_tape_digest`] of `tokens`; the reader checks that they agree.
+    pub token_tape_digest: String,
+    /// Per-seam error against the oracle (NUMERIC-CLASS doors; empty otherwise).
+    pub error_budget: Vec<SeamError>,
+    /// Steps where the oracle's top-two margin lies within the error budget: reported, never hidden.
+    pub near_ties: Vec<NearTie>,
+    /// Present exactly in receipts of kind `"performance"`.
+    #[serde(deserialize_with = "required")]
+    pub performance: Option<PerformanceClaim>,
+}
+
+/// The configuration of a run: the input of [`run_id`]. Nothing volatile may go here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfigEvidence {
+    /// What ran: `"memra-runtime"` for the built-in runtime, or an external engine's name (§10).
+    pub subject: String,
+    pub backend: Backend,
+    /// Tensor-parallel size, one of [`TP_SIZES`].
+    pub tp: usize,
+    pub transport: Transport,
+    /// Doors set explicitly for this run: environment variable → on (`true`) / off (`false`).
+    /// Doors not listed are at their registry default.
+    pub doors: BTreeMap<String, bool>,
+    pub model: ModelEvidence,
+    /// Hex digest of the prompt battery.
+    pub battery_digest: String,
+    /// What this run was compared against, e.g. `"tp1 host-bounce defaults on host"`.
+    pub oracle: String,
+}
+
+impl RunConfigEvidence {
+    /// Human-readable run name used in tables, JUnit and CSV:
+    /// `"<subject>/<preset> <backend> tp<N> <transport> <doors>"`, where doors are `+NAME` (on) and
+    /// `-NAME` (off) without the `MEMRA_` prefix, in key order, or `defaults` when none is set.
+    /// Not unique by itself (the oracle and digests are not in it); [`run_id`] is.
+    pub fn label(&self) -> String {
+        let doors = if self.doors.is_empty() {
+            "defaults".to_string()
+        } else {
+            self.doors
+                .iter()
+                .map(|(name, on)| {
+                    let short = name.strip_prefix("MEMRA_").unwrap_or(name);
+                    format!("{}{short}", if *on { '+' } else { '-' })
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        format!(
+            "{}/{} {} tp{} {} {doors}",
+            self.subject,
+            self.model.preset,
+            self.backend.as_str(),
+            self.tp,
+            self.transport.as_str()
+        )
+    }
+}
+
+/// Which backend executed the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// CPU ranks (threads with private arenas).
+    Host,
+    /// CUDA devices through cudarc.
+    Cuda,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Host => "host",
+            Backend::Cuda => "cuda",
+        }
+    }
+}
+
+/// How bytes move between ranks (DESIGN §3.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    HostBounce,
+    NativeP2p,
+    Nccl,
+}
+
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::HostBounce => "host-bounce",
+            Transport::NativeP2p => "native-p2p",
+            Transport::Nccl => "nccl",
+        }
+    }
+}
+
+/// The model a run used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEvidence {
+    /// Preset name (`"tiny"`, `"small"`, `"step"`) or `"file"` for a user's safetensors.
+    pub preset: String,
+    /// Hex digest of the weights.
+    pub digest: String,
+}
+
+/// What was compiled: everything that decides the numerics of the build.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildEvidence {
+    /// Hex digest of the kernel sources (stamped by build.rs).
+    pub kernel_source_digest: String,
+    /// NVRTC options in the order they were passed; empty on the host backend.
+    pub nvrtc_options: Vec<String>,
+}
+
+/// One gate's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateResult {
+    pub gate: Gate,
+    pub verdict: Verdict,
+    /// One line a person can act on ("17 of 17 doors engaged", "max 3 ulp at L1.qkv, bound 4").
+    pub detail: String,
+}
+
+/// The gates of DESIGN §4.2, serialized in snake_case (`"argmax_tape"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gate {
+    /// Every layer × seam × token digest equals the oracle's, bitwise.
+    Identity,
+    /// Teacher-forced argmax tape equals the oracle's except at reported near-ties.
+    ArgmaxTape,
+    /// A NUMERIC-CLASS door equals its own TP1 host-bounce baseline bitwise.
+    ClassIdentity,
+    /// Per-seam max ULP / relative error against the oracle within the door's budget.
+    ErrorBudget,
+    /// Every enabled door reports that its mechanism ran.
+    Engagement,
+    /// Outputs are not all-zero or constant.
+    NonTriviality,
+    /// The same configuration twice gives identical digests.
+    Determinism,
+    /// The CUDA TP1 run equals the host oracle bitwise.
+    DeviceHost,
+    /// The canonical program agrees with the plain f64 reference within its bound (DESIGN §3.4).
+    Reference,
+}
+
+impl Gate {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gate::Identity => "identity",
+            Gate::ArgmaxTape => "argmax_tape",
+            Gate::ClassIdentity => "class_identity",
+            Gate::ErrorBudget => "error_budget",
+            Gate::Engagement => "engagement",
+            Gate::NonTriviality => "non_triviality",
+            Gate::Determinism => "determinism",
+            Gate::DeviceHost => "device_host",
+            Gate::Reference => "reference",
+        }
+    }
+}
+
+/// The first element at which a run differed from its reference (DESIGN §4.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Divergence {
+    pub prompt: usize,
+    pub step: usize,
+    pub layer: usize,
+    pub seam: String,
+    /// The rank whose buffer differed, when the seam is rank-local (e.g. `o_proj` partials).
+    #[serde(deserialize_with = "required")]
+    pub rank: Option<usize>,
+    /// Flat element index within the seam's tensor.
+    pub element: u64,
+    /// `"0x"` + 8 lowercase hex digits: the reference's `f32::to_bits()` ([`f32_bits_hex`]).
+    pub oracle_bits: String,
+    /// Same for the observed value.
+    pub observed_bits: String,
+    /// Distance in units in the last place between the two values (see [`ulp_distance`]).
+    pub ulp: u64,
+}
+
+impl Divergence {
+    /// One line for tables: `L3.o_join p0 s5 r2 [1234] 0x3f800000→0x3f800001 (1 ulp)`.
+    pub fn short(&self) -> String {
+        let rank = self.rank.map(|r| format!(" r{r}")).unwrap_or_default();
+        format!(
+            "{} p{} s{}{rank} [{}] {}→{} ({} ulp)",
+            seam_column(self.layer, &self.seam),
+            self.prompt,
+            self.step,
+            self.element,
+            self.oracle_bits,
+            self.observed_bits,
+            self.ulp
+        )
+    }
+}
+
+/// The layer × seam × token digest table. A digest is order-independent (wrapping sum over
+/// elements of splitmix64 of (element index, f32 bits), DESIGN §5), written with [`digest_hex`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeamDigests {
+    /// Column names, in program order: `L<layer>.<seam>` ([`seam_column`]), unique.
+    pub columns: Vec<String>,
+    /// One row per (prompt, step), sorted by (prompt, step), each with one digest per column.
+    pub rows: Vec<DigestRow>,
+}
+
+/// The digests of one decode step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DigestRow {
+    pub prompt: usize,
+    pub step: usize,
+    /// `digests[i]` belongs to `columns[i]`; 16 lowercase hex digits each.
+    pub digests: Vec<String>,
+}
+
+/// Worst error of one seam against the oracle over the whole battery.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeamError {
+    pub layer: usize,
+    pub seam: String,
+    /// Largest [`ulp_distance`] over all elements and steps.
+    pub max_ulp: u64,
+    /// Largest `|observed − oracle| / |oracle|` (elements whose oracle value is 0 count with
+    /// `|observed|`); finite.
+    pub max_rel: f64,
+}
+
+/// A step where the oracle's top-two logit margin lies within the door's error budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NearTie {
+    pub prompt: usize,
+    pub step: usize,
+    /// The oracle's top-1 minus top-2 logit, in f32.
+    pub margin: f32,
+    pub oracle_token: u32,
+    pub observed_token: u32,
+}
+
+/// A performance receipt's claim (DESIGN §8). Ratios are named freely, e.g.
+/// `"L0.latency_over_memory_floor"`, `"L0.latency_over_pytorch"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerformanceClaim {
+    pub performance_claim: bool,
+    pub ratios: BTreeMap<String, f64>,
+}
+

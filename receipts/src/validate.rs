@@ -1,0 +1,199 @@
+//! The rules of the receipt format that its serde shape cannot express; the reader and the
+//! writer both check them, so the writer never produces a receipt its own reader would refuse.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use crate::error::Violation;
+use crate::identity::{run_id, token_tape_digest};
+use crate::schema::{
+    overall_verdict, seam_column, Receipt, ReceiptKind, Summary, Verdict, VerdictCounts, SCHEMA_VERSION, TP_SIZES,
+};
+
+/// Whether `s` is a non-empty string of lowercase hex digits.
+pub fn is_lower_hex(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+
+fn violation(field: impl Into<String>, value: impl fmt::Debug, rule: impl Into<String>) -> Violation {
+    let mut value = format!("{value:?}");
+    if value.len() > 80 {
+        let cut = (0..=77).rev().find(|i| value.is_char_boundary(*i)).unwrap_or(0);
+        value.truncate(cut);
+        value.push('…');
+    }
+    Violation { field: field.into(), value, rule: rule.into() }
+}
+
+fn check_hex(field: &str, s: &str) -> Result<(), Violation> {
+    if is_lower_hex(s) && s.len().is_multiple_of(2) {
+        Ok(())
+    } else {
+        Err(violation(field, s, "must be a non-empty, even number of lowercase hex digits"))
+    }
+}
+
+fn check_hex16(field: &str, s: &str) -> Result<(), Violation> {
+    if s.len() == 16 && is_lower_hex(s) {
+        Ok(())
+    } else {
+        Err(violation(field, s, "must be exactly 16 lowercase hex digits"))
+    }
+}
+
+fn check_bits(field: &str, s: &str) -> Result<(), Violation> {
+    match s.strip_prefix("0x") {
+        Some(h) if h.len() == 8 && is_lower_hex(h) => Ok(()),
+        _ => Err(violation(field, s, "must be \"0x\" followed by 8 lowercase hex digits (an f32's bits)")),
+    }
+}
+
+impl Receipt {
+    /// Checks the rules the serde shape cannot express; the reader and the writer both call it.
+    ///
+    /// - `schema_version` is [`SCHEMA_VERSION`]; `run_id` equals [`run_id`] of the config
+    /// - `tp` is in [`TP_SIZES`]; digests and bit patterns are hex of the documented widths
+    /// - `token_tape_digest` equals [`token_tape_digest`] of `tokens`
+    /// - digest columns are unique; every row has one digest per column; rows strictly sorted by
+    ///   (prompt, step)
+    /// - each gate appears at most once; VOID, SKIP, NOT-APPLICABLE and ERROR carry a non-empty reason
+    /// - `evidence.performance` is present exactly when `kind` is `"performance"`
+    /// - each latency entry has `n_samples ≥ 1` and `min ≤ median ≤ p90 ≤ max`; (layer, seam) unique
+    pub fn validate(&self) -> Result<(), Violation> {
+        if self.schema_version != SCHEMA_VERSION {
+            return Err(violation("schema_version", self.schema_version, format!("must be {SCHEMA_VERSION}")));
+        }
+        let ev = &self.evidence;
+        let cfg = &ev.config;
+        let expected = run_id(cfg);
+        if self.run_id != expected {
+            return Err(violation(
+                "run_id",
+                &self.run_id,
+                format!("must equal run_id(evidence.config) = {expected:?} (FNV-1a-64 of its canonical JSON)"),
+            ));
+        }
+        if !TP_SIZES.contains(&cfg.tp) {
+            return Err(violation("evidence.config.tp", cfg.tp, "must be 1, 2, 4 or 8"));
+        }
+        check_hex("evidence.config.model.digest", &cfg.model.digest)?;
+        check_hex("evidence.config.battery_digest", &cfg.battery_digest)?;
+        check_hex("evidence.build.kernel_source_digest", &ev.build.kernel_source_digest)?;
+        if ev.verdict.requires_reason() && ev.reason.as_deref().is_none_or(str::is_empty) {
+            return Err(violation(
+                "evidence.reason",
+                &ev.reason,
+                format!("a {} verdict must say why (non-empty reason)", ev.verdict),
+            ));
+        }
+        let mut seen_gates = BTreeSet::new();
+        for (i, g) in ev.gates.iter().enumerate() {
+            if !seen_gates.insert(g.gate) {
+                return Err(violation(format!("evidence.gates[{i}].gate"), g.gate.as_str(), "each gate appears once"));
+            }
+        }
+        if let Some(d) = &ev.first_divergence {
+            check_bits("evidence.first_divergence.oracle_bits", &d.oracle_bits)?;
+            check_bits("evidence.first_divergence.observed_bits", &d.observed_bits)?;
+        }
+        let mut columns = BTreeSet::new();
+        for (i, c) in ev.digests.columns.iter().enumerate() {
+            if c.is_empty() || !columns.insert(c.as_str()) {
+                return Err(violation(
+                    format!("evidence.digests.columns[{i}]"),
+                    c,
+                    "column names are non-empty and unique",
+                ));
+            }
+        }
+        let mut prev: Option<(usize, usize)> = None;
+        for (i, row) in ev.digests.rows.iter().enumerate() {
+            let key = (row.prompt, row.step);
+            if prev.is_some_and(|p| p >= key) {
+                return Err(violation(
+                    format!("evidence.digests.rows[{i}]"),
+                    key,
+                    "rows are strictly sorted by (prompt, step)",
+                ));
+            }
+            prev = Some(key);
+            if row.digests.len() != ev.digests.columns.len() {
+                return Err(violation(
+                    format!("evidence.digests.rows[{i}].digests"),
+                    row.digests.len(),
+                    format!("must hold one digest per column ({})", ev.digests.columns.len()),
+                ));
+            }
+            for (j, d) in row.digests.iter().enumerate() {
+                check_hex16(&format!("evidence.digests.rows[{i}].digests[{j}]"), d)?;
+            }
+        }
+        check_hex16("evidence.token_tape_digest", &ev.token_tape_digest)?;
+        let tape = token_tape_digest(&ev.tokens);
+        if ev.token_tape_digest != tape {
+            return Err(violation(
+                "evidence.token_tape_digest",
+                &ev.token_tape_digest,
+                format!("must equal token_tape_digest(evidence.tokens) = {tape:?}"),
+            ));
+        }
+        match (self.kind, &ev.performance) {
+            (ReceiptKind::Performance, None) => {
+                return Err(violation("evidence.performance", "null", "a performance receipt carries its claim"))
+            }
+            (ReceiptKind::Run, Some(_)) => {
+                return Err(violation("evidence.performance", "{…}", "only performance receipts carry a claim"))
+            }
+            _ => {}
+        }
+        let mut seen_lat = BTreeSet::new();
+        for (i, l) in self.measurements.latency.iter().enumerate() {
+            let field = format!("measurements.latency[{i}]");
+            if !seen_lat.insert((l.layer, l.seam.as_str())) {
+                return Err(violation(field, seam_column(l.layer, &l.seam), "each layer × seam appears once"));
+            }
+            if l.n_samples == 0 || !(l.min_ns <= l.median_ns && l.median_ns <= l.p90_ns && l.p90_ns <= l.max_ns) {
+                return Err(violation(
+                    field,
+                    (l.n_samples, l.min_ns, l.median_ns, l.p90_ns, l.max_ns),
+                    "needs n_samples ≥ 1 and min_ns ≤ median_ns ≤ p90_ns ≤ max_ns",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Summary {
+    /// Checks what the serde shape cannot: version, counts and overall verdict agree with the rows,
+    /// rows sorted by unique `run_id`s of 16 hex digits.
+    pub fn validate(&self) -> Result<(), Violation> {
+        if self.schema_version != SCHEMA_VERSION {
+            return Err(violation("schema_version", self.schema_version, format!("must be {SCHEMA_VERSION}")));
+        }
+        for (i, w) in self.rows.windows(2).enumerate() {
+            if w[0].run_id >= w[1].run_id {
+                return Err(violation(
+                    format!("rows[{}].run_id", i + 1),
+                    &w[1].run_id,
+                    "rows are sorted by unique run_id",
+                ));
+            }
+        }
+        for (i, r) in self.rows.iter().enumerate() {
+            check_hex16(&format!("rows[{i}].run_id"), &r.run_id)?;
+        }
+        let verdicts: Vec<Verdict> = self.rows.iter().map(|r| r.verdict).collect();
+        let counts = VerdictCounts::tally(verdicts.iter().copied());
+        if counts != self.counts {
+            return Err(violation("counts", self.counts, format!("must match the rows: {counts:?}")));
+        }
+        let overall = overall_verdict(&verdicts);
+        if overall != self.overall {
+            return Err(violation("overall", self.overall.as_str(), format!("must be {overall} for these rows")));
+        }
+        Ok(())
+    }
+}
+
