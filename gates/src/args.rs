@@ -381,4 +381,3 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
-

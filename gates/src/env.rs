@@ -266,4 +266,3 @@ fn suggest_door(name: &str, registry: &Registry) -> Option<String> {
     }?;
     registry.door(pick).map(|d| format!("{} ({})", d.id, d.env))
 }
-

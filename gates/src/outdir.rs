@@ -46,13 +46,10 @@ impl OutDir {
         let refuse = |rule: String| GateError::OutDir { dir: dir.to_path_buf(), rule };
         std::fs::create_dir_all(dir).map_err(|e| refuse(format!("cannot create the directory: {e}")))?;
         let lock_path = dir.join(LOCK_FILE);
-        let mut lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(|e| refuse(format!("cannot write there ({}: {e}); receipts could not be kept", lock_path.display())))?;
+        let mut lock =
+            OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&lock_path).map_err(|e| {
+                refuse(format!("cannot write there ({}: {e}); receipts could not be kept", lock_path.display()))
+            })?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -69,16 +66,15 @@ impl OutDir {
                 return Err(refuse(format!("cannot lock {}: {e}", lock_path.display())))
             }
         }
-        let holder = format!(
-            "memra-gates (pid {}, started at unix ms {})",
-            std::process::id(),
-            crate::receipt::now_ms()
-        );
+        let holder =
+            format!("memra-gates (pid {}, started at unix ms {})", std::process::id(), crate::receipt::now_ms());
         lock.set_len(0)
             .and_then(|_| lock.rewind())
             .and_then(|_| lock.write_all(holder.as_bytes()))
             .and_then(|_| lock.sync_all())
-            .map_err(|e| refuse(format!("cannot write there ({}: {e}); receipts could not be kept", lock_path.display())))?;
+            .map_err(|e| {
+                refuse(format!("cannot write there ({}: {e}); receipts could not be kept", lock_path.display()))
+            })?;
         let out = OutDir { dir: dir.to_path_buf(), _lock: lock };
         out.check_foreign(run_ids, reuse)?;
         Ok(out)
@@ -90,8 +86,10 @@ impl OutDir {
 
     /// Receipts of another plan: refused, or removed under [`Reuse::Replace`].
     fn check_foreign(&self, run_ids: &BTreeSet<String>, reuse: Reuse) -> Result<(), GateError> {
-        let entries = std::fs::read_dir(&self.dir)
-            .map_err(|e| GateError::OutDir { dir: self.dir.clone(), rule: format!("cannot list the directory: {e}") })?;
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| GateError::OutDir {
+            dir: self.dir.clone(),
+            rule: format!("cannot list the directory: {e}"),
+        })?;
         let mut foreign: Vec<PathBuf> = Vec::new();
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();

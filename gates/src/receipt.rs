@@ -272,7 +272,6 @@ pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-
 /// The configuration a receipt ran, in registry terms.
 pub fn configuration_of(registry: &Registry, r: &Receipt) -> Configuration {
     let c = &r.evidence.config;
@@ -286,4 +285,3 @@ pub fn configuration_of(registry: &Registry, r: &Receipt) -> Configuration {
         .collect();
     Configuration { backend, tp: c.tp, transport, doors }
 }
-

@@ -114,7 +114,7 @@ fn legal_configs(reg: &Registry) -> Vec<Configuration> {
 }
 
 fn hash(s: &str) -> u64 {
-    memra_receipts::schema::fnv1a64(s.as_bytes())
+    memra_receipts::fnv1a64(s.as_bytes())
 }
 
 /// A clean, validated PASS receipt of `config`, deterministic in the configuration (so the same
@@ -243,7 +243,7 @@ fn history(
     let reg = registry();
     let tmp = tempfile::tempdir().unwrap();
     let dirs = write_history(tmp.path(), &reg, &legal_configs(&reg), n_nights, plant);
-    let nights = load_history(&dirs).expect("history loads");
+    let nights = load_history(&dirs).expect("history loads").nights;
     (tmp, nights)
 }
 
@@ -583,7 +583,7 @@ fn coverage_ran_accepts_a_single_matrix_night_but_full_does_not() {
     assert_eq!(single.len(), 8, "baseline + 3 doors, TP1 and TP2");
     let tmp = tempfile::tempdir().unwrap();
     let dirs = write_history(tmp.path(), &reg, &single, 7, |_, _, _| Edit::Keep);
-    let nights = load_history(&dirs).unwrap();
+    let nights = load_history(&dirs).unwrap().nights;
     let full = promote(&reg, &nights, 7);
     assert_blocked(&full, "door_a", &["night 2026-11-21: no receipt for tp1 host-bounce host +door_a+door_b"]);
     let ran = promote_with(&reg, &nights, Policy { n_last: 7, coverage: Coverage::Ran });
@@ -601,7 +601,7 @@ fn coverage_ran_accepts_a_single_matrix_night_but_full_does_not() {
         }
         Edit::Keep
     });
-    let nights = load_history(&dirs).unwrap();
+    let nights = load_history(&dirs).unwrap().nights;
     let ran = promote_with(&reg, &nights, Policy { n_last: 7, coverage: Coverage::Ran });
     assert_blocked(&ran, "door_a", &["night 2026-11-27", "tp2 host-bounce host +door_a", "verdict FAIL"]);
     assert_blocked(&ran, "door_b", &["night 2026-11-23: no PASS receipt contains door_b"]);
@@ -620,7 +620,7 @@ fn history_is_ordered_by_date_not_by_argument_or_name() {
         std::fs::rename(from, to).unwrap();
     }
     dirs = renamed.into_iter().rev().collect();
-    let nights = load_history(&dirs).unwrap();
+    let nights = load_history(&dirs).unwrap().nights;
     let labels: Vec<&str> = nights.iter().map(|n| n.label.as_str()).collect();
     assert_eq!(labels, ["2026-11-21 (zz)", "2026-11-22 (mm)", "2026-11-23 (aa)"]);
     assert_eq!(nights[0].started_at_unix_ms, FIRST_NIGHT_MS);
@@ -727,4 +727,66 @@ fn registry_update_applies_to_the_builtin_doors_toml() {
     // A report naming a door the text does not have is an error naming it.
     let e = report.apply_to_registry_text(REGISTRY, "test registry").unwrap_err();
     assert!(e.to_string().contains("oproj_direct"), "{e}");
+}
+
+/// Three copies of one night's receipts under three names are one night: a history of them does
+/// not reach a 3-night window, and the loader says which directories were copies.
+#[test]
+fn copies_of_one_night_count_once() {
+    let reg = registry();
+    let tmp = tempfile::tempdir().unwrap();
+    let dirs = write_history(&tmp.path().join("h"), &reg, &legal_configs(&reg), 1, |_, _, _| Edit::Keep);
+    let mut copies = vec![dirs[0].clone()];
+    for name in ["copy-1", "copy-2"] {
+        let to = tmp.path().join(name);
+        std::fs::create_dir_all(&to).unwrap();
+        for e in std::fs::read_dir(&dirs[0]).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+        copies.push(to);
+    }
+    let history = load_history(&copies).unwrap();
+    assert_eq!(history.nights.len(), 1, "three copies are one night");
+    assert_eq!(history.warnings.len(), 2, "{:?}", history.warnings);
+    assert!(
+        history.warnings[0].contains("copy-1") && history.warnings[0].contains("counted once"),
+        "{:?}",
+        history.warnings
+    );
+    let report = promote(&reg, &history.nights, 3);
+    assert!(report.promotable().is_empty(), "one night cannot promote over a 3-night window:\n{}", report.to_table());
+    assert!(
+        report.row("door_a").unwrap().evidence.contains("only 1 of the required 3 nights"),
+        "{}",
+        report.to_table()
+    );
+}
+
+/// A night holds one model's evidence, and a history one model's nights.
+#[test]
+fn mixed_models_are_refused_within_a_night_and_across_the_history() {
+    let reg = registry();
+    let tmp = tempfile::tempdir().unwrap();
+    let other_model = |k: usize, _: &Configuration, r: &mut Receipt| {
+        if k == 1 {
+            r.evidence.config.model.digest = "00000000000000aa".into();
+        }
+        Edit::Keep
+    };
+    let dirs = write_history(&tmp.path().join("h"), &reg, &legal_configs(&reg), 2, other_model);
+    let e = load_history(&dirs).unwrap_err();
+    assert!(matches!(e, PromoteError::ModelChanged { .. }), "{e:?}");
+    assert!(e.to_string().contains("00000000000000aa") && e.to_string().contains("separately"), "{e}");
+
+    let mixed = |_: usize, c: &Configuration, r: &mut Receipt| {
+        if is(c, 2, &[]) {
+            r.evidence.config.model.digest = "00000000000000bb".into();
+        }
+        Edit::Keep
+    };
+    let dirs = write_history(&tmp.path().join("m"), &reg, &legal_configs(&reg), 1, mixed);
+    let e = load_history(&dirs).unwrap_err();
+    assert!(matches!(e, PromoteError::MixedModels { .. }), "{e:?}");
+    assert!(e.to_string().contains("2 models"), "{e}");
 }

@@ -5,14 +5,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use memra_gating::env::{check_explicit, edit_distance, parse_door_flags, parse_env, DoorRequest};
+use memra_gating::env::{check_explicit, parse_door_flags, parse_env, DoorRequest};
 use memra_gating::matrix::{
     self, classify, enumerate, parse_shard, shard, Configuration, Legality, MatrixKind, MatrixPlan,
 };
 use memra_gating::registry::{
-    canary_id, door_set_fields, BackendKind, DoorClass, FlipAt, Gate, Registry, RegistryError, SettingValue,
+    canary_id, door_set_fields, BackendKind, DoorClass, DoorGate, FlipAt, Registry, RegistryError, SettingValue,
     BUILTIN_REGISTRY,
 };
+use memra_gating::text::edit_distance;
 use memra_runtime::config::{Canary, DoorSet, Transport};
 use memra_runtime::record::Seam;
 
@@ -75,7 +76,7 @@ fn every_design_door_is_present_with_its_class() {
     for (env, class) in expected {
         let d = r.by_env(env).unwrap_or_else(|| panic!("{env} missing from the registry"));
         assert_eq!(d.class, class, "{env} class");
-        let want_gate = if class == Numeric { d.gate != Gate::Identity } else { d.gate == Gate::Identity };
+        let want_gate = if class == Numeric { d.gate != DoorGate::Identity } else { d.gate == DoorGate::Identity };
         assert!(want_gate, "{env} gate {:?} does not fit class {:?}", d.gate, class);
         assert_eq!(d.error_budget.is_some(), class == Numeric, "{env} error budget");
     }
@@ -89,7 +90,7 @@ fn every_design_door_is_present_with_its_class() {
     ] {
         let d = r.by_env(env).unwrap_or_else(|| panic!("{env} missing"));
         assert_eq!(d.class, DoorClass::Canary, "{env}");
-        assert_eq!(d.gate, Gate::Identity, "{env}");
+        assert_eq!(d.gate, DoorGate::Identity, "{env}");
     }
 }
 
@@ -102,7 +103,7 @@ fn door_table_decisions() {
     assert_eq!(d("bulk_p2p").transports.allowed, vec![Transport::NativeP2p]);
     assert_eq!(d("oproj_direct").transports.allowed, vec![Transport::NativeP2p]);
     assert_eq!(d("nccl_allreduce").transports.allowed, vec![Transport::Nccl]);
-    assert_eq!(d("nccl_allreduce").gate, Gate::ArgmaxTapeErrorBudget);
+    assert_eq!(d("nccl_allreduce").gate, DoorGate::ArgmaxTapeErrorBudget);
     assert_eq!(d("nvfp4_ep2").tp.allowed, vec![1, 2]);
     assert_eq!(d("oproj_direct").tp.allowed, vec![2, 4, 8]);
     assert!(d("step_ep").conflict("nvfp4_ep2").is_some());

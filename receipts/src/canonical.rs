@@ -350,4 +350,3 @@ impl ser::SerializeMap for Compound<'_> {
         Ok(())
     }
 }
-

@@ -4,7 +4,6 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-
 /// A rule of the receipt format that a value broke: field path, the value (quoted for display)
 /// and the rule (see `validate`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -57,8 +57,6 @@ pub fn f32_bits_hex(x: f32) -> String {
     format!("0x{:08x}", x.to_bits())
 }
 
-
-
 #[cfg(test)]
 mod tests {
     use super::*;

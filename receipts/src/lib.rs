@@ -29,14 +29,14 @@ pub mod time;
 pub mod validate;
 
 pub use diff::{diff, DiffFormat, DiffReport};
+pub use error::ReceiptError;
 pub use identity::{digest_hex, f32_bits_hex, fnv1a64, run_id, token_tape_digest};
 pub use schema::seam_column;
-pub use error::ReceiptError;
 pub use schema::{
-    Backend, BuildEvidence, DigestRow, Divergence, Evidence, Gate, GateResult, LatencyStats,
-    Measurements, ModelEvidence, NearTie, PerformanceClaim, ProbeEntry, ProbeStatus, Receipt, ReceiptKind,
-    RunConfigEvidence, SeamDigests, SeamError, SeamLatency, Summary, SummaryKind, SummaryRow, Transport, Verdict,
-    VerdictCounts, SCHEMA_VERSION,
+    Backend, BuildEvidence, DigestRow, Divergence, Evidence, Gate, GateResult, LatencyStats, Measurements,
+    ModelEvidence, NearTie, PerformanceClaim, ProbeEntry, ProbeStatus, Receipt, ReceiptKind, RunConfigEvidence,
+    SeamDigests, SeamError, SeamLatency, Summary, SummaryKind, SummaryRow, Transport, Verdict, VerdictCounts,
+    SCHEMA_VERSION,
 };
 
 /// The published JSON Schema (draft 2020-12) of run and performance receipts, schema v1.

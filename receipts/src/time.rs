@@ -19,4 +19,3 @@ pub fn utc_civil(unix_ms: u64) -> (i64, u32, u32, u32, u32) {
     let y = yoe + era * 400 + i64::from(mo <= 2);
     (y, mo, d, h, m)
 }
-

@@ -15,7 +15,6 @@ pub fn is_lower_hex(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-
 fn violation(field: impl Into<String>, value: impl fmt::Debug, rule: impl Into<String>) -> Violation {
     let mut value = format!("{value:?}");
     if value.len() > 80 {
@@ -196,4 +195,3 @@ impl Summary {
         Ok(())
     }
 }
-

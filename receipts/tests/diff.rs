@@ -1,6 +1,6 @@
 //! `diff` fixtures: each rule of the module doc, in both directions where it matters.
 
-use memra_receipts::diff::{DiffFormat, DigestDifference};
+use memra_receipts::diff::{DiffFormat, DigestDifference, CUDA_THRESHOLD, HOST_THRESHOLD};
 use memra_receipts::*;
 
 use crate::util::*;
@@ -14,7 +14,31 @@ fn set() -> Vec<Receipt> {
 }
 
 fn d(old: &[Receipt], new: &[Receipt]) -> DiffReport {
-    diff(old, new, DEFAULT_THRESHOLD).unwrap()
+    diff(old, new, None).unwrap()
+}
+
+/// Every latency statistic of one layer × seam of `r` multiplied by `factor`.
+fn scale(r: &mut Receipt, layer: usize, seam: &str, factor: f64) {
+    let l = r.measurements.latency.iter_mut().find(|l| l.layer == layer && l.seam == seam).unwrap();
+    for v in [&mut l.min_ns, &mut l.median_ns, &mut l.p90_ns, &mut l.max_ns] {
+        *v = (*v as f64 * factor) as u64;
+    }
+}
+
+/// Every latency of `r` multiplied by `factor` (a run slowed by load).
+fn scale_all(r: &mut Receipt, factor: f64) {
+    let keys: Vec<(usize, String)> = r.measurements.latency.iter().map(|l| (l.layer, l.seam.clone())).collect();
+    for (layer, seam) in keys {
+        scale(r, layer, &seam, factor);
+    }
+}
+
+fn on_host(mut set: Vec<Receipt>) -> Vec<Receipt> {
+    for r in &mut set {
+        r.evidence.config.backend = Backend::Host;
+        r.run_id = run_id(&r.evidence.config);
+    }
+    set
 }
 
 #[test]
@@ -132,26 +156,28 @@ fn digest_rows_present_on_one_side_only_are_a_difference() {
 }
 
 #[test]
-fn latency_slowdown_beyond_noise_is_a_regression() {
+fn single_run_slowdown_with_separated_samples_is_a_regression() {
     let mut old = set();
     let mut new = set();
     set_latency(&mut old[1], 1, "qkv", 9_500, 10_000, 10_500);
-    set_latency(&mut new[1], 1, "qkv", 11_500, 12_000, 12_500);
+    set_latency(&mut new[1], 1, "qkv", 11_800, 12_000, 12_500);
     let r = d(&old, &new);
-    assert_eq!(r.latency_changes.len(), 1);
+    assert_eq!(r.noise.threshold, CUDA_THRESHOLD, "CUDA receipts take the CUDA default");
+    assert_eq!(r.latency_changes.len(), 1, "{:?}", r.latency_changes);
     let l = &r.latency_changes[0];
     assert_eq!((l.layer, l.seam.as_str(), l.slower), (1, "qkv", true));
     assert_eq!((l.old_median_ns, l.new_median_ns, l.old_min_ns, l.old_max_ns), (10_000, 12_000, 9_500, 10_500));
-    assert!((l.relative - 0.2).abs() < 1e-12);
+    assert!((l.ratio - 1.2).abs() < 1e-12 && (l.normalized - 1.2).abs() < 1e-12, "{l:?}");
     assert!(r.regressed());
     assert_eq!(r.counts.latency_slower, 1);
+    assert!(r.seam_changes.is_empty(), "one run of three moved: not a seam move {:?}", r.seam_changes);
     let md = r.to_markdown();
-    assert!(md.contains("<details open><summary>Latency beyond noise (1)</summary>"), "{md}");
-    assert!(md.contains("| ❌ +20.0% |") && md.contains("| L1.qkv | 10.0 µs [9.5 µs – 10.5 µs] | 12.0 µs |"), "{md}");
+    assert!(md.contains("<details open><summary>Latency beyond noise in single runs (1)</summary>"), "{md}");
+    assert!(md.contains("| ❌ ×1.20 |") && md.contains("| L1.qkv | 10.0 µs [9.5 µs – 10.5 µs] | 12.0 µs"), "{md}");
 }
 
 #[test]
-fn latency_speedup_beyond_noise_is_reported_but_not_a_regression() {
+fn single_run_speedup_is_reported_but_not_a_regression() {
     let mut old = set();
     let mut new = set();
     set_latency(&mut old[0], 0, "attn_norm", 9_500, 10_000, 10_500);
@@ -164,12 +190,12 @@ fn latency_speedup_beyond_noise_is_reported_but_not_a_regression() {
 }
 
 #[test]
-fn latency_move_inside_the_old_band_is_noise_even_above_threshold() {
+fn overlapping_samples_are_noise_even_far_above_the_threshold() {
     let mut old = set();
     let mut new = set();
     set_latency(&mut old[1], 0, "o_join", 8_000, 10_000, 13_000);
-    set_latency(&mut new[1], 0, "o_join", 12_000, 12_500, 12_900); // +25%, but inside [8000, 13000]
-    let r = diff(&old, &new, 0.01).unwrap();
+    set_latency(&mut new[1], 0, "o_join", 12_000, 20_000, 25_000); // ×2 median, but min 12 µs < 13 µs
+    let r = diff(&old, &new, Some(0.01)).unwrap();
     assert!(r.latency_changes.is_empty(), "{:?}", r.latency_changes);
     assert!(!r.regressed());
     assert_eq!(r.counts.unchanged, 3);
@@ -177,18 +203,66 @@ fn latency_move_inside_the_old_band_is_noise_even_above_threshold() {
 }
 
 #[test]
-fn latency_move_outside_the_band_but_under_threshold_is_noise() {
+fn a_move_under_the_threshold_is_noise_and_the_threshold_flag_overrides() {
     let mut old = set();
     let mut new = set();
     set_latency(&mut old[2], 1, "residual", 9_900, 10_000, 10_100);
-    set_latency(&mut new[2], 1, "residual", 10_250, 10_300, 10_400); // outside the band, +3% < 5%
+    set_latency(&mut new[2], 1, "residual", 10_700, 10_800, 10_900); // separated, ×1.08 < ×1.10
     let r = d(&old, &new);
     assert!(r.latency_changes.is_empty(), "{:?}", r.latency_changes);
     assert!(!r.regressed());
-    // The same move with a 2% threshold is reported.
-    let r = diff(&old, &new, 0.02).unwrap();
+    let r = diff(&old, &new, Some(0.05)).unwrap();
+    assert_eq!(r.noise.source, "--threshold");
     assert_eq!(r.latency_changes.len(), 1);
     assert!(r.regressed());
+}
+
+#[test]
+fn a_whole_run_slowed_by_load_is_normalised_away() {
+    let old = on_host(set());
+    let mut new = on_host(set());
+    scale_all(&mut new[1], 1.8); // another process took a core during this run
+    let r = d(&old, &new);
+    assert!(r.latency_changes.is_empty() && r.seam_changes.is_empty(), "{:?} {:?}", r.latency_changes, r.seam_changes);
+    assert!(!r.regressed(), "{}", r.to_text());
+}
+
+#[test]
+fn a_seam_slower_in_every_run_is_a_regression_even_without_separated_samples() {
+    let old = on_host(set());
+    let mut new = on_host(set());
+    for (i, r) in new.iter_mut().enumerate() {
+        scale(r, 1, "qkv", 2.0);
+        // Noisy samples: widen the new range so no single run is separated from its old one.
+        let l = r.measurements.latency.iter_mut().find(|l| l.layer == 1 && l.seam == "qkv").unwrap();
+        l.min_ns = 5_000 + i as u64;
+    }
+    let r = d(&old, &new);
+    assert_eq!(r.noise.threshold, HOST_THRESHOLD, "host receipts take the host default");
+    assert!(r.latency_changes.is_empty(), "{:?}", r.latency_changes);
+    assert_eq!(r.seam_changes.len(), 1, "{:?}", r.seam_changes);
+    let s = &r.seam_changes[0];
+    assert_eq!((s.layer, s.seam.as_str(), s.runs, s.slower), (1, "qkv", 3, true));
+    assert!((s.median_normalized - 2.0).abs() < 0.05, "{s:?}");
+    assert!(r.regressed());
+    assert!(r.to_text().contains("REGRESSION ×2.00  L1.qkv  median over 3 runs"), "{}", r.to_text());
+}
+
+#[test]
+fn a_uniform_slowdown_counts_on_cuda_and_is_only_reported_on_the_host() {
+    let slow = |mut v: Vec<Receipt>| {
+        v.iter_mut().for_each(|r| scale_all(r, 2.0));
+        v
+    };
+    let r = d(&set(), &slow(set()));
+    let speed = r.set_speed.clone().unwrap();
+    assert!(speed.beyond_noise && speed.regression && (speed.factor - 2.0).abs() < 0.01, "{speed:?}");
+    assert!(r.regressed() && r.seam_changes.is_empty() && r.latency_changes.is_empty());
+    let r = d(&on_host(set()), &slow(on_host(set())));
+    let speed = r.set_speed.clone().unwrap();
+    assert!(speed.beyond_noise && !speed.regression, "{speed:?}");
+    assert!(!r.regressed(), "{}", r.to_text());
+    assert!(r.headline().contains("whole set ×2.00 (slower, not counted on host receipts)"), "{}", r.headline());
 }
 
 #[test]
@@ -222,7 +296,7 @@ fn missing_runs_regress_and_new_runs_are_listed() {
 #[test]
 fn invalid_threshold_is_refused() {
     for t in [f64::NAN, -0.01, f64::INFINITY] {
-        let err = diff(&set(), &set(), t).unwrap_err();
+        let err = diff(&set(), &set(), Some(t)).unwrap_err();
         assert!(matches!(err, ReceiptError::InvalidThreshold { .. }), "{t}: {err:?}");
     }
 }
@@ -241,7 +315,7 @@ fn renderings_json_text_and_format_names() {
     let old = set();
     let mut new = set();
     new[1] = failing(new[1].clone());
-    set_latency(&mut new[0], 0, "qkv", 50_000, 60_000, 70_000);
+    set_latency(&mut new[0], 0, "qkv", 50_000, 60_000, 70_000); // old is ~11 µs: ×5, separated
     let r = d(&old, &new);
     let json_text = r.render(DiffFormat::Json).unwrap();
     assert!(json_text.ends_with("}\n"));
@@ -255,7 +329,7 @@ fn renderings_json_text_and_format_names() {
 
     let text = r.render(DiffFormat::Text).unwrap();
     assert!(text.starts_with("memra-gates diff — REGRESSED: 3 paired (1 unchanged) · 2 regressions"), "{text}");
-    assert!(text.contains("latency beyond noise (1):"), "{text}");
+    assert!(text.contains("latency beyond noise in single runs (1):"), "{text}");
 
     assert_eq!("md".parse::<DiffFormat>(), Ok(DiffFormat::Markdown));
     assert_eq!("json".parse::<DiffFormat>(), Ok(DiffFormat::Json));

@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use memra_receipts::schema::{digest_hex, f32_bits_hex, fnv1a64, seam_column, ulp_distance};
+use memra_kernels::grid::ulp_distance;
 use memra_receipts::*;
+use memra_receipts::{digest_hex, f32_bits_hex, fnv1a64, seam_column};
 use proptest::prelude::*;
 
 /// A named edit of a receipt's JSON tree (negative cases).
@@ -144,7 +145,7 @@ pub fn divergence() -> Divergence {
         element: 4093,
         oracle_bits: f32_bits_hex(oracle),
         observed_bits: f32_bits_hex(observed),
-        ulp: ulp_distance(oracle, observed),
+        ulp: ulp_distance(oracle.to_bits(), observed.to_bits()),
     }
 }
 

@@ -11,7 +11,7 @@
 //!   same weights, same computation; the file digest is the file's bytes; a different seed is a
 //!   different model — and not the equality of the two digests.
 
-use memra_receipts::schema::fnv1a64;
+use memra_receipts::fnv1a64;
 use memra_receipts::Verdict;
 
 use crate::util::*;

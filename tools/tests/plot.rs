@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use memra_receipts::schema::{
-    token_tape_digest, Backend, BuildEvidence, Evidence, Measurements, ModelEvidence, Receipt, ReceiptKind,
-    RunConfigEvidence, SeamDigests, SeamLatency, Transport, Verdict,
+    Backend, BuildEvidence, Evidence, Measurements, ModelEvidence, Receipt, ReceiptKind, RunConfigEvidence,
+    SeamDigests, SeamLatency, Transport, Verdict,
 };
+use memra_receipts::token_tape_digest;
 use memra_tools::plot::{
     grid_shape, plot_history, plot_receipts, short_labels, PlotError, COMPARE_EXTRA_PX, COMPARE_ROW_PX,
     FIGURE_WIDTH_PX, HEATMAP_PANEL_EXTRA_PX, HEATMAP_ROW_PX, HISTORY_PANEL_PX, SEAM_ORDER, STACKED_PANEL_PX,

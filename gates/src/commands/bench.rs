@@ -94,7 +94,8 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let backend = plan::resolve_backend(&args.backend, request.require_gpu(&registry))?;
     if backend != BackendKind::Cuda && !args.allow_host {
         return Err(GateError::NoDevice(
-            "bench measures a device: no CUDA device is usable here (pass --allow-host to time the host backend)".into(),
+            "bench measures a device: no CUDA device is usable here (pass --allow-host to time the host backend)"
+                .into(),
         ));
     }
     let warmup = args.warmup;
@@ -209,7 +210,8 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
                 dir.display()
             )));
         }
-        std::fs::create_dir_all(dir).map_err(|e| GateError::OutDir { dir: dir.clone(), rule: format!("cannot create the directory: {e}") })?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| GateError::OutDir { dir: dir.clone(), rule: format!("cannot create the directory: {e}") })?;
         let path = memra_receipts::store::write_receipt(dir, &receipt)?;
         crate::say!("performance receipt: {}", path.display());
     }

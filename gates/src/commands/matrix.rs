@@ -20,7 +20,11 @@ fn backends(args: &MatrixArgs, require_gpu: bool) -> Result<Vec<BackendKind>, Ga
             None => return Err(GateError::usage(format!("--backend `{b}` is unknown: use auto, host or cuda"))),
         };
         if out.contains(&kind) {
-            return Err(GateError::usage(format!("--backend {}: {} is given twice", args.backend.join(","), kind.name())));
+            return Err(GateError::usage(format!(
+                "--backend {}: {} is given twice",
+                args.backend.join(","),
+                kind.name()
+            )));
         }
         out.push(kind);
     }
@@ -67,8 +71,13 @@ fn estimate(registry: &Registry, legal: &[Configuration], history: &[std::path::
     let mut by_config: BTreeMap<Configuration, Vec<f64>> = BTreeMap::new();
     for dir in history {
         for r in super::load_receipts(dir)? {
-            if r.kind == memra_receipts::ReceiptKind::Run && r.evidence.verdict != memra_receipts::Verdict::NotApplicable {
-                by_config.entry(crate::receipt::configuration_of(registry, &r)).or_default().push(r.measurements.wall_ms);
+            if r.kind == memra_receipts::ReceiptKind::Run
+                && r.evidence.verdict != memra_receipts::Verdict::NotApplicable
+            {
+                by_config
+                    .entry(crate::receipt::configuration_of(registry, &r))
+                    .or_default()
+                    .push(r.measurements.wall_ms);
             }
         }
     }

@@ -48,8 +48,10 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
     }
     let model = ModelPlan::from_args(&args.model)?;
     let battery = plan::battery_for(&model.config, 1, Some(args.prompts), None)?;
-    let ids: BTreeSet<String> =
-        jobs.iter().map(|j| memra_receipts::run_id(&crate::receipt::config_evidence(j, &model.evidence, &battery))).collect();
+    let ids: BTreeSet<String> = jobs
+        .iter()
+        .map(|j| memra_receipts::run_id(&crate::receipt::config_evidence(j, &model.evidence, &battery)))
+        .collect();
     let out = OutDir::take(&args.out, &ids, Reuse::Fresh)?;
     let subject = model.load(battery)?;
     let opts = SuiteOptions {

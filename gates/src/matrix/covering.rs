@@ -145,4 +145,3 @@ impl<'r> Table<'r> {
         chosen
     }
 }
-

@@ -12,7 +12,6 @@
 //! {"schema_version": 1, "sets": [[], ["oproj_direct", "oproj_tail"], ["MEMRA_STEP_TP_W8"]]}
 //! ```
 
-
 use std::collections::BTreeSet;
 use std::path::Path;
 

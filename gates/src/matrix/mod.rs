@@ -432,4 +432,3 @@ pub fn parse_shard(spec: &str) -> Result<(usize, usize), RegistryError> {
     }
     Ok((i, n))
 }
-

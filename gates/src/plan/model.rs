@@ -77,7 +77,8 @@ impl ModelPlan {
         let (source, config, preset, digest) = match &m.model {
             Some(path) => {
                 // The digest is of the file's bytes: the weights exactly as loaded.
-                let bytes = std::fs::read(path).map_err(|e| GateError::usage(format!("--model {}: {e}", path.display())))?;
+                let bytes =
+                    std::fs::read(path).map_err(|e| GateError::usage(format!("--model {}: {e}", path.display())))?;
                 let model = format::from_bytes(&bytes, path)?;
                 let config = model.config.clone();
                 (ModelSource::File(Box::new(model)), config, "file".to_string(), format!("{:016x}", fnv1a64(&bytes)))

@@ -140,4 +140,3 @@ pub fn utc_date(unix_ms: u64) -> String {
     let (year, month, day, _, _) = memra_receipts::time::utc_civil(unix_ms);
     format!("{year:04}-{month:02}-{day:02}")
 }
-

@@ -167,7 +167,6 @@ pub enum PromoteError {
     Registry(#[from] crate::registry::RegistryError),
 }
 
-
 /// [`promote_with`] under DESIGN §7's full coverage.
 pub fn promote(registry: &Registry, nights: &[Night], n_last: usize) -> PromotionReport {
     promote_with(registry, nights, Policy { n_last, coverage: Coverage::Full })

@@ -141,4 +141,3 @@ impl PromotionReport {
 fn one_line(s: &str) -> String {
     s.replace('\n', " ")
 }
-

@@ -218,7 +218,11 @@ pub fn defaults_block(header: &[String], entries: &[DefaultEntry]) -> String {
 /// `text` (a registry file) with `default = false` replaced by `default = true` in the
 /// `[[door]]` entry of every door in `ids`; every other byte is kept. The result is parsed back
 /// and must give exactly those doors default-on.
-pub fn set_defaults_on(text: &str, origin: &str, ids: &std::collections::BTreeSet<&str>) -> Result<String, RegistryError> {
+pub fn set_defaults_on(
+    text: &str,
+    origin: &str,
+    ids: &std::collections::BTreeSet<&str>,
+) -> Result<String, RegistryError> {
     let fail = |rule: String| RegistryError::Rewrite { origin: origin.to_string(), rule };
     let mut out = String::with_capacity(text.len());
     let mut block: Vec<&str> = Vec::new();

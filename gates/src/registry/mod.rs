@@ -175,7 +175,6 @@ pub struct Registry {
     by_env: BTreeMap<String, usize>,
 }
 
-
 impl Registry {
     /// Where this registry came from (for messages).
     pub fn origin(&self) -> &str {

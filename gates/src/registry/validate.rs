@@ -75,8 +75,13 @@ impl Checker<'_> {
 
 /// Validate a parsed registry file; `origin` names it in messages.
 pub(super) fn validate(raw: RawFile, origin: &str) -> Result<Registry, RegistryError> {
-    let mut ck =
-        Checker { origin, errors: Vec::new(), envs: BTreeMap::new(), by_id: BTreeMap::new(), engagements: BTreeSet::new() };
+    let mut ck = Checker {
+        origin,
+        errors: Vec::new(),
+        envs: BTreeMap::new(),
+        by_id: BTreeMap::new(),
+        engagements: BTreeSet::new(),
+    };
     if raw.door.is_empty() {
         ck.fail("door", "[]", "a registry declares at least one door");
     }
@@ -270,7 +275,11 @@ fn check_class_and_gate(
         } else {
             "identity"
         };
-        ck.fail(at("gate"), format!("{:?}", rd.gate.name()), format!("class {} is promoted by {wanted}", rd.class.name()));
+        ck.fail(
+            at("gate"),
+            format!("{:?}", rd.gate.name()),
+            format!("class {} is promoted by {wanted}", rd.class.name()),
+        );
     }
     match (&rd.gate_why, rd.gate) {
         (None, DoorGate::ArgmaxTapeErrorBudget) => {

@@ -134,7 +134,9 @@ impl Suite<'_> {
                 Ok(c) => match gate::first_digest_divergence(&self.oracle, &c) {
                     Err(structure) => Outcome::Fail(structure),
                     Ok(None) => Outcome::Pass("CUDA TP1 equals the host oracle at every layer × seam × step".into()),
-                    Ok(Some(d)) => Outcome::Fail(format!("CUDA TP1 differs from the host oracle first at {}", d.describe())),
+                    Ok(Some(d)) => {
+                        Outcome::Fail(format!("CUDA TP1 differs from the host oracle first at {}", d.describe()))
+                    }
                 },
             };
             ev.gates.push(gate_result(Gate::DeviceHost, &dh, Verdict::Fail));
@@ -154,7 +156,9 @@ impl Suite<'_> {
         let outcome = match gate::first_digest_divergence(&reference, first) {
             Err(structure) => Outcome::Fail(structure),
             Ok(None) if steps(first) == 0 => Outcome::Fail("no decode step was compared".to_string()),
-            Ok(None) => Outcome::Pass(format!("{} steps × {} seams bit-identical", steps(first), first.seams_per_step())),
+            Ok(None) => {
+                Outcome::Pass(format!("{} steps × {} seams bit-identical", steps(first), first.seams_per_step()))
+            }
             Ok(Some(mut d)) => {
                 d.element = self.localise(job, &d);
                 let text = format!("first divergence at {}", d.describe());
@@ -208,16 +212,17 @@ impl Suite<'_> {
         let (errors, flips) = gate::error_budget(&captured, second);
         let worst = errors.iter().map(|e| e.max_rel).fold(0.0f64, f64::max);
         let bitwise = errors.iter().all(|e| e.max_ulp == 0);
-        let outcome = if errors.is_empty() {
-            Outcome::Fail("no seam was compared: the error-budget captures are missing".to_string())
-        } else if worst.is_nan() || worst > rel_budget {
-            Outcome::Fail(format!("max normwise relative error {worst:.3e} exceeds the budget {rel_budget:.1e}"))
-        } else {
-            Outcome::Pass(format!(
+        let outcome =
+            if errors.is_empty() {
+                Outcome::Fail("no seam was compared: the error-budget captures are missing".to_string())
+            } else if worst.is_nan() || worst > rel_budget {
+                Outcome::Fail(format!("max normwise relative error {worst:.3e} exceeds the budget {rel_budget:.1e}"))
+            } else {
+                Outcome::Pass(format!(
                 "max normwise relative error {worst:.3e} within {rel_budget:.1e}; {flips} routing flip(s) excluded{}",
                 if bitwise { "; NOTE: bit-identical to the oracle — the NUMERIC class may be mislabeled" } else { "" }
             ))
-        };
+            };
         ev.gates.push(gate_result(Gate::ErrorBudget, &outcome, Verdict::Fail));
         ev.errors = errors;
         true

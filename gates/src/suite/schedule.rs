@@ -23,7 +23,9 @@ pub enum Progress {
     /// A line rewritten in place per finished job (stderr is a terminal).
     Terminal,
     /// A plain line every `every` (stderr is a log).
-    Lines { every: Duration },
+    Lines {
+        every: Duration,
+    },
 }
 
 /// A receipt that could not be written.
@@ -104,7 +106,12 @@ impl Suite<'_> {
         let failures: Mutex<Vec<WriteFailure>> = Mutex::new(Vec::new());
         let kept = AtomicUsize::new(0);
         let next = AtomicUsize::new(0);
-        let tally = Tally { finished: AtomicUsize::new(0), failed: AtomicUsize::new(0), total: jobs.len(), start: Instant::now() };
+        let tally = Tally {
+            finished: AtomicUsize::new(0),
+            failed: AtomicUsize::new(0),
+            total: jobs.len(),
+            start: Instant::now(),
+        };
         let work = |host_only: bool| loop {
             let i = next.fetch_add(1, Ordering::SeqCst);
             if i >= jobs.len() {
@@ -146,7 +153,10 @@ impl Suite<'_> {
             eprintln!();
         }
         SuiteRun {
-            receipts: results.into_iter().map(|m| m.into_inner().expect("result slot").expect("every job ran")).collect(),
+            receipts: results
+                .into_iter()
+                .map(|m| m.into_inner().expect("result slot").expect("every job ran"))
+                .collect(),
             write_failures: failures.into_inner().expect("write failures"),
             kept: kept.into_inner(),
         }

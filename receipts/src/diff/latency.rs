@@ -190,8 +190,12 @@ pub fn judge(pairs: &[(&Receipt, &Receipt)], rule: &NoiseRule) -> LatencyFinding
     let runs = factors.len();
     if let Some(f) = median(factors) {
         let beyond_noise = f > 1.0 + t || f < 1.0 / (1.0 + t);
-        out.set_speed =
-            Some(SetSpeed { factor: f, runs, beyond_noise, regression: beyond_noise && f > 1.0 && rule.whole_set_counts });
+        out.set_speed = Some(SetSpeed {
+            factor: f,
+            runs,
+            beyond_noise,
+            regression: beyond_noise && f > 1.0 && rule.whole_set_counts,
+        });
     }
     out
 }

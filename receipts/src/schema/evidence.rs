@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{required, seam_column, Verdict};
 
-
 /// Everything about a run that does not depend on the clock or the machine: two runs of the same
 /// configuration on the same build serialize this byte-identically.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -295,4 +294,3 @@ pub struct PerformanceClaim {
     pub performance_claim: bool,
     pub ratios: BTreeMap<String, f64>,
 }
-

@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 
 use super::required;
 
-
 /// Everything that depends on the clock or the machine. Never compared for identity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -138,4 +137,3 @@ pub enum ProbeStatus {
     /// The copy itself failed.
     Failed,
 }
-

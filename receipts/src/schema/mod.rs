@@ -208,7 +208,6 @@ impl fmt::Display for Verdict {
     }
 }
 
-
 /// The digest column name of a seam: `L<layer>.<seam>` (`seam_column(0, "attn_norm")` → `"L0.attn_norm"`).
 pub fn seam_column(layer: usize, seam: &str) -> String {
     format!("L{layer}.{seam}")
@@ -217,6 +216,7 @@ pub fn seam_column(layer: usize, seam: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn latency_stats_formulas() {

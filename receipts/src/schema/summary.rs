@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{required, Divergence, Receipt, Verdict, SCHEMA_VERSION};
 
-
 /// The summary a matrix run writes beside its receipts (`summary.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -172,4 +171,3 @@ pub fn engaged_doors(engaged: &BTreeMap<String, u64>) -> BTreeSet<String> {
         })
         .collect()
 }
-
