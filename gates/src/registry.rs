@@ -34,7 +34,7 @@
 //!
 //! [[setting]]
 //! env = "MEMRA_REQUIRE_GPU"
-//! format = "bool01"                 # bool01 | layer:seam:step | process (P/N) | path | seconds
+//! format = "bool01"                 # bool01 | layer:seam:step | process (P/N) | path | seconds | count
 //! default = "0"
 //! meaning = "1 turns GPU-test skips into failures"
 //! ```
@@ -311,6 +311,9 @@ pub enum SettingFormat {
     /// A whole number of seconds, at least 1.
     #[serde(rename = "seconds")]
     Seconds,
+    /// A whole number of things (e.g. devices), 0 or more (empty: the default).
+    #[serde(rename = "count")]
+    Count,
 }
 
 /// Where the flip-bit canary plants its defect.
@@ -329,6 +332,7 @@ pub enum SettingValue {
     Process(memra_runtime::backend::dist::ProcessSpec),
     Path(std::path::PathBuf),
     Seconds(u64),
+    Count(u64),
 }
 
 const BOOL01_RULE: &str = "use 1 (on), 0 or empty (off)";
@@ -341,6 +345,7 @@ impl SettingFormat {
             SettingFormat::Process => "process",
             SettingFormat::Path => "path",
             SettingFormat::Seconds => "seconds",
+            SettingFormat::Count => "count",
         }
     }
 
@@ -381,6 +386,10 @@ impl SettingFormat {
             SettingFormat::Seconds => match value.parse::<u64>() {
                 Ok(n) if n >= 1 && value.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(SettingValue::Seconds(n))),
                 _ => Err(bad("use a whole number of seconds, at least 1".to_string())),
+            },
+            SettingFormat::Count => match value.parse::<u64>() {
+                Ok(n) if value.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(SettingValue::Count(n))),
+                _ => Err(bad("use a whole number (0 or more)".to_string())),
             },
         }
     }
