@@ -40,7 +40,9 @@ pub fn layout_problems(workspace: &Path) -> Vec<String> {
         let autotests = manifest.get("package").and_then(|p| p.get("autotests")).and_then(|a| a.as_bool());
         if autotests != Some(false) {
             problems.push(format!(
-                "{shown}/Cargo.toml: set `autotests = false` and name the test binary (`[[test]] name = \"tests\" path = \"tests/tests.rs\"`): otherwise every file of tests/ is a binary of its own"
+                "{shown}/Cargo.toml: set `autotests = false` and name the test binary \
+                 (`[[test]] name = \"tests\" path = \"tests/tests.rs\"`): otherwise every file of tests/ is a \
+                 binary of its own"
             ));
         }
         let targets: Vec<TestTarget> = manifest
@@ -71,7 +73,8 @@ pub fn layout_problems(workspace: &Path) -> Vec<String> {
                     let text = fs::read_to_string(f).unwrap_or_default();
                     if text.lines().any(|l| l.trim() == "#[test]") {
                         problems.push(format!(
-                            "{}: `#[test]` in a `harness = false` binary is never run: return `Ran` and register the test in the module's `tests()` list",
+                            "{}: `#[test]` in a `harness = false` binary is never run: return `Ran` and register \
+                             the test in the module's `tests()` list",
                             f.display()
                         ));
                     }
@@ -82,7 +85,9 @@ pub fn layout_problems(workspace: &Path) -> Vec<String> {
         for file in rust_files(&tests_dir) {
             if !reached.contains(&file) {
                 problems.push(format!(
-                    "{} is not part of any test binary (with `autotests = false` cargo never builds it): declare it as a module of {shown}/tests/tests.rs, or, a CUDA test, move it into runtime/tests/gpu/ and add its name to `gpu_modules!` in gpu/main.rs",
+                    "{} is not part of any test binary (with `autotests = false` cargo never builds it): \
+                     declare it as a module of {shown}/tests/tests.rs, or, a CUDA test, move it into \
+                     runtime/tests/gpu/ and add its name to `gpu_modules!` in gpu/main.rs",
                     file.display()
                 ));
             }
@@ -202,15 +207,17 @@ fn a_stray_test_file_and_a_test_attribute_under_a_custom_harness_are_refused() {
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         fs::write(p, text).unwrap();
     };
-    write("Cargo.toml", "[package]\nname = \"root\"\nautotests = false\n\n[[test]]\nname = \"tests\"\npath = \"tests/tests.rs\"\n\n[workspace]\nmembers = [\"rt\", \"old\"]\n");
+    let one_binary = "autotests = false\n[[test]]\nname = \"tests\"\npath = \"tests/tests.rs\"\n";
+    write(
+        "Cargo.toml",
+        &format!("[package]\nname = \"root\"\n{one_binary}\n[workspace]\nmembers = [\"rt\", \"old\"]\n"),
+    );
     write("tests/tests.rs", "mod cli;\nmod util;\n");
     write("tests/cli/mod.rs", "mod run;\n");
     write("tests/cli/run.rs", "#[test]\nfn runs() {}\n");
     write("tests/util.rs", "pub fn helper() {}\n");
-    write(
-        "rt/Cargo.toml",
-        "[package]\nname = \"rt\"\nautotests = false\n\n[[test]]\nname = \"tests\"\npath = \"tests/tests.rs\"\n\n[[test]]\nname = \"gpu\"\npath = \"tests/gpu/main.rs\"\nharness = false\n",
-    );
+    let gpu_binary = "[[test]]\nname = \"gpu\"\npath = \"tests/gpu/main.rs\"\nharness = false\n";
+    write("rt/Cargo.toml", &format!("[package]\nname = \"rt\"\n{one_binary}{gpu_binary}"));
     write("rt/tests/tests.rs", "#[path = \"support/segments.rs\"]\nmod segments;\nmod model;\n");
     write("rt/tests/support/segments.rs", "pub struct S;\n");
     write("rt/tests/model.rs", "#[test]\nfn loads() {}\n");
@@ -237,10 +244,7 @@ fn a_stray_test_file_and_a_test_attribute_under_a_custom_harness_are_refused() {
     // are reached: fixing the four defects leaves nothing.
     fs::remove_file(w.join("rt/tests/cuda_step.rs")).unwrap();
     write("rt/tests/gpu/cuda_graph.rs", "pub fn tests() {}\n");
-    write(
-        "old/Cargo.toml",
-        "[package]\nname = \"old\"\nautotests = false\n\n[[test]]\nname = \"tests\"\npath = \"tests/tests.rs\"\n",
-    );
+    write("old/Cargo.toml", &format!("[package]\nname = \"old\"\n{one_binary}"));
     write("old/tests/tests.rs", "mod plot;\n");
     assert_eq!(layout_problems(w), Vec::<String>::new());
 }

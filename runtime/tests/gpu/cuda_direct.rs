@@ -39,24 +39,12 @@ pub fn tests() -> Vec<GpuTest> {
         GpuTest::new("bulk_p2p_runs_equal_tp1_and_count_the_packed_copies_of_the_shapes", || bulk_p2p_runs(None)),
         GpuTest::new("fence_memops_runs_equal_tp1_and_ring_two_doorbells_per_peer_store", || fence_memops_runs(None)),
     ];
-    for tp in [2, 4, 8] {
-        let on = |name: &str| format!("{name}::on_{tp}_devices");
-        t.push(
-            GpuTest::new(on("peer_store_runs_equal_tp1"), move || peer_store_runs_equal_tp1_on_distinct_devices(tp))
-                .needs_devices(tp),
-        );
-        t.push(
-            GpuTest::new(on("bulk_p2p_runs_equal_tp1_and_count_the_packed_copies_of_the_shapes"), move || {
-                bulk_p2p_runs(Some(tp))
-            })
-            .needs_devices(tp),
-        );
-        t.push(
-            GpuTest::new(on("fence_memops_runs_equal_tp1_and_ring_two_doorbells_per_peer_store"), move || {
-                fence_memops_runs(Some(tp))
-            })
-            .needs_devices(tp),
-        );
+    for (name, body) in [
+        ("peer_store_runs_equal_tp1_on_distinct_devices", peer_store_runs_on_distinct_devices as fn(usize) -> Ran),
+        ("bulk_p2p_runs_equal_tp1_and_count_the_packed_copies_of_the_shapes", |tp| bulk_p2p_runs(Some(tp))),
+        ("fence_memops_runs_equal_tp1_and_ring_two_doorbells_per_peer_store", |tp| fence_memops_runs(Some(tp))),
+    ] {
+        t.extend(GpuTest::per_device_count(name, &[2, 4, 8], body));
     }
     t
 }
@@ -181,7 +169,7 @@ fn peer_store_runs_equal_tp1_co_resident() -> Ran {
 }
 
 /// TP`tp` with one rank per device (registered per device count).
-fn peer_store_runs_equal_tp1_on_distinct_devices(tp: usize) -> Ran {
+fn peer_store_runs_on_distinct_devices(tp: usize) -> Ran {
     let mut not_run = NotRun::new();
     for (name, doors) in direct_sets() {
         let what = format!("TP{tp} distinct devices {name}");

@@ -23,17 +23,10 @@ pub fn tests() -> Vec<GpuTest> {
         GpuTest::new("a_stale_device_position_under_replay_is_caught", a_stale_device_position_under_replay_is_caught),
         GpuTest::new("graph_with_peer_stores_equals_the_oracle", || graph_with_peer_stores(None)),
     ];
-    for tp in [2, 4, 8] {
-        let on = |name: &str| format!("{name}::on_{tp}_devices");
-        t.push(
-            GpuTest::new(on("graph_runs_equal_the_oracle_and_replay"), move || graph_runs_on_distinct_devices(tp))
-                .needs_devices(tp),
-        );
-        t.push(
-            GpuTest::new(on("graph_with_peer_stores_equals_the_oracle"), move || graph_with_peer_stores(Some(tp)))
-                .needs_devices(tp),
-        );
-    }
+    let graph_runs = graph_runs_on_distinct_devices as fn(usize) -> Ran;
+    t.extend(GpuTest::per_device_count("graph_runs_equal_the_oracle_and_replay", &[2, 4, 8], graph_runs));
+    let peer_stores = |tp| graph_with_peer_stores(Some(tp));
+    t.extend(GpuTest::per_device_count("graph_with_peer_stores_equals_the_oracle", &[2, 4, 8], peer_stores));
     t
 }
 

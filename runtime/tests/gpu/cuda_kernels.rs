@@ -45,38 +45,23 @@ pub fn tests() -> Vec<GpuTest> {
             backends_without_nccl_refuse_all_reduce_and_unfenced_copies,
         )
         .needs_devices(0),
-        GpuTest::new("nccl_allreduce_door_is_refused_on_co_resident_ranks", nccl_allreduce_door_is_refused_on_co_resident_ranks),
+        GpuTest::new(
+            "nccl_allreduce_door_is_refused_on_co_resident_ranks",
+            nccl_allreduce_door_is_refused_on_co_resident_ranks,
+        ),
         GpuTest::new("skip_fence_canary_engages_on_cuda", skip_fence_canary_engages_on_cuda),
         GpuTest::new("gemv_bandwidth_report", gemv_bandwidth_report),
     ];
-    for tp in [2, 4, 8] {
-        let on = |name: &str| format!("{name}::on_{tp}_devices");
-        t.push(
-            GpuTest::new(on("program_on_distinct_devices_equals_tp1"), move || program_on_distinct_devices_equals_tp1(tp))
-                .needs_devices(tp),
-        );
-        t.push(
-            GpuTest::new(on("nccl_copies_move_bytes_exactly_between_devices"), move || {
-                nccl_copies_move_bytes_exactly_between_devices(tp)
-            })
-            .needs_devices(tp),
-        );
-        t.push(GpuTest::new(on("program_over_nccl_equals_tp1"), move || program_over_nccl_equals_tp1(tp)).needs_devices(tp));
-        t.push(
-            GpuTest::new(on("nccl_allreduce_door_engages_and_reports_its_o_join"), move || {
-                nccl_allreduce_door_engages_and_reports_its_o_join(tp)
-            })
-            .needs_devices(tp),
-        );
+    for (name, body) in [
+        ("program_on_distinct_devices_equals_tp1", program_on_distinct_devices_equals_tp1 as fn(usize) -> Ran),
+        ("nccl_copies_move_bytes_exactly_between_devices", nccl_copies_move_bytes_exactly_between_devices),
+        ("program_over_nccl_equals_tp1", program_over_nccl_equals_tp1),
+        ("nccl_allreduce_door_engages_and_reports_its_o_join", nccl_allreduce_door_engages_and_reports_its_o_join),
+    ] {
+        t.extend(GpuTest::per_device_count(name, &[2, 4, 8], body));
     }
-    for tp in [2, 4] {
-        t.push(
-            GpuTest::new(format!("skip_fence_canary_engages_on_cuda::on_{tp}_devices"), move || {
-                skip_fence_canary_on_distinct_devices(tp)
-            })
-            .needs_devices(tp),
-        );
-    }
+    let skip_fence = skip_fence_canary_on_distinct_devices;
+    t.extend(GpuTest::per_device_count("skip_fence_canary_engages_on_cuda", &[2, 4], skip_fence));
     t
 }
 
@@ -1097,7 +1082,8 @@ impl SkipFenceRuns {
         }
         for r in &runs {
             let n = r.engaged.get("canary_skip_fence.skipped_fences").copied().unwrap_or(0);
-            assert_eq!(n as usize, steps * model.layers.len() * (tp - 1), "TP{tp}: one unfenced copy per peer per o_join");
+            let want = steps * model.layers.len() * (tp - 1);
+            assert_eq!(n as usize, want, "TP{tp}: one unfenced copy per peer per o_join");
         }
         let identity = describe_diff(base, first_diff(base, &runs[0]));
         let determinism = describe_diff(&runs[0], first_diff(&runs[0], &runs[1]));

@@ -7,11 +7,13 @@
 //! body returns [`Ran`]: `Ok(())` when it ran to the end, `Err(Skip)` with the reason when it
 //! could not. [`Policy::judge`] turns a skip into the test's outcome:
 //!
-//! | skip                                  | default              | `MEMRA_REQUIRE_GPU=1`        | `MEMRA_REQUIRE_DEVICES=N`, N ≥ need |
-//! |---------------------------------------|----------------------|------------------------------|-------------------------------------|
-//! | [`Skip::Missing`] (driver, device, NVRTC, NCCL, peer access) | ignored, reason | **failed** | **failed** |
-//! | [`Skip::Devices`] (fewer than the test declares) | ignored, reason | ignored, reason    | **failed**                          |
-//! | [`Skip::NotRequested`] (opt-in measurement) | ignored, reason | ignored, reason          | ignored, reason                     |
+//! | skip                          | default | `MEMRA_REQUIRE_GPU=1` | `MEMRA_REQUIRE_DEVICES=N ≥ need` |
+//! |-------------------------------|---------|-----------------------|----------------------------------|
+//! | [`Skip::Missing`]: driver, device, NVRTC, NCCL, peer access | ignored | **failed** | **failed** |
+//! | [`Skip::Devices`]: fewer than the test declares | ignored | ignored   | **failed**                       |
+//! | [`Skip::NotRequested`]: opt-in measurement | ignored | ignored        | ignored                          |
+//!
+//! ("ignored" always with the reason: `ignored (needs 4 devices, 2 present)`.)
 //!
 //! So with `MEMRA_REQUIRE_GPU=1` no test passes without running its body. A test that needs N
 //! devices says so when it is registered ([`GpuTest::needs_devices`]); the harness compares that
@@ -225,6 +227,14 @@ impl GpuTest {
     pub fn needs_devices(mut self, n: usize) -> GpuTest {
         self.needs_devices = n;
         self
+    }
+
+    /// One test per device count: `name::on_N_devices`, needing N devices, running `body(N)`.
+    pub fn per_device_count(name: &str, counts: &[usize], body: fn(usize) -> Ran) -> Vec<GpuTest> {
+        counts
+            .iter()
+            .map(|&n| GpuTest::new(format!("{name}::on_{n}_devices"), move || body(n)).needs_devices(n))
+            .collect()
     }
 
     /// Prefix the name with its module (`cuda_kernels::…`), as libtest names the tests of a module.
