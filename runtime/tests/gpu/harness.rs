@@ -144,7 +144,7 @@ pub fn precheck(need: usize, machine: &Result<usize, CudaUnavailable>) -> Ran {
     }
     match machine {
         Err(e) => Err(missing(e)),
-        Ok(0) => Err(Skip::Missing("no CUDA device (the driver reports 0 devices)".into())),
+        Ok(0) => Err(missing(&CudaUnavailable::NoDevice)),
         Ok(present) if *present < need => Err(Skip::Devices { need, present: *present }),
         Ok(_) => Ok(()),
     }
@@ -153,6 +153,7 @@ pub fn precheck(need: usize, machine: &Result<usize, CudaUnavailable>) -> Ran {
 fn missing(e: &CudaUnavailable) -> Skip {
     match e {
         CudaUnavailable::NoNvrtcLibrary => Skip::Missing(format!("no NVRTC library: {e}")),
+        CudaUnavailable::NoDevice => Skip::Missing("no CUDA device: the driver reports 0 devices".into()),
         _ => Skip::Missing(format!("no CUDA device: {e}")),
     }
 }
@@ -166,7 +167,9 @@ fn machine() -> Result<usize, CudaUnavailable> {
 pub fn cuda_backend(tp: usize, opts: CudaOptions) -> Result<CudaBackend, Skip> {
     match CudaBackend::with_options(tp, opts) {
         Ok(b) => Ok(b),
-        Err(RuntimeError::Unavailable(reason)) => Err(Skip::Missing(format!("no CUDA device: {reason}"))),
+        Err(RuntimeError::Unavailable(reason)) => {
+            Err(Skip::Missing(format!("the CUDA backend is unavailable (TP{tp}, {:?}): {reason}", opts.placement)))
+        }
         Err(e) => panic!("creating the CUDA backend (TP{tp}, {opts:?}) failed: {e}"),
     }
 }

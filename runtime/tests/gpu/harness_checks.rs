@@ -88,7 +88,9 @@ fn precheck_compares_declared_devices() -> Ran {
     assert!(why.starts_with("no CUDA device: no CUDA driver library found"), "{why}");
     let Err(Skip::Missing(why)) = precheck(1, &Err(CudaUnavailable::NoNvrtcLibrary)) else { panic!("no NVRTC") };
     assert!(why.starts_with("no NVRTC library"), "{why}");
-    assert!(matches!(precheck(1, &Ok(0)), Err(Skip::Missing(_))), "0 devices is no device, not too few");
+    let no_device = Err(Skip::Missing("no CUDA device: the driver reports 0 devices".into()));
+    assert_eq!(precheck(1, &Ok(0)), no_device, "0 devices is no device, not too few");
+    assert_eq!(precheck(2, &Err(CudaUnavailable::NoDevice)), no_device);
     assert_eq!(precheck(1, &Ok(1)), Ok(()));
     assert_eq!(precheck(2, &Ok(1)), Err(Skip::Devices { need: 2, present: 1 }));
     assert_eq!(precheck(8, &Ok(2)), Err(Skip::Devices { need: 8, present: 2 }));
@@ -132,13 +134,15 @@ fn child(args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("starting {}: {e}", exe.display()))
 }
 
+/// The child's stdout, each line behind `| ` so that, quoted in a failure message, its `test …`
+/// lines are not read as this run's results (scripts/gpu/check.sh greps for them).
 fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    String::from_utf8_lossy(&o.stdout).lines().map(|l| format!("    | {l}\n")).collect()
 }
 
 /// The `test NAME ... OUTCOME` line of `name`.
 fn result_line(out: &str, name: &str) -> String {
-    let prefix = format!("test {name} ... ");
+    let prefix = format!("    | test {name} ... ");
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(&prefix)).collect();
     assert_eq!(lines.len(), 1, "one result line for {name} expected in:\n{out}");
     lines[0][prefix.len()..].to_string()
@@ -165,7 +169,7 @@ fn without_cuda_require_gpu_fails() -> Ran {
         assert!(out.contains("0 passed; 1 failed; 0 ignored;"), "{out}");
         // The failure section names the variable and the reason.
         let reason = format!("{REQUIRE_GPU}=1 but no CUDA device: ");
-        assert!(out.contains(&format!("---- {name} ----")) && out.contains(&reason), "{out}");
+        assert!(out.contains(&format!("| ---- {name} ----")) && out.contains(&reason), "{out}");
     }
     // The same under MEMRA_REQUIRE_DEVICES=2 for the test declared as needing 2 devices.
     let o = child(&["--exact", TWO_DEVICE_TEST], &[(REQUIRE_DEVICES, "2")]);
@@ -184,7 +188,8 @@ fn the_harness_keeps_libtest_arguments() -> Ran {
     let o = child(&["--list"], &[]);
     let list = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{list}");
-    let names: Vec<&str> = list.lines().filter_map(|l| l.strip_suffix(": test")).collect();
+    let names: Vec<&str> =
+        list.lines().filter_map(|l| l.strip_prefix("    | ")?.strip_suffix(": test")).collect();
     for module in ["cuda_kernels::", "cuda_direct::", "cuda_graph::", "harness_checks::"] {
         assert!(names.iter().any(|n| n.starts_with(module)), "no {module} test in --list:\n{list}");
     }
