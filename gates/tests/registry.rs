@@ -377,6 +377,19 @@ fn settings_parse_their_own_formats() {
     let e = err_text(parse_env(env(&[("MEMRA_REQUIRE_GPU", "yes")]), &r));
     assert!(e.contains("MEMRA_REQUIRE_GPU=\"yes\"") && e.contains("use 1 (on), 0 or empty (off)"), "{e}");
 
+    // A device count (read by the CUDA test binary; memra-gates only has to accept it).
+    let req = parse_env(env(&[("MEMRA_REQUIRE_DEVICES", "8")]), &r).unwrap();
+    assert_eq!(req.settings.get("MEMRA_REQUIRE_DEVICES"), Some(&SettingValue::Count(8)));
+    let empty = parse_env(env(&[("MEMRA_REQUIRE_DEVICES", "")]), &r).unwrap();
+    assert!(!empty.settings.contains_key("MEMRA_REQUIRE_DEVICES"), "empty means the default");
+    for bad in ["two", "-1", "2 ", "1.5"] {
+        let e = err_text(parse_env(env(&[("MEMRA_REQUIRE_DEVICES", bad)]), &r));
+        assert!(
+            e.contains(&format!("MEMRA_REQUIRE_DEVICES={bad:?}")) && e.contains("use a whole number (0 or more)"),
+            "{e}"
+        );
+    }
+
     let req = parse_env(env(&[("MEMRA_CANARY_FLIP_AT", "2:qkv:5")]), &r).unwrap();
     assert_eq!(
         req.settings.get("MEMRA_CANARY_FLIP_AT"),

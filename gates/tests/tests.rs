@@ -1,4 +1,5 @@
-//! Integration tests of the gates crate: one test binary (STYLE.md), one module per area.
+//! The gating crate's integration tests, one binary (STYLE.md): the door registry and matrix
+//! enumeration, and the promotion policy over synthetic histories.
 
 mod promote;
 mod registry;

@@ -6,8 +6,7 @@
 
 use memra_kernels::canon::{butterfly32, dot32, exp_c, rmsnorm_c, rsqrt_c, sigmoid_c, silu_c, swiglu_c, LANES};
 
-mod common;
-use common::Rng;
+use crate::util::Rng;
 
 /// Size of one f32 ULP at the magnitude of `v` (subnormals: 2^−149).
 fn ulp_f32(v: f64) -> f64 {

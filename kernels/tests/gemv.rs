@@ -11,8 +11,7 @@ use memra_kernels::twins::gemv::{
     canonical_kblocks, fold_partials, gemv_partials, gemv_rows, gemv_rows_tree, MatrixView, WeightFormat, WeightRef,
 };
 
-mod common;
-use common::Rng;
+use crate::util::Rng;
 
 /// E4M3 value by the textbook formula (sign, 4-bit exponent bias 7, 3-bit mantissa).
 fn e4m3_value(code: u8) -> f64 {

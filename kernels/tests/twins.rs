@@ -22,8 +22,7 @@ use memra_kernels::twins::norm::{add_rmsnorm, rmsnorm_rows};
 // Utilities
 // ---------------------------------------------------------------------------------------------
 
-mod common;
-use common::Rng;
+use crate::util::Rng;
 
 /// Two-sided bound check; NaN (in either) never passes. Panics with the count of bad elements,
 /// the first bad index and its values.

@@ -1,18 +1,15 @@
 //! The GRAPH door's program path on the host (the CUDA capture itself is tested in
-//! `cuda_graph.rs`): with the door on, the attention half reads the decode position from device
+//! `gpu/cuda_graph.rs`): with the door on, the attention half reads the decode position from device
 //! memory, so every layer's segment must issue the identical call sequence at every token, and
 //! the result must equal the oracle bit for bit. A frozen position (the defect of a graph that
 //! replays a stale position) must be caught.
 
-#[path = "support/segments.rs"]
-mod segments;
-
+use crate::segments::SegmentChecker;
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{Backend, Op, Slice};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::record::Record;
 use memra_runtime::{program, Battery, RunConfig, Transport};
-use segments::SegmentChecker;
 use std::sync::OnceLock;
 
 fn tiny() -> &'static Model {

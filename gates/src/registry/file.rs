@@ -32,7 +32,7 @@
 //!
 //! [[setting]]
 //! env = "MEMRA_REQUIRE_GPU"
-//! format = "bool01"                 # bool01 | layer:seam:step | process (P/N) | path | seconds
+//! format = "bool01"                 # bool01 | layer:seam:step | process (P/N) | path | seconds | count
 //! default = "0"
 //! meaning = "1 turns GPU-test skips into failures"
 //! ```

@@ -25,6 +25,9 @@ pub enum SettingFormat {
     /// A whole number of seconds, at least 1.
     #[serde(rename = "seconds")]
     Seconds,
+    /// A whole number of things (e.g. devices), 0 or more (empty: the default).
+    #[serde(rename = "count")]
+    Count,
 }
 
 /// Where the flip-bit canary plants its defect.
@@ -43,6 +46,7 @@ pub enum SettingValue {
     Process(memra_runtime::backend::dist::ProcessSpec),
     Path(std::path::PathBuf),
     Seconds(u64),
+    Count(u64),
 }
 
 const BOOL01_RULE: &str = "use 1 (on), 0 or empty (off)";
@@ -55,6 +59,7 @@ impl SettingFormat {
             SettingFormat::Process => "process",
             SettingFormat::Path => "path",
             SettingFormat::Seconds => "seconds",
+            SettingFormat::Count => "count",
         }
     }
 
@@ -95,6 +100,10 @@ impl SettingFormat {
             SettingFormat::Seconds => match value.parse::<u64>() {
                 Ok(n) if n >= 1 && value.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(SettingValue::Seconds(n))),
                 _ => Err(bad("use a whole number of seconds, at least 1".to_string())),
+            },
+            SettingFormat::Count => match value.parse::<u64>() {
+                Ok(n) if value.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(SettingValue::Count(n))),
+                _ => Err(bad("use a whole number (0 or more)".to_string())),
             },
         }
     }

@@ -6,7 +6,7 @@
 //! and mismatches. With `freeze_position_after = Some(n)`, it also drops every `SetU32` after the
 //! n-th, planting the defect a graph with a stale position would have.
 
-#![allow(dead_code)] // each test binary uses a part
+#![allow(dead_code)] // the host tests and the CUDA tests each use a part
 
 use memra_runtime::backend::{Backend, BufId, Collected, JoinFence, Op, Packed, ProbeResult, Slice, WeightId};
 use memra_runtime::model::matrix::MatrixShard;

@@ -1,13 +1,16 @@
 //! The CUDA backend against the host twins, bit for bit: every kernel on seeded inputs (signed
 //! zeros, subnormals, E4M3 codes up to ±448, large |x| for exp/silu), then the whole decode
 //! program (device-host gate: CUDA TP1 = host TP1; CUDA TP2/4/8 co-resident over host-bounce and
-//! native-p2p = CUDA TP1; the reversed-K-block canary differs at o_join).
+//! native-p2p = CUDA TP1; the reversed-K-block canary differs at o_join), NCCL between distinct
+//! devices, and the skip-fence canary.
 //!
-//! Without a CUDA device every GPU test prints `skipped: no CUDA device (<reason>)` and passes;
-//! with `MEMRA_REQUIRE_GPU=1` (the GPU machine) a skip is a failure. `nvrtc_compiles_all_kernels`
-//! needs only libnvrtc (no device): it compiles the sources with the production options and
-//! checks the PTX for contraction and approximate math.
+//! Without a CUDA device every test here reads `ignored (no CUDA device: <reason>)`; with
+//! `MEMRA_REQUIRE_GPU=1` (the GPU machine) that is a failure (`harness.rs`). Cases that need
+//! several devices are registered per device count (`…::on_4_devices`).
+//! `nvrtc_compiles_all_kernels` needs only libnvrtc (no device): it compiles the sources with the
+//! production options and checks the PTX for contraction and approximate math.
 
+use crate::harness::{cuda_backend, gpu_required, GpuTest, NotRun, Ran, Skip};
 use memra_kernels::formats::{bf16_from_f32, E4M3_BLOCK};
 use memra_kernels::sources::KERNEL_NAMES;
 use memra_kernels::twins::digest::{digest_f32, splitmix64};
@@ -19,14 +22,47 @@ use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::record::{CaptureKey, Record, Seam};
 use memra_runtime::{program, Battery, Canary, DoorSet, RunConfig, RuntimeError, Transport};
 
-// ---------------------------------------------------------------- skipping
-
-#[path = "support/gpu.rs"]
-mod gpu;
-use gpu::{cuda_backend, require_gpu};
-
-fn gpu_present() -> bool {
-    cuda_backend(1, CudaOptions::default()).is_some()
+/// Every test of this file; the cases that need several devices are registered once per count.
+pub fn tests() -> Vec<GpuTest> {
+    let mut t = vec![
+        GpuTest::new("gemv_rows_matches_twin", gemv_rows_matches_twin),
+        GpuTest::new("gemv_partials_matches_twin", gemv_partials_matches_twin),
+        GpuTest::new("gemv_rows_tree_matches_twin", gemv_rows_tree_matches_twin),
+        GpuTest::new("fold_matches_twin", fold_matches_twin),
+        GpuTest::new("elementwise_match_twins", elementwise_match_twins),
+        GpuTest::new("norms_match_twins", norms_match_twins),
+        GpuTest::new("attention_kernels_match_twins", attention_kernels_match_twins),
+        GpuTest::new("moe_kernels_match_twins", moe_kernels_match_twins),
+        GpuTest::new("digest_matches_twin", digest_matches_twin),
+        GpuTest::new("copies_between_ranks_move_bytes_exactly", copies_between_ranks_move_bytes_exactly),
+        GpuTest::new("nvrtc_compiles_all_kernels", nvrtc_compiles_all_kernels).needs_devices(0),
+        GpuTest::new("probing_never_panics", probing_never_panics).needs_devices(0),
+        GpuTest::new("program_device_host_gate_and_tp_invariance", program_device_host_gate_and_tp_invariance),
+        GpuTest::new("reversed_kblocks_canary_differs_at_o_join", reversed_kblocks_canary_differs_at_o_join),
+        GpuTest::new("doors_on_cuda_equal_doors_on_host", doors_on_cuda_equal_doors_on_host),
+        GpuTest::new(
+            "backends_without_nccl_refuse_all_reduce_and_unfenced_copies",
+            backends_without_nccl_refuse_all_reduce_and_unfenced_copies,
+        )
+        .needs_devices(0),
+        GpuTest::new(
+            "nccl_allreduce_door_is_refused_on_co_resident_ranks",
+            nccl_allreduce_door_is_refused_on_co_resident_ranks,
+        ),
+        GpuTest::new("skip_fence_canary_engages_on_cuda", skip_fence_canary_engages_on_cuda),
+        GpuTest::new("gemv_bandwidth_report", gemv_bandwidth_report),
+    ];
+    for (name, body) in [
+        ("program_on_distinct_devices_equals_tp1", program_on_distinct_devices_equals_tp1 as fn(usize) -> Ran),
+        ("nccl_copies_move_bytes_exactly_between_devices", nccl_copies_move_bytes_exactly_between_devices),
+        ("program_over_nccl_equals_tp1", program_over_nccl_equals_tp1),
+        ("nccl_allreduce_door_engages_and_reports_its_o_join", nccl_allreduce_door_engages_and_reports_its_o_join),
+    ] {
+        t.extend(GpuTest::per_device_count(name, &[2, 4, 8], body));
+    }
+    let skip_fence = skip_fence_canary_on_distinct_devices;
+    t.extend(GpuTest::per_device_count("skip_fence_canary_engages_on_cuda", &[2, 4], skip_fence));
+    t
 }
 
 const FAST: CudaOptions = CudaOptions {
@@ -164,16 +200,13 @@ fn compare(host: &[Vec<f32>], dev: &[Vec<f32>], nan_equal: bool) -> Option<Strin
 
 /// Run every case on the host twins and on CUDA with each option set; fail listing every
 /// mismatch (count and first bad index).
-fn check_cases(kernel: &str, cases: Vec<Case>, option_sets: &[CudaOptions]) {
-    if !gpu_present() {
-        return;
-    }
+fn check_cases(kernel: &str, cases: Vec<Case>, option_sets: &[CudaOptions]) -> Ran {
     let mut failures = Vec::new();
     for c in &cases {
         let mut host = HostBackend::new(1).expect("host backend");
         let want = run_case(&mut host, c).unwrap_or_else(|e| panic!("{kernel} {}: host run failed: {e}", c.label));
         for opts in option_sets {
-            let Some(mut dev) = cuda_backend(1, *opts) else { return };
+            let mut dev = cuda_backend(1, *opts)?;
             let layout = format!("{:?}", opts.gemv_layout);
             match run_case(&mut dev, c) {
                 Err(e) => failures.push(format!("{kernel} {} [{layout}]: CUDA run failed: {e}", c.label)),
@@ -185,6 +218,7 @@ fn check_cases(kernel: &str, cases: Vec<Case>, option_sets: &[CudaOptions]) {
         }
     }
     assert!(failures.is_empty(), "{} mismatching case(s):\n{}", failures.len(), failures.join("\n"));
+    Ok(())
 }
 
 // ---------------------------------------------------------------- weights
@@ -299,23 +333,22 @@ fn gemv_cases(seed: u64, orders: &[&str]) -> Vec<Case> {
 
 // ---------------------------------------------------------------- kernels
 
-#[test]
-fn gemv_rows_matches_twin() {
-    check_cases("gemv_rows", gemv_cases(11, &["rows"]), &[FAST, ROW_MAJOR]);
+fn gemv_rows_matches_twin() -> Ran {
+    check_cases("gemv_rows", gemv_cases(11, &["rows"]), &[FAST, ROW_MAJOR])?;
+    Ok(())
 }
 
-#[test]
-fn gemv_partials_matches_twin() {
-    check_cases("gemv_partials", gemv_cases(12, &["partials"]), &[FAST, ROW_MAJOR]);
+fn gemv_partials_matches_twin() -> Ran {
+    check_cases("gemv_partials", gemv_cases(12, &["partials"]), &[FAST, ROW_MAJOR])?;
+    Ok(())
 }
 
-#[test]
-fn gemv_rows_tree_matches_twin() {
-    check_cases("gemv_rows_tree", gemv_cases(13, &["tree"]), &[FAST, ROW_MAJOR]);
+fn gemv_rows_tree_matches_twin() -> Ran {
+    check_cases("gemv_rows_tree", gemv_cases(13, &["tree"]), &[FAST, ROW_MAJOR])?;
+    Ok(())
 }
 
-#[test]
-fn fold_matches_twin() {
+fn fold_matches_twin() -> Ran {
     let mut rng = Rng::new(21);
     let mut cases = Vec::new();
     for (n_parts, width) in [(8, 1024), (2, 4096), (1, 7), (5, 33)] {
@@ -332,11 +365,11 @@ fn fold_matches_twin() {
             cases.push(c);
         }
     }
-    check_cases("fold_f32", cases, &[FAST]);
+    check_cases("fold_f32", cases, &[FAST])?;
+    Ok(())
 }
 
-#[test]
-fn elementwise_match_twins() {
+fn elementwise_match_twins() -> Ran {
     let mut rng = Rng::new(22);
     let mut cases = Vec::new();
     for n in [1, 1000, 70_000] {
@@ -368,13 +401,13 @@ fn elementwise_match_twins() {
     c.outputs.push(x);
     c.ops.push(Op::FlipLowBit { x: x.sub(1, 2) });
     cases.push(c);
-    check_cases("elementwise", cases, &[FAST]);
+    check_cases("elementwise", cases, &[FAST])?;
+    Ok(())
 }
 
 const EPS: f32 = 1e-6;
 
-#[test]
-fn norms_match_twins() {
+fn norms_match_twins() -> Ran {
     let mut rng = Rng::new(23);
     let mut cases = Vec::new();
     for (rows, width) in [(1, 1024), (3, 4096), (2, 100), (4, 31), (1, 1)] {
@@ -411,7 +444,8 @@ fn norms_match_twins() {
     let out = c.out(256);
     c.ops.push(Op::RmsNorm { x, w, eps: EPS, out });
     cases.push(c);
-    check_cases("norm", cases, &[FAST]);
+    check_cases("norm", cases, &[FAST])?;
+    Ok(())
 }
 
 fn rope_row(pos: usize) -> Vec<f32> {
@@ -419,8 +453,7 @@ fn rope_row(pos: usize) -> Vec<f32> {
     angles.iter().map(|a| a.cos() as f32).chain(angles.iter().map(|a| a.sin() as f32)).collect()
 }
 
-#[test]
-fn attention_kernels_match_twins() {
+fn attention_kernels_match_twins() -> Ran {
     let mut rng = Rng::new(24);
     let mut cases = Vec::new();
     for (heads, pos) in [(8, 0), (1, 5), (9, 1000), (32, 77)] {
@@ -454,11 +487,11 @@ fn attention_kernels_match_twins() {
         c.ops.push(Op::Attention { q, k, v, gate, len, q_heads, kv_heads, out });
         cases.push(c);
     }
-    check_cases("attention", cases, &[FAST]);
+    check_cases("attention", cases, &[FAST])?;
+    Ok(())
 }
 
-#[test]
-fn moe_kernels_match_twins() {
+fn moe_kernels_match_twins() -> Ran {
     let mut rng = Rng::new(25);
     let mut cases = Vec::new();
     for (n, k, normalize, dup) in
@@ -527,13 +560,13 @@ fn moe_kernels_match_twins() {
         c.ops.push(Op::Argmax { x, out });
         cases.push(c);
     }
-    check_cases("moe", cases, &[FAST]);
+    check_cases("moe", cases, &[FAST])?;
+    Ok(())
 }
 
 /// Digests go through Backend::digest/collect, twice (the slots are zeroed between steps).
-#[test]
-fn digest_matches_twin() {
-    let Some(mut b) = cuda_backend(1, FAST) else { return };
+fn digest_matches_twin() -> Ran {
+    let mut b = cuda_backend(1, FAST)?;
     let mut rng = Rng::new(26);
     for step in 0..2 {
         let mut want = Vec::new();
@@ -557,14 +590,14 @@ fn digest_matches_twin() {
         assert_eq!(got.marks_ns[0].len(), 2);
         assert_eq!(got.marks_ns[0][0], 0);
     }
+    Ok(())
 }
 
 /// Copies between co-resident ranks over both transports, the byte-integrity probe, and the
 /// nccl refusal.
-#[test]
-fn copies_between_ranks_move_bytes_exactly() {
+fn copies_between_ranks_move_bytes_exactly() -> Ran {
     for tp in [2, 4] {
-        let Some(mut b) = cuda_backend(tp, CO_RESIDENT) else { return };
+        let mut b = cuda_backend(tp, CO_RESIDENT)?;
         assert!(b.co_resident());
         let mut rng = Rng::new(27 + tp as u64);
         let n = 10_000;
@@ -590,14 +623,12 @@ fn copies_between_ranks_move_bytes_exactly() {
         let err = b.copy(Transport::Nccl, 0, Slice::new(bufs[0], 0, 4), 1, Slice::new(bufs[1], 0, 4)).unwrap_err();
         assert!(err.to_string().contains("nccl needs one device per rank"), "{err}");
     }
+    Ok(())
 }
 
-#[test]
-fn nvrtc_compiles_all_kernels() {
+fn nvrtc_compiles_all_kernels() -> Ran {
     if !cuda::nvrtc_library_present() {
-        assert!(!require_gpu(), "MEMRA_REQUIRE_GPU=1 but libnvrtc cannot be loaded");
-        println!("skipped: no NVRTC library (libnvrtc.so.13 not loadable; set LD_LIBRARY_PATH)");
-        return;
+        return Err(Skip::Missing("no NVRTC library (libnvrtc.so.13 not loadable; set LD_LIBRARY_PATH)".into()));
     }
     let arch =
         cuda::probe_cuda().ok().and_then(|s| s.devices.first().map(|d| d.arch())).unwrap_or_else(|| "sm_90".into());
@@ -624,16 +655,15 @@ fn nvrtc_compiles_all_kernels() {
         std::fs::write(format!("{dir}/memra_kernels.{arch}.cubin"), &c.cubin).expect("write cubin");
         std::fs::write(format!("{dir}/memra_kernels.{arch}.ptx"), &c.ptx).expect("write ptx");
     }
+    Ok(())
 }
 
-#[test]
-fn probing_never_panics() {
+fn probing_never_panics() -> Ran {
     match cuda::probe_cuda() {
         Ok(s) => println!("{}", s.describe()),
-        Err(e) => {
-            assert!(!require_gpu(), "MEMRA_REQUIRE_GPU=1 but: {e}");
-            println!("skipped: no CUDA device ({e})");
-        }
+        // Without a device this test still runs in full (its subject is the failed probe); on
+        // the GPU machine a failed probe is the failure.
+        Err(e) => assert!(!gpu_required(), "MEMRA_REQUIRE_GPU=1 but the probe failed: {e}"),
     }
     // A failed probe is an error value, never a panic, and stays the same.
     let a = cuda::probe_cuda().map(|s| s.devices.len());
@@ -642,6 +672,7 @@ fn probing_never_panics() {
     if let Err(e) = CudaBackend::new(1) {
         assert!(matches!(e, RuntimeError::Unavailable(_)), "{e}");
     }
+    Ok(())
 }
 
 // ---------------------------------------------------------------- the whole program
@@ -676,9 +707,8 @@ fn run_program(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Record {
         .unwrap_or_else(|e| panic!("run TP{} {:?} on {}: {e}", cfg.tp, cfg.transport, b.describe()))
 }
 
-#[test]
-fn program_device_host_gate_and_tp_invariance() {
-    let Some(mut tp1) = cuda_backend(1, FAST) else { return };
+fn program_device_host_gate_and_tp_invariance() -> Ran {
+    let mut tp1 = cuda_backend(1, FAST)?;
     let model = tiny();
     let battery = Battery::default_for(model.config.vocab, 1);
     let cfg = RunConfig::new(1, Transport::HostBounce, battery.clone()).unwrap();
@@ -691,14 +721,14 @@ fn program_device_host_gate_and_tp_invariance() {
     println!("device-host gate: identical over {} prompts ({})", oracle.digests.len(), tp1.describe());
 
     // The reference (row-major) kernels give the same record.
-    let Some(mut rm) = cuda_backend(1, ROW_MAJOR) else { return };
+    let mut rm = cuda_backend(1, ROW_MAJOR)?;
     let r = run_program(&model, &cfg, &mut rm);
     let d = first_diff(&oracle, &r);
     assert_eq!(d, None, "CUDA TP1 row-major kernels vs host: {}", describe_diff(&oracle, d));
 
     for tp in [2, 4, 8] {
         for t in [Transport::HostBounce, Transport::NativeP2p] {
-            let Some(mut b) = cuda_backend(tp, CO_RESIDENT) else { return };
+            let mut b = cuda_backend(tp, CO_RESIDENT)?;
             let cfg = RunConfig::new(tp, t, battery.clone()).unwrap();
             let r = run_program(&model, &cfg, &mut b);
             let d = first_diff(&dev1, &r);
@@ -707,65 +737,56 @@ fn program_device_host_gate_and_tp_invariance() {
             println!("TP{tp} co-resident {} = CUDA TP1", t.name());
         }
     }
+    Ok(())
 }
 
-/// Ranks on distinct devices when the machine has enough of them (skipped otherwise).
-#[test]
-fn program_on_distinct_devices_equals_tp1() {
-    let n_devices = cuda::probe_cuda().map(|s| s.devices.len()).unwrap_or(0);
-    if n_devices < 2 {
-        if n_devices == 0 && require_gpu() {
-            panic!("MEMRA_REQUIRE_GPU=1 but no CUDA device");
-        }
-        println!("skipped: {n_devices} CUDA device(s), distinct placement needs at least 2");
-        return;
-    }
+/// TP`tp` with one rank per device equals CUDA TP1 over both transports (registered per device
+/// count: the harness starts it only on a machine with `tp` devices). A device pair without peer
+/// access leaves its native-p2p run not run, which the test reports instead of passing.
+fn program_on_distinct_devices_equals_tp1(tp: usize) -> Ran {
     let model = tiny();
     let battery = Battery { prompts: vec![vec![1, 2, 3], vec![9, 8]], gen_tokens: 3 };
     let cfg1 = RunConfig::new(1, Transport::HostBounce, battery.clone()).unwrap();
-    let Some(mut b1) = cuda_backend(1, FAST) else { return };
+    let mut b1 = cuda_backend(1, FAST)?;
     let base = run_program(&model, &cfg1, &mut b1);
-    for tp in [2, 4, 8].into_iter().filter(|tp| *tp <= n_devices) {
-        for t in [Transport::HostBounce, Transport::NativeP2p] {
-            let Some(mut b) = cuda_backend(tp, FAST) else { return };
-            assert!(!b.co_resident());
-            let cfg = RunConfig::new(tp, t, battery.clone()).unwrap();
-            match program::run(&model, &cfg, &mut b) {
-                Ok(r) => {
-                    let d = first_diff(&base, &r);
-                    assert_eq!(d, None, "TP{tp} on devices {:?} {t:?}: {}", b.placement(), describe_diff(&base, d));
-                }
-                Err(RuntimeError::Unavailable(reason)) if t == Transport::NativeP2p => {
-                    println!("skipped: TP{tp} native-p2p ({reason})")
-                }
-                Err(e) => panic!("TP{tp} {t:?}: {e}"),
+    let mut not_run = NotRun::new();
+    for t in [Transport::HostBounce, Transport::NativeP2p] {
+        let mut b = cuda_backend(tp, FAST)?;
+        assert!(!b.co_resident());
+        let cfg = RunConfig::new(tp, t, battery.clone()).unwrap();
+        match program::run(&model, &cfg, &mut b) {
+            Ok(r) => {
+                let d = first_diff(&base, &r);
+                assert_eq!(d, None, "TP{tp} on devices {:?} {t:?}: {}", b.placement(), describe_diff(&base, d));
+                not_run.ran();
             }
+            Err(RuntimeError::Unavailable(reason)) if t == Transport::NativeP2p => {
+                not_run.note(format!("TP{tp} native-p2p"), reason)
+            }
+            Err(e) => panic!("TP{tp} {t:?}: {e}"),
         }
     }
+    not_run.finish()
 }
 
-#[test]
-fn reversed_kblocks_canary_differs_at_o_join() {
-    let Some(mut b1) = cuda_backend(1, FAST) else { return };
+fn reversed_kblocks_canary_differs_at_o_join() -> Ran {
+    let mut b1 = cuda_backend(1, FAST)?;
     let model = tiny();
     let battery = Battery { prompts: vec![vec![1, 2, 3]], gen_tokens: 2 };
     let base = run_program(&model, &RunConfig::new(1, Transport::HostBounce, battery.clone()).unwrap(), &mut b1);
     let mut cfg = RunConfig::new(2, Transport::HostBounce, battery).unwrap();
     cfg.doors.canary = Some(Canary::ReverseKBlocks);
-    let Some(mut b2) = cuda_backend(2, CO_RESIDENT) else { return };
+    let mut b2 = cuda_backend(2, CO_RESIDENT)?;
     let r = run_program(&model, &cfg, &mut b2);
     let (p, s, i) = first_diff(&base, &r).expect("the reversed reduction must be detected on CUDA");
     assert_eq!((p, s), (0, 0));
     assert_eq!(Record::seam_at(base.n_layers, i), (0, Seam::OJoin));
+    Ok(())
 }
 
 /// Each door's arithmetic on CUDA equals the same door on the host, at TP1 and TP2 (the device
 /// reproduces every twin, not only the default path).
-#[test]
-fn doors_on_cuda_equal_doors_on_host() {
-    if !gpu_present() {
-        return;
-    }
+fn doors_on_cuda_equal_doors_on_host() -> Ran {
     let model = tiny();
     let battery = Battery { prompts: vec![vec![3, 1, 4, 1], vec![5, 9]], gen_tokens: 3 };
     let doors: Vec<(&str, DoorSet)> = vec![
@@ -792,11 +813,11 @@ fn doors_on_cuda_equal_doors_on_host() {
             let host = match program::run(&model, &cfg, &mut HostBackend::new(tp).unwrap()) {
                 Ok(r) => r,
                 Err(e) => {
-                    println!("skipped: door {name} at TP{tp} is refused by the program ({e})");
+                    println!("not applicable: door {name} at TP{tp} is refused by the host program too ({e})");
                     continue;
                 }
             };
-            let Some(mut b) = cuda_backend(tp, CO_RESIDENT) else { return };
+            let mut b = cuda_backend(tp, CO_RESIDENT)?;
             match program::run(&model, &cfg, &mut b) {
                 Err(e) => failures.push(format!("door {name} TP{tp}: CUDA run failed: {e}")),
                 Ok(r) => match first_diff(&host, &r) {
@@ -807,36 +828,20 @@ fn doors_on_cuda_equal_doors_on_host() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
 }
 
 // ---------------------------------------------------------------- NCCL, its door, the skip-fence canary
 
-/// The machine's device count when it has at least `want` (ranks on distinct devices), else None
-/// after printing the skip reason. Under MEMRA_REQUIRE_GPU=1 only "no device at all" fails: a
-/// one-GPU machine cannot place TP2 on distinct devices.
-fn distinct_devices(want: usize) -> Option<usize> {
-    let n = cuda::probe_cuda().map(|s| s.devices.len()).unwrap_or(0);
-    if n < want {
-        assert!(!(n == 0 && require_gpu()), "MEMRA_REQUIRE_GPU=1 but no CUDA device");
-        println!("skipped: {n} CUDA device(s), this test needs {want} distinct devices");
-        return None;
-    }
-    Some(n)
-}
-
-/// Whether NCCL loads; when it does not, print the skip reason (a failure under
-/// MEMRA_REQUIRE_GPU=1: the caller already found the devices NCCL would run on).
-fn nccl_loaded() -> bool {
+/// NCCL's version line, or why it cannot be loaded (a skip: a failure under MEMRA_REQUIRE_GPU=1,
+/// where the harness already found the devices NCCL would run on).
+fn nccl_loaded() -> Ran {
     match cuda::nccl_version() {
         Ok(v) => {
             println!("{v}");
-            true
+            Ok(())
         }
-        Err(reason) => {
-            assert!(!require_gpu(), "MEMRA_REQUIRE_GPU=1 and several devices, but {reason}");
-            println!("skipped: {reason}");
-            false
-        }
+        Err(reason) => Err(Skip::Missing(format!("no NCCL library: {reason}"))),
     }
 }
 
@@ -856,8 +861,7 @@ fn bit_diff(want: &[u32], got: &[u32]) -> (usize, Option<String>) {
 
 /// Neither the host nor any backend without NCCL or device streams silently runs the door or
 /// the canary as the default path (no device needed).
-#[test]
-fn backends_without_nccl_refuse_all_reduce_and_unfenced_copies() {
+fn backends_without_nccl_refuse_all_reduce_and_unfenced_copies() -> Ran {
     let mut h = HostBackend::new(2).unwrap();
     let (a, b) = (h.alloc(0, 8).unwrap(), h.alloc(1, 8).unwrap());
     let (sa, sb) = (Slice::new(a, 0, 8), Slice::new(b, 0, 8));
@@ -875,153 +879,141 @@ fn backends_without_nccl_refuse_all_reduce_and_unfenced_copies() {
     cfg.doors = DoorSet { canary: Some(Canary::SkipFence), ..DoorSet::default() };
     let err = program::run(&model, &cfg, &mut HostBackend::new(2).unwrap()).unwrap_err();
     assert!(err.to_string().contains("no producer fence to skip"), "{err}");
+    Ok(())
 }
 
 /// NCCL send/receive between distinct devices moves bytes exactly (NaN payloads, signed zeros
 /// and infinities included), chained through every rank, and passes the byte-integrity probe.
-#[test]
-fn nccl_copies_move_bytes_exactly_between_devices() {
-    let Some(n_devices) = distinct_devices(2) else { return };
-    if !nccl_loaded() {
-        return;
-    }
-    for tp in [2, 4, 8].into_iter().filter(|tp| *tp <= n_devices) {
-        let Some(mut b) = cuda_backend(tp, FAST) else { return };
-        assert!(!b.co_resident());
-        let mut rng = Rng::new(40 + tp as u64);
-        let n = 10_000;
-        let bufs: Vec<u32> = (0..tp).map(|r| b.alloc(r, n).unwrap()).collect();
-        let whole = |r: usize| Slice::new(bufs[r], 0, n);
-        for round in 0..3 {
-            let mut data = rng.vec(n, 1e3);
-            for (i, bits) in [0x7FC0_1234u32, 0xFF80_0001, 0x7F80_0001, 0x8000_0000, 0x7F80_0000, 0xFF80_0000, 1]
-                .into_iter()
-                .enumerate()
-            {
-                data[i * 7 + round] = f32::from_bits(bits);
-            }
-            b.write(0, whole(0), &data).unwrap();
-            // A chain 0 → 1 → … → tp−1, a partial copy back into the middle of rank 0, and a
-            // same-rank copy (no NCCL) on the last rank.
-            for r in 1..tp {
-                b.copy(Transport::Nccl, r - 1, whole(r - 1), r, whole(r)).unwrap();
-            }
-            b.copy(Transport::Nccl, tp - 1, whole(tp - 1).sub(0, 100), 0, whole(0).sub(5000, 100)).unwrap();
-            b.copy(Transport::Nccl, tp - 1, whole(tp - 1).sub(0, 100), tp - 1, whole(tp - 1).sub(9000, 100)).unwrap();
-            let want: Vec<u32> = data.iter().map(|v| v.to_bits()).collect();
-            let last: Vec<u32> = b.read(tp - 1, whole(tp - 1)).unwrap().iter().map(|v| v.to_bits()).collect();
-            let mut want_last = want.clone();
-            want_last.copy_within(0..100, 9000);
-            let (bad, first) = bit_diff(&want_last, &last);
-            assert_eq!(bad, 0, "TP{tp} nccl chain: {bad} words differ, first {first:?}");
-            let back: Vec<u32> = b.read(0, whole(0).sub(5000, 100)).unwrap().iter().map(|v| v.to_bits()).collect();
-            let (bad, first) = bit_diff(&want[..100], &back);
-            assert_eq!(bad, 0, "TP{tp} nccl copy back: {bad} words differ, first {first:?}");
+fn nccl_copies_move_bytes_exactly_between_devices(tp: usize) -> Ran {
+    nccl_loaded()?;
+    let mut b = cuda_backend(tp, FAST)?;
+    assert!(!b.co_resident());
+    let mut rng = Rng::new(40 + tp as u64);
+    let n = 10_000;
+    let bufs: Vec<u32> = (0..tp).map(|r| b.alloc(r, n).unwrap()).collect();
+    let whole = |r: usize| Slice::new(bufs[r], 0, n);
+    for round in 0..3 {
+        let mut data = rng.vec(n, 1e3);
+        for (i, bits) in [0x7FC0_1234u32, 0xFF80_0001, 0x7F80_0001, 0x8000_0000, 0x7F80_0000, 0xFF80_0000, 1]
+            .into_iter()
+            .enumerate()
+        {
+            data[i * 7 + round] = f32::from_bits(bits);
         }
-        let probe = b.probe(Transport::Nccl, &PROBE_SIZES_BYTES).unwrap();
-        assert_eq!(probe.len(), PROBE_SIZES_BYTES.len() * tp * (tp - 1));
-        assert!(probe.iter().all(|p| p.bad_words == 0 && p.no_peer_access.is_none()), "TP{tp} nccl: {probe:?}");
-        println!("ok nccl copies and probe TP{tp} on devices {:?}", b.placement());
+        b.write(0, whole(0), &data).unwrap();
+        // A chain 0 → 1 → … → tp−1, a partial copy back into the middle of rank 0, and a
+        // same-rank copy (no NCCL) on the last rank.
+        for r in 1..tp {
+            b.copy(Transport::Nccl, r - 1, whole(r - 1), r, whole(r)).unwrap();
+        }
+        b.copy(Transport::Nccl, tp - 1, whole(tp - 1).sub(0, 100), 0, whole(0).sub(5000, 100)).unwrap();
+        b.copy(Transport::Nccl, tp - 1, whole(tp - 1).sub(0, 100), tp - 1, whole(tp - 1).sub(9000, 100)).unwrap();
+        let want: Vec<u32> = data.iter().map(|v| v.to_bits()).collect();
+        let last: Vec<u32> = b.read(tp - 1, whole(tp - 1)).unwrap().iter().map(|v| v.to_bits()).collect();
+        let mut want_last = want.clone();
+        want_last.copy_within(0..100, 9000);
+        let (bad, first) = bit_diff(&want_last, &last);
+        assert_eq!(bad, 0, "TP{tp} nccl chain: {bad} words differ, first {first:?}");
+        let back: Vec<u32> = b.read(0, whole(0).sub(5000, 100)).unwrap().iter().map(|v| v.to_bits()).collect();
+        let (bad, first) = bit_diff(&want[..100], &back);
+        assert_eq!(bad, 0, "TP{tp} nccl copy back: {bad} words differ, first {first:?}");
     }
+    let probe = b.probe(Transport::Nccl, &PROBE_SIZES_BYTES).unwrap();
+    assert_eq!(probe.len(), PROBE_SIZES_BYTES.len() * tp * (tp - 1));
+    assert!(probe.iter().all(|p| p.bad_words == 0 && p.no_peer_access.is_none()), "TP{tp} nccl: {probe:?}");
+    println!("ok nccl copies and probe TP{tp} on devices {:?}", b.placement());
+    Ok(())
 }
 
 /// NCCL only moves bytes: the whole program over `nccl`, ranks on distinct devices, equals CUDA
 /// TP1 bit for bit (DESIGN.md §3.5).
-#[test]
-fn program_over_nccl_equals_tp1() {
-    let Some(n_devices) = distinct_devices(2) else { return };
-    if !nccl_loaded() {
-        return;
-    }
+fn program_over_nccl_equals_tp1(tp: usize) -> Ran {
+    nccl_loaded()?;
     let model = tiny();
     let battery = Battery::default_for(model.config.vocab, 1);
-    let Some(mut b1) = cuda_backend(1, FAST) else { return };
+    let mut b1 = cuda_backend(1, FAST)?;
     let base = run_program(&model, &RunConfig::new(1, Transport::HostBounce, battery.clone()).unwrap(), &mut b1);
-    for tp in [2, 4, 8].into_iter().filter(|tp| *tp <= n_devices) {
-        let Some(mut b) = cuda_backend(tp, FAST) else { return };
-        assert!(!b.co_resident());
-        let cfg = RunConfig::new(tp, Transport::Nccl, battery.clone()).unwrap();
-        let r = run_program(&model, &cfg, &mut b);
-        let d = first_diff(&base, &r);
-        assert_eq!(d, None, "TP{tp} nccl on devices {:?} vs CUDA TP1: {}", b.placement(), describe_diff(&base, d));
-        assert_eq!(r.tokens, base.tokens);
-        println!("TP{tp} nccl on devices {:?} = CUDA TP1 over {} prompts", b.placement(), base.digests.len());
-    }
+    let mut b = cuda_backend(tp, FAST)?;
+    assert!(!b.co_resident());
+    let cfg = RunConfig::new(tp, Transport::Nccl, battery.clone()).unwrap();
+    let r = run_program(&model, &cfg, &mut b);
+    let d = first_diff(&base, &r);
+    assert_eq!(d, None, "TP{tp} nccl on devices {:?} vs CUDA TP1: {}", b.placement(), describe_diff(&base, d));
+    assert_eq!(r.tokens, base.tokens);
+    println!("TP{tp} nccl on devices {:?} = CUDA TP1 over {} prompts", b.placement(), base.digests.len());
+    Ok(())
+}
+
+/// MEMRA_NCCL_ALLREDUCE on co-resident ranks: they cannot form a communicator, and the refusal
+/// names the rule (runs on a one-GPU machine).
+fn nccl_allreduce_door_is_refused_on_co_resident_ranks() -> Ran {
+    let mut co = cuda_backend(2, CO_RESIDENT)?;
+    let (a, b) = (co.alloc(0, 16).unwrap(), co.alloc(1, 16).unwrap());
+    let err = co.all_reduce_sum(&[(0, Slice::new(a, 0, 16)), (1, Slice::new(b, 0, 16))], 0, Slice::new(a, 0, 16));
+    let err = err.unwrap_err().to_string();
+    assert!(err.contains("nccl needs one device per rank: TP2 on 1 device(s)"), "{err}");
+    Ok(())
 }
 
 /// MEMRA_NCCL_ALLREDUCE (NUMERIC): refused on co-resident ranks; on distinct devices it engages
 /// once per o_join, leaves o_proj untouched, and its o_join is compared with CUDA TP1 (printed:
 /// a NUMERIC door may diverge). At TP2 the result is known exactly: NCCL adds two vectors, and
 /// f32 addition is commutative, so o_join = fold(rank 0's K-blocks) + fold(rank 1's).
-#[test]
-fn nccl_allreduce_door_engages_and_reports_its_o_join() {
-    // Co-resident ranks cannot form a communicator (runs on a one-GPU machine).
-    let Some(mut co) = cuda_backend(2, CO_RESIDENT) else { return };
-    let (a, b) = (co.alloc(0, 16).unwrap(), co.alloc(1, 16).unwrap());
-    let err = co.all_reduce_sum(&[(0, Slice::new(a, 0, 16)), (1, Slice::new(b, 0, 16))], 0, Slice::new(a, 0, 16));
-    let err = err.unwrap_err().to_string();
-    assert!(err.contains("nccl needs one device per rank: TP2 on 1 device(s)"), "{err}");
-    drop(co);
-
-    let Some(n_devices) = distinct_devices(2) else { return };
-    if !nccl_loaded() {
-        return;
-    }
+fn nccl_allreduce_door_engages_and_reports_its_o_join(tp: usize) -> Ran {
+    nccl_loaded()?;
     let model = tiny();
     let hidden = model.config.hidden;
     let battery = Battery { prompts: vec![vec![1, 2, 3], vec![9, 8]], gen_tokens: 3 };
     let keys = vec![capture_key(Seam::OProj), capture_key(Seam::OJoin)];
     let mut cfg1 = RunConfig::new(1, Transport::HostBounce, battery.clone()).unwrap();
     cfg1.capture = keys.clone();
-    let Some(mut b1) = cuda_backend(1, FAST) else { return };
+    let mut b1 = cuda_backend(1, FAST)?;
     let base = run_program(&model, &cfg1, &mut b1);
     let steps: usize = (0..battery.prompts.len()).map(|p| battery.steps_of(p)).sum();
-    for tp in [2, 4, 8].into_iter().filter(|tp| *tp <= n_devices) {
-        let mut cfg = RunConfig::new(tp, Transport::Nccl, battery.clone()).unwrap();
-        cfg.doors.nccl_allreduce = true;
-        // Teacher forcing: every step consumes the TP1 tokens, so the records stay aligned.
-        cfg.forced_tokens = Some(base.tokens.clone());
-        cfg.capture = keys.clone();
-        let Some(mut b) = cuda_backend(tp, FAST) else { return };
-        let r = run_program(&model, &cfg, &mut b);
-        let n = r.engaged.get("nccl_allreduce.allreduces").copied().unwrap_or(0);
-        assert_eq!(n as usize, steps * model.layers.len(), "TP{tp}: one all-reduce per o_join");
-        let (want_oproj, got_oproj) = (&base.captures[&keys[0]].bits, &r.captures[&keys[0]].bits);
-        let (bad, first) = bit_diff(want_oproj, got_oproj);
-        assert_eq!(bad, 0, "TP{tp}: o_proj partials must not change under the door; first {first:?}");
-        let (want, got) = (&base.captures[&keys[1]].bits, &r.captures[&keys[1]].bits);
-        let (bad, first) = bit_diff(want, got);
-        match first {
-            None => println!("nccl_allreduce TP{tp}: o_join bit-identical to CUDA TP1 (prompt 0 step 0 layer 0)"),
-            Some(f) => println!(
-                "nccl_allreduce TP{tp}: o_join DIVERGED from CUDA TP1 in {bad} of {hidden} elements; first {f}"
-            ),
-        }
-        println!("nccl_allreduce TP{tp}: whole record vs CUDA TP1: {}", describe_diff(&base, first_diff(&base, &r)));
-        if tp == 2 {
-            // fold(P0..P(G/2-1)) + fold(P(G/2)..P(G-1)), each fold from +0.0 in K-block order.
-            let g = got_oproj.len() / hidden;
-            let fold = |blocks: std::ops::Range<usize>, i: usize| {
-                blocks.fold(0.0f32, |acc, k| acc + f32::from_bits(got_oproj[k * hidden + i]))
-            };
-            let exact: Vec<u32> = (0..hidden).map(|i| (fold(0..g / 2, i) + fold(g / 2..g, i)).to_bits()).collect();
-            let (bad, first) = bit_diff(&exact, got);
-            assert_eq!(bad, 0, "TP2 all-reduce ≠ S0 + S1: {bad} elements, first {first:?}");
-            // Two runs of the same configuration agree (the determinism gate's question).
-            let Some(mut again) = cuda_backend(tp, FAST) else { return };
-            let r2 = run_program(&model, &cfg, &mut again);
-            let d = first_diff(&r, &r2);
-            assert_eq!(d, None, "nccl_allreduce TP2 is not deterministic: {}", describe_diff(&r, d));
-        }
+    let mut cfg = RunConfig::new(tp, Transport::Nccl, battery.clone()).unwrap();
+    cfg.doors.nccl_allreduce = true;
+    // Teacher forcing: every step consumes the TP1 tokens, so the records stay aligned.
+    cfg.forced_tokens = Some(base.tokens.clone());
+    cfg.capture = keys.clone();
+    let mut b = cuda_backend(tp, FAST)?;
+    let r = run_program(&model, &cfg, &mut b);
+    let n = r.engaged.get("nccl_allreduce.allreduces").copied().unwrap_or(0);
+    assert_eq!(n as usize, steps * model.layers.len(), "TP{tp}: one all-reduce per o_join");
+    let (want_oproj, got_oproj) = (&base.captures[&keys[0]].bits, &r.captures[&keys[0]].bits);
+    let (bad, first) = bit_diff(want_oproj, got_oproj);
+    assert_eq!(bad, 0, "TP{tp}: o_proj partials must not change under the door; first {first:?}");
+    let (want, got) = (&base.captures[&keys[1]].bits, &r.captures[&keys[1]].bits);
+    let (bad, first) = bit_diff(want, got);
+    match first {
+        None => println!("nccl_allreduce TP{tp}: o_join bit-identical to CUDA TP1 (prompt 0 step 0 layer 0)"),
+        Some(f) => println!(
+            "nccl_allreduce TP{tp}: o_join DIVERGED from CUDA TP1 in {bad} of {hidden} elements; first {f}"
+        ),
     }
+    println!("nccl_allreduce TP{tp}: whole record vs CUDA TP1: {}", describe_diff(&base, first_diff(&base, &r)));
+    if tp == 2 {
+        // fold(P0..P(G/2-1)) + fold(P(G/2)..P(G-1)), each fold from +0.0 in K-block order.
+        let g = got_oproj.len() / hidden;
+        let fold = |blocks: std::ops::Range<usize>, i: usize| {
+            blocks.fold(0.0f32, |acc, k| acc + f32::from_bits(got_oproj[k * hidden + i]))
+        };
+        let exact: Vec<u32> = (0..hidden).map(|i| (fold(0..g / 2, i) + fold(g / 2..g, i)).to_bits()).collect();
+        let (bad, first) = bit_diff(&exact, got);
+        assert_eq!(bad, 0, "TP2 all-reduce ≠ S0 + S1: {bad} elements, first {first:?}");
+        // Two runs of the same configuration agree (the determinism gate's question).
+        let mut again = cuda_backend(tp, FAST)?;
+        let r2 = run_program(&model, &cfg, &mut again);
+        let d = first_diff(&r, &r2);
+        assert_eq!(d, None, "nccl_allreduce TP2 is not deterministic: {}", describe_diff(&r, d));
+    }
+    Ok(())
 }
 
 /// The SkipFence canary's copy: refused within one rank, moves the bytes once the producer is
 /// done, and in a program run it engages once per peer per o_join. Whether the race fires is
 /// printed, never asserted (the selftest counts an identity or a determinism failure as caught).
-#[test]
-fn skip_fence_canary_engages_on_cuda() {
-    let Some(mut b) = cuda_backend(2, CO_RESIDENT) else { return };
+fn skip_fence_canary_engages_on_cuda() -> Ran {
+    let mut b = cuda_backend(2, CO_RESIDENT)?;
     let n = 4096;
     let (s, d) = (Slice::new(b.alloc(1, n).unwrap(), 0, n), Slice::new(b.alloc(0, n).unwrap(), 0, n));
     let data = Rng::new(50).vec(n, 10.0);
@@ -1033,56 +1025,76 @@ fn skip_fence_canary_engages_on_cuda() {
     assert!(err.to_string().contains("no producer fence to skip"), "{err}");
     drop(b);
 
-    let model = tiny();
-    let battery = Battery::default_for(model.config.vocab, 1);
-    let steps: usize = (0..battery.prompts.len()).map(|p| battery.steps_of(p)).sum();
-    let Some(mut b1) = cuda_backend(1, FAST) else { return };
-    let base = run_program(&model, &RunConfig::new(1, Transport::HostBounce, battery.clone()).unwrap(), &mut b1);
-    let n_devices = cuda::probe_cuda().map(|s| s.devices.len()).unwrap_or(0);
-    let mut setups =
-        vec![("co-resident", CO_RESIDENT, Transport::HostBounce), ("co-resident", CO_RESIDENT, Transport::NativeP2p)];
-    if n_devices >= 2 {
-        setups.push(("distinct devices", FAST, Transport::HostBounce));
-        setups.push(("distinct devices", FAST, Transport::NativeP2p));
-    }
+    let ctx = SkipFenceRuns::new()?;
+    let mut not_run = NotRun::new();
     for tp in [2, 4] {
-        for &(placement, opts, t) in &setups {
-            if opts.placement == PlacementPolicy::Auto && tp > n_devices {
-                continue;
-            }
-            let mut cfg = RunConfig::new(tp, t, battery.clone()).unwrap();
-            cfg.doors.canary = Some(Canary::SkipFence);
-            let mut runs = Vec::new();
-            for _ in 0..2 {
-                let Some(mut b) = cuda_backend(tp, opts) else { return };
-                match program::run(&model, &cfg, &mut b) {
-                    Ok(r) => runs.push(r),
-                    Err(RuntimeError::Unavailable(reason)) => {
-                        println!("skipped: TP{tp} {placement} {} ({reason})", t.name())
-                    }
-                    Err(e) => panic!("skip_fence TP{tp} {placement} {}: {e}", t.name()),
-                }
-            }
-            if runs.len() < 2 {
-                continue;
-            }
-            for r in &runs {
-                let n = r.engaged.get("canary_skip_fence.skipped_fences").copied().unwrap_or(0);
-                assert_eq!(
-                    n as usize,
-                    steps * model.layers.len() * (tp - 1),
-                    "TP{tp}: one unfenced copy per peer per o_join"
-                );
-            }
-            let identity = describe_diff(&base, first_diff(&base, &runs[0]));
-            let determinism = describe_diff(&runs[0], first_diff(&runs[0], &runs[1]));
-            let caught = first_diff(&base, &runs[0]).is_some() || first_diff(&runs[0], &runs[1]).is_some();
-            println!(
-                "skip_fence TP{tp} {placement} {}: race {}; vs CUDA TP1: {identity}; run 1 vs run 2: {determinism}",
-                t.name(),
-                if caught { "OBSERVED" } else { "not observed" }
-            );
+        for t in [Transport::HostBounce, Transport::NativeP2p] {
+            ctx.check(tp, "co-resident", CO_RESIDENT, t, &mut not_run)?;
         }
+    }
+    not_run.finish()
+}
+
+/// The SkipFence canary's program runs with one rank per device (registered per device count).
+fn skip_fence_canary_on_distinct_devices(tp: usize) -> Ran {
+    let ctx = SkipFenceRuns::new()?;
+    let mut not_run = NotRun::new();
+    for t in [Transport::HostBounce, Transport::NativeP2p] {
+        ctx.check(tp, "distinct devices", FAST, t, &mut not_run)?;
+    }
+    not_run.finish()
+}
+
+/// The model, battery and CUDA TP1 record the SkipFence program runs are compared with.
+struct SkipFenceRuns {
+    model: Model,
+    battery: Battery,
+    base: Record,
+}
+
+impl SkipFenceRuns {
+    fn new() -> Result<SkipFenceRuns, Skip> {
+        let model = tiny();
+        let battery = Battery::default_for(model.config.vocab, 1);
+        let mut b1 = cuda_backend(1, FAST)?;
+        let base = run_program(&model, &RunConfig::new(1, Transport::HostBounce, battery.clone()).unwrap(), &mut b1);
+        Ok(SkipFenceRuns { model, battery, base })
+    }
+
+    /// Two runs with the canary at TP`tp` over `t`: it engages once per peer per o_join; whether
+    /// the race fired is printed. A run the machine cannot make (no peer access) is noted.
+    fn check(&self, tp: usize, placement: &str, opts: CudaOptions, t: Transport, not_run: &mut NotRun) -> Ran {
+        let (model, battery, base) = (&self.model, &self.battery, &self.base);
+        let steps: usize = (0..battery.prompts.len()).map(|p| battery.steps_of(p)).sum();
+        let mut cfg = RunConfig::new(tp, t, battery.clone()).unwrap();
+        cfg.doors.canary = Some(Canary::SkipFence);
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let mut b = cuda_backend(tp, opts)?;
+            match program::run(model, &cfg, &mut b) {
+                Ok(r) => runs.push(r),
+                Err(RuntimeError::Unavailable(reason)) => {
+                    not_run.note(format!("skip_fence TP{tp} {placement} {}", t.name()), reason);
+                    return Ok(());
+                }
+                Err(e) => panic!("skip_fence TP{tp} {placement} {}: {e}", t.name()),
+            }
+        }
+        for r in &runs {
+            let n = r.engaged.get("canary_skip_fence.skipped_fences").copied().unwrap_or(0);
+            let want = steps * model.layers.len() * (tp - 1);
+            assert_eq!(n as usize, want, "TP{tp}: one unfenced copy per peer per o_join");
+        }
+        let identity = describe_diff(base, first_diff(base, &runs[0]));
+        let determinism = describe_diff(&runs[0], first_diff(&runs[0], &runs[1]));
+        let caught = first_diff(base, &runs[0]).is_some() || first_diff(&runs[0], &runs[1]).is_some();
+        println!(
+            "skip_fence TP{tp} {placement} {}: race {}; vs CUDA TP1: {identity}; run 1 vs run 2: {determinism}",
+            t.name(),
+            if caught { "OBSERVED" } else { "not observed" }
+        );
+        not_run.ran();
+        Ok(())
     }
 }
 
@@ -1091,13 +1103,11 @@ fn skip_fence_canary_engages_on_cuda() {
 /// GEMV time against the memory floor (weight bytes ÷ measured device-to-device copy bandwidth,
 /// read + write bytes counted) for the `step` preset's shapes, in both layouts. Runs only with
 /// MEMRA_GPU_BENCH=1 (scripts/gpu/check.sh sets it); prints `bench` lines, asserts nothing.
-#[test]
-fn gemv_bandwidth_report() {
+fn gemv_bandwidth_report() -> Ran {
     if std::env::var("MEMRA_GPU_BENCH").as_deref() != Ok("1") {
-        println!("skipped: set MEMRA_GPU_BENCH=1 to measure GEMV bandwidth");
-        return;
+        return Err(Skip::NotRequested("a measurement: set MEMRA_GPU_BENCH=1 to run it".into()));
     }
-    let Some(mut b) = cuda_backend(1, FAST) else { return };
+    let mut b = cuda_backend(1, FAST)?;
     let timed = |b: &mut CudaBackend, reps: usize, f: &mut dyn FnMut(&mut CudaBackend)| -> f64 {
         for _ in 0..3 {
             f(b);
@@ -1132,7 +1142,7 @@ fn gemv_bandwidth_report() {
         ("tiny q bf16 1024x1024 kw128", bf16_shard(&mut rng, 1024, 1024, 128), false),
     ];
     for opts in [FAST, ROW_MAJOR] {
-        let Some(mut b) = cuda_backend(1, opts) else { return };
+        let mut b = cuda_backend(1, opts)?;
         for (label, shard, partials) in &shapes {
             let w = b.upload_weight(0, shard).unwrap();
             let (rows, cols, kw) = (shard.out_features, shard.in_features, shard.kblock_width);
@@ -1163,4 +1173,5 @@ fn gemv_bandwidth_report() {
             );
         }
     }
+    Ok(())
 }

@@ -1,5 +1,4 @@
-//! Helpers shared by the kernels crate's test binaries (each binary uses a subset).
-#![allow(dead_code)]
+//! Helpers shared by the kernels crate's test modules.
 
 /// SplitMix64 stream: a small seeded generator, independent of the crate under test, so every
 /// failure reproduces from its seed.

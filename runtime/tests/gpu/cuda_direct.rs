@@ -7,12 +7,14 @@
 //! - FENCE_MEMOPS: a run with doorbells is bit-identical and rings two per peer store (a fallback
 //!   to events is reported as a failure, with the driver's reason).
 //!
-//! Without a CUDA device every test prints `skipped: …` and passes; with `MEMRA_REQUIRE_GPU=1` a
-//! skip for lack of a device is a failure (a one-GPU machine still skips the distinct-device
-//! cases, printing why).
+//! Without a CUDA device every test reads `ignored (no CUDA device: …)`; with
+//! `MEMRA_REQUIRE_GPU=1` that is a failure. The distinct-device cases are registered per device
+//! count (`…::on_4_devices`) and read `ignored (needs 4 devices, 2 present)` on a smaller machine
+//! (`harness.rs` says when that is a failure).
 
+use crate::harness::{cuda_backend, GpuTest, NotRun, Ran, Skip};
 use memra_kernels::twins::digest::splitmix64;
-use memra_runtime::backend::cuda::{self, CudaBackend, CudaOptions, GemvLayout, PlacementPolicy};
+use memra_runtime::backend::cuda::{CudaBackend, CudaOptions, GemvLayout, PlacementPolicy};
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{Backend, Packed, Slice};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
@@ -21,20 +23,30 @@ use memra_runtime::record::{Record, Seam};
 use memra_runtime::{program, Battery, DoorSet, RunConfig, RuntimeError, Transport};
 use std::sync::OnceLock;
 
-#[path = "support/gpu.rs"]
-mod gpu;
-use gpu::{cuda_backend, require_gpu};
-
-/// The device count when there are at least `want`, else None after printing why (only "no
-/// device at all" fails under MEMRA_REQUIRE_GPU=1).
-fn distinct_devices(want: usize) -> Option<usize> {
-    let n = cuda::probe_cuda().map(|s| s.devices.len()).unwrap_or(0);
-    if n < want {
-        assert!(!(n == 0 && require_gpu()), "MEMRA_REQUIRE_GPU=1 but no CUDA device");
-        println!("skipped: {n} CUDA device(s), this case needs {want} distinct devices");
-        return None;
+/// Every test of this file; the distinct-device cases once per device count.
+pub fn tests() -> Vec<GpuTest> {
+    let mut t = vec![
+        GpuTest::new("peer_store_runs_equal_tp1_co_resident", peer_store_runs_equal_tp1_co_resident),
+        GpuTest::new(
+            "packed_copy_moves_exactly_the_blocks_and_leaves_the_gaps",
+            packed_copy_moves_exactly_the_blocks_and_leaves_the_gaps,
+        ),
+        GpuTest::new(
+            "packed_copy_moves_exactly_the_blocks_and_leaves_the_gaps::on_2_devices",
+            packed_copy_on_distinct_devices,
+        )
+        .needs_devices(2),
+        GpuTest::new("bulk_p2p_runs_equal_tp1_and_count_the_packed_copies_of_the_shapes", || bulk_p2p_runs(None)),
+        GpuTest::new("fence_memops_runs_equal_tp1_and_ring_two_doorbells_per_peer_store", || fence_memops_runs(None)),
+    ];
+    for (name, body) in [
+        ("peer_store_runs_equal_tp1_on_distinct_devices", peer_store_runs_on_distinct_devices as fn(usize) -> Ran),
+        ("bulk_p2p_runs_equal_tp1_and_count_the_packed_copies_of_the_shapes", |tp| bulk_p2p_runs(Some(tp))),
+        ("fence_memops_runs_equal_tp1_and_ring_two_doorbells_per_peer_store", |tp| fence_memops_runs(Some(tp))),
+    ] {
+        t.extend(GpuTest::per_device_count(name, &[2, 4, 8], body));
     }
-    Some(n)
+    t
 }
 
 const CO_RESIDENT: CudaOptions = CudaOptions {
@@ -65,15 +77,15 @@ fn config(tp: usize, doors: DoorSet) -> RunConfig {
     cfg
 }
 
-/// The CUDA TP1 record of the battery (every door at default), or None without a device.
-fn cuda_tp1() -> Option<&'static Record> {
+/// The CUDA TP1 record of the battery (every door at default), or why it cannot be made.
+fn cuda_tp1() -> Result<&'static Record, Skip> {
     static TP1: OnceLock<Record> = OnceLock::new();
     if let Some(r) = TP1.get() {
-        return Some(r);
+        return Ok(r);
     }
     let mut b = cuda_backend(1, CO_RESIDENT)?;
     let r = program::run(tiny(), &config(1, DoorSet::default()), &mut b).expect("CUDA TP1 run");
-    Some(TP1.get_or_init(|| r))
+    Ok(TP1.get_or_init(|| r))
 }
 
 fn first_diff(a: &Record, b: &Record) -> Option<String> {
@@ -94,16 +106,22 @@ fn counter(r: &Record, name: &str) -> u64 {
 
 /// Run `doors` at `tp` on CUDA with `opts` and on the host; check CUDA = CUDA TP1 bit for bit and
 /// that the peer-store counters equal the host's (which the host tests pin to the shapes).
-/// Returns the CUDA record and backend, or None when skipped.
-fn check_direct_run(tp: usize, doors: DoorSet, opts: CudaOptions, what: &str) -> Option<(Record, CudaBackend)> {
+/// Returns the CUDA record and backend, or None after noting a run the machine cannot make.
+fn check_direct_run(
+    tp: usize,
+    doors: DoorSet,
+    opts: CudaOptions,
+    what: &str,
+    not_run: &mut NotRun,
+) -> Result<Option<(Record, CudaBackend)>, Skip> {
     let base = cuda_tp1()?;
     let mut b = cuda_backend(tp, opts)?;
     let r = match program::run(tiny(), &config(tp, doors), &mut b) {
         Ok(r) => r,
         Err(RuntimeError::Unavailable(reason)) => {
             // A device pair without peer access: native-p2p runs are SKIPPED, never passed.
-            println!("skipped: {what}: {reason}");
-            return None;
+            not_run.note(what, reason);
+            return Ok(None);
         }
         Err(e) => panic!("{what}: CUDA run failed: {e}"),
     };
@@ -119,7 +137,8 @@ fn check_direct_run(tp: usize, doors: DoorSet, opts: CudaOptions, what: &str) ->
     for (on, c) in [(doors.oproj_direct, "oproj_direct.peer_stores"), (doors.moe_direct, "moe_direct.peer_stores")] {
         assert!(!on || counter(&r, c) > 0, "{what}: door on but `{c}` is 0");
     }
-    Some((r, b))
+    not_run.ran();
+    Ok(Some((r, b)))
 }
 
 fn direct_sets() -> Vec<(&'static str, DoorSet)> {
@@ -136,30 +155,30 @@ fn direct_sets() -> Vec<(&'static str, DoorSet)> {
 
 // ---------------------------------------------------------------- peer stores
 
-#[test]
-fn peer_store_runs_equal_tp1_co_resident() {
+fn peer_store_runs_equal_tp1_co_resident() -> Ran {
+    let mut not_run = NotRun::new();
     for tp in [2, 4, 8] {
         for (name, doors) in direct_sets() {
             let what = format!("TP{tp} co-resident {name}");
-            if check_direct_run(tp, doors, CO_RESIDENT, &what).is_none() {
-                return;
+            if check_direct_run(tp, doors, CO_RESIDENT, &what, &mut not_run)?.is_some() {
+                println!("ok {what}");
             }
-            println!("ok {what}");
         }
     }
+    not_run.finish()
 }
 
-#[test]
-fn peer_store_runs_equal_tp1_on_distinct_devices() {
-    let Some(n) = distinct_devices(2) else { return };
-    for tp in [2, 4, 8].into_iter().filter(|tp| *tp <= n) {
-        for (name, doors) in direct_sets() {
-            let what = format!("TP{tp} distinct devices {name}");
-            let Some((_, b)) = check_direct_run(tp, doors, DISTINCT, &what) else { return };
+/// TP`tp` with one rank per device (registered per device count).
+fn peer_store_runs_on_distinct_devices(tp: usize) -> Ran {
+    let mut not_run = NotRun::new();
+    for (name, doors) in direct_sets() {
+        let what = format!("TP{tp} distinct devices {name}");
+        if let Some((_, b)) = check_direct_run(tp, doors, DISTINCT, &what, &mut not_run)? {
             assert!(!b.co_resident(), "{what}: expected one device per rank, got {}", b.describe());
             println!("ok {what}");
         }
     }
+    not_run.finish()
 }
 
 // ---------------------------------------------------------------- bulk packed copies
@@ -209,9 +228,8 @@ fn counter_of(b: &CudaBackend) -> u64 {
     b.engagement().into_iter().find(|(n, _)| n == "bulk_p2p.packed_copies").map(|(_, v)| v).unwrap_or(0)
 }
 
-#[test]
-fn packed_copy_moves_exactly_the_blocks_and_leaves_the_gaps() {
-    let Some(mut b) = cuda_backend(2, CO_RESIDENT) else { return };
+fn packed_copy_moves_exactly_the_blocks_and_leaves_the_gaps() -> Ran {
+    let mut b = cuda_backend(2, CO_RESIDENT)?;
     for (len, blocks) in [(1, 2), (1000, 3), (16 << 10, 5), (1 << 18, 2), (777, 1)] {
         check_packed(&mut b, 1, 0, len, blocks, &format!("co-resident 1→0 len {len} × {blocks}"));
         check_packed(&mut b, 0, 0, len, blocks, &format!("same rank 0→0 len {len} × {blocks}"));
@@ -224,12 +242,17 @@ fn packed_copy_moves_exactly_the_blocks_and_leaves_the_gaps() {
     // A span past its buffer is refused before anything is queued.
     let p = Packed { blocks: 3, ..p };
     assert!(b.copy_packed(Transport::NativeP2p, 1, 0, p).unwrap_err().to_string().contains("exceeds"));
-    let Some(_) = distinct_devices(2) else { return };
-    let Some(mut b) = cuda_backend(2, DISTINCT) else { return };
+    Ok(())
+}
+
+/// The packed copies between two devices, both directions (registered as needing 2 devices).
+fn packed_copy_on_distinct_devices() -> Ran {
+    let mut b = cuda_backend(2, DISTINCT)?;
     for (len, blocks) in [(1, 2), (1000, 3), (16 << 10, 5), (1 << 18, 2)] {
         check_packed(&mut b, 1, 0, len, blocks, &format!("distinct devices 1→0 len {len} × {blocks}"));
         check_packed(&mut b, 0, 1, len, blocks, &format!("distinct devices 0→1 len {len} × {blocks}"));
     }
+    Ok(())
 }
 
 /// Packed copies one bulk run must make: per step, layer and rank, one per run of ≥ 2 consecutive
@@ -243,54 +266,57 @@ fn expected_packed(tp: usize, doors: &DoorSet) -> u64 {
     steps() * m.layers.len() as u64 * tp as u64 * runs
 }
 
-#[test]
-fn bulk_p2p_runs_equal_tp1_and_count_the_packed_copies_of_the_shapes() {
+/// BULK_P2P runs equal CUDA TP1 and make exactly the packed copies the shapes imply: co-resident
+/// at TP2/4/8 (`distinct: None`), or at TP`tp` with one rank per device (`Some(tp)`).
+fn bulk_p2p_runs(distinct: Option<usize>) -> Ran {
     let doors = DoorSet { bulk_p2p: true, ..DoorSet::default() };
-    let mut placements = vec![("co-resident", CO_RESIDENT, 8)];
-    if let Some(n) = cuda::probe_cuda().ok().map(|s| s.devices.len()).filter(|n| *n >= 2) {
-        placements.push(("distinct devices", DISTINCT, n));
-    }
-    for (where_, opts, max_tp) in placements {
-        for tp in [2, 4, 8].into_iter().filter(|tp| *tp <= max_tp) {
-            let what = format!("TP{tp} {where_} bulk_p2p");
-            let Some(base) = cuda_tp1() else { return };
-            let Some(mut b) = cuda_backend(tp, opts) else { return };
-            let r = program::run(tiny(), &config(tp, doors), &mut b).unwrap_or_else(|e| panic!("{what}: {e}"));
-            if let Some(d) = first_diff(base, &r) {
-                panic!("{what}: differs from CUDA TP1 at {d}");
-            }
-            let want = expected_packed(tp, &doors);
-            assert!(want > 0, "{what}: the shapes give nothing to pack; the test would prove nothing");
-            assert_eq!(counter(&r, "bulk_p2p.packed_copies"), want, "{what}: packed copies");
-            println!("ok {what}: {want} packed copies");
+    let (where_, opts, sizes) = placements(distinct);
+    for tp in sizes {
+        let what = format!("TP{tp} {where_} bulk_p2p");
+        let base = cuda_tp1()?;
+        let mut b = cuda_backend(tp, opts)?;
+        let r = program::run(tiny(), &config(tp, doors), &mut b).unwrap_or_else(|e| panic!("{what}: {e}"));
+        if let Some(d) = first_diff(base, &r) {
+            panic!("{what}: differs from CUDA TP1 at {d}");
         }
+        let want = expected_packed(tp, &doors);
+        assert!(want > 0, "{what}: the shapes give nothing to pack; the test would prove nothing");
+        assert_eq!(counter(&r, "bulk_p2p.packed_copies"), want, "{what}: packed copies");
+        println!("ok {what}: {want} packed copies");
+    }
+    Ok(())
+}
+
+/// Co-resident ranks at every TP size, or one rank per device at TP`tp`.
+fn placements(distinct: Option<usize>) -> (&'static str, CudaOptions, Vec<usize>) {
+    match distinct {
+        None => ("co-resident", CO_RESIDENT, vec![2, 4, 8]),
+        Some(tp) => ("distinct devices", DISTINCT, vec![tp]),
     }
 }
 
 // ---------------------------------------------------------------- doorbells
 
-#[test]
-fn fence_memops_runs_equal_tp1_and_ring_two_doorbells_per_peer_store() {
+/// FENCE_MEMOPS runs equal CUDA TP1 and ring two doorbells per peer store (placements as in
+/// [`bulk_p2p_runs`]).
+fn fence_memops_runs(distinct: Option<usize>) -> Ran {
     let doors = DoorSet { moe_direct: true, fence_memops: true, ..DoorSet::default() };
     let ep = DoorSet { step_ep: true, ..doors };
-    let mut placements = vec![("co-resident", CO_RESIDENT, 8)];
-    if let Some(n) = cuda::probe_cuda().ok().map(|s| s.devices.len()).filter(|n| *n >= 2) {
-        placements.push(("distinct devices", DISTINCT, n));
-    }
-    for (where_, opts, max_tp) in placements {
-        for tp in [2, 4, 8].into_iter().filter(|tp| *tp <= max_tp) {
-            for (name, set) in [("moe_direct+fence_memops", doors), ("step_ep+moe_direct+fence_memops", ep)] {
-                let what = format!("TP{tp} {where_} {name}");
-                let Some((r, b)) = check_direct_run(tp, set, opts, &what) else { return };
-                if let Some(why) = b.doorbell_fallback() {
-                    panic!("{what}: doorbells fell back to events: {why}");
-                }
-                let stores = counter(&r, "moe_direct.peer_stores");
-                let bells = counter(&r, "fence_memops.doorbells");
-                assert!(bells > 0, "{what}: no doorbell rung (the run would be VOID)");
-                assert_eq!(bells, 2 * stores, "{what}: doorbells vs peer stores ({stores})");
-                println!("ok {what}: {bells} doorbells");
+    let (where_, opts, sizes) = placements(distinct);
+    let mut not_run = NotRun::new();
+    for tp in sizes {
+        for (name, set) in [("moe_direct+fence_memops", doors), ("step_ep+moe_direct+fence_memops", ep)] {
+            let what = format!("TP{tp} {where_} {name}");
+            let Some((r, b)) = check_direct_run(tp, set, opts, &what, &mut not_run)? else { continue };
+            if let Some(why) = b.doorbell_fallback() {
+                panic!("{what}: doorbells fell back to events: {why}");
             }
+            let stores = counter(&r, "moe_direct.peer_stores");
+            let bells = counter(&r, "fence_memops.doorbells");
+            assert!(bells > 0, "{what}: no doorbell rung (the run would be VOID)");
+            assert_eq!(bells, 2 * stores, "{what}: doorbells vs peer stores ({stores})");
+            println!("ok {what}: {bells} doorbells");
         }
     }
+    not_run.finish()
 }

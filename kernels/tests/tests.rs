@@ -1,0 +1,9 @@
+//! The kernels crate's integration tests, one binary (STYLE.md): canonical math, the numeric
+//! formats, the GEMV reductions and the host twins, with the seeded generator in `util.rs`.
+
+mod util;
+
+mod canon;
+mod formats;
+mod gemv;
+mod twins;

@@ -1,0 +1,13 @@
+//! The runtime's host-side integration tests, one binary (STYLE.md): one module per area, the
+//! GRAPH test double in `support/segments.rs` (shared with the CUDA tests in `gpu/`, a second
+//! binary under its own harness because its tests must be able to report "ignored" at run time).
+
+#[path = "support/segments.rs"]
+mod segments;
+
+mod direct_joins;
+mod graph_program;
+mod model;
+mod reference;
+mod tp_invariance;
+mod tp_properties;

@@ -1,0 +1,3 @@
+//! The tools crate's integration tests, one binary (STYLE.md): the plots.
+
+mod plot;
