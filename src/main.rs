@@ -1,5 +1,7 @@
 //! The `memra-gates` binary: provenance stamped by build.rs, everything else in `memra-gating`.
 
+#![forbid(unsafe_code)]
+
 fn main() -> std::process::ExitCode {
     memra_gating::cli::main(memra_gating::cli::Provenance {
         git_rev: env!("MG_BUILD_GIT_REV"),

@@ -2,5 +2,7 @@
 //! `tests/cli/`, shared helpers in `tests/util.rs`. They drive the real release binary on the host
 //! backend and assert on exit statuses, messages and the files it writes.
 
+#![forbid(unsafe_code)]
+
 mod cli;
 mod util;

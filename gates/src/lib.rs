@@ -2,6 +2,9 @@
 //!
 //! The gates consume records (`memra_runtime::record`), never runtime internals, so another
 //! subject (an external engine's tape, DESIGN.md §10) can be gated the same way.
+
+#![forbid(unsafe_code)]
+
 /// `println!` that never panics: a closed stdout (`memra-gates diff a b | head -1`) ends the
 /// output quietly instead of aborting with a broken-pipe panic.
 #[macro_export]

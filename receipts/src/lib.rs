@@ -12,6 +12,8 @@
 //! The published JSON Schema documents are [`RECEIPT_SCHEMA_V1`] and [`SUMMARY_SCHEMA_V1`]
 //! (`receipts/schema/*.schema.json`).
 
+#![forbid(unsafe_code)]
+
 pub mod diff;
 pub mod error;
 pub mod export;
