@@ -133,6 +133,31 @@ where
     Ok(request)
 }
 
+/// The process environment as (name, value) pairs for [`parse_env`]: the one read of the
+/// environment by this tool. Names and values that are not UTF-8 are converted lossily (U+FFFD),
+/// so a `MEMRA_*` variable holding one is refused with its value quoted, and no other variable
+/// can make the tool panic (as `std::env::vars` would).
+pub fn process_vars() -> impl Iterator<Item = (String, String)> {
+    std::env::vars_os().map(|(name, value)| (name.to_string_lossy().into_owned(), value.to_string_lossy().into_owned()))
+}
+
+/// NCCL's variable that switches NVLink multicast (NVLS).
+pub const NCCL_NVLS_ENABLE: &str = "NCCL_NVLS_ENABLE";
+
+/// Keep NCCL's NVLink multicast off for this process unless the user decided otherwise: sets
+/// `NCCL_NVLS_ENABLE=0` when it is unset. On shared machines a program that uses NVLink multicast
+/// can put every GPU of the host out of service for a long time, and this tool never needs it.
+///
+/// The binary calls this first thing in `main`, while the process has one thread: a write to the
+/// environment races with any other thread reading it (C's `getenv`, which NCCL uses, takes no
+/// lock), so this is the only write, and the runtime only checks that the variable is set before
+/// it loads NCCL (`memra_runtime::backend::cuda`, module `nccl`).
+pub fn keep_nccl_multicast_off() {
+    if std::env::var_os(NCCL_NVLS_ENABLE).is_none() {
+        std::env::set_var(NCCL_NVLS_ENABLE, "0");
+    }
+}
+
 /// Parse the values of repeated `--door NAME[=0|1]` flags. NAME is a door's environment name
 /// (`MEMRA_OPROJ_DIRECT`) or its id (`oproj_direct`, any case); a bare NAME means `NAME=1`.
 pub fn parse_door_flags(flags: &[String], registry: &Registry) -> Result<DoorRequest, RegistryError> {

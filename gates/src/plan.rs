@@ -25,7 +25,7 @@ pub fn load_registry(path: &Option<std::path::PathBuf>) -> Result<Registry, Gate
 /// Door requests from the process environment, then `--door` flags on top; explicit conflicts
 /// are refused with the rule quoted.
 pub fn door_request(registry: &Registry, flags: &[String]) -> Result<DoorRequest, GateError> {
-    let mut req = parse_env(std::env::vars(), registry).map_err(|e| input(e.to_string()))?;
+    let mut req = parse_env(crate::env::process_vars(), registry).map_err(|e| input(e.to_string()))?;
     req.overlay(parse_door_flags(flags, registry).map_err(|e| input(e.to_string()))?);
     check_explicit(&req, registry).map_err(|e| input(e.to_string()))?;
     Ok(req)
