@@ -1,8 +1,10 @@
-//! Integration tests of the `memra-gates` binary: one test binary (STYLE.md), the modules under
-//! `tests/cli/`, shared helpers in `tests/util.rs`. They drive the real release binary on the host
-//! backend and assert on exit statuses, messages and the files it writes.
+//! Integration tests of the `memra-gates` binary, one test binary: the modules under `tests/cli/`
+//! drive the real release binary on the host backend and assert on exit statuses, messages and
+//! the files it writes (shared helpers in `tests/util.rs`); `tests/tidy.rs` checks the
+//! repository's invariants on its source text.
 
 #![forbid(unsafe_code)]
 
 mod cli;
+mod tidy;
 mod util;

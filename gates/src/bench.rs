@@ -1,4 +1,4 @@
-//! `memra-gates bench`: is the canonical program fast enough to be worth gating (DESIGN.md §8)?
+//! `memra-gates bench`: is the canonical program fast enough to be worth gating (docs/DESIGN.md §8)?
 //!
 //! One TP1 decode run on a device, timed per layer × seam with device events, compared with the
 //! memory floor (bytes a decode step must read ÷ the device-to-device bandwidth measured in the

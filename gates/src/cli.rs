@@ -1,4 +1,4 @@
-//! The command line, in two layers (STYLE.md): clap structs here only parse; `plan` turns them
+//! The command line, in two layers: clap structs here only parse; `plan` turns them
 //! into a checked plan before any device work starts, so a bad request fails in milliseconds.
 //!
 //! Exit status: 0 every gate passed, 1 a gate failed (FAIL, VOID or ERROR), 2 the harness could
@@ -269,7 +269,7 @@ pub struct PromoteArgs {
     /// Nights every door must have passed.
     #[arg(long, default_value_t = 7)]
     pub nights: usize,
-    /// full (every legal combination containing the door, DESIGN §7) or ran (every receipt that
+    /// full (every legal combination containing the door, docs/DESIGN.md §7) or ran (every receipt that
     /// contains the door passed).
     #[arg(long, default_value = "full")]
     pub coverage: String,

@@ -1,5 +1,5 @@
 //! The edge where doors enter: environment variables and `--door` flags become an explicit
-//! [`DoorRequest`], strictly, before any work starts (DESIGN.md §4.1, §9). The engine this tool
+//! [`DoorRequest`], strictly, before any work starts (docs/DESIGN.md §4.1, §9). The engine this tool
 //! gates once read doors as "exactly `1` or silently off", so a typo or a `yes` ran the default
 //! path and passed; here every `MEMRA_*` name must be declared in the registry and every value
 //! must be one the registry's rules accept, or the request fails with the value and the rule.

@@ -1,7 +1,7 @@
 //! Doors, matrices, oracles, gates, verdicts, promotion and the command line.
 //!
 //! The gates consume records (`memra_runtime::record`), never runtime internals, so another
-//! subject (an external engine's tape, DESIGN.md §10) can be gated the same way.
+//! subject (an external engine's tape, docs/DESIGN.md §10) can be gated the same way.
 
 #![forbid(unsafe_code)]
 

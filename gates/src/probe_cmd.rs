@@ -1,6 +1,6 @@
 //! `memra-gates probe`: what the machine's transports can be trusted with, and what they cost.
 //!
-//! Lists the devices and placement, runs the byte-integrity probe of DESIGN.md §3.5 over every
+//! Lists the devices and placement, runs the byte-integrity probe of docs/DESIGN.md §3.5 over every
 //! ordered rank pair for each transport, and times rank-0 → rank-1 copies at the seam payload
 //! sizes of the presets (wall clock over back-to-back copies between two synchronisations, so
 //! launch and ordering overhead are included, as they are in a decode step).

@@ -1,4 +1,4 @@
-//! Promotion (DESIGN.md §7): turning a door on by default is a claim about every configuration it
+//! Promotion (docs/DESIGN.md §7): turning a door on by default is a claim about every configuration it
 //! can appear in, so it is decided from nightly receipts alone — never from a person's memory of
 //! "it has been green for a while". This module reads a nightly history (one receipt directory per
 //! night), applies the policy below to every door of the registry, and writes the evidence: a
@@ -15,7 +15,7 @@
 //!
 //! A door is **promotable** when the window holds N nights and in each of them:
 //!
-//! - **(a) coverage.** With [`Coverage::Full`] (the default, DESIGN §7's "every legal combination
+//! - **(a) coverage.** With [`Coverage::Full`] (the default, docs/DESIGN.md §7's "every legal combination
 //!   containing it"): the expected set is `matrix::enumerate(registry, MatrixKind::All, …)` over
 //!   every TP size and transport, on the backends present in that night's receipts, restricted to
 //!   configurations whose door set contains the door. Every expected configuration has at least
@@ -61,7 +61,7 @@ use tabled::settings::Style;
 use crate::matrix::{self, Configuration, MatrixKind};
 use crate::registry::{BackendKind, Door, DoorClass, Registry, TP_SIZES};
 
-/// How many of the latest nights a door must hold in (DESIGN.md §7).
+/// How many of the latest nights a door must hold in (docs/DESIGN.md §7).
 pub const DEFAULT_NIGHTS: usize = 7;
 
 /// Errors of loading a nightly history and applying a promotion. Each message names the
@@ -97,7 +97,7 @@ pub enum PromoteError {
 /// Which configurations a night must hold for a door (requirement (a) of the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Coverage {
-    /// DESIGN §7: every legal combination containing the door, on every TP size and transport it
+    /// docs/DESIGN.md §7: every legal combination containing the door, on every TP size and transport it
     /// allows, on the backends the night ran, has a receipt, and each one passed.
     #[default]
     Full,
@@ -122,7 +122,7 @@ impl Coverage {
             _ => Err(PromoteError::Policy {
                 thing: "--coverage".to_string(),
                 value: s.to_string(),
-                rule: "use full (every legal combination containing the door, DESIGN §7) or ran (every receipt that contains it)".to_string(),
+                rule: "use full (every legal combination containing the door, docs/DESIGN.md §7) or ran (every receipt that contains it)".to_string(),
             }),
         }
     }
@@ -431,7 +431,7 @@ fn one_line(s: &str) -> String {
 
 // ---- the decision ------------------------------------------------------------------------------
 
-/// [`promote_with`] under DESIGN §7's full coverage.
+/// [`promote_with`] under docs/DESIGN.md §7's full coverage.
 pub fn promote(registry: &Registry, nights: &[Night], n_last: usize) -> PromotionReport {
     promote_with(registry, nights, Policy { n_last, coverage: Coverage::Full })
 }

@@ -1,6 +1,6 @@
 //! The door registry: one data file (`gates/doors.toml`) says everything about every door, so
 //! the enumerator, the edge parsers, the gates and the promotion report all read the same facts
-//! and nothing about a door lives only in a comment (DESIGN.md §4.1). This module defines,
+//! and nothing about a door lives only in a comment (docs/DESIGN.md §4.1). This module defines,
 //! versions and validates that format, and maps door ids onto the runtime's explicit
 //! [`DoorSet`].
 //!
@@ -21,7 +21,7 @@
 //! changes = "the o_join fold is deferred into the ffn_norm kernel (same operands, same order)"
 //! gate = "identity"                 # identity | argmax_tape+class_identity+error_budget | argmax_tape+error_budget
 //! engagement = "oproj_tail.fused_joins"   # record counter `<id>.<what>` proving the mechanism ran
-//! seams = ["o_join", "ffn_norm"]    # seams the mechanism touches (DESIGN.md §3.2 names)
+//! seams = ["o_join", "ffn_norm"]    # seams the mechanism touches (docs/DESIGN.md §3.2 names)
 //! tp = { allowed = [2, 4, 8], why = "inherits oproj_direct's TP sizes" }
 //! transports = { allowed = ["native-p2p"], why = "the deferred partials are peer stores" }
 //! backends = ["host", "cuda"]       # where the mechanism exists
@@ -53,7 +53,7 @@
 //! - the class decides the gate: identity classes and CANARY take `identity`; NUMERIC-CLASS takes
 //!   `argmax_tape+class_identity+error_budget`, or `argmax_tape+error_budget` with a `gate_why`.
 //!   A gate with class identity needs TP1 and host-bounce allowed (its class baseline is the
-//!   door's own TP1 host-bounce run, DESIGN.md §4.2).
+//!   door's own TP1 host-bounce run, docs/DESIGN.md §4.2).
 //! - `error_budget` is present exactly on NUMERIC-CLASS doors; its numbers are finite and > 0.
 //!   `max_rel_error` bounds `max_i |got_i − oracle_i| / max_i |oracle_i|` over one seam tensor
 //!   (`per_seam` overrides it for named seams); `near_tie_margin` is in logit units: a step
@@ -74,7 +74,7 @@ pub const SCHEMA_VERSION: i64 = 1;
 /// The built-in registry (`gates/doors.toml`), embedded at build time.
 pub const BUILTIN_REGISTRY: &str = include_str!("../doors.toml");
 
-/// TP sizes the runtime accepts (DESIGN.md §3.4).
+/// TP sizes the runtime accepts (docs/DESIGN.md §3.4).
 pub const TP_SIZES: [usize; 4] = [1, 2, 4, 8];
 
 /// Errors of the registry, the environment / flag edge and the matrix enumerator. Each message
@@ -138,7 +138,7 @@ impl RegistryError {
     }
 }
 
-/// What a door claims about the numbers (DESIGN.md §4.2).
+/// What a door claims about the numbers (docs/DESIGN.md §4.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
 pub enum DoorClass {
     #[serde(rename = "BIT-IDENTICAL")]
@@ -611,7 +611,7 @@ impl Registry {
                 match Seam::parse(s) {
                     Some(seam) if !seams.contains(&seam) => seams.push(seam),
                     Some(_) => ck.fail(at("seams"), format!("{s:?}"), "a seam is listed once"),
-                    None => ck.fail(at("seams"), format!("{s:?}"), "not a seam name of DESIGN.md §3.2"),
+                    None => ck.fail(at("seams"), format!("{s:?}"), "not a seam name of docs/DESIGN.md §3.2"),
                 }
             }
             if seams.is_empty() {
@@ -1071,7 +1071,7 @@ fn check_budget(ck: &mut Checker, at: &str, b: &RawBudget) -> ErrorBudget {
             Some(s) => {
                 per_seam.insert(s, v);
             }
-            None => ck.fail(format!("{at}.per_seam"), format!("{name:?}"), "not a seam name of DESIGN.md §3.2"),
+            None => ck.fail(format!("{at}.per_seam"), format!("{name:?}"), "not a seam name of docs/DESIGN.md §3.2"),
         }
     }
     ck.text(format!("{at}.why"), &b.why);

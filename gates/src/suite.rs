@@ -1,5 +1,5 @@
 //! Running jobs through the gates: oracles, baselines, determinism re-runs, localisation, and
-//! one receipt per job (DESIGN.md §4.2, §5).
+//! one receipt per job (docs/DESIGN.md §4.2, §5).
 //!
 //! A job is one configuration of the matrix (door set × TP × transport × backend), already
 //! resolved against the registry by the caller, so this module knows nothing of doors.toml.
@@ -103,7 +103,7 @@ pub struct Suite<'a> {
 /// Probe results per (backend, TP size).
 type ProbeCache = HashMap<(BackendKind, usize), Result<Vec<ProbeResult>, String>>;
 
-/// Probe sizes: DESIGN.md §3.5's ladder on devices; on the host backend the 64 MiB rung is left
+/// Probe sizes: docs/DESIGN.md §3.5's ladder on devices; on the host backend the 64 MiB rung is left
 /// out (arena-to-arena copies are plain memcpy, and 56 ordered pairs × 64 MiB would dominate a
 /// CI run) — the receipt lists exactly the sizes probed.
 fn probe_sizes(backend: BackendKind) -> &'static [usize] {

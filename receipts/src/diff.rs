@@ -1,4 +1,4 @@
-//! Comparing two receipt sets (`memra-gates diff OLD NEW`, DESIGN §5): what a reviewer needs to see
+//! Comparing two receipt sets (`memra-gates diff OLD NEW`, docs/DESIGN.md §5): what a reviewer needs to see
 //! about a pull request — verdicts that got worse, numerics that moved, runs that appeared or
 //! vanished, and latencies that moved by more than the noise — short enough for a PR comment.
 //!

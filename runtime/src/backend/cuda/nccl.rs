@@ -1,4 +1,4 @@
-//! NCCL on the CUDA backend (DESIGN.md §3.5): the `nccl` transport, whose NCCL only moves bytes,
+//! NCCL on the CUDA backend (docs/DESIGN.md §3.5): the `nccl` transport, whose NCCL only moves bytes,
 //! and the one place NCCL does arithmetic, the NUMERIC-CLASS door MEMRA_NCCL_ALLREDUCE.
 //!
 //! A cross-rank copy over `nccl` is one group of ncclSend (on the source rank's stream) and
