@@ -3,8 +3,9 @@
 #
 # Usage (from the repository root, on the machine with the GPU):
 #   scripts/gpu/check.sh [DIR]
-# DIR holds the test executables `cuda_kernels-<hash>` and `cuda_direct-<hash>` built elsewhere with
-#   cargo test --release --no-run -p memra-runtime --test cuda_kernels --test cuda_direct
+# DIR holds the test executables `cuda_kernels-<hash>`, `cuda_direct-<hash>` and `cuda_graph-<hash>`
+# built elsewhere with
+#   cargo test --release --no-run -p memra-runtime --test cuda_kernels --test cuda_direct --test cuda_graph
 # (default: target/release/deps). No Rust toolchain is needed here.
 #
 # What it does:
@@ -12,8 +13,9 @@
 #    their folders on LD_LIBRARY_PATH;
 # 2. runs every test of runtime/tests/cuda_kernels.rs with MEMRA_REQUIRE_GPU=1, so a skipped GPU
 #    test is a failure (kernel-vs-twin bit equality, device-host gate, TP invariance, canary), then
-#    every test of runtime/tests/cuda_direct.rs (peer stores, packed copies, doorbells) when its
-#    executable is there (a missing one is reported and fails the check);
+#    every test of runtime/tests/cuda_direct.rs (peer stores, packed copies, doorbells) and of
+#    runtime/tests/cuda_graph.rs (GRAPH capture and replay) when its executable is there (a missing
+#    one is reported and fails the check);
 # 3. runs the NVRTC check and the GEMV bandwidth report with their output shown;
 # 4. prints one line per test and exits non-zero when any test failed.
 # Logs (and the compiled CUBIN/PTX) go to $OUT when set (the device tool's output folder), else
@@ -82,18 +84,20 @@ echo "== all CUDA tests (MEMRA_REQUIRE_GPU=1)"
 start=$(date +%s)
 "$bin" --test-threads=2 > "$out/cuda_kernels.log" 2>&1
 rc=$?
-direct=""
-for f in $(ls -t "$dir"/cuda_direct-* 2>/dev/null); do
-    case "$f" in *.d) continue ;; esac
-    if [ -x "$f" ]; then direct="$f"; break; fi
+for name in cuda_direct cuda_graph; do
+    exe=""
+    for f in $(ls -t "$dir"/$name-* 2>/dev/null); do
+        case "$f" in *.d) continue ;; esac
+        if [ -x "$f" ]; then exe="$f"; break; fi
+    done
+    if [ -n "$exe" ]; then
+        echo "$name test binary: $exe"
+        "$exe" --test-threads=1 >> "$out/cuda_kernels.log" 2>&1 || rc=1
+    else
+        echo "no $name test executable in $dir (cargo test --release --no-run -p memra-runtime --test $name)"
+        rc=1
+    fi
 done
-if [ -n "$direct" ]; then
-    echo "direct-join test binary: $direct"
-    "$direct" --test-threads=1 >> "$out/cuda_kernels.log" 2>&1 || rc=1
-else
-    echo "no cuda_direct test executable in $dir (cargo test --release --no-run -p memra-runtime --test cuda_direct)"
-    rc=1
-fi
 secs=$(( $(date +%s) - start ))
 
 echo "== GEMV bandwidth (informational)"
