@@ -1,4 +1,4 @@
-// The seam digest (docs/DESIGN.md §5, twin `twins/digest.rs`): the wrapping u64 sum over elements of
+// The seam digest (DESIGN.md §5, twin `twins/digest.rs`): the wrapping u64 sum over elements of
 // splitmix64((global index << 32) | bits). Wrapping addition is associative and commutative, so
 // per-thread sums, a block tree and one atomicAdd per block into the ticket's slot give the
 // host's value whatever the order — the digest is deterministic by construction.

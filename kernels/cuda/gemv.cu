@@ -1,4 +1,4 @@
-// Block GEMV on the canonical grid (docs/DESIGN.md §3.4): the device twin of `twins/gemv.rs`.
+// Block GEMV on the canonical grid (DESIGN.md §3.4): the device twin of `twins/gemv.rs`.
 //
 // Why it looks like this: the K-block partials and the lane order of dot32 are fixed by the
 // contract, so the only freedom left is which warp computes which (row, K-block) and how the

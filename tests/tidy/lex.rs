@@ -49,18 +49,6 @@ pub fn mask(src: &str, lang: Lang) -> Masked {
     let mut comments = vec![String::new()];
     let n = s.len();
     let mut i = 0;
-    // Emit `c` as masked (a space, or the newline itself) and, for comments, keep its text.
-    let blank = |c: char, code: &mut String, comments: &mut Vec<String>, keep: bool| {
-        if c == '\n' {
-            code.push('\n');
-            comments.push(String::new());
-        } else {
-            code.push_str(&" ".repeat(c.len_utf8()));
-            if keep {
-                comments.last_mut().expect("one entry per line").push(c);
-            }
-        }
-    };
     while i < n {
         let c = s[i];
         let next = s.get(i + 1).copied();
@@ -118,7 +106,7 @@ pub fn mask(src: &str, lang: Lang) -> Masked {
                 i += 1;
             }
         } else if c == '"' {
-            i = skip_quoted(&s, i, '"', &mut code, &mut comments, &blank);
+            i = skip_quoted(&s, i, '"', &mut code, &mut comments);
         } else if c == '\'' {
             let char_literal = match lang {
                 Lang::C => true,
@@ -126,7 +114,7 @@ pub fn mask(src: &str, lang: Lang) -> Masked {
                 Lang::Rust => next == Some('\\') || s.get(i + 2) == Some(&'\''),
             };
             if char_literal {
-                i = skip_quoted(&s, i, '\'', &mut code, &mut comments, &blank);
+                i = skip_quoted(&s, i, '\'', &mut code, &mut comments);
             } else {
                 code.push(c);
                 i += 1;
@@ -160,16 +148,23 @@ fn raw_string_start(s: &[char], i: usize) -> bool {
     s.get(j) == Some(&'"')
 }
 
+/// Emit `c` masked: a space per byte (or the newline itself, which starts the next line's comment
+/// entry); a comment's own characters are also kept in `comments` when `keep`.
+fn blank(c: char, code: &mut String, comments: &mut Vec<String>, keep: bool) {
+    if c == '\n' {
+        code.push('\n');
+        comments.push(String::new());
+    } else {
+        code.push_str(&" ".repeat(c.len_utf8()));
+        if keep {
+            comments.last_mut().expect("one entry per line").push(c);
+        }
+    }
+}
+
 /// Blank a literal from its opening `quote` at `i` to the matching unescaped close; returns the
 /// index after it (or the end of the source for an unclosed literal).
-fn skip_quoted(
-    s: &[char],
-    mut i: usize,
-    quote: char,
-    code: &mut String,
-    comments: &mut Vec<String>,
-    blank: &dyn Fn(char, &mut String, &mut Vec<String>, bool),
-) -> usize {
+fn skip_quoted(s: &[char], mut i: usize, quote: char, code: &mut String, comments: &mut Vec<String>) -> usize {
     blank(quote, code, comments, false);
     i += 1;
     while i < s.len() {
