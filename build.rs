@@ -6,6 +6,8 @@
 //! into the environment of the program it starts (`cargo run`, `cargo test`), where the strict
 //! `MEMRA_*` parser (every such name is a door or a setting) would refuse them.
 
+#![forbid(unsafe_code)]
+
 use std::process::Command;
 
 fn main() {

@@ -15,6 +15,8 @@ const PROVENANCE: Provenance = Provenance {
 /// 0 every gate passed, 1 a gate failed, 2 the harness could not run (the error chain is printed
 /// once).
 fn main() -> ExitCode {
+    // First, while the process has one thread: the only write to its environment (NCCL reads it).
+    memra_gating::env::keep_nccl_multicast_off();
     let cli = match args::parse(PROVENANCE) {
         Ok(c) => c,
         Err(e) => {

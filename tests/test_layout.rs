@@ -1,4 +1,4 @@
-//! The workspace's one test layout, checked (STYLE.md: integration tests in one binary,
+//! The workspace's one test layout, checked (ARCHITECTURE.md: integration tests in one binary,
 //! `tests/tests.rs` + modules + `util.rs`; the CUDA tests in `runtime/tests/gpu/`).
 //!
 //! Every manifest sets `autotests = false` and names its test binaries, so cargo no longer builds

@@ -350,7 +350,7 @@ pub struct PromoteArgs {
     /// Nights every door must have passed.
     #[arg(long, default_value_t = 7)]
     pub nights: usize,
-    /// full (every legal combination containing the door, DESIGN §7) or ran (every receipt that
+    /// full (every legal combination containing the door, docs/DESIGN.md §7) or ran (every receipt that
     /// contains the door passed).
     #[arg(long, default_value = "full")]
     pub coverage: String,

@@ -1,5 +1,5 @@
 //! The edge where doors enter: environment variables and `--door` flags become an explicit
-//! [`DoorRequest`], strictly, before any work starts (DESIGN.md §4.1, §9). The engine this tool
+//! [`DoorRequest`], strictly, before any work starts (docs/DESIGN.md §4.1, §9). The engine this tool
 //! gates once read doors as "exactly `1` or silently off", so a typo or a `yes` ran the default
 //! path and passed; here every `MEMRA_*` name must be declared in the registry and every value
 //! must be one the registry's rules accept, or the request fails with the value and the rule.
@@ -140,6 +140,23 @@ where
     }
     RegistryError::collect(errors)?;
     Ok(request)
+}
+
+/// NCCL's variable that switches NVLink multicast (NVLS).
+pub const NCCL_NVLS_ENABLE: &str = "NCCL_NVLS_ENABLE";
+
+/// Keep NCCL's NVLink multicast off for this process unless the user decided otherwise: sets
+/// `NCCL_NVLS_ENABLE=0` when it is unset. On shared machines a program that uses NVLink multicast
+/// can put every GPU of the host out of service for a long time, and this tool never needs it.
+///
+/// The binary calls this first thing in `main`, while the process has one thread: a write to the
+/// environment races with any other thread reading it (C's `getenv`, which NCCL uses, takes no
+/// lock), so this is the only write, and the runtime only checks that the variable is set before
+/// it loads NCCL (`memra_runtime::backend::cuda`, module `nccl`).
+pub fn keep_nccl_multicast_off() {
+    if std::env::var_os(NCCL_NVLS_ENABLE).is_none() {
+        std::env::set_var(NCCL_NVLS_ENABLE, "0");
+    }
 }
 
 /// Parse the values of repeated `--door NAME[=0|1]` flags. NAME is a door's environment name

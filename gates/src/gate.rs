@@ -1,7 +1,7 @@
 //! The gates of docs/DESIGN.md §4.2, as pure functions over records.
 //!
 //! Gates see only [`Record`]s — digests, captures, tokens, engagement counters — never runtime
-//! internals, so a tape written by an external engine can be gated the same way (§10).
+//! internals, so a tape written by an external engine can be gated the same way (docs/DESIGN.md §10).
 
 use memra_kernels::grid::ulp_distance;
 use memra_runtime::record::{Capture, CaptureKey, Record, Seam};

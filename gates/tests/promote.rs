@@ -1,4 +1,4 @@
-//! Promotion policy (DESIGN.md §7) over synthetic nightly histories: receipt directories written
+//! Promotion policy (docs/DESIGN.md §7) over synthetic nightly histories: receipt directories written
 //! with the real writer (`memra_receipts::store::write_receipt`, which validates every receipt),
 //! one per night, for a tiny registry whose `--matrix all` has 16 legal configurations per night.
 //! Each test plants one defect in an otherwise clean history and checks that exactly the doors it

@@ -1,4 +1,4 @@
-//! Door registry, strict edge parsing and matrix enumeration (DESIGN.md §4.1, §4.3, §9).
+//! Door registry, strict edge parsing and matrix enumeration (docs/DESIGN.md §4.1, §4.3, §9).
 //!
 //! Independent checks: the constraint checker below is written from the registry's data fields,
 //! not with `matrix::classify`, so the enumerator is compared against a second implementation.
@@ -47,7 +47,7 @@ const ALL_BACKENDS: [BackendKind; 2] = [BackendKind::Host, BackendKind::Cuda];
 #[test]
 fn builtin_registry_loads() {
     let r = reg();
-    assert_eq!(r.doors().len(), 19, "15 doors of DESIGN §4.3 + 4 canaries");
+    assert_eq!(r.doors().len(), 19, "15 doors of docs/DESIGN.md §4.3 + 4 canaries");
     assert!(r.setting("MEMRA_REQUIRE_GPU").is_some());
     assert!(r.setting("MEMRA_CANARY_FLIP_AT").is_some());
 }
@@ -81,7 +81,7 @@ fn every_design_door_is_present_with_its_class() {
         assert_eq!(d.error_budget.is_some(), class == Numeric, "{env} error budget");
     }
     let non_canary = r.doors().iter().filter(|d| !d.is_canary()).count();
-    assert_eq!(non_canary, expected.len(), "no door beyond DESIGN §4.3");
+    assert_eq!(non_canary, expected.len(), "no door beyond docs/DESIGN.md §4.3");
     for env in [
         "MEMRA_CANARY_FLIP_BIT",
         "MEMRA_CANARY_REVERSE_KBLOCKS",

@@ -50,7 +50,7 @@ mod tests {
 
     #[test]
     fn tp_sizes_are_the_divisors_of_the_grid() {
-        let divisors: Vec<usize> = (1..=GRID_BLOCKS).filter(|d| GRID_BLOCKS % d == 0).collect();
+        let divisors: Vec<usize> = (1..=GRID_BLOCKS).filter(|d| GRID_BLOCKS.is_multiple_of(*d)).collect();
         assert_eq!(divisors, TP_SIZES);
     }
 }

@@ -6,6 +6,8 @@
 //! backend launches the `.cu` kernels and a test compares both bit for bit. This crate has no
 //! `unsafe`, no I/O and no dependency on the rest of the workspace.
 
+#![forbid(unsafe_code)]
+
 pub mod canon;
 pub mod error;
 pub mod formats;

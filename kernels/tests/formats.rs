@@ -1,4 +1,4 @@
-//! Property and exhaustive tests of the bit-exact weight formats (DESIGN.md §3.3) against references
+//! Property and exhaustive tests of the bit-exact weight formats (docs/DESIGN.md §3.3) against references
 //! that share no code with the codecs: the `float8` and `half` crates, hand-written value tables, and
 //! brute-force "nearest representable value" searches written here.
 

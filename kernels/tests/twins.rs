@@ -1,6 +1,6 @@
 //! Tests of the host twins in `twins/{norm,attention,moe,digest}.rs`.
 //!
-//! Two kinds of evidence, as DESIGN.md §3.4 asks:
+//! Two kinds of evidence, as docs/DESIGN.md §3.4 asks:
 //! - **value**: every twin against an independent f64 reference written plainly here (no
 //!   canonical order), within a stated two-sided bound `|got − ref| ≤ atol + rtol·|ref|` where
 //!   NaN never passes;

@@ -1,4 +1,4 @@
-//! Integration tests of memra-receipts, one binary (STYLE: tests/tests.rs + util.rs).
+//! Integration tests of memra-receipts, one binary (tests/tests.rs with util.rs and one module per area).
 
 mod util;
 

@@ -3,7 +3,7 @@
 
 use crate::error::RuntimeError;
 
-/// How bytes move between ranks (DESIGN.md §3.5). A transport never does arithmetic.
+/// How bytes move between ranks (docs/DESIGN.md §3.5). A transport never does arithmetic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Transport {
     /// rank → (pinned) host staging → destination: the exactness reference.
@@ -101,7 +101,7 @@ impl Battery {
 }
 
 /// Storage of the routed experts: the model's E4M3 banks, or NVFP4 banks re-quantized from them
-/// at load (DESIGN.md §3.3; the NVFP4_EP2 door runs on NVFP4 banks, and its oracle is the
+/// at load (docs/DESIGN.md §3.3; the NVFP4_EP2 door runs on NVFP4 banks, and its oracle is the
 /// canonical program on the same banks).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum ExpertFormat {

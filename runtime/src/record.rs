@@ -1,10 +1,10 @@
-//! The record a subject produces and the gates consume (DESIGN.md §10): layer × seam × step
+//! The record a subject produces and the gates consume (docs/DESIGN.md §10): layer × seam × step
 //! digests, optional full tensors, token tapes, engaged doors and timings. Nothing in it refers
 //! to runtime internals, so an external engine's tape can be turned into the same record.
 
 use std::collections::BTreeMap;
 
-/// A named point of the decode step where every rank's result is defined (DESIGN.md §3.2).
+/// A named point of the decode step where every rank's result is defined (docs/DESIGN.md §3.2).
 /// `FinalNorm` and `Logits` exist only on the pseudo-layer `n_layers` (after the last layer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Seam {

@@ -1,4 +1,4 @@
-//! The correctness anchor (DESIGN.md §3.4, last paragraph): a plain f64 reference of the decode
+//! The correctness anchor (docs/DESIGN.md §3.4, last paragraph): a plain f64 reference of the decode
 //! step, and its comparison with the canonical program at every seam and on the token tape.
 //!
 //! Bit-identity across TP sizes proves that every TP size computes the *same* thing; it says
@@ -19,7 +19,7 @@
 //! - `attn`: per query head h (kv head `h / (q_heads / kv_heads)`), softmax over positions
 //!   `0..=pos` of `q·k_t / sqrt(128)`, `Σ_t p_t v_t`, times `sigmoid(gate_h)`.
 //! - `o_proj`: the partials of the output projection over its G canonical K-blocks, `[G][hidden]`
-//!   (G by the rule of DESIGN.md §3.4, restated here from the spec); `o_join`: their sum.
+//!   (G by the rule of docs/DESIGN.md §3.4, restated here from the spec); `o_join`: their sum.
 //! - `ffn_norm`: `[h | normed]` with `h = x + o_join`.
 //! - `router`: `score_e = sigmoid(router_e · normed)`, the top-k of `score_e + bias_e` (descending,
 //!   ties → lower id), weights = the selected scores, divided by their sum if `route_norm`, times
@@ -416,7 +416,7 @@ fn slot_gap(keys: &[f64], a: &[u32], b: &[u32]) -> f64 {
     gap / scale
 }
 
-/// The canonical K-block count G of DESIGN.md §3.4, restated from the spec: BF16 → 8 (the width
+/// The canonical K-block count G of docs/DESIGN.md §3.4, restated from the spec: BF16 → 8 (the width
 /// must divide by 8); E4M3 → the largest of 8, 4, 2, 1 that divides the number of 128-column
 /// scale blocks.
 fn kblocks(m: &Matrix) -> Result<usize> {
@@ -426,7 +426,7 @@ fn kblocks(m: &Matrix) -> Result<usize> {
             Ok([8, 4, 2, 1].into_iter().find(|g| (in_features / 128) % g == 0).unwrap_or(1))
         }
         other => Err(RuntimeError::Config(format!(
-            "a {:?} matrix of in_features {} has no canonical K-block count (DESIGN.md §3.4)",
+            "a {:?} matrix of in_features {} has no canonical K-block count (docs/DESIGN.md §3.4)",
             other.format(),
             other.in_features()
         ))),

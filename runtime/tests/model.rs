@@ -179,7 +179,7 @@ fn preset_step_needs_a_layer_count() {
     let got = (c.hidden, c.layers, c.q_heads, c.kv_heads, c.experts, c.top_k, c.expert_width, c.shared_width);
     assert_eq!(got, (4096, 3, 32, 8, 288, 8, 1280, 1280));
     assert_eq!((c.vocab, c.max_positions), (32768, 256));
-    // 1280 = 10 scale blocks: G = 2 for the down projection (DESIGN.md §3.4).
+    // 1280 = 10 scale blocks: G = 2 for the down projection (docs/DESIGN.md §3.4).
     assert_eq!(canonical_kblocks(WeightFormat::E4m3, c.expert_width).unwrap(), 2);
 }
 

@@ -1,4 +1,4 @@
-//! The canonical program against the plain f64 reference (DESIGN.md §3.4, last paragraph): every
+//! The canonical program against the plain f64 reference (docs/DESIGN.md §3.4, last paragraph): every
 //! seam within `REFERENCE_REL_BOUND`, the token tape equal outside near-ties, the same verdict
 //! at TP2, and negative controls showing that a wrong model or a wrong router decision fails.
 //!

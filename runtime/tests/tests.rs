@@ -1,4 +1,4 @@
-//! The runtime's host-side integration tests, one binary (STYLE.md): one module per area, the
+//! The runtime's host-side integration tests, one binary (ARCHITECTURE.md: one test layout): one module per area, the
 //! GRAPH test double in `support/segments.rs` (shared with the CUDA tests in `gpu/`, a second
 //! binary under its own harness because its tests must be able to report "ignored" at run time).
 

@@ -1,5 +1,5 @@
 //! TP1 = TP2 = TP4 = TP8 over both host transports, bit for bit, at every layer × seam × step
-//! (DESIGN.md §3.4) — and the evidence that the comparison can see a difference: planted defects
+//! (docs/DESIGN.md §3.4) — and the evidence that the comparison can see a difference: planted defects
 //! (canaries) are caught exactly where they are planted, NUMERIC-CLASS doors differ from the
 //! oracle while equalling their own TP1 baseline, and the outputs compared are not trivial.
 //!

@@ -1,4 +1,4 @@
-//! TP invariance as a property (DESIGN.md §3.4): over random small models on the canonical grid,
+//! TP invariance as a property (docs/DESIGN.md §3.4): over random small models on the canonical grid,
 //! random batteries, TP sizes, host transports and the BIT-IDENTICAL doors the host backend
 //! implements, a run's record equals the TP1 host-bounce default run bit for bit.
 //!
@@ -189,7 +189,7 @@ fn divergence(oracle: &Record, got: &Record) -> Option<String> {
     None
 }
 
-/// Counters that must be > 0 whenever their door is on (DESIGN.md §4.2 engagement). MOE_DIRECT
+/// Counters that must be > 0 whenever their door is on (docs/DESIGN.md §4.2 engagement). MOE_DIRECT
 /// is left out: it stores remotely only when a routed slot's owner or a shared shard is off the
 /// root, which a short battery on an expert-parallel placement need not reach.
 fn engagement_failures(case: &Case, got: &Record) -> Vec<String> {

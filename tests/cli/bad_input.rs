@@ -1,5 +1,5 @@
 //! Bad input gets exit status 2, one clear message that names the value and the rule, fails in well
-//! under two seconds (before any device work, DESIGN §9 / STYLE "CLI in two layers"), and changes
+//! under two seconds (before any device work, docs/DESIGN.md §9: flags become a checked plan first), and changes
 //! nothing: no receipt, not even the --out directory.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! DESIGN §5: two runs of the same configuration on the same build have byte-identical `evidence`;
+//! docs/DESIGN.md §5: two runs of the same configuration on the same build have byte-identical `evidence`;
 //! only `measurements` (clocks, host) may differ. The second run uses one worker instead of
 //! several, so job scheduling must not leak into the evidence either.
 

@@ -1,4 +1,4 @@
-//! `memra-gates diff OLD NEW` (DESIGN §5): pairs runs by run id, is quiet about identical sets, and
+//! `memra-gates diff OLD NEW` (docs/DESIGN.md §5): pairs runs by run id, is quiet about identical sets, and
 //! exits non-zero on a real verdict regression.
 //!
 //! The regression is real, not hand-typed: the FAIL receipt of a run with the flip-bit canary is

@@ -1,7 +1,7 @@
 //! `gen-model` writes the same weights the in-memory preset generates: a run on the file and a run
 //! on the preset (same seed) compute the same seam digests and the same token tape.
 //!
-//! What the model digest is (found while writing this test, DESIGN §5 "model digest"):
+//! What the model digest is (found while writing this test, docs/DESIGN.md §5 "model digest"):
 //! - with `--model FILE` it is FNV-1a-64 of the file's bytes (asserted below);
 //! - for an in-memory preset it was, at first, FNV-1a-64 of the same serialized bytes, so a file
 //!   from `gen-model` and the preset with the same seed recorded the same digest; `plan.rs` now

@@ -1,11 +1,11 @@
-//! `memra-gates doors` shows the whole registry of DESIGN §4.3 (table and JSON agree), and
+//! `memra-gates doors` shows the whole registry of docs/DESIGN.md §4.3 (table and JSON agree), and
 //! `memra-gates matrix --explain` lists every excluded configuration with the rule that excluded it.
 
 use std::collections::BTreeSet;
 
 use crate::util::*;
 
-/// The door environment variables of DESIGN §4.3 (canaries aside).
+/// The door environment variables of docs/DESIGN.md §4.3 (canaries aside).
 const DESIGN_DOORS: [&str; 15] = [
     "MEMRA_STEP_TP_BULK_P2P",
     "MEMRA_OPROJ_DIRECT",
@@ -39,7 +39,7 @@ fn doors_lists_every_door_of_the_design_and_the_json_agrees() {
     for env in DESIGN_DOORS {
         assert!(envs.contains(env), "doors --json lacks {env}");
     }
-    // At least the four planted defects of §4.3, all under MEMRA_CANARY_*.
+    // At least the four planted defects of docs/DESIGN.md §4.3, all under MEMRA_CANARY_*.
     let canaries: Vec<&serde_json::Value> = doors.iter().filter(|d| d["class"] == "CANARY").collect();
     assert!(canaries.len() >= 4, "{} canaries", canaries.len());
     assert!(canaries.iter().all(|d| d["env"].as_str().unwrap().starts_with("MEMRA_CANARY_")));

@@ -1,4 +1,4 @@
-//! DESIGN §5/§9: interrupting a matrix loses no finished receipt and leaves no truncated one;
+//! docs/DESIGN.md §5/§9: interrupting a matrix loses no finished receipt and leaves no truncated one;
 //! `--resume` runs only what is missing, keeps what exists untouched, and ends with every
 //! configuration of the matrix receipted exactly once.
 

@@ -43,7 +43,7 @@ fn selftest_catches_every_canary_that_runs() {
 
     let st = statuses(&out.stdout);
     let canaries = registry_canaries();
-    assert!(canaries.len() >= 4, "DESIGN §4.3 asks for at least 4 canaries: {canaries:?}");
+    assert!(canaries.len() >= 4, "docs/DESIGN.md §4.3 asks for at least 4 canaries: {canaries:?}");
     assert_eq!(
         st.keys().cloned().collect::<Vec<_>>(),
         {

@@ -1,4 +1,4 @@
-//! The terminal summary after a run (DESIGN.md §6): one row per configuration.
+//! The terminal summary after a run (docs/DESIGN.md §6): one row per configuration.
 
 use memra_receipts::schema::{engaged_doors, Receipt, Verdict};
 use tabled::settings::Style;

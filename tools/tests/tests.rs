@@ -1,3 +1,3 @@
-//! The tools crate's integration tests, one binary (STYLE.md): the plots.
+//! The tools crate's integration tests, one binary (ARCHITECTURE.md: one test layout): the plots.
 
 mod plot;

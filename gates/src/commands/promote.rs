@@ -1,5 +1,5 @@
-//! `memra-gates promote`: which doors earned default-on over the nightly history (docs/DESIGN.md
-//! §7), and the defaults block to commit.
+//! `memra-gates promote`: which doors earned default-on over the nightly history
+//! (docs/DESIGN.md §7), and the defaults block to commit.
 
 use super::Status;
 use crate::args::PromoteArgs;

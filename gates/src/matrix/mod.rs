@@ -1,6 +1,6 @@
 //! Matrix enumeration: which door combinations × TP sizes × transports × backends a run covers,
 //! derived from the registry alone, with every left-out configuration explained by the rule
-//! that left it out (`memra-gates matrix --explain`, DESIGN.md §4.1). Keeping this a pure
+//! that left it out (`memra-gates matrix --explain`, docs/DESIGN.md §4.1). Keeping this a pure
 //! function of the registry means a new door or constraint changes the matrix by editing
 //! `doors.toml`, never code, and a nightly job can be split into shards that provably cover it.
 //!

@@ -15,7 +15,7 @@
 //!
 //! A door is **promotable** when the window holds N nights and in each of them:
 //!
-//! - **(a) coverage.** With [`Coverage::Full`] (the default, DESIGN §7's "every legal combination
+//! - **(a) coverage.** With [`Coverage::Full`] (the default, docs/DESIGN.md §7's "every legal combination
 //!   containing it"): the expected set is `matrix::enumerate(registry, MatrixKind::All, …)` over
 //!   every TP size and transport, on the backends present in that night's receipts, restricted to
 //!   configurations whose door set contains the door. Every expected configuration has at least
@@ -65,13 +65,13 @@ use memra_runtime::config::Transport;
 use crate::matrix::{self, Configuration, MatrixKind};
 use crate::registry::{BackendKind, Door, DoorClass, Registry, TP_SIZES};
 
-/// How many of the latest nights a door must hold in (DESIGN.md §7).
+/// How many of the latest nights a door must hold in (docs/DESIGN.md §7).
 pub const DEFAULT_NIGHTS: usize = 7;
 
 /// Which configurations a night must hold for a door (requirement (a) of the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Coverage {
-    /// DESIGN §7: every legal combination containing the door, on every TP size and transport it
+    /// docs/DESIGN.md §7: every legal combination containing the door, on every TP size and transport it
     /// allows, on the backends the night ran, has a receipt, and each one passed.
     #[default]
     Full,
@@ -96,7 +96,7 @@ impl Coverage {
             _ => Err(PromoteError::Policy {
                 thing: "--coverage".to_string(),
                 value: s.to_string(),
-                rule: "use full (every legal combination containing the door, DESIGN §7) or ran (every receipt that contains it)".to_string(),
+                rule: "use full (every legal combination containing the door, docs/DESIGN.md §7) or ran (every receipt that contains it)".to_string(),
             }),
         }
     }
@@ -167,7 +167,7 @@ pub enum PromoteError {
     Registry(#[from] crate::registry::RegistryError),
 }
 
-/// [`promote_with`] under DESIGN §7's full coverage.
+/// [`promote_with`] under docs/DESIGN.md §7's full coverage.
 pub fn promote(registry: &Registry, nights: &[Night], n_last: usize) -> PromotionReport {
     promote_with(registry, nights, Policy { n_last, coverage: Coverage::Full })
 }

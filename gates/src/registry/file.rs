@@ -19,7 +19,7 @@
 //! changes = "the o_join fold is deferred into the ffn_norm kernel (same operands, same order)"
 //! gate = "identity"                 # identity | argmax_tape+class_identity+error_budget | argmax_tape+error_budget
 //! engagement = "oproj_tail.fused_joins"   # record counter `<id>.<what>` proving the mechanism ran
-//! seams = ["o_join", "ffn_norm"]    # seams the mechanism touches (DESIGN.md §3.2 names)
+//! seams = ["o_join", "ffn_norm"]    # seams the mechanism touches (docs/DESIGN.md §3.2 names)
 //! tp = { allowed = [2, 4, 8], why = "inherits oproj_direct's TP sizes" }
 //! transports = { allowed = ["native-p2p"], why = "the deferred partials are peer stores" }
 //! backends = ["host", "cuda"]       # where the mechanism exists
@@ -51,7 +51,7 @@
 //! - the class decides the gate: identity classes and CANARY take `identity`; NUMERIC-CLASS takes
 //!   `argmax_tape+class_identity+error_budget`, or `argmax_tape+error_budget` with a `gate_why`.
 //!   A gate with class identity needs TP1 and host-bounce allowed (its class baseline is the
-//!   door's own TP1 host-bounce run, DESIGN.md §4.2).
+//!   door's own TP1 host-bounce run, docs/DESIGN.md §4.2).
 //! - `error_budget` is present exactly on NUMERIC-CLASS doors; its numbers are finite and > 0.
 //!   `max_rel_error` bounds `max_i |got_i − oracle_i| / max_i |oracle_i|` over one seam tensor
 //!   (`per_seam` overrides it for named seams); `near_tie_margin` is in logit units: a step

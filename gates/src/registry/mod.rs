@@ -32,7 +32,7 @@ pub use settings::{
     FlipAt, Setting, SettingFormat, SettingValue, CANARY_FLIP_AT, DIST_TIMEOUT_S, NCCL_ID_DIR, PROCESS, REQUIRE_GPU,
 };
 
-/// What a door claims about the numbers (DESIGN.md §4.2).
+/// What a door claims about the numbers (docs/DESIGN.md §4.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
 pub enum DoorClass {
     #[serde(rename = "BIT-IDENTICAL")]

@@ -7,7 +7,7 @@
 //! is integer bit manipulation on the f32 pattern (exact round-to-nearest-even, subnormals and ties
 //! included), never a float search or a platform conversion.
 //!
-//! The block-scaled E4M3 matrix (DESIGN.md §3.3) is defined here too: codes `[out][in]` row-major,
+//! The block-scaled E4M3 matrix (docs/DESIGN.md §3.3) is defined here too: codes `[out][in]` row-major,
 //! one f32 scale per 128×128 block, `[ceil(out/128)][ceil(in/128)]`, every scale finite and > 0;
 //! value = decode(code) × scale of its block.
 

@@ -1,4 +1,4 @@
-//! Bit-exact weight formats (DESIGN.md §3.3). Each codec is pure and total: every input has a
+//! Bit-exact weight formats (docs/DESIGN.md §3.3). Each codec is pure and total: every input has a
 //! defined output, and the policy for out-of-range values is stated beside the function.
 
 pub mod bf16;

@@ -1,4 +1,4 @@
-//! The seam digest (DESIGN.md §5): order-independent so any reduction order on a device gives
+//! The seam digest (docs/DESIGN.md §5): order-independent so any reduction order on a device gives
 //! the host's value: the wrapping u64 sum over elements of `splitmix64((index << 32) | bits)`
 //! where `index` is the element's GLOBAL index in the logical seam tensor (< 2^32) and `bits`
 //! its 32-bit pattern (f32 bits, or a u32 id). Shards digest with their global offset and the

@@ -1,4 +1,4 @@
-//! Block GEMV on the canonical grid (DESIGN.md §3.4).
+//! Block GEMV on the canonical grid (docs/DESIGN.md §3.4).
 //!
 //! A matrix `[out][in]` has G canonical K-blocks of width `in / G`. The partial of row r over
 //! K-block k is:

@@ -28,7 +28,7 @@ pub struct Evidence {
     /// `"MEMRA_X"` / `"MEMRA_X@seam"` are also accepted by readers.
     /// (per seam it touches). A door counts as engaged when any of its counters is > 0.
     pub engaged: BTreeMap<String, u64>,
-    /// The first place this run differed from its reference, if it did (DESIGN §4.2).
+    /// The first place this run differed from its reference, if it did (docs/DESIGN.md §4.2).
     #[serde(deserialize_with = "required")]
     pub first_divergence: Option<Divergence>,
     pub digests: SeamDigests,
@@ -49,7 +49,7 @@ pub struct Evidence {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfigEvidence {
-    /// What ran: `"memra-runtime"` for the built-in runtime, or an external engine's name (§10).
+    /// What ran: `"memra-runtime"` for the built-in runtime, or an external engine's name (docs/DESIGN.md §10).
     pub subject: String,
     pub backend: Backend,
     /// Tensor-parallel size, one of [`TP_SIZES`].
@@ -113,7 +113,7 @@ impl Backend {
     }
 }
 
-/// How bytes move between ranks (DESIGN §3.5).
+/// How bytes move between ranks (docs/DESIGN.md §3.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Transport {
@@ -162,7 +162,7 @@ pub struct GateResult {
     pub detail: String,
 }
 
-/// The gates of DESIGN §4.2, serialized in snake_case (`"argmax_tape"`).
+/// The gates of docs/DESIGN.md §4.2, serialized in snake_case (`"argmax_tape"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Gate {
@@ -182,7 +182,7 @@ pub enum Gate {
     Determinism,
     /// The CUDA TP1 run equals the host oracle bitwise.
     DeviceHost,
-    /// The canonical program agrees with the plain f64 reference within its bound (DESIGN §3.4).
+    /// The canonical program agrees with the plain f64 reference within its bound (docs/DESIGN.md §3.4).
     Reference,
 }
 
@@ -202,7 +202,7 @@ impl Gate {
     }
 }
 
-/// The first element at which a run differed from its reference (DESIGN §4.2).
+/// The first element at which a run differed from its reference (docs/DESIGN.md §4.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Divergence {
@@ -241,7 +241,7 @@ impl Divergence {
 }
 
 /// The layer × seam × token digest table. A digest is order-independent (wrapping sum over
-/// elements of splitmix64 of (element index, f32 bits), DESIGN §5), written with [`digest_hex`].
+/// elements of splitmix64 of (element index, f32 bits), docs/DESIGN.md §5), written with [`digest_hex`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SeamDigests {
@@ -286,7 +286,7 @@ pub struct NearTie {
     pub observed_token: u32,
 }
 
-/// A performance receipt's claim (DESIGN §8). Ratios are named freely, e.g.
+/// A performance receipt's claim (docs/DESIGN.md §8). Ratios are named freely, e.g.
 /// `"L0.latency_over_memory_floor"`, `"L0.latency_over_pytorch"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

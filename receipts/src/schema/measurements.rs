@@ -20,7 +20,7 @@ pub struct Measurements {
     /// Device description (name, driver, memory) on the CUDA backend.
     #[serde(deserialize_with = "required")]
     pub device: Option<String>,
-    /// The byte-integrity probe run before native-P2P runs (DESIGN §3.5); empty otherwise.
+    /// The byte-integrity probe run before native-P2P runs (docs/DESIGN.md §3.5); empty otherwise.
     pub p2p_probe: Vec<ProbeEntry>,
     /// Start of the run, milliseconds since the Unix epoch.
     pub started_at_unix_ms: u64,

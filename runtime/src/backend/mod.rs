@@ -262,7 +262,7 @@ pub trait Backend {
     fn mark(&mut self) -> Result<()>;
     /// Wait for every rank; return queued digests and marks and reset both queues.
     fn collect(&mut self) -> Result<Collected>;
-    /// The byte-integrity probe of DESIGN.md §3.5 over every ordered pair at `sizes_bytes`.
+    /// The byte-integrity probe of docs/DESIGN.md §3.5 over every ordered pair at `sizes_bytes`.
     fn probe(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>>;
 
     /// NUMERIC-CLASS door MEMRA_NCCL_ALLREDUCE: NCCL's all-reduce (sum) of one vector per rank,
@@ -381,7 +381,7 @@ pub(crate) fn check_rank(rank: usize, n: usize) -> Result<()> {
     }
 }
 
-/// The probe sizes of DESIGN.md §3.5.
+/// The probe sizes of docs/DESIGN.md §3.5.
 pub const PROBE_SIZES_BYTES: [usize; 4] = [16 << 10, 64 << 10, 1 << 20, 64 << 20];
 
 /// Word `i` of the probe pattern for (src, dst): hashed so a shifted, truncated or stale copy

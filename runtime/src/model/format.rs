@@ -44,7 +44,7 @@
 //! | `lm_head.weight` | BF16 | `[vocab, hidden]` |
 //!
 //! Matrices are `[out_features, in_features]` row-major. F8_E4M3 is OCP E4M3FN; the value of a
-//! code is `decode(code) × weight_scale[row/128][col/128]` (DESIGN.md §3.3).
+//! code is `decode(code) × weight_scale[row/128][col/128]` (docs/DESIGN.md §3.3).
 //!
 //! Value rules: every F32 tensor is finite; every `weight_scale` element is finite and > 0; no
 //! BF16 element is ±inf or NaN; no F8_E4M3 code is NaN (`0x7F`/`0xFF`). The byte length of every

@@ -28,7 +28,7 @@ impl Matrix {
             Matrix::E4m3 { .. } => WeightFormat::E4m3,
         }
     }
-    /// The canonical K-block count G of this matrix (DESIGN.md §3.4).
+    /// The canonical K-block count G of this matrix (docs/DESIGN.md §3.4).
     pub fn kblocks(&self) -> Result<usize, memra_kernels::KernelError> {
         memra_kernels::twins::gemv::canonical_kblocks(self.format(), self.in_features())
     }

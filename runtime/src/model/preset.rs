@@ -1,7 +1,7 @@
-//! Model configuration and the presets `tiny`, `small`, `step` (DESIGN.md §3.1).
+//! Model configuration and the presets `tiny`, `small`, `step` (docs/DESIGN.md §3.1).
 //!
 //! A configuration is the one place where a model's shapes are decided, so it is also the one
-//! place where shapes are checked against the canonical grid of DESIGN.md §3.4: a configuration
+//! place where shapes are checked against the canonical grid of docs/DESIGN.md §3.4: a configuration
 //! that [`ModelConfig::validate`] accepts can be sharded at every TP size the plan allows, and
 //! one it refuses is refused before any weight is generated or loaded, with a message that names
 //! the tensor, the width and the rule.
@@ -48,7 +48,7 @@ pub struct ModelConfig {
 /// The preset names, in the order error messages list them.
 pub const PRESETS: [&str; 3] = ["tiny", "small", "step"];
 
-/// Canonical chunks of a column-parallel projection and of a TP-sharded head set (DESIGN.md §3.4).
+/// Canonical chunks of a column-parallel projection and of a TP-sharded head set (docs/DESIGN.md §3.4).
 const CANONICAL_CHUNKS: usize = 8;
 /// Side of an E4M3 scale block.
 const SCALE_BLOCK: usize = memra_kernels::formats::E4M3_BLOCK;

@@ -1,4 +1,4 @@
-//! The canonical decode program (DESIGN.md §3.2–§3.4), written once against the backend trait.
+//! The canonical decode program (docs/DESIGN.md §3.2–§3.4), written once against the backend trait.
 //!
 //! `run` decodes the battery prompt by prompt, token by token. At every seam it queues one digest
 //! per rank-held part of the seam's *logical* tensor (each with its global base index, so the

@@ -1,4 +1,4 @@
-//! Where every canonical chunk and K-block lives for a TP size (DESIGN.md §3.4).
+//! Where every canonical chunk and K-block lives for a TP size (docs/DESIGN.md §3.4).
 //!
 //! Column-parallel matrices are cut into 8 canonical row chunks and rank r owns chunks
 //! r·8/TP … (r+1)·8/TP − 1 — so whole heads for Q/K/V/gate. Row-parallel matrices are cut into

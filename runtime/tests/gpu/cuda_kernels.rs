@@ -926,7 +926,7 @@ fn nccl_copies_move_bytes_exactly_between_devices(tp: usize) -> Ran {
 }
 
 /// NCCL only moves bytes: the whole program over `nccl`, ranks on distinct devices, equals CUDA
-/// TP1 bit for bit (DESIGN.md §3.5).
+/// TP1 bit for bit (docs/DESIGN.md §3.5).
 fn program_over_nccl_equals_tp1(tp: usize) -> Ran {
     nccl_loaded()?;
     let model = tiny();

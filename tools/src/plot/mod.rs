@@ -1,4 +1,4 @@
-//! Latency plots made from receipts (DESIGN §6): what a person looks at to see where a decode step
+//! Latency plots made from receipts (docs/DESIGN.md §6): what a person looks at to see where a decode step
 //! spends its time, how configurations (transport, TP size, doors) compare, and how latency moved
 //! over nights. Everything drawn is read from receipts, so a plot of last month's receipts looks
 //! like one made right after the run; every plotted number is defined in METRICS.md.

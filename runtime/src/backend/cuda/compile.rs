@@ -1,6 +1,6 @@
 //! NVRTC: the kernel sources compiled once per process and architecture, with recorded options.
 //!
-//! The options are part of the exactness contract (DESIGN.md §3.4, STYLE.md "NVRTC"): a fixed real
+//! The options are part of the exactness contract (docs/DESIGN.md §3.4): a fixed real
 //! architecture (the device's own `sm_XX`, so the driver loads machine code and never JIT-compiles
 //! PTX), no FMA contraction, IEEE division and square root, subnormals kept. They are recorded in
 //! [`CompiledKernels`] for receipts. After a module is loaded into a context, every name of

@@ -1,4 +1,4 @@
-//! The CUDA backend (DESIGN.md §3 on NVIDIA GPUs, through cudarc): every [`Op`] is one launch of
+//! The CUDA backend (docs/DESIGN.md §3 on NVIDIA GPUs, through cudarc): every [`Op`] is one launch of
 //! the `.cu` kernel whose host twin the host backend runs, on the rank's own stream.
 //!
 //! Placement: one context per device (the primary context, shared by every backend of the
@@ -13,7 +13,7 @@
 //! Direct joins ([`Backend::launch_peer_store`], `direct.rs`) order a kernel's stores into
 //! another rank's memory with the same two fences a copy has (events, or FENCE_MEMOPS doorbells).
 //!
-//! This module is the one room where `unsafe` and driver calls live (STYLE.md): every `unsafe`
+//! This module is the one room where `unsafe` and driver calls live (ARCHITECTURE.md, architecture invariants): every `unsafe`
 //! block names its invariant in a `// SAFETY:` line, and every driver error becomes
 //! [`RuntimeError::Device`] naming the op, the rank and the device. On any error, and on drop,
 //! every stream is drained before a buffer can be freed.

@@ -1,4 +1,4 @@
-//! NCCL on the CUDA backend (DESIGN.md §3.5): the `nccl` transport, whose NCCL only moves bytes,
+//! NCCL on the CUDA backend (docs/DESIGN.md §3.5): the `nccl` transport, whose NCCL only moves bytes,
 //! and the one place NCCL does arithmetic, the NUMERIC-CLASS door MEMRA_NCCL_ALLREDUCE.
 //!
 //! A cross-rank copy over `nccl` is one group of ncclSend (on the source rank's stream) and
@@ -25,10 +25,15 @@
 //! needs one device per rank): such requests are `Config` errors, and the gates mark those runs
 //! NOT-APPLICABLE before they start.
 //!
-//! NVLink multicast (NVLS) stays off: unless `NCCL_NVLS_ENABLE` is already set, it is set to 0 in
-//! the process environment before NCCL is loaded. On shared machines a program that uses NVLink
-//! multicast can put every GPU of the host out of service for a long time, and this tool never
-//! needs it.
+//! NVLink multicast (NVLS) must be decided before NCCL is used: NCCL is handed out only when
+//! `NCCL_NVLS_ENABLE` is set (otherwise every NCCL request is `Unavailable` with the reason). On
+//! shared machines a program that uses NVLink multicast can put every GPU of the host out of
+//! service for a long time, and this tool never needs it. The runtime never writes the
+//! environment — a library changing it while other threads may read it races with C's
+//! `getenv`, which NCCL uses — so the decision is made at process start: `memra-gates` sets
+//! `NCCL_NVLS_ENABLE=0` (unless the user set it) first thing in `main`
+//! (`memra_gating::env::keep_nccl_multicast_off`), and the GPU scripts (`scripts/gpu/libs.sh`,
+//! `check.sh`, `multi-gpu.sh`, `multiprocess.sh`) export it for the test executables.
 
 use super::CudaBackend;
 use crate::backend::Slice;
@@ -157,13 +162,20 @@ mod dl {
     }
 }
 
-/// Keep NVLink multicast off for every communicator of this process (see the module docs). Runs
-/// once, before NCCL is loaded: NCCL reads its parameters from the environment when it first
-/// needs them. Setting the environment races only with a C library of another thread reading it
-/// at this instant; Rust readers take std's environment lock.
-fn keep_nvls_off() {
-    if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
-        std::env::set_var("NCCL_NVLS_ENABLE", "0");
+/// NCCL's variable that switches NVLink multicast.
+const NVLS_VAR: &str = "NCCL_NVLS_ENABLE";
+
+/// Whether this process decided NVLink multicast before using NCCL (see the module docs): NCCL
+/// reads `NCCL_NVLS_ENABLE` when it creates a communicator, and an unset variable lets it turn
+/// NVLS on where the hardware has it. Only reads the environment, never writes it.
+fn nvls_decided() -> std::result::Result<(), String> {
+    match std::env::var_os(NVLS_VAR) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "{NVLS_VAR} is not set: NCCL would be free to use NVLink multicast, which can take every GPU of a \
+             shared host out of service; set {NVLS_VAR}=0 before the process starts (memra-gates does it first \
+             thing in main, scripts/gpu/libs.sh exports it for the test executables)"
+        )),
     }
 }
 
@@ -193,7 +205,6 @@ unsafe fn symbol<F: Copy>(handle: *mut c_void, lib: &str, name: &str) -> std::re
 }
 
 fn load() -> std::result::Result<Lib, String> {
-    keep_nvls_off();
     let mut names = vec!["libnccl.so.2".to_string()];
     for n in cudarc::get_lib_name_candidates("nccl") {
         if !names.contains(&n) {
@@ -260,10 +271,14 @@ fn load() -> std::result::Result<Lib, String> {
     }
 }
 
-/// The NCCL library of this process, loaded once; the reason when it cannot be.
+/// The NCCL library of this process, loaded once; the reason when it cannot be, or when the
+/// process has not decided NVLink multicast (`nvls_decided`, checked at every use: a library
+/// that loaded is still refused until the variable is set).
 pub(super) fn library() -> std::result::Result<&'static Lib, String> {
     static LIB: OnceLock<std::result::Result<Lib, String>> = OnceLock::new();
-    LIB.get_or_init(load).as_ref().map_err(|e| e.clone())
+    let lib = LIB.get_or_init(load).as_ref().map_err(|e| e.clone())?;
+    nvls_decided()?;
+    Ok(lib)
 }
 
 /// Whether NCCL can be loaded here (never panics; loads it on first use).
@@ -508,7 +523,9 @@ mod tests {
         match nccl_version() {
             Ok(v) => println!("{v}"),
             Err(e) => {
-                assert!(e.contains("libnccl.so.2"), "{e}");
+                // Either no library (the message names the first name tried) or a process that
+                // did not decide NVLink multicast (the message names the variable).
+                assert!(e.contains("libnccl.so.2") || e.contains(NVLS_VAR), "{e}");
                 println!("no NCCL: {e}");
             }
         }

@@ -1,4 +1,4 @@
-//! Moving bytes between ranks (DESIGN.md §3.5). A transport never does arithmetic.
+//! Moving bytes between ranks (docs/DESIGN.md §3.5). A transport never does arithmetic.
 //!
 //! Every cross-rank copy is ordered like the host backend's send/receive pair, with events only:
 //! it runs after all work queued so far on BOTH ranks (the source produced the bytes; the
@@ -451,7 +451,7 @@ impl CudaBackend {
         self.ensure_peer_access(src, dst).err().map(|e| e.to_string())
     }
 
-    /// DESIGN.md §3.5's byte-integrity probe: hashed pattern over a poisoned destination for every
+    /// docs/DESIGN.md §3.5's byte-integrity probe: hashed pattern over a poisoned destination for every
     /// ordered pair and size; pairs without peer access are reported, not copied.
     pub(crate) fn probe_pairs(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>> {
         const POISON: u32 = 0xDEAD_BEEF;

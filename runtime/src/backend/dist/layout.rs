@@ -1,4 +1,4 @@
-//! Which process holds which rank when one run spans several processes (DESIGN.md §3.5: `nccl`
+//! Which process holds which rank when one run spans several processes (docs/DESIGN.md §3.5: `nccl`
 //! is the path for ranks on several hosts).
 //!
 //! A run of TP ranks over N processes gives every process a contiguous block of TP / N ranks:

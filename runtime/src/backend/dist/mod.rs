@@ -1,4 +1,4 @@
-//! One run over several processes (DESIGN.md §3.5: `nccl` is the path for ranks on several
+//! One run over several processes (docs/DESIGN.md §3.5: `nccl` is the path for ranks on several
 //! hosts): a [`Backend`] that holds only this process's ranks and moves bytes to the others
 //! through a [`Mover`].
 //!

@@ -1,0 +1,173 @@
+//! Tidy: the repository's invariants as tests, so nobody has to remember them (rust-analyzer's
+//! `xtask/src/tidy.rs` is the model). A rule written only in ARCHITECTURE.md is a rule somebody
+//! breaks by accident; each rule here names the file and line that breaks it and what to do.
+//!
+//! Rules about code (`code`):
+//! 1. `unsafe` lives only in `runtime/src/backend/cuda/`, and every `unsafe` block (and `unsafe
+//!    impl`) there has a `// SAFETY:` comment naming its invariant just above it; every `unsafe fn`
+//!    documents its contract under `# Safety`.
+//! 2. The environment is read only by `gates/src/env.rs` and a short list of files, each with its
+//!    reason (`ENV_READERS`), and written only by `gates/src/env.rs`, once, first thing in `main`.
+//! 3. The CUDA kernels call no platform math: no libm, no fast-math intrinsics, no directed
+//!    rounding (docs/DESIGN.md §3.4); NVRTC keeps IEEE arithmetic.
+//! 4. Every Rust file opens with a `//!` paragraph saying why it exists.
+//!
+//! Rules about structure (`imports`):
+//! 7. The top-level modules of `gates/src`, `receipts/src`, `tools/src` and `kernels/src` import
+//!    each other in one direction only: no cycle in the graph of their `crate::…` paths.
+//!
+//! Rules about documents (`docs`):
+//! 5. Every citation of the design names `docs/DESIGN.md` and a section that exists there, and
+//!    every document the repository cites by name is in the repository.
+//! 6. Every path that the maps (ARCHITECTURE.md, README.md, docs/DESIGN.md, METRICS.md,
+//!    docs/multi-host.md) name exists, so moving a file without its documentation fails here.
+//!
+//! The code rules read source text through `lex`, which blanks comments and literals, so a rule
+//! about code never fires on prose or inside a string. Each rule is a function of (path, text)
+//! with negative controls in its module (synthetic inputs that break it must fail); the tests
+//! below run every rule over the whole tree (`tree`: the repository minus what `.gitignore`
+//! ignores).
+
+mod code;
+mod docs;
+mod imports;
+mod lex;
+mod tree;
+
+use code::*;
+use docs::*;
+use lex::{mask, words, Lang};
+use std::fmt;
+use tree::{all_file_names, ignored_patterns, is_ignored, root, tree, File};
+
+/// One broken rule, at a place.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Violation {
+    pub file: String,
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.message)
+    }
+}
+
+fn violation(file: &str, line: usize, message: impl Into<String>) -> Violation {
+    Violation { file: file.to_string(), line, message: message.into() }
+}
+
+/// Fails with every violation, one per line.
+fn assert_clean(rule: &str, violations: Vec<Violation>) {
+    let list: Vec<String> = violations.iter().map(|v| v.to_string()).collect();
+    assert!(list.is_empty(), "tidy: {rule}: {} violation(s)\n{}", list.len(), list.join("\n"));
+}
+
+/// This checker's own files: their test inputs break the rules on purpose.
+fn is_tidy(rel: &str) -> bool {
+    rel == "tests/tidy.rs" || rel.starts_with("tests/tidy/")
+}
+
+#[test]
+fn crate_modules_import_in_one_direction() {
+    let files = tree(&["rs"]);
+    let mut v = Vec::new();
+    for src in ["gates/src", "receipts/src", "tools/src", "kernels/src"] {
+        let crate_files: Vec<(String, String)> = files
+            .iter()
+            .filter(|f| f.rel.starts_with(&format!("{src}/")))
+            .map(|f| (f.rel.clone(), f.text.clone()))
+            .collect();
+        let g = imports::graph(&crate_files, src);
+        let edges: usize = g.values().map(|e| e.len()).sum();
+        // The checker must see the layered crates' real structure (tools and kernels are flat).
+        if src == "gates/src" || src == "receipts/src" {
+            assert!(g.len() >= 8 && edges >= 10, "tidy found only {} modules and {edges} edges in {src}", g.len());
+        }
+        v.extend(imports::cycles(&g));
+    }
+    assert_clean("import cycles", v);
+}
+
+#[test]
+fn unsafe_lives_only_in_the_cuda_backend_with_safety_comments() {
+    let files = tree(&["rs"]);
+    let blocks: usize = files
+        .iter()
+        .filter(|f| f.rel.starts_with(UNSAFE_HOME))
+        .map(|f| words(&mask(&f.text, Lang::Rust).code).filter(|(_, w)| *w == "unsafe").count())
+        .sum();
+    // The rule must have something to check: the CUDA backend is made of unsafe calls.
+    assert!(blocks > 50, "tidy found only {blocks} `unsafe` in {UNSAFE_HOME}: is it reading the tree?");
+    assert_clean("unsafe", files.iter().flat_map(|f| check_unsafe(&f.rel, &f.text)).collect());
+}
+
+#[test]
+fn only_gates_env_reads_the_environment() {
+    let files = tree(&["rs"]);
+    let env_rs = files.iter().find(|f| f.rel == "gates/src/env.rs").expect("gates/src/env.rs exists");
+    let mut probe = env_rs.text.clone();
+    probe.push_str("\nfn x() { let _ = std::env::var(\"X\"); }\n");
+    assert!(check_env("gates/src/other.rs", &probe).len() >= 2, "the env rule must see env.rs's own reads");
+    assert_clean(
+        "environment",
+        files.iter().filter(|f| !is_tidy(&f.rel)).flat_map(|f| check_env(&f.rel, &f.text)).collect(),
+    );
+}
+
+#[test]
+fn kernels_call_no_platform_math_and_nvrtc_keeps_ieee() {
+    let kernels = tree(&["cu", "cuh"]);
+    assert!(kernels.len() >= 7, "tidy found {} kernel sources", kernels.len());
+    let mut v: Vec<Violation> = kernels.iter().flat_map(|f| check_kernel_math(&f.rel, &f.text)).collect();
+    let runtime: Vec<(String, String)> =
+        tree(&["rs"]).into_iter().filter(|f| f.rel.starts_with("runtime/src/")).map(|f| (f.rel, f.text)).collect();
+    v.extend(check_nvrtc_options(&runtime));
+    assert_clean("kernel math", v);
+}
+
+#[test]
+fn every_rust_file_opens_with_a_module_doc() {
+    let files = tree(&["rs"]);
+    assert!(files.len() > 100, "tidy found only {} Rust files", files.len());
+    assert_clean("module docs", files.iter().flat_map(|f| check_module_doc(&f.rel, &f.text)).collect());
+}
+
+#[test]
+fn design_citations_resolve() {
+    let design = std::fs::read_to_string(root().join(DESIGN)).expect("docs/DESIGN.md is in the repository");
+    let sections = design_sections(&design);
+    assert!(sections.len() >= 10, "docs/DESIGN.md has {} numbered sections: {sections:?}", sections.len());
+    let files: Vec<File> = tree(&CITING).into_iter().filter(|f| !is_tidy(&f.rel)).collect();
+    let cited: usize = files.iter().map(|f| f.text.matches("docs/DESIGN.md §").count()).sum();
+    assert!(cited > 50, "tidy found only {cited} citations of docs/DESIGN.md");
+    let names = all_file_names();
+    let mut v = Vec::new();
+    for f in &files {
+        v.extend(check_citations(&f.rel, &f.ext, &f.text, &sections));
+        v.extend(check_cited_documents(&f.rel, &f.text, &names));
+    }
+    assert_clean("citations", v);
+}
+
+#[test]
+fn paths_named_by_the_maps_exist() {
+    let root = root();
+    // A path in a map may be relative to the root or to a member's folder (`backend/cuda/`); what
+    // `.gitignore` ignores is output a run writes (`memra-receipts/`), not a file of the repository.
+    let ignored = ignored_patterns(&root);
+    let bases = ["", "docs/", "kernels/", "kernels/src/", "runtime/", "runtime/src/", "gates/", "gates/src/"];
+    let bases = bases.iter().chain(&["receipts/", "receipts/src/", "tools/", "tools/src/"]);
+    let bases: Vec<&str> = bases.copied().collect();
+    let exists = |p: &str| is_ignored(p, &ignored) || bases.iter().any(|b| root.join(format!("{b}{p}")).exists());
+    let mut checked = 0;
+    let mut v = Vec::new();
+    for map in MAPS {
+        let text = std::fs::read_to_string(root.join(map)).unwrap_or_else(|e| panic!("{map}: {e}"));
+        checked += text.matches('`').count();
+        v.extend(check_doc_paths(map, &text, &exists));
+    }
+    assert!(checked > 200, "tidy found only {checked} backticks in {MAPS:?}");
+    assert_clean("paths in documents", v);
+}
