@@ -55,7 +55,8 @@ where
 #[command(
     name = "memra-gates",
     about = "Proves or refutes the exactness claims of inference-engine doors",
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    propagate_version = true
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -150,3 +150,68 @@ fn diff_refuses_receipts_of_an_unknown_schema_version() {
     run(&["diff", s(&v1), s(&v1)]).expect_code(0);
     refused(&["diff", s(&v1), s(&v1), "--format", "yaml"], &[], &["\"yaml\"", "md, text, json"]);
 }
+
+/// Values that used to pass the checks and fail later — an overflowing KV check (FAIL receipts),
+/// repeated TP sizes or transports (an internal error after the run), a prompt count the battery
+/// does not have, zero workers, a model file together with a preset — are refused up front.
+#[test]
+fn values_refused_before_any_work() {
+    refused(
+        &host(&["--gen-tokens", "18446744073709551615"]),
+        &[],
+        &["--gen-tokens 18446744073709551615", "KV cache holds 64"],
+    );
+    refused(&host(&["--gen-tokens", "60"]), &[], &["--gen-tokens 60", "use --gen-tokens 58 or fewer"]);
+    refused(&host(&["--tp", "2,2"]), &[], &["--tp 2,2", "TP2 is given twice"]);
+    refused(&host(&["--transport", "native-p2p,host-bounce,native-p2p"]), &[], &["native-p2p is given twice"]);
+    refused(&host(&["--prompts", "9"]), &[], &["--prompts 9", "the battery has 8 prompts"]);
+    refused(&host(&["--jobs", "0"]), &[], &["--jobs 0", "at least one worker"]);
+    refused(
+        &host(&["--model", "m.safetensors", "--preset", "small"]),
+        &[],
+        &["--model", "cannot be used with", "--preset"],
+    );
+    refused(&host(&["--model", "m.safetensors", "--layers", "1"]), &[], &["cannot be used with"]);
+    refused(&["selftest", "--backend", "host", "--prompts", "0"], &[], &["--prompts 0"]);
+}
+
+#[test]
+fn a_model_that_cannot_fit_in_memory_is_refused_with_the_estimate() {
+    let dir = tempdir();
+    let file = dir.path().join("huge.safetensors");
+    let out = run(&["gen-model", "--preset", "step", "--layers", "4000", "--out", s(&file)]);
+    out.expect_code(2).expect_stderr(&["--preset step", "4000 layers needs about", "GiB of memory", "available"]);
+    assert!(out.elapsed < FAST, "refused after {:?}", out.elapsed);
+    assert!(!file.exists());
+    // The same for a run that would generate it in memory.
+    refused(&host(&["--preset", "step", "--layers", "4000"]), &[], &["4000 layers needs about"]);
+}
+
+#[test]
+fn bench_refuses_a_file_name_for_its_receipt_directory_before_running() {
+    let dir = tempdir();
+    let file = dir.path().join("bench.json");
+    let out = run(&["bench", "--backend", "host", "--allow-host", "--no-torch", "--out", s(&file)]);
+    out.expect_code(2).expect_stderr(&["bench.json", "give a directory"]);
+    assert!(out.elapsed < FAST, "refused after {:?}", out.elapsed);
+    assert!(!file.exists(), "bench created {}", file.display());
+}
+
+/// On a GPU CI machine `MEMRA_REQUIRE_GPU=1` must turn a missing device into an error, also for
+/// `--backend auto`, which would otherwise quietly run on the host.
+#[test]
+fn require_gpu_forbids_the_host_fallback_of_auto() {
+    let probe = run(&["probe", "--backend", "auto", "--ranks", "2", "--transport", "host-bounce", "--reps", "1"]);
+    if probe.stderr.contains("auto → cuda") {
+        println!("skipped: a CUDA device is present, so auto does not fall back");
+        return;
+    }
+    let out = refused(&["run", "--tp", "1"], &[("MEMRA_REQUIRE_GPU", "1")], &["MEMRA_REQUIRE_GPU=1", "falling back"]);
+    assert!(out.stderr.contains("--backend auto"), "{}", out.transcript());
+    // Without the setting the same command falls back and says so.
+    let dir = tempdir();
+    let out_dir = dir.path().join("r");
+    run(&["run", "--tp", "1", "--prompts", "1", "--gen-tokens", "1", "--quiet", "--out", s(&out_dir)])
+        .expect_code(0)
+        .expect_stderr(&["backend auto → host"]);
+}

@@ -5,6 +5,8 @@ mod determinism;
 mod diff;
 mod model_file;
 mod multi_process;
+mod output_dir;
+mod progress_and_review;
 mod readme_commands;
 mod registry;
 mod resume;

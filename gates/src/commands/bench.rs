@@ -91,6 +91,12 @@ fn run_torch(args: &BenchArgs, model: &Model, positions: usize) -> Result<serde_
 pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let registry = plan::load_registry(&None)?;
     let request = plan::door_request(&registry, &[])?;
+    if let Some(dir) = args.out.as_ref().filter(|d| d.is_file() || d.extension().is_some_and(|e| e == "json")) {
+        return Err(GateError::usage(format!(
+            "--out {}: bench writes its receipt as run-<id>.json into a directory; give a directory, not a file name",
+            dir.display()
+        )));
+    }
     let backend = plan::resolve_backend(&args.backend, request.require_gpu(&registry))?;
     if backend != BackendKind::Cuda && !args.allow_host {
         return Err(GateError::NoDevice(
@@ -204,12 +210,6 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let receipt =
         performance_receipt(&subject, &record, backend, args.graph, ratios, bandwidth, &torch, wall_ms, prov)?;
     if let Some(dir) = &args.out {
-        if dir.is_file() || dir.extension().is_some_and(|e| e == "json") {
-            return Err(GateError::usage(format!(
-                "--out {}: bench writes its receipt as run-<id>.json into a directory; give a directory, not a file name",
-                dir.display()
-            )));
-        }
         std::fs::create_dir_all(dir)
             .map_err(|e| GateError::OutDir { dir: dir.clone(), rule: format!("cannot create the directory: {e}") })?;
         let path = memra_receipts::store::write_receipt(dir, &receipt)?;

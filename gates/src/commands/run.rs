@@ -104,10 +104,25 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         );
         return status;
     };
-    let (summary, mut failed) = out.write_outputs(&matrix_name, &done.receipts);
     crate::say!("{}", memra_tools::table::summary_table(&done.receipts));
+    if !done.write_failures.is_empty() {
+        // A summary would list receipts that are not beside it: the matrix outputs are not
+        // written, and stale ones of an earlier run of this plan are removed.
+        let mut failed: Vec<(std::path::PathBuf, String)> =
+            done.write_failures.into_iter().map(|w| (w.path, w.error)).collect();
+        failed.sort();
+        for name in crate::outdir::MATRIX_OUTPUTS {
+            let _ = std::fs::remove_file(out.path().join(name));
+        }
+        failed.push((
+            out.path().join("summary.json"),
+            "not written (nor junit.xml, latency.csv, summary.md): it would describe receipts that are not there"
+                .into(),
+        ));
+        return Err(GateError::ReceiptsNotWritten { dir: out.path().to_path_buf(), failed });
+    }
+    let (summary, mut failed) = out.write_outputs(&matrix_name, &done.receipts);
     crate::say!("{}  → {}", summary.counts.one_line(), out.path().display());
-    failed.extend(done.write_failures.into_iter().map(|w| (w.path, w.error)));
     if !failed.is_empty() {
         failed.sort();
         return Err(GateError::ReceiptsNotWritten { dir: out.path().to_path_buf(), failed });

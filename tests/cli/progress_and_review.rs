@@ -1,0 +1,155 @@
+//! What a person watching CI or reviewing a change sees: progress lines in a log that is not a
+//! terminal, a `diff` whose exit status can gate CI (quiet on back-to-back runs of the same plan
+//! on a noisy machine, loud on a real 2× slowdown of one seam), `promote` that counts a night
+//! once, histories and diffs kept to one model, and the small things (`--version`, `matrix`
+//! showing exactly what `run` would run).
+
+use std::path::Path;
+
+use memra_receipts::{store, Receipt};
+
+use crate::util::*;
+
+#[test]
+fn progress_lines_reach_a_log_and_quiet_silences_them() {
+    let dir = tempdir();
+    let out_dir = dir.path().join("r");
+    // stderr is a pipe here, as in CI. The default run takes a few seconds: a line every second.
+    let mut args = vec!["run", "--backend", "host", "--prompts", "2", "--progress-every", "1", "--out", s(&out_dir)];
+    let out = run(&args);
+    out.expect_code(0);
+    let lines: Vec<&str> = out.stderr.lines().filter(|l| l.starts_with("memra-gates: progress ")).collect();
+    assert!(!lines.is_empty(), "no progress line in a {:?} run\n{}", out.elapsed, out.transcript());
+    assert!(
+        lines.iter().all(|l| l.contains("/8 done") && l.contains("FAIL/VOID/ERROR so far") && l.contains("ETA")),
+        "{lines:?}"
+    );
+    args.push("--quiet");
+    args.push("--replace");
+    let out = run(&args);
+    out.expect_code(0);
+    assert!(!out.stderr.contains("memra-gates: progress"), "--quiet printed progress\n{}", out.transcript());
+}
+
+fn host_plan(out_dir: &Path) {
+    let args = [
+        "run",
+        "--matrix",
+        "single",
+        "--backend",
+        "host",
+        "--tp",
+        "1,2",
+        "--prompts",
+        "2",
+        "--gen-tokens",
+        "4",
+        "--quiet",
+        "--out",
+        s(out_dir),
+    ];
+    run(&args).expect_code(0);
+}
+
+/// Every latency of one seam (all layers) of every receipt of `dir` made `factor` times slower.
+fn slow_down_seam(from: &Path, to: &Path, seam: &str, factor: f64) {
+    std::fs::create_dir_all(to).unwrap();
+    for (_, mut r) in read_receipts(from) {
+        for l in r.measurements.latency.iter_mut().filter(|l| l.seam == seam) {
+            for v in [&mut l.min_ns, &mut l.median_ns, &mut l.p90_ns, &mut l.max_ns] {
+                *v = (*v as f64 * factor) as u64;
+            }
+        }
+        store::write_receipt(to, &r).unwrap();
+    }
+}
+
+#[test]
+fn diff_of_back_to_back_runs_is_quiet_and_a_real_slowdown_of_one_seam_is_not() {
+    let dir = tempdir();
+    let (a, b, c) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("c"));
+    host_plan(&a);
+    host_plan(&b);
+    host_plan(&c);
+    for (old, new) in [(&a, &b), (&b, &c), (&a, &c), (&c, &a)] {
+        let out = run(&["diff", s(old), s(new), "--format", "text"]);
+        out.expect_code(0).expect_stdout(&["no regression", "0 seam moves across runs"]);
+    }
+    // The same new receipts with the router seam 2× slower everywhere: a regression naming it.
+    let slow = dir.path().join("slow");
+    slow_down_seam(&b, &slow, "router", 2.0);
+    let out = run(&["diff", s(&a), s(&slow), "--format", "text"]);
+    out.expect_code(1).expect_stdout(&["REGRESSED", "REGRESSION ×2", "L0.router", "L1.router"]);
+    assert!(!out.stdout.contains(".qkv  median"), "only the slowed seam moves\n{}", out.stdout);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() && !e.file_name().to_string_lossy().starts_with('.') {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn promote_counts_a_copied_night_once_and_model_mixes_are_refused() {
+    let dir = tempdir();
+    let night = dir.path().join("night");
+    run(&short_host_run("1,2", &night, &["--matrix", "single", "--quiet"])).expect_code(0);
+    let copies: Vec<_> = (1..=2).map(|i| dir.path().join(format!("copy{i}"))).collect();
+    for c in &copies {
+        copy_dir(&night, c);
+    }
+    let defaults = dir.path().join("defaults.toml");
+    let out =
+        run(&["promote", "--history", s(&night), s(&copies[0]), s(&copies[1]), "--nights", "3", "--out", s(&defaults)]);
+    out.expect_code(0).expect_stderr(&["holds the same receipts as night", "counted once"]);
+    assert!(out.stdout.contains("0 of") && out.stdout.contains("only 1 of the required 3 nights"), "{}", out.stdout);
+
+    // Another model's night beside it: refused by promote, diff and plot --history.
+    let other = dir.path().join("other");
+    run(&short_host_run("1,2", &other, &["--matrix", "single", "--seed", "7", "--quiet"])).expect_code(0);
+    run(&["promote", "--history", s(&night), s(&other), "--out", s(&defaults)])
+        .expect_code(2)
+        .expect_stderr(&["mixes models", "separately"]);
+    run(&["diff", s(&night), s(&other)]).expect_code(2).expect_stderr(&["no run can pair across different models"]);
+    let plots = dir.path().join("plots");
+    run(&["plot", "--history", s(&night), s(&other), "--out", s(&plots)])
+        .expect_code(2)
+        .expect_stderr(&["2 models", "plot each model's history separately"]);
+}
+
+#[test]
+fn blocked_doors_summarise_their_other_findings_by_kind() {
+    let dir = tempdir();
+    let night = dir.path().join("night");
+    run(&short_host_run("1,2", &night, &["--matrix", "single", "--quiet"])).expect_code(0);
+    let out = run(&["promote", "--history", s(&night), "--nights", "1", "--out", s(&dir.path().join("d.toml"))]);
+    out.expect_code(0);
+    assert!(!out.stdout.contains(" more)"), "a bare count of more findings says nothing:\n{}", out.stdout);
+    assert!(out.stdout.contains("more: ") && out.stdout.contains("configurations without a receipt"), "{}", out.stdout);
+}
+
+#[test]
+fn version_and_matrix_show_what_run_would_do() {
+    let v = run(&["--version"]);
+    v.expect_code(0).expect_stdout(&["memra-gates 0.1.0"]);
+    run(&["version"]).expect_code(0).expect_stdout(&["git revision:", "kernel sources:"]);
+    run(&["run", "--version"]).expect_code(0);
+
+    // `matrix` with run's defaults lists exactly the configurations `run --backend host` runs.
+    let listed = matrix_listing(&["--matrix", "single", "--backend", "host", "--tp", "1,2"]);
+    let dir = tempdir();
+    let out_dir = dir.path().join("r");
+    run(&short_host_run("1,2", &out_dir, &["--matrix", "single", "--quiet"])).expect_code(0);
+    let ids = door_ids_by_env();
+    let mut ran: Vec<ConfigKey> =
+        read_receipts(&out_dir).iter().map(|(_, r): &(String, Receipt)| receipt_key(r, &ids)).collect();
+    ran.sort();
+    let mut listed = listed;
+    listed.sort();
+    assert_eq!(listed, ran, "matrix and run disagree on what runs");
+    assert!(!listed.iter().any(|(_, t, _)| t == "nccl"), "matrix adds nccl, which run does not run by default");
+}
