@@ -290,6 +290,43 @@ __device__ __forceinline__ float partial_w8(const signed char* __restrict__ q, c
 // Rows per lane-major task (weight loads in flight per warp, x reuse).
 #define GEMV_ROWS_PER_TASK 4
 
+// Rows computed by one task of format FMT in layout V (lane-major formats take R rows per task
+// so that R weight loads are in flight and each x value is loaded once for R rows).
+template <int FMT, int V>
+struct GemvTaskRows {
+    static constexpr int R = (V > 0 && (FMT == FMT_BF16 || FMT == FMT_F32 || FMT == FMT_E4M3)) ? GEMV_ROWS_PER_TASK : 1;
+};
+
+// One (row group, K-block) task: the partials of view rows r0 .. r0 + nvalid - 1 over K-block k
+// into p[0 .. nvalid) (returned in every lane). `x` is the whole input vector of the view.
+template <int FMT, int V>
+__device__ __forceinline__ void gemv_task(const void* w, const void* scales, int row0, const float* __restrict__ x,
+                                          int cols, int kw, int r0, int nvalid, int k, int lane, float* p) {
+    constexpr int R = GemvTaskRows<FMT, V>::R;
+    const size_t kb0 = (size_t)r0 * cols + (size_t)k * kw;
+    const float* xk = x + (size_t)k * kw;
+    if constexpr (R > 1) {
+        if constexpr (FMT == FMT_E4M3) {
+            partials_e4m3_lm<V, R>(static_cast<const u8*>(w), static_cast<const float*>(scales), row0, r0,
+                                   (k * kw) / E4M3_BLOCK, xk, kb0, cols, nvalid, kw, lane, p);
+        } else {
+            partials_dense_lm<FMT, V, R>(w, xk, kb0, (size_t)cols, nvalid, kw, lane, p);
+        }
+    } else if constexpr (FMT == FMT_BF16 || FMT == FMT_F32) {
+        p[0] = partial_dense_rm<FMT>(w, xk, kb0, kw, lane);
+    } else if constexpr (FMT == FMT_E4M3) {
+        // Scale row of this view row: (row0 + r) / 128 - row0 / 128; scale columns cols / 128.
+        const float* srow = static_cast<const float*>(scales) +
+                            (size_t)((row0 + r0) / E4M3_BLOCK - row0 / E4M3_BLOCK) * (size_t)(cols / E4M3_BLOCK);
+        p[0] = partial_e4m3_rm(static_cast<const u8*>(w), srow, (k * kw) / E4M3_BLOCK, xk, kb0, kw, lane);
+    } else if constexpr (FMT == FMT_NVFP4) {
+        p[0] = partial_nvfp4(static_cast<const u8*>(w), static_cast<const u8*>(scales), xk, kb0, kw, lane);
+    } else {
+        p[0] = partial_w8(static_cast<const signed char*>(w), static_cast<const float*>(scales), x, r0, k, cols, kw,
+                          lane);
+    }
+}
+
 template <int FMT, int V, bool PARTIALS>
 __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, int row0, const float* __restrict__ x,
                                            float* __restrict__ out, int rows, int cols, int kw, int rpb) {
@@ -298,8 +335,7 @@ __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, in
     const int lane = threadIdx.x & 31;
     const int nk = cols / kw;
     const int r_first = blockIdx.x * rpb;
-    // Lane-major formats take R rows per task; row-major and NVFP4 / W8 one.
-    constexpr int R = (V > 0 && (FMT == FMT_BF16 || FMT == FMT_F32 || FMT == FMT_E4M3)) ? GEMV_ROWS_PER_TASK : 1;
+    constexpr int R = GemvTaskRows<FMT, V>::R;
     const int n_groups = (rpb + R - 1) / R;
     const int n_tasks = n_groups * nk;
     for (int task = warp; task < n_tasks; task += GEMV_WARPS) {
@@ -309,29 +345,8 @@ __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, in
         const int r0 = r_first + rl0;
         const int nvalid = min(min(R, rpb - rl0), rows - r0);
         if (nvalid <= 0) continue;  // warp-uniform
-        const size_t kb0 = (size_t)r0 * cols + (size_t)k * kw;
-        const float* xk = x + (size_t)k * kw;
         float p[R];
-        if constexpr (R > 1) {
-            if constexpr (FMT == FMT_E4M3) {
-                partials_e4m3_lm<V, R>(static_cast<const u8*>(w), static_cast<const float*>(scales), row0, r0,
-                                       (k * kw) / E4M3_BLOCK, xk, kb0, cols, nvalid, kw, lane, p);
-            } else {
-                partials_dense_lm<FMT, V, R>(w, xk, kb0, (size_t)cols, nvalid, kw, lane, p);
-            }
-        } else if constexpr (FMT == FMT_BF16 || FMT == FMT_F32) {
-            p[0] = partial_dense_rm<FMT>(w, xk, kb0, kw, lane);
-        } else if constexpr (FMT == FMT_E4M3) {
-            // Scale row of this view row: (row0 + r) / 128 − row0 / 128; scale columns cols / 128.
-            const float* srow = static_cast<const float*>(scales) +
-                                (size_t)((row0 + r0) / E4M3_BLOCK - row0 / E4M3_BLOCK) * (size_t)(cols / E4M3_BLOCK);
-            p[0] = partial_e4m3_rm(static_cast<const u8*>(w), srow, (k * kw) / E4M3_BLOCK, xk, kb0, kw, lane);
-        } else if constexpr (FMT == FMT_NVFP4) {
-            p[0] = partial_nvfp4(static_cast<const u8*>(w), static_cast<const u8*>(scales), xk, kb0, kw, lane);
-        } else {
-            p[0] = partial_w8(static_cast<const signed char*>(w), static_cast<const float*>(scales), x, r0, k, cols, kw,
-                              lane);
-        }
+        gemv_task<FMT, V>(w, scales, row0, x, cols, kw, r0, nvalid, k, lane, p);
         if (lane == 0) {
 #pragma unroll
             for (int i = 0; i < R; ++i) {
