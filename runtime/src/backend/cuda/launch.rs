@@ -21,7 +21,9 @@ const TREE_THREADS: u32 = 256;
 const ELEMENTWISE_THREADS: u32 = 256;
 const ATTN_THREADS: u32 = 128;
 const ROUTER_THREADS: u32 = 256;
-const ARGMAX_THREADS: u32 = 1024;
+const ARGMAX_THREADS: u32 = 256;
+/// Blocks of the multi-block argmax: its scratch (per rank) holds a counter and 2 words per block.
+pub(crate) const ARGMAX_MAX_BLOCKS: usize = 128;
 const DIGEST_THREADS: u32 = 256;
 /// Dynamic shared memory available without opting in (bytes).
 const SMEM_LIMIT: usize = 48 << 10;
@@ -109,6 +111,9 @@ macro_rules! launch {
 // The GRAPH door's position-independent launches (they use `launch!`, so they follow it).
 #[path = "launch_at.rs"]
 mod launch_at;
+// Grouped experts, rope + append, batched digests (they use `launch!` too).
+#[path = "experts.rs"]
+pub(crate) mod experts;
 
 impl CudaBackend {
     fn weight_shape(&self, rank: usize, w: u32, op: &str) -> Result<(WeightKind, usize, usize, usize, usize)> {
@@ -434,11 +439,11 @@ impl CudaBackend {
                     self.slice_ptr(rank, out, what)?,
                 );
                 let n = logits.len;
-                if bias.len != n || k > n || out.len != 2 * k || k > 64 || 12 * n > SMEM_LIMIT {
+                if bias.len != n || k > n || out.len != 2 * k || k > 32 || 12 * n > SMEM_LIMIT {
                     return Err(shape_err(
                         what,
                         format!(
-                            "{n} experts, bias {}, top-{k}, out {} (needs 2k, k ≤ 64, ≤ 4096 experts)",
+                            "{n} experts, bias {}, top-{k}, out {} (needs 2k, k ≤ 32, ≤ 4096 experts)",
                             bias.len, out.len
                         ),
                     ));
@@ -508,8 +513,10 @@ impl CudaBackend {
                 if out.len != 1 {
                     return Err(shape_err("argmax", format!("out has {} elements, expected 1", out.len)));
                 }
-                let n = x.len as i32;
-                launch!(self, rank, "argmax_f32", cfg(1, ARGMAX_THREADS, 0), xp, n, outp)
+                let n = i32_of("argmax", "length", x.len)?;
+                let grid = x.len.div_ceil(ARGMAX_THREADS as usize * 8).clamp(1, ARGMAX_MAX_BLOCKS);
+                let scratch = self.ranks[rank].scratch.ptr();
+                launch!(self, rank, "argmax_f32", cfg(grid, ARGMAX_THREADS, 0), xp, n, outp, scratch)
             }
             Op::FlipLowBit { x } => {
                 let xp = self.slice_ptr(rank, x, "flip_low_bit")?;
@@ -521,6 +528,12 @@ impl CudaBackend {
             Op::SetU32 { .. } | Op::QkNormRopeAt { .. } | Op::AttentionAt { .. } | Op::AppendAt { .. } => {
                 self.launch_at_op(rank, op)
             }
+            Op::RopeAppend { .. }
+            | Op::ExpertGateUp { .. }
+            | Op::ExpertDown { .. }
+            | Op::FoldSlots { .. }
+            | Op::SelectSlots { .. }
+            | Op::CombineOwned { .. } => self.launch_expert_op(rank, op, to),
         }
     }
 
