@@ -13,6 +13,7 @@ macro_rules! say {
 }
 
 pub mod bench;
+pub mod bench_gating;
 pub mod cli;
 pub mod commands;
 pub mod dist;
