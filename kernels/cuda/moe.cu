@@ -160,6 +160,27 @@ extern "C" __global__ void combine_f32(const float* y, const float* w, int slots
     }
 }
 
+// The moe_join in one launch (twins::moe::combine_shared): out[i] = sum_s w[s] * y[s][i] in slot
+// order from +0.0 over the k routed slots, out[width + i] = y[k][i] (the shared expert, copied).
+extern "C" __global__ void combine_shared_f32(const float* y, const float* w, int k, int width, float* out) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
+        float acc = C_ZERO;
+        for (int s = 0; s < k; ++s) acc = acc + w[s] * y[(size_t)s * width + i];
+        out[i] = acc;
+        out[width + i] = y[(size_t)k * width + i];
+    }
+}
+
+// The residual in one launch (twins::moe::residual_add): sum = a + b, then out = h + sum.
+extern "C" __global__ void residual_add_f32(const float* h, const float* a, const float* b, float* sum, float* out,
+                                            int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const float v = a[i] + b[i];
+        sum[i] = v;
+        out[i] = h[i] + v;
+    }
+}
+
 // out[0] = bits of the index of the largest value (lowest index on ties, NaN never wins, 0 when
 // every value is NaN or n == 0). Many blocks: block b reduces the values i = b*T + t, strided by
 // the grid, to its best (value, index) in scratch; the last block to finish (a counter in

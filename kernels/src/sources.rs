@@ -124,6 +124,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "router_topk_dev_f32",
     "swiglu_f32",
     "combine_f32",
+    "combine_shared_f32",
+    "residual_add_f32",
     "argmax_f32",
     // elementwise.cu
     "add_f32",

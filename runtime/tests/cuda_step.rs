@@ -276,6 +276,25 @@ fn router_and_argmax_at_step_shapes_match_twins() {
 }
 
 #[test]
+fn moe_join_and_residual_kernels_match_twins() {
+    let mut rng = Rng(37);
+    let mut cases = Vec::new();
+    for (k, width) in [(8, 4096), (2, 1024), (1, 5)] {
+        let mut c = Case::new(format!("combine_shared k {k} width {width}"));
+        let (y, w) = (c.buf(rng.vec((k + 1) * width, 5.0)), c.buf(rng.vec(k, 1.0)));
+        let out = c.out(2 * width);
+        c.ops.push(Op::CombineShared { y, w, out });
+        cases.push(c);
+        let mut c = Case::new(format!("residual_add {width}"));
+        let (h, a, b) = (c.buf(rng.vec(width, 9.0)), c.buf(rng.vec(width, 3.0)), c.buf(rng.vec(width, 3.0)));
+        let (sum, out) = (c.out(width), c.out(width));
+        c.ops.push(Op::ResidualAdd { h, a, b, sum, out });
+        cases.push(c);
+    }
+    check_cases("moe_join/residual", cases, &[FAST]);
+}
+
+#[test]
 fn rope_append_matches_twin() {
     let mut rng = Rng(33);
     let mut cases = Vec::new();

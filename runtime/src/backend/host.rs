@@ -233,6 +233,8 @@ fn op_slices(op: &Op) -> Vec<Slice> {
         Op::Router { logits, bias, out, .. } => vec![logits, bias, out],
         Op::Swiglu { gate, up, out, .. } => vec![gate, up, out],
         Op::Combine { y, w, out } => vec![y, w, out],
+        Op::CombineShared { y, w, out } => vec![y, w, out],
+        Op::ResidualAdd { h, a, b, sum, out } => vec![h, a, b, sum, out],
         Op::Argmax { x, out } => vec![x, out],
         Op::FlipLowBit { x } => vec![x],
         Op::SetU32 { out, .. } => vec![out],
@@ -265,6 +267,8 @@ pub(crate) fn op_name(op: &Op) -> &'static str {
         Op::Router { .. } => "router",
         Op::Swiglu { .. } => "swiglu",
         Op::Combine { .. } => "combine",
+        Op::CombineShared { .. } => "combine_shared",
+        Op::ResidualAdd { .. } => "residual_add",
         Op::Argmax { .. } => "argmax",
         Op::FlipLowBit { .. } => "flip_low_bit",
         Op::SetU32 { .. } => "set_u32",
@@ -457,6 +461,17 @@ fn execute(a: &mut Arena, op: Op) {
         Op::Combine { y, w, out } => {
             let mut o = vec![0.0f32; out.len];
             moe::combine_slots(read_slice(a, y), read_slice(a, w), out.len, &mut o);
+            write_slice(a, out, &o);
+        }
+        Op::CombineShared { y, w, out } => {
+            let mut o = vec![0.0f32; out.len];
+            moe::combine_shared(read_slice(a, y), read_slice(a, w), &mut o);
+            write_slice(a, out, &o);
+        }
+        Op::ResidualAdd { h, a: x, b, sum, out } => {
+            let (mut sv, mut o) = (vec![0.0f32; sum.len], vec![0.0f32; out.len]);
+            moe::residual_add(read_slice(a, h), read_slice(a, x), read_slice(a, b), &mut sv, &mut o);
+            write_slice(a, sum, &sv);
             write_slice(a, out, &o);
         }
         Op::Argmax { x, out } => {

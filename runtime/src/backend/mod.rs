@@ -136,6 +136,11 @@ pub enum Op {
     Swiglu { gate: Slice, up: Slice, limit: Option<f32>, out: Slice },
     /// `out = Σ_s w[s] · y[s]` in slot order from +0.0 (`y` is `[slots][out.len]`).
     Combine { y: Slice, w: Slice, out: Slice },
+    /// The moe_join in one kernel: `out = [Σ_s w[s]·y[s] | y[k]]` (`y` is `[k + 1][width]`, k =
+    /// `w.len`, `out` is `2·width`: the routed sum in slot order from +0.0, then the shared slot).
+    CombineShared { y: Slice, w: Slice, out: Slice },
+    /// The residual in one kernel: `sum = a + b`, then `out = h + sum`.
+    ResidualAdd { h: Slice, a: Slice, b: Slice, sum: Slice, out: Slice },
     /// `out[0]` = argmax bits of `x`.
     Argmax { x: Slice, out: Slice },
     /// CANARY: flip the lowest bit of `x[0]`.

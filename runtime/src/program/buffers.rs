@@ -28,7 +28,9 @@ pub struct RankBuffers {
     pub route: Slice,
     /// SwiGLU activations of every slot, slot s at `s * act_pitch` (the widest expert).
     pub ea: Slice,
-    /// Expert down partials, slot s at `s * gmax * hidden`.
+    /// Expert down partials, slot s at `s * gmax * hidden`. Rank 0's IS the root's `epart_all`:
+    /// its K-blocks of a TP-sharded slot sit at their canonical place there already (offset
+    /// `s * stride + 0`), so the root never copies its own partials.
     pub epart: Slice,
     /// Folded per-slot expert outputs `[slots][hidden]` (EP owners, NVFP4 ranks); rank 0's is
     /// region 0 of the root's `ey_all`.
@@ -93,6 +95,7 @@ pub fn allocate(b: &mut dyn Backend, c: &ModelConfig, p: &Placement, n_layers: u
     let width_max = c.expert_width.max(c.shared_width);
     let mut ranks = Vec::new();
     let ey_all = whole(b, 0, p.tp * slots * c.hidden)?;
+    let epart_all = whole(b, 0, slots * gmax * c.hidden)?;
     for r in 0..p.tp {
         let lq = p.q_heads_per_rank * hd;
         let lkv = p.kv_heads_per_rank * hd;
@@ -116,7 +119,7 @@ pub fn allocate(b: &mut dyn Backend, c: &ModelConfig, p: &Placement, n_layers: u
             xin: whole(b, r, c.hidden)?,
             route: whole(b, r, 2 * c.top_k)?,
             ea: whole(b, r, slots * width_max)?,
-            epart: whole(b, r, slots * gmax * c.hidden)?,
+            epart: if r == 0 { epart_all } else { whole(b, r, slots * gmax * c.hidden)? },
             ey: if r == 0 { ey_all.sub(0, slots * c.hidden) } else { whole(b, r, slots * c.hidden)? },
             rw: whole(b, r, 2 * c.top_k)?,
             esum: whole(b, r, 3 * c.hidden)?,
@@ -132,7 +135,7 @@ pub fn allocate(b: &mut dyn Backend, c: &ModelConfig, p: &Placement, n_layers: u
         h: whole(b, 0, c.hidden)?,
         router_logits: whole(b, 0, c.experts)?,
         route: ranks[0].route,
-        epart_all: whole(b, 0, slots * gmax * c.hidden)?,
+        epart_all,
         ey_all,
         y: whole(b, 0, slots * c.hidden)?,
         moe: whole(b, 0, 2 * c.hidden)?,

@@ -248,7 +248,8 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     } else if !direct {
         for (s, _) in sharded.iter().enumerate().filter(|(_, sh)| **sh) {
             let gl = if s < k { g_r } else { g_s } / tp;
-            for r in 0..tp {
+            // Rank 0's partials are the root's buffer already (`buffers.rs`).
+            for r in 1..tp {
                 let src = ctx.buf.ranks[r].epart.sub(s * stride, gl * hidden);
                 let dst = root.epart_all.sub(s * stride + r * gl * hidden, gl * hidden);
                 ctx.b.copy(ctx.cfg.transport, r, src, 0, dst)?;
@@ -381,10 +382,10 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             0,
             Op::Add { a: root.rank_sums.sub(0, hidden), b: root.rank_sums.sub(hidden, hidden), out: routed },
         )?;
+        ctx.b.copy(ctx.cfg.transport, 0, root.y.sub(k * hidden, hidden), 0, shared)?;
     } else {
-        ctx.b.launch(0, Op::Combine { y: root.y.sub(0, k * hidden), w: weights, out: routed })?;
+        ctx.b.launch(0, Op::CombineShared { y: root.y, w: weights, out: root.moe })?;
     }
-    ctx.b.copy(ctx.cfg.transport, 0, root.y.sub(k * hidden, hidden), 0, shared)?;
     ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe))
 }
 
@@ -394,8 +395,7 @@ fn residual(ctx: &mut Ctx, l: usize) -> Result<()> {
     let root = ctx.buf.root.clone();
     let (routed, shared) = (root.moe.sub(0, hidden), root.moe.sub(hidden, hidden));
     ctx.begin()?;
-    ctx.b.launch(0, Op::Add { a: routed, b: shared, out: root.moe_sum })?;
-    ctx.b.launch(0, Op::Add { a: root.h, b: root.moe_sum, out: root.x })?;
+    ctx.b.launch(0, Op::ResidualAdd { h: root.h, a: routed, b: shared, sum: root.moe_sum, out: root.x })?;
     ctx.seam(l, Seam::Residual, &Ctx::root_part(root.x))
 }
 
@@ -421,7 +421,8 @@ fn bulk_move_partials(ctx: &mut Ctx, sharded: &[bool]) -> Result<()> {
     }
     for (first, n, g) in runs {
         let len = g / tp * hidden;
-        for r in 0..tp {
+        // Rank 0's partials are the root's buffer already (`buffers.rs`).
+        for r in 1..tp {
             let src = ctx.buf.ranks[r].epart.sub(first * stride, len);
             let dst = root_parts.sub(first * stride + r * len, len);
             if n == 1 {

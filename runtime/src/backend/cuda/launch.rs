@@ -508,6 +508,39 @@ impl CudaBackend {
                     outp
                 )
             }
+            Op::CombineShared { y, w, out } => {
+                let what = "combine_shared";
+                let (yp, wp, outp) =
+                    (self.slice_ptr(rank, y, what)?, self.slice_ptr(rank, w, what)?, self.slice_ptr(rank, out, what)?);
+                let width = out.len / 2;
+                if out.len % 2 != 0 || Some(y.len) != (w.len + 1).checked_mul(width) {
+                    return Err(shape_err(
+                        what,
+                        format!("y {} for {} routed slots + shared, out {} (2 × width)", y.len, w.len, out.len),
+                    ));
+                }
+                if width == 0 {
+                    return Ok(());
+                }
+                let (k, width_i) = (i32_of(what, "slots", w.len)?, i32_of(what, "width", width)?);
+                let c = cfg(elementwise_grid(width), ELEMENTWISE_THREADS, 0);
+                launch!(self, rank, "combine_shared_f32", c, yp, wp, k, width_i, outp)
+            }
+            Op::ResidualAdd { h, a, b, sum, out } => {
+                let what = "residual_add";
+                let p = |s: Slice| self.slice_ptr(rank, s, what);
+                let (hp, ap, bp, sp, outp) = (p(h)?, p(a)?, p(b)?, p(sum)?, p(out)?);
+                let n = h.len;
+                if a.len != n || b.len != n || sum.len != n || out.len != n {
+                    return Err(shape_err(what, format!("h {n} a {} b {} sum {} out {}", a.len, b.len, sum.len, out.len)));
+                }
+                if n == 0 {
+                    return Ok(());
+                }
+                let n_i = i32_of(what, "length", n)?;
+                let c = cfg(elementwise_grid(n), ELEMENTWISE_THREADS, 0);
+                launch!(self, rank, "residual_add_f32", c, hp, ap, bp, sp, outp, n_i)
+            }
             Op::Argmax { x, out } => {
                 let (xp, outp) = (self.slice_ptr(rank, x, "argmax")?, self.slice_ptr(rank, out, "argmax")?);
                 if out.len != 1 {
