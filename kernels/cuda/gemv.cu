@@ -327,14 +327,15 @@ __device__ __forceinline__ void gemv_task(const void* w, const void* scales, int
     }
 }
 
+// Block `bx` of a GEMV (rows bx * rpb ..): its tasks, then (rows mode) the K-block folds.
 template <int FMT, int V, bool PARTIALS>
 __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, int row0, const float* __restrict__ x,
-                                           float* __restrict__ out, int rows, int cols, int kw, int rpb) {
+                                           float* __restrict__ out, int rows, int cols, int kw, int rpb, int bx) {
     __shared__ float part[GEMV_MAX_TASKS];
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int nk = cols / kw;
-    const int r_first = blockIdx.x * rpb;
+    const int r_first = bx * rpb;
     constexpr int R = GemvTaskRows<FMT, V>::R;
     const int n_groups = (rpb + R - 1) / R;
     const int n_tasks = n_groups * nk;
@@ -374,26 +375,58 @@ __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, in
 // Dispatch on the layout argument (warp-uniform, once per kernel).
 template <int FMT, bool PARTIALS>
 __device__ __forceinline__ void gemv_dispatch(const void* w, const void* scales, int row0, const float* x, float* out,
-                                              int rows, int cols, int kw, int rpb, int vec) {
+                                              int rows, int cols, int kw, int rpb, int vec, int bx = -1) {
+    if (bx < 0) bx = blockIdx.x;
     if constexpr (FMT == FMT_E4M3) {
         if (vec == 16) {
-            gemv_tasks<FMT, 16, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
+            gemv_tasks<FMT, 16, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
             return;
         }
     }
     if constexpr (FMT == FMT_BF16) {
         if (vec == 8) {
-            gemv_tasks<FMT, 8, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
+            gemv_tasks<FMT, 8, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
             return;
         }
     }
     if constexpr (FMT == FMT_BF16 || FMT == FMT_F32 || FMT == FMT_E4M3) {
         if (vec == 4) {
-            gemv_tasks<FMT, 4, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
+            gemv_tasks<FMT, 4, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
             return;
         }
     }
-    gemv_tasks<FMT, 0, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
+    gemv_tasks<FMT, 0, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
+}
+
+// ---- several matrices with the same input in one launch (the qkv seam's q, k, v, gate): the
+// grid is the concatenation of each matrix's row blocks; block b runs block b - block_start[i]
+// of matrix i, exactly the program of a separate launch.
+#define GEMV_BATCH_MAX 4
+
+struct GemvBatch {
+    u64 w[GEMV_BATCH_MAX];
+    u64 out[GEMV_BATCH_MAX];
+    int rows[GEMV_BATCH_MAX];
+    int block_start[GEMV_BATCH_MAX + 1];
+    int count;
+};
+
+template <int FMT>
+__device__ __forceinline__ void gemv_rows_batch(const GemvBatch& b, const float* x, int cols, int kw, int rpb, int vec) {
+    int i = 0;
+    while (i + 1 < b.count && b.block_start[i + 1] <= (int)blockIdx.x) ++i;
+    if (i >= b.count || (int)blockIdx.x >= b.block_start[i + 1]) return;  // block-uniform
+    gemv_dispatch<FMT, false>(reinterpret_cast<const void*>(b.w[i]), 0, 0, x, reinterpret_cast<float*>(b.out[i]),
+                              b.rows[i], cols, kw, rpb, vec, (int)blockIdx.x - b.block_start[i]);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_rows_batch_bf16(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec) {
+    gemv_rows_batch<FMT_BF16>(batch, x, cols, kw, rpb, vec);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_rows_batch_f32(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec) {
+    gemv_rows_batch<FMT_F32>(batch, x, cols, kw, rpb, vec);
 }
 
 // `out[r]` = fold over K-blocks of row r's partials (twins::gemv::gemv_rows).

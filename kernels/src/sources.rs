@@ -100,6 +100,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "gemv_partials_e4m3",
     "gemv_partials_nvfp4",
     "gemv_partials_w8",
+    "gemv_rows_batch_bf16",
+    "gemv_rows_batch_f32",
     "gemv_rows_tree_bf16",
     "gemv_rows_tree_f32",
     "fold_f32",

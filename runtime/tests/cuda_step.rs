@@ -275,6 +275,57 @@ fn router_and_argmax_at_step_shapes_match_twins() {
     check_cases("router/argmax", cases, &[FAST]);
 }
 
+fn bf16_shard(rng: &mut Rng, rows: usize, cols: usize, kw: usize) -> MatrixShard {
+    let bits = (0..rows * cols).map(|_| memra_kernels::formats::bf16_from_f32(rng.mixed(0.5))).collect();
+    MatrixShard { out_features: rows, in_features: cols, kblock_width: kw, data: ShardData::Bf16(bits) }
+}
+
+/// The qkv seam's four projections in one launch, and single GEMVs whose few rows get a smaller
+/// rows-per-block (router 288 × 4096, k 1024 × 4096): the same bits as one launch each.
+#[test]
+fn batched_and_small_gemvs_match_twins() {
+    let mut rng = Rng(38);
+    let mut cases = Vec::new();
+    for (label, shapes, f32_mirror) in [
+        ("step qkv+gate bf16", vec![(4096usize, 4096usize), (1024, 4096), (1024, 4096), (32, 4096)], false),
+        ("tiny qkv+gate f32 mirror", vec![(1024, 1024), (1024, 1024), (1024, 1024), (8, 1024)], true),
+        ("mixed widths (falls back to one launch each)", vec![(64, 1024), (32, 2048)], false),
+    ] {
+        let mut c = Case::new(format!("gemv_rows_batch {label}"));
+        let mut items = Vec::new();
+        let x = c.buf(rng.vec(4096, 3.0));
+        for (rows, cols) in &shapes {
+            let mut w = bf16_shard(&mut rng, *rows, *cols, cols / 8);
+            if f32_mirror {
+                w = w.widened();
+            }
+            let w = c.weight(w);
+            items.push((w, c.out(*rows)));
+        }
+        let cols = shapes[0].1;
+        let uniform = shapes.iter().all(|s| s.1 == cols);
+        let x = if uniform { x.sub(0, cols) } else { x };
+        if uniform {
+            c.ops.push(Op::GemvRowsBatch { items, x });
+        } else {
+            for (w, out) in items {
+                let xs = x.sub(0, c.weights[w as usize].in_features);
+                c.ops.push(Op::GemvRows { w, x: xs, out, order: RowOrder::Canonical });
+            }
+        }
+        cases.push(c);
+    }
+    for (rows, cols) in [(288, 4096), (1024, 4096), (7, 4096)] {
+        let mut c = Case::new(format!("gemv_rows bf16 {rows}x{cols}"));
+        let w = c.weight(bf16_shard(&mut rng, rows, cols, cols / 8));
+        let x = c.buf(rng.vec(cols, 3.0));
+        let out = c.out(rows);
+        c.ops.push(Op::GemvRows { w, x, out, order: RowOrder::Canonical });
+        cases.push(c);
+    }
+    check_cases("gemv batch/small", cases, &[FAST, ROW_MAJOR]);
+}
+
 #[test]
 fn moe_join_and_residual_kernels_match_twins() {
     let mut rng = Rng(37);
@@ -624,5 +675,4 @@ fn grouped_experts_bandwidth_report() {
         bw / 1e12,
         (gu + dn) as f64 / floor_ns
     );
-    let _ = RowOrder::Canonical;
 }

@@ -139,6 +139,9 @@ impl HostBackend {
             Op::GemvRows { w, .. } | Op::GemvPartials { w, .. } if *w as usize >= self.ranks[rank].n_weights => {
                 Err(RuntimeError::Config(format!("{name}: weight {w} does not exist on rank {rank}")))
             }
+            Op::GemvRowsBatch { items, .. } if items.iter().any(|i| i.0 as usize >= self.ranks[rank].n_weights) => {
+                Err(RuntimeError::Config(format!("{name}: a weight of {items:?} does not exist on rank {rank}")))
+            }
             Op::ExpertGateUp { group, .. }
             | Op::ExpertDown { group, .. }
             | Op::FoldSlots { scales: Some(group), .. }
@@ -222,6 +225,7 @@ fn write_slice(a: &mut Arena, s: Slice, data: &[f32]) {
 fn op_slices(op: &Op) -> Vec<Slice> {
     match *op {
         Op::GemvRows { x, out, .. } | Op::GemvPartials { x, out, .. } => vec![x, out],
+        Op::GemvRowsBatch { ref items, x } => std::iter::once(x).chain(items.iter().map(|i| i.1)).collect(),
         Op::Fold { parts, out, .. } => vec![parts, out],
         Op::Add { a, b, out } => vec![a, b, out],
         Op::Scale { x, out, .. } => vec![x, out],
@@ -255,6 +259,7 @@ fn op_slices(op: &Op) -> Vec<Slice> {
 pub(crate) fn op_name(op: &Op) -> &'static str {
     match op {
         Op::GemvRows { .. } => "gemv_rows",
+        Op::GemvRowsBatch { .. } => "gemv_rows_batch",
         Op::GemvPartials { .. } => "gemv_partials",
         Op::Fold { .. } => "fold",
         Op::Add { .. } => "add",
@@ -381,6 +386,11 @@ fn execute(a: &mut Arena, op: Op) {
                 (None, RowOrder::Tree) => gemv::gemv_rows_tree(&shard.view(), &xv, &mut o),
             }
             write_slice(a, out, &o);
+        }
+        Op::GemvRowsBatch { items, x } => {
+            for (w, out) in items {
+                execute(a, Op::GemvRows { w, x, out, order: RowOrder::Canonical });
+            }
         }
         Op::GemvPartials { w, x, out } => {
             let xv = read_slice(a, x).to_vec();

@@ -113,6 +113,9 @@ pub enum Op {
     GemvRows { w: WeightId, x: Slice, out: Slice, order: RowOrder },
     /// K-block partials of every row of the weight: `out[k * rows + r]`.
     GemvPartials { w: WeightId, x: Slice, out: Slice },
+    /// Canonical `GemvRows` of up to 4 weights over the same `x` (one launch where the weights
+    /// share a format and layout): item i writes whole rows of weight i into its slice.
+    GemvRowsBatch { items: Vec<(WeightId, Slice)>, x: Slice },
     /// `out[i]` = canonical fold over `n_parts` vectors of `parts` (`[part][width]`).
     Fold { parts: Slice, n_parts: usize, reverse: bool, out: Slice },
     /// `out[i] = a[i] + b[i]`.

@@ -70,8 +70,14 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     let mut parts: Vec<Part> = Vec::new();
     for r in 0..tp {
         let (rb, h) = (ctx.buf.ranks[r].clone(), ctx.w.layers[l][r].clone());
-        for (w, out) in [(h.wq, rb.q), (h.wk, rb.k), (h.wv, rb.v), (h.wg, rb.g)] {
-            ctx.b.launch(r, Op::GemvRows { w, x: rb.normed, out, order })?;
+        let items = vec![(h.wq, rb.q), (h.wk, rb.k), (h.wv, rb.v), (h.wg, rb.g)];
+        if order == RowOrder::Canonical && !ctx.cfg.doors.w8 {
+            // One launch for the four projections (same input, same canonical rows).
+            ctx.b.launch(r, Op::GemvRowsBatch { items, x: rb.normed })?;
+        } else {
+            for (w, out) in items {
+                ctx.b.launch(r, Op::GemvRows { w, x: rb.normed, out, order })?;
+            }
         }
         let (lq, lkv) = (rb.q.len, rb.k.len);
         parts.push((r, rb.q, (r * lq) as u64));

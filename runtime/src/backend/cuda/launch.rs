@@ -33,6 +33,33 @@ fn cfg(grid: usize, block: u32, smem: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (grid.max(1) as u32, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem as u32 }
 }
 
+/// Blocks a GEMV grid should have at least: two per SM of an H200 (132 SMs).
+const GEMV_MIN_BLOCKS: usize = 264;
+
+/// Rows per block of a GEMV with `nk` K-blocks: about 32 (row, K-block) tasks for 8 warps,
+/// within the fold slots — fewer when the matrix has too few rows to give every SM two blocks
+/// (the router's 288 rows, k/v's 1024). A launch choice, never part of the arithmetic.
+pub(crate) fn gemv_rows_per_block(rows: usize, nk: usize) -> usize {
+    let base = (32 / nk).clamp(1, GEMV_MAX_TASKS / nk);
+    base.min((rows / GEMV_MIN_BLOCKS).max(1))
+}
+
+/// `gemv_rows_batch_*`'s parameter block (`struct GemvBatch` in gemv.cu: 104 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct GemvBatch {
+    w: [u64; 4],
+    out: [u64; 4],
+    rows: [i32; 4],
+    block_start: [i32; 5],
+    count: i32,
+}
+
+// SAFETY: `GemvBatch` is `repr(C)` of u64/i32 arrays and an i32, with the field order and types of
+// `struct GemvBatch` in kernels/cuda/gemv.cu (no padding: 64 + 16 + 20 + 4 = 104 bytes, a multiple
+// of its 8-byte alignment); the kernel takes it by value.
+unsafe impl cudarc::driver::DeviceRepr for GemvBatch {}
+
 /// Dynamic shared memory of the norm kernels: one staged row of `n` f32 (one block per row).
 fn norm_smem(n: usize) -> Result<usize> {
     const MAX: usize = 48 << 10; // the default per-block limit without an opt-in attribute
@@ -184,8 +211,7 @@ impl CudaBackend {
         if nk > GEMV_MAX_TASKS {
             return Err(shape_err(op, format!("{nk} K-blocks exceed the kernel's {GEMV_MAX_TASKS}")));
         }
-        // Rows per block: about 32 (row, K-block) tasks for 8 warps, within the fold slots.
-        let rpb = (32 / nk).clamp(1, GEMV_MAX_TASKS / nk);
+        let rpb = gemv_rows_per_block(rows, nk);
         let grid = rows.div_ceil(rpb);
         let rpb_i = rpb as i32;
         let c = cfg(grid, GEMV_THREADS, 0);
@@ -213,6 +239,55 @@ impl CudaBackend {
                 launch!(self, rank, name, c, wp, sp, xp, op_ptr, rows_i, cols_i, kw_i, rpb_i)
             }
         }
+    }
+
+    /// Several canonical row GEMVs over one `x`: one launch when every weight is BF16 (or every
+    /// one F32) with the same columns, K-block width and layout; else one launch each (the same
+    /// arithmetic either way).
+    fn gemv_batch(&self, rank: usize, items: &[(u32, Slice)], x: Slice) -> Result<()> {
+        let op = "gemv_rows_batch";
+        let shapes = items.iter().map(|(w, _)| self.weight_shape(rank, *w, op)).collect::<Result<Vec<_>>>()?;
+        let first = shapes.first().copied();
+        let uniform = first.is_some_and(|(kind, _, cols, kw, vec)| {
+            matches!(kind, WeightKind::Bf16 | WeightKind::F32)
+                && cols > 0
+                && shapes.iter().all(|s| (s.0, s.2, s.3, s.4) == (kind, cols, kw, vec) && s.1 > 0)
+        });
+        if !uniform || items.len() > 4 {
+            for (w, out) in items {
+                self.gemv(rank, *w, x, *out, rank, GemvMode::Rows)?;
+            }
+            return Ok(());
+        }
+        let (kind, _, cols, kw, vec) = first.expect("checked non-empty");
+        let xp = self.slice_ptr(rank, x, op)?;
+        if x.len != cols {
+            return Err(shape_err(op, format!("x has {} elements but the weights have in_features {cols}", x.len)));
+        }
+        let nk = cols / kw;
+        if nk > GEMV_MAX_TASKS {
+            return Err(shape_err(op, format!("{nk} K-blocks exceed the kernel's {GEMV_MAX_TASKS}")));
+        }
+        let total_rows: usize = shapes.iter().map(|s| s.1).sum();
+        let rpb = gemv_rows_per_block(total_rows, nk);
+        let mut b = GemvBatch { w: [0; 4], out: [0; 4], rows: [0; 4], block_start: [0; 5], count: items.len() as i32 };
+        let mut blocks = 0usize;
+        for (i, ((w, out), s)) in items.iter().zip(&shapes).enumerate() {
+            if out.len != s.1 {
+                return Err(shape_err(op, format!("item {i}: out has {} values, the weight {} rows", out.len, s.1)));
+            }
+            b.w[i] = self.ranks[rank].weights[*w as usize].data.ptr();
+            b.out[i] = self.slice_ptr(rank, *out, op)?;
+            b.rows[i] = i32_of(op, "rows", s.1)?;
+            b.block_start[i] = i32_of(op, "blocks", blocks)?;
+            blocks += s.1.div_ceil(rpb);
+        }
+        for i in items.len()..5 {
+            b.block_start[i] = i32_of(op, "blocks", blocks)?;
+        }
+        let name = if kind == WeightKind::Bf16 { "gemv_rows_batch_bf16" } else { "gemv_rows_batch_f32" };
+        let (cols_i, kw_i, rpb_i, vec_i) = (cols as i32, kw as i32, rpb as i32, vec as i32);
+        launch!(self, rank, name, cfg(blocks, GEMV_THREADS, 0), b, xp, cols_i, kw_i, rpb_i, vec_i)
     }
 
     /// Check `rows` rows of `width` (the weight length) in `x`, as the norm twins do.
@@ -248,6 +323,7 @@ impl CudaBackend {
                 self.gemv(rank, w, x, out, to, mode)
             }
             Op::GemvPartials { w, x, out } => self.gemv(rank, w, x, out, to, GemvMode::Partials),
+            Op::GemvRowsBatch { ref items, x } => self.gemv_batch(rank, items, x),
             Op::Fold { parts, n_parts, reverse, out } => {
                 let (pp, outp) = (self.slice_ptr(rank, parts, "fold")?, self.slice_ptr(to, out, "fold")?);
                 if Some(parts.len) != n_parts.checked_mul(out.len) {
