@@ -78,7 +78,7 @@ __device__ __forceinline__ int task_rows_c(int fmt, int vec) { return (fmt == FM
 // and up; then thread t folds row t's partials of each matrix from +0.0 in K-block order,
 // applies the NVFP4 per-matrix scales once, and writes act[s * act_pitch + r] = swiglu.
 // Shared memory holds 2 x rpb x nk partials (rpb * nk <= GEMV_MAX_TASKS, checked by the runtime).
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     expert_gate_up_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
                        const float* x, int has_limit, float limit, float* act, int act_pitch, int rpb) {
     __shared__ float part[2][GEMV_MAX_TASKS];
@@ -135,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 // Down-projection K-block partials of every slot: out[s * out_pitch + kb * rows + r] for the
 // K-blocks this rank holds of slot s's expert (twins::gemv::gemv_partials of the entry's down
 // shard over act[s * act_pitch ..]); slots are relative to first_slot on both buffers.
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     expert_down_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
                     const float* act, int act_pitch, float* out, int out_pitch, int rpb) {
     const int e = slot_entry_c(ids, k, experts, first_slot + (int)blockIdx.y);

@@ -413,11 +413,23 @@ struct GemvBatch {
 
 template <int FMT>
 __device__ __forceinline__ void gemv_rows_batch(const GemvBatch& b, const float* x, int cols, int kw, int rpb, int vec) {
-    int i = 0;
-    while (i + 1 < b.count && b.block_start[i + 1] <= (int)blockIdx.x) ++i;
-    if (i >= b.count || (int)blockIdx.x >= b.block_start[i + 1]) return;  // block-uniform
-    gemv_dispatch<FMT, false>(reinterpret_cast<const void*>(b.w[i]), 0, 0, x, reinterpret_cast<float*>(b.out[i]),
-                              b.rows[i], cols, kw, rpb, vec, (int)blockIdx.x - b.block_start[i]);
+    // Constant indices only (a runtime index would copy the parameter block to local memory).
+    const int bx = (int)blockIdx.x;
+    u64 w = b.w[0], out = b.out[0];
+    int rows = b.rows[0], start = b.block_start[0], end = b.block_start[1];
+#pragma unroll
+    for (int j = 1; j < GEMV_BATCH_MAX; ++j) {
+        if (j < b.count && b.block_start[j] <= bx) {
+            w = b.w[j];
+            out = b.out[j];
+            rows = b.rows[j];
+            start = b.block_start[j];
+            end = b.block_start[j + 1];
+        }
+    }
+    if (bx < start || bx >= end) return;  // block-uniform
+    gemv_dispatch<FMT, false>(reinterpret_cast<const void*>(w), 0, 0, x, reinterpret_cast<float*>(out), rows, cols, kw,
+                              rpb, vec, bx - start);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
