@@ -179,7 +179,9 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
             *layer_ns as f64 / 1e3 / f(bytes.total()),
         );
     }
-    crate::say!("whole layer, one mark pair per layer (gated: digests on; ungated: digests off; seam events: the run above):");
+    crate::say!(
+        "whole layer, one mark pair per layer (gated: digests on; ungated: digests off; seam events: the run above):"
+    );
     for line in gating.lines() {
         crate::say!("{line}");
     }
@@ -187,7 +189,9 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<u8, GateError> {
         crate::say!("gate overhead (digests on vs off, same process): {:.1} %", o * 100.0);
     }
     if let Some(us) = torch_graph_us {
-        crate::say!("PyTorch whole layer under CUDA-graph replay: {us:.1} µs (routing on the device, experts gathered)");
+        crate::say!(
+            "PyTorch whole layer under CUDA-graph replay: {us:.1} µs (routing on the device, experts gathered)"
+        );
     }
     match &torch {
         Ok(t) => crate::say!(

@@ -31,7 +31,10 @@ fn median(mut v: Vec<u64>) -> Option<u64> {
 /// Median over the timed steps of every layer's whole-layer samples (head excluded).
 pub fn layer_medians(r: &Record, warmup: usize) -> Vec<u64> {
     (0..r.n_layers)
-        .map(|l| median(r.layer_timings_ns.get(l).map(|s| s.iter().skip(warmup).copied().collect()).unwrap_or_default()).unwrap_or(0))
+        .map(|l| {
+            median(r.layer_timings_ns.get(l).map(|s| s.iter().skip(warmup).copied().collect()).unwrap_or_default())
+                .unwrap_or(0)
+        })
         .collect()
 }
 
@@ -78,14 +81,20 @@ impl GatingCost {
                 continue;
             }
             out.insert(format!("L{l}.layer_gated_over_ungated"), self.gated.get(l).copied().unwrap_or(0) as f64 / u);
-            out.insert(format!("L{l}.layer_seam_events_over_ungated"), self.seams.get(l).copied().unwrap_or(0) as f64 / u);
+            out.insert(
+                format!("L{l}.layer_seam_events_over_ungated"),
+                self.seams.get(l).copied().unwrap_or(0) as f64 / u,
+            );
             if let Some(Some(f)) = floors_ns.get(l) {
                 out.insert(format!("L{l}.layer_ungated_over_floor"), u / f);
                 out.insert(format!("L{l}.layer_gated_over_floor"), self.gated.get(l).copied().unwrap_or(0) as f64 / f);
             }
             if let Some(t) = torch_graph_us {
                 out.insert(format!("L{l}.layer_ungated_over_pytorch_graph"), u / (t * 1e3));
-                out.insert(format!("L{l}.layer_gated_over_pytorch_graph"), self.gated.get(l).copied().unwrap_or(0) as f64 / (t * 1e3));
+                out.insert(
+                    format!("L{l}.layer_gated_over_pytorch_graph"),
+                    self.gated.get(l).copied().unwrap_or(0) as f64 / (t * 1e3),
+                );
             }
         }
         if let Some(o) = self.overhead() {

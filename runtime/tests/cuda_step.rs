@@ -15,9 +15,7 @@ use memra_kernels::formats::E4M3_BLOCK;
 use memra_kernels::twins::digest::{digest_f32, splitmix64};
 use memra_runtime::backend::cuda::{CudaOptions, GemvLayout, PlacementPolicy};
 use memra_runtime::backend::host::HostBackend;
-use memra_runtime::backend::{
-    Backend, DigestPart, GroupEntry, Op, OwnedSlots, OwnerRule, RowOrder, Slice, SlotOwner,
-};
+use memra_runtime::backend::{Backend, DigestPart, GroupEntry, Op, OwnedSlots, OwnerRule, RowOrder, Slice, SlotOwner};
 use memra_runtime::model::matrix::{MatrixShard, ShardData};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::record::Record;
@@ -76,9 +74,15 @@ fn e4m3(rng: &mut Rng, rows: usize, cols: usize, kw: usize, row0: usize, nan_cod
         })
         .collect();
     let scale_rows = (row0 + rows - 1) / E4M3_BLOCK - row0 / E4M3_BLOCK + 1;
-    let scales =
-        (0..scale_rows * (cols / E4M3_BLOCK)).map(|_| f32::from_bits(0x3A80_0000 + rng.below(0x0500_0000) as u32)).collect();
-    MatrixShard { out_features: rows, in_features: cols, kblock_width: kw, data: ShardData::E4m3 { codes, scales, row0 } }
+    let scales = (0..scale_rows * (cols / E4M3_BLOCK))
+        .map(|_| f32::from_bits(0x3A80_0000 + rng.below(0x0500_0000) as u32))
+        .collect();
+    MatrixShard {
+        out_features: rows,
+        in_features: cols,
+        kblock_width: kw,
+        data: ShardData::E4m3 { codes, scales, row0 },
+    }
 }
 
 fn nvfp4(rng: &mut Rng, rows: usize, cols: usize, kw: usize) -> MatrixShard {
@@ -214,7 +218,8 @@ fn wide_norms_match_twins() {
         c.ops.push(Op::RmsNorm { x, w, eps: EPS, out });
         cases.push(c);
         let mut c = Case::new(format!("add_rmsnorm {rows}x{width}"));
-        let (x, a, w) = (c.buf(rng.vec(rows * width, 8.0)), c.buf(rng.vec(rows * width, 8.0)), c.buf(rng.vec(width, 2.0)));
+        let (x, a, w) =
+            (c.buf(rng.vec(rows * width, 8.0)), c.buf(rng.vec(rows * width, 8.0)), c.buf(rng.vec(width, 2.0)));
         let (h, out) = (c.out(rows * width), c.out(rows * width));
         c.ops.push(Op::AddRmsNorm { x, a, w, eps: EPS, h, out });
         cases.push(c);
@@ -353,13 +358,27 @@ fn rope_append_matches_twin() {
     for (qh, kvh) in [(32, 8), (4, 1)] {
         for pos in [0u32, 4, 5, 7] {
             let mut c = Case::new(format!("rope_append q{qh} kv{kvh} pos {pos}"));
-            let (q, k, v) = (c.buf(rng.vec(qh * 128, 6.0)), c.buf(rng.vec(kvh * 128, 6.0)), c.buf(rng.vec(kvh * 128, 3.0)));
+            let (q, k, v) =
+                (c.buf(rng.vec(qh * 128, 6.0)), c.buf(rng.vec(kvh * 128, 6.0)), c.buf(rng.vec(kvh * 128, 3.0)));
             let (q_norm, k_norm) = (c.buf(rng.vec(128, 2.0)), c.buf(rng.vec(128, 2.0)));
             let table = c.buf((0..positions * 128).map(|i| ((i % 97) as f32 * 0.37).sin()).collect());
             let pos = c.buf(vec![f32::from_bits(pos)]);
             let (q_out, k_out) = (c.out(qh * 128), c.out(kvh * 128));
             let (k_cache, v_cache) = (c.out(cache_positions * kvh * 128), c.out(cache_positions * kvh * 128));
-            c.ops.push(Op::RopeAppend { q, k, v, q_norm, k_norm, eps: EPS, table, pos, q_out, k_out, k_cache, v_cache });
+            c.ops.push(Op::RopeAppend {
+                q,
+                k,
+                v,
+                q_norm,
+                k_norm,
+                eps: EPS,
+                table,
+                pos,
+                q_out,
+                k_out,
+                k_cache,
+                v_cache,
+            });
             cases.push(c);
         }
     }
@@ -390,7 +409,12 @@ fn add_group(c: &mut Case, rng: &mut Rng, g: &GroupSpec, held: impl Fn(usize) ->
         let shared = e == g.experts;
         let (gate, up, down, scales) = if g.nvfp4 && !shared {
             let s = Some([1.5f32, 0.75, 3.0]);
-            (nvfp4(rng, g.rows, g.cols, g.kw), nvfp4(rng, g.rows, g.cols, g.kw), nvfp4(rng, g.cols, g.rows, g.down_kw), s)
+            (
+                nvfp4(rng, g.rows, g.cols, g.kw),
+                nvfp4(rng, g.rows, g.cols, g.kw),
+                nvfp4(rng, g.cols, g.rows, g.down_kw),
+                s,
+            )
         } else {
             let nan = g.nan_codes_in == Some(e);
             (
@@ -412,10 +436,58 @@ fn grouped_expert_kernels_match_twins() {
     let mut rng = Rng(34);
     let mut cases = Vec::new();
     let specs = [
-        ("step TP1 e4m3 lane-major", GroupSpec { experts: 12, rows: 1280, cols: 4096, kw: 512, down_kw: 640, row0: 0, nvfp4: false, nan_codes_in: None }),
-        ("step TP2 shard row0 640", GroupSpec { experts: 12, rows: 640, cols: 4096, kw: 512, down_kw: 640, row0: 640, nvfp4: false, nan_codes_in: None }),
-        ("tiny e4m3 with a NaN-code expert (row-major)", GroupSpec { experts: 8, rows: 1024, cols: 1024, kw: 128, down_kw: 128, row0: 0, nvfp4: false, nan_codes_in: Some(3) }),
-        ("nvfp4 routed + e4m3 shared", GroupSpec { experts: 8, rows: 1024, cols: 1024, kw: 128, down_kw: 128, row0: 0, nvfp4: true, nan_codes_in: None }),
+        (
+            "step TP1 e4m3 lane-major",
+            GroupSpec {
+                experts: 12,
+                rows: 1280,
+                cols: 4096,
+                kw: 512,
+                down_kw: 640,
+                row0: 0,
+                nvfp4: false,
+                nan_codes_in: None,
+            },
+        ),
+        (
+            "step TP2 shard row0 640",
+            GroupSpec {
+                experts: 12,
+                rows: 640,
+                cols: 4096,
+                kw: 512,
+                down_kw: 640,
+                row0: 640,
+                nvfp4: false,
+                nan_codes_in: None,
+            },
+        ),
+        (
+            "tiny e4m3 with a NaN-code expert (row-major)",
+            GroupSpec {
+                experts: 8,
+                rows: 1024,
+                cols: 1024,
+                kw: 128,
+                down_kw: 128,
+                row0: 0,
+                nvfp4: false,
+                nan_codes_in: Some(3),
+            },
+        ),
+        (
+            "nvfp4 routed + e4m3 shared",
+            GroupSpec {
+                experts: 8,
+                rows: 1024,
+                cols: 1024,
+                kw: 128,
+                down_kw: 128,
+                row0: 0,
+                nvfp4: true,
+                nan_codes_in: None,
+            },
+        ),
     ];
     for (label, g) in specs {
         let k = 8;
@@ -432,24 +504,62 @@ fn grouped_expert_kernels_match_twins() {
             let (slots, pitch, stride) = (k + 1, g.rows + 3, n_parts * g.cols + 7);
             let act = c.out(slots * pitch);
             let out = c.out(slots * stride);
-            for limit in [Some(7.0f32)] {
-                c.ops.push(Op::ExpertGateUp { group, route, first_slot: 0, slots, x, limit, act, act_pitch: pitch });
-            }
-            c.ops.push(Op::ExpertDown { group, route, first_slot: 0, slots, act, act_pitch: pitch, out, out_pitch: stride });
+            // The NVFP4 group runs without a SwiGLU limit, the others with one.
+            let limit = if g.nvfp4 { None } else { Some(7.0f32) };
+            c.ops.push(Op::ExpertGateUp { group, route, first_slot: 0, slots, x, limit, act, act_pitch: pitch });
+            c.ops.push(Op::ExpertDown {
+                group,
+                route,
+                first_slot: 0,
+                slots,
+                act,
+                act_pitch: pitch,
+                out,
+                out_pitch: stride,
+            });
             // One slot alone (the MOE_DIRECT shape) into its own output.
             let one = c.out(n_parts * g.cols);
             let act1 = act.sub(2 * pitch, pitch);
-            c.ops.push(Op::ExpertDown { group, route, first_slot: 2, slots: 1, act: act1, act_pitch: pitch, out: one, out_pitch: one.len });
+            c.ops.push(Op::ExpertDown {
+                group,
+                route,
+                first_slot: 2,
+                slots: 1,
+                act: act1,
+                act_pitch: pitch,
+                out: one,
+                out_pitch: one.len,
+            });
             // Folds (of their own partials: a skipped slot's poison must not meet arithmetic, whose
             // NaN payloads differ by platform): every slot, then owned slots with the NVFP4 down
             // scale from the group.
             let width = g.cols;
             let folded = c.out(slots * width);
             let parts = c.buf(rng.vec((slots - 1) * stride + n_parts * width, 3.0));
-            c.ops.push(Op::FoldSlots { route, first_slot: 0, slots, parts, parts_pitch: stride, n_parts, owner: None, scales: None, out: folded });
+            c.ops.push(Op::FoldSlots {
+                route,
+                first_slot: 0,
+                slots,
+                parts,
+                parts_pitch: stride,
+                n_parts,
+                owner: None,
+                scales: None,
+                out: folded,
+            });
             let owner = SlotOwner { rule: OwnerRule { experts: g.experts as u32, div: 1, modulo: 2 }, want: 1 };
             let owned = c.out(slots * width);
-            c.ops.push(Op::FoldSlots { route, first_slot: 0, slots, parts, parts_pitch: stride, n_parts, owner: Some(owner), scales: Some(group), out: owned });
+            c.ops.push(Op::FoldSlots {
+                route,
+                first_slot: 0,
+                slots,
+                parts,
+                parts_pitch: stride,
+                n_parts,
+                owner: Some(owner),
+                scales: Some(group),
+                out: owned,
+            });
             cases.push(c);
         }
     }
@@ -490,7 +600,14 @@ fn batched_digest_matches_twin() {
     let rule = OwnerRule { experts: 16, div: 8, modulo: 2 };
     for step in 0..2 {
         let plain = DigestPart::plain(Slice::new(buf, 7, 70_000.min(data.len() - 7)), 123);
-        let strided = DigestPart { src: Slice::new(buf, 0, n), blocks: k, pitch: stride, base: 1 << 20, base_pitch: stride as u64, owned: None };
+        let strided = DigestPart {
+            src: Slice::new(buf, 0, n),
+            blocks: k,
+            pitch: stride,
+            base: 1 << 20,
+            base_pitch: stride as u64,
+            owned: None,
+        };
         let owned = DigestPart {
             owned: Some(OwnedSlots { route, first_slot: 0, owner: SlotOwner { rule, want: 1 } }),
             ..strided
@@ -502,9 +619,8 @@ fn batched_digest_matches_twin() {
         let block = |i: usize| digest_f32(&data[i * stride..i * stride + n], (1 << 20) + (i * stride) as u64);
         let want_plain = digest_f32(&data[7..7 + plain.src.len], 123);
         let want_strided = (0..k).fold(0u64, |a, i| a.wrapping_add(block(i)));
-        let want_owned = (0..k)
-            .filter(|i| rule.owner_of(ids[*i]) == Some(1))
-            .fold(0u64, |a, i| a.wrapping_add(block(i)));
+        let want_owned =
+            (0..k).filter(|i| rule.owner_of(ids[*i]) == Some(1)).fold(0u64, |a, i| a.wrapping_add(block(i)));
         assert_eq!(value(&tickets[0]), want_plain, "step {step}: plain part");
         assert_eq!(value(&tickets[1]), want_strided.wrapping_add(want_plain), "step {step}: strided + plain");
         assert_eq!(value(&tickets[2]), want_owned, "step {step}: owned slots only (ids {ids:?})");
@@ -656,9 +772,26 @@ fn grouped_experts_bandwidth_report() {
     let mut ns = Vec::new();
     for _ in 0..30 {
         b.mark().unwrap();
-        b.launch(0, Op::ExpertGateUp { group, route, first_slot: 0, slots: k + 1, x, limit: Some(7.0), act, act_pitch: rows }).unwrap();
+        b.launch(
+            0,
+            Op::ExpertGateUp { group, route, first_slot: 0, slots: k + 1, x, limit: Some(7.0), act, act_pitch: rows },
+        )
+        .unwrap();
         b.mark().unwrap();
-        b.launch(0, Op::ExpertDown { group, route, first_slot: 0, slots: k + 1, act, act_pitch: rows, out, out_pitch: 2 * cols }).unwrap();
+        b.launch(
+            0,
+            Op::ExpertDown {
+                group,
+                route,
+                first_slot: 0,
+                slots: k + 1,
+                act,
+                act_pitch: rows,
+                out,
+                out_pitch: 2 * cols,
+            },
+        )
+        .unwrap();
         b.mark().unwrap();
         let m = b.collect().unwrap().marks_ns.swap_remove(0);
         ns.push((m[1] - m[0], m[2] - m[1]));

@@ -243,7 +243,7 @@ pub fn rope_append(
     assert_eq!(k_out.len(), k.len(), "rope_append: k_out has {} values, k {}", k_out.len(), k.len());
     assert_eq!(table.len() % HEAD_DIM, 0, "rope_append: table has {} values, not rows of {HEAD_DIM}", table.len());
     let (p, row) = (pos as usize, k.len());
-    let cache_positions = if row == 0 { 0 } else { k_cache.len().min(v_cache.len()) / row };
+    let cache_positions = k_cache.len().min(v_cache.len()).checked_div(row).unwrap_or(0);
     if p >= table.len() / HEAD_DIM || p >= cache_positions {
         return false;
     }

@@ -99,7 +99,11 @@ pub fn gate_up_act(
 /// order, then the NVFP4 per-matrix down scale when given (`y = y * sd`, once, after the fold).
 pub fn fold_slot(parts: &[f32], n_parts: usize, scale: Option<f32>, out: &mut [f32]) {
     let width = out.len();
-    assert!(parts.len() >= n_parts * width, "fold_slot: {} values hold fewer than {n_parts} parts × {width}", parts.len());
+    assert!(
+        parts.len() >= n_parts * width,
+        "fold_slot: {} values hold fewer than {n_parts} parts × {width}",
+        parts.len()
+    );
     for (i, o) in out.iter_mut().enumerate() {
         let mut acc = 0.0f32;
         for p in 0..n_parts {

@@ -65,8 +65,7 @@ impl HostBackend {
             let thread = std::thread::Builder::new()
                 .name(format!("memra-rank{r}"))
                 .spawn(move || {
-                    let mut arena =
-                        Arena {
+                    let mut arena = Arena {
                         bufs: Vec::new(),
                         weights: Vec::new(),
                         groups: Vec::new(),
@@ -330,8 +329,10 @@ fn execute_experts(a: &mut Arena, op: Op) {
                 if s < ids.len() && owner.is_some_and(|o| !o.owns(&ids, s)) {
                     continue;
                 }
-                let scale =
-                    scales.and_then(|g| slot_group_entry(a, g, &ids, s)).and_then(|e| e.nvfp4_scales).map(|[_, _, sd]| sd);
+                let scale = scales
+                    .and_then(|g| slot_group_entry(a, g, &ids, s))
+                    .and_then(|e| e.nvfp4_scales)
+                    .map(|[_, _, sd]| sd);
                 let pv = read_slice(a, Slice::new(parts.buf, parts.offset + j * parts_pitch, n_parts * width)).to_vec();
                 let mut o = vec![0.0f32; width];
                 experts::fold_slot(&pv, n_parts, scale, &mut o);

@@ -12,7 +12,14 @@ use crate::Result;
 /// Run `op` with its output going to `dst`, a slice of the root: rank 0 launches it there
 /// directly; a peer stores into the root's memory (a direct join's peer store, counted under
 /// `counter` because it really crossed ranks).
-pub(super) fn store_to_root(ctx: &mut Ctx, rank: usize, op: Op, dst: Slice, fence: JoinFence, counter: &str) -> Result<()> {
+pub(super) fn store_to_root(
+    ctx: &mut Ctx,
+    rank: usize,
+    op: Op,
+    dst: Slice,
+    fence: JoinFence,
+    counter: &str,
+) -> Result<()> {
     let op = op.with_store_target(dst);
     if rank == 0 {
         ctx.b.launch(0, op)

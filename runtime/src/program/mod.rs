@@ -129,7 +129,8 @@ impl Ctx<'_> {
 
     /// Close a seam whose parts are plain slices.
     pub fn seam(&mut self, layer: usize, seam: Seam, parts: &[Part]) -> Result<()> {
-        let parts: Vec<(usize, DigestPart)> = parts.iter().map(|&(r, s, base)| (r, DigestPart::plain(s, base))).collect();
+        let parts: Vec<(usize, DigestPart)> =
+            parts.iter().map(|&(r, s, base)| (r, DigestPart::plain(s, base))).collect();
         self.seam_parts(layer, seam, &parts)
     }
 
@@ -358,12 +359,8 @@ fn decode_prompt(ctx: &mut Ctx, prompt: usize) -> Result<()> {
         }
         // Timing: for each interval, the slowest rank's (end − begin).
         for (what, start, end) in ctx.timed.drain(..) {
-            let dur = got
-                .marks_ns
-                .iter()
-                .filter_map(|m| Some(m.get(end)?.saturating_sub(*m.get(start)?)))
-                .max()
-                .unwrap_or(0);
+            let dur =
+                got.marks_ns.iter().filter_map(|m| Some(m.get(end)?.saturating_sub(*m.get(start)?))).max().unwrap_or(0);
             match what {
                 Timed::Seam(idx) => ctx.record.timings_ns[idx].push(dur),
                 Timed::Layer(l) => ctx.record.layer_timings_ns[l].push(dur),

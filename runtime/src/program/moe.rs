@@ -9,6 +9,7 @@
 //!   folds the slots it owns (the owner rule applied to the route, on the device), the folded
 //!   slots move to the root and a select kernel picks each slot from its owner — bytes only.
 //!   Each rank digests the experts seam for exactly the slots it owns.
+//!
 //! MOE_DIRECT on whole experts stores each slot from its owner and counts each such store, so
 //! that door alone reads the route on the host (`Ctx::host_routes`) and issues per-slot launches.
 
@@ -139,13 +140,31 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                 for (s, e) in ids.iter().map(|e| Some(*e)).chain([None]).enumerate() {
                     if held(ctx, l, r, e) {
                         let act = rb.ea.sub(s * pitch, pitch);
-                        let op = Op::ExpertGateUp { group, route, first_slot: s, slots: 1, x: rb.xin, limit, act, act_pitch: pitch };
+                        let op = Op::ExpertGateUp {
+                            group,
+                            route,
+                            first_slot: s,
+                            slots: 1,
+                            x: rb.xin,
+                            limit,
+                            act,
+                            act_pitch: pitch,
+                        };
                         ctx.b.launch(r, op)?;
                     }
                 }
             }
             None => {
-                let op = Op::ExpertGateUp { group, route, first_slot: 0, slots, x: rb.xin, limit, act: rb.ea, act_pitch: pitch };
+                let op = Op::ExpertGateUp {
+                    group,
+                    route,
+                    first_slot: 0,
+                    slots,
+                    x: rb.xin,
+                    limit,
+                    act: rb.ea,
+                    act_pitch: pitch,
+                };
                 ctx.b.launch(r, op)?;
             }
         }
@@ -191,7 +210,10 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                 (r, rb.epart.sub(0, routed_len))
             };
             let base = (r * routed_len) as u64;
-            parts.push((src_rank, DigestPart { src, blocks: k, pitch: stride, base, base_pitch: stride as u64, owned: None }));
+            parts.push((
+                src_rank,
+                DigestPart { src, blocks: k, pitch: stride, base, base_pitch: stride as u64, owned: None },
+            ));
         } else if let Some(ids) = host_ids {
             for (s, e) in ids.iter().enumerate() {
                 if held(ctx, l, r, Some(*e)) {
@@ -201,7 +223,10 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
         } else {
             let owned = OwnedSlots { route, first_slot: 0, owner: SlotOwner { rule, want: r as u32 } };
             let src = rb.epart.sub(0, routed_len);
-            parts.push((r, DigestPart { src, blocks: k, pitch: stride, base: 0, base_pitch: stride as u64, owned: Some(owned) }));
+            parts.push((
+                r,
+                DigestPart { src, blocks: k, pitch: stride, base: 0, base_pitch: stride as u64, owned: Some(owned) },
+            ));
         }
         if holds_shared {
             let first = if shared_sharded { r * shared_len } else { 0 };

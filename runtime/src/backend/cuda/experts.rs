@@ -54,12 +54,22 @@ impl DeviceGroup {
     /// Values a slot range needs in a strided buffer (slot j at j·pitch): the furthest end over
     /// the range, each slot by its class (`k` routed slots, then shared ones); an error when a
     /// pitch would let two slots overlap.
-    fn need(&self, op: &str, what: &str, k: usize, first: usize, slots: usize, pitch: usize, ext: fn(&Extents) -> usize) -> Result<usize> {
+    fn need(
+        &self,
+        op: &str,
+        what: &str,
+        k: usize,
+        (first, slots, pitch): (usize, usize, usize),
+        ext: fn(&Extents) -> usize,
+    ) -> Result<usize> {
         let mut need = 0;
         for j in 0..slots {
             let e = if first + j < k { ext(&self.routed) } else { ext(&self.shared) };
             if j + 1 < slots && pitch < e {
-                return Err(shape_err(op, format!("{what} pitch {pitch} is below a slot's {e} values: slots would overlap")));
+                return Err(shape_err(
+                    op,
+                    format!("{what} pitch {pitch} is below a slot's {e} values: slots would overlap"),
+                ));
             }
             need = need.max(j * pitch + e);
         }
@@ -144,7 +154,8 @@ impl CudaBackend {
         entries: &[Option<GroupEntry>],
     ) -> Result<GroupId> {
         self.check_rank(rank)?;
-        let bad = |e: usize, rule: String| RuntimeError::Config(format!("expert group entry {e} on rank {rank}: {rule}"));
+        let bad =
+            |e: usize, rule: String| RuntimeError::Config(format!("expert group entry {e} on rank {rank}: {rule}"));
         let mut words = vec![0u32; entries.len().max(1) * ENTRY_WORDS];
         let (mut max_rows, mut cols, mut max_nk) = (0usize, None::<usize>, 0usize);
         let (mut max_down_rows, mut max_down_nk) = (0usize, 0usize);
@@ -229,17 +240,26 @@ impl CudaBackend {
     }
 
     fn group(&self, rank: usize, g: GroupId, op: &str) -> Result<&DeviceGroup> {
-        self.ranks[rank].groups.get(g as usize).ok_or_else(|| shape_err(op, format!("group {g} does not exist on rank {rank}")))
+        self.ranks[rank]
+            .groups
+            .get(g as usize)
+            .ok_or_else(|| shape_err(op, format!("group {g} does not exist on rank {rank}")))
     }
 
     /// Slots of `pitch` each, every one `extent` long, lie inside `s` without overlapping.
     fn check_strided(op: &str, what: &str, s: Slice, slots: usize, pitch: usize, extent: usize) -> Result<()> {
         let need = slots.saturating_sub(1) * pitch + extent;
         if slots > 1 && pitch < extent {
-            return Err(shape_err(op, format!("{what} pitch {pitch} is below a slot's {extent} values: slots would overlap")));
+            return Err(shape_err(
+                op,
+                format!("{what} pitch {pitch} is below a slot's {extent} values: slots would overlap"),
+            ));
         }
         if s.len < need {
-            return Err(shape_err(op, format!("{what} holds {} values, {slots} slots of pitch {pitch} need {need}", s.len)));
+            return Err(shape_err(
+                op,
+                format!("{what} holds {} values, {slots} slots of pitch {pitch} need {need}", s.len),
+            ));
         }
         Ok(())
     }
@@ -259,7 +279,7 @@ impl CudaBackend {
                 if x.len != g.cols {
                     return Err(shape_err(what, format!("x has {} values, the experts {} columns", x.len, g.cols)));
                 }
-                let need = g.need(what, "act", route.len, first_slot, slots, act_pitch, |e| e.rows)?;
+                let need = g.need(what, "act", route.len, (first_slot, slots, act_pitch), |e| e.rows)?;
                 if act.len < need {
                     return Err(shape_err(what, format!("act holds {} values, the slots need {need}", act.len)));
                 }
@@ -291,8 +311,8 @@ impl CudaBackend {
                     self.slice_ptr(rank, act, what)?,
                     self.slice_ptr(out_rank, out, what)?,
                 );
-                let need_a = g.need(what, "act", route.len, first_slot, slots, act_pitch, |e| e.rows)?;
-                let need_o = g.need(what, "out", route.len, first_slot, slots, out_pitch, |e| e.down_parts)?;
+                let need_a = g.need(what, "act", route.len, (first_slot, slots, act_pitch), |e| e.rows)?;
+                let need_o = g.need(what, "out", route.len, (first_slot, slots, out_pitch), |e| e.down_parts)?;
                 if act.len < need_a || out.len < need_o {
                     return Err(shape_err(
                         what,
@@ -359,14 +379,35 @@ impl CudaBackend {
                 let (cond, ne_i, ex_i) = (owner.is_some() as i32, ne as i32, ex as i32);
                 let (oe, od, om, ow) = (o.rule.experts, o.rule.div, o.rule.modulo, o.want);
                 launch!(
-                    self, rank, "fold_slots_f32", c, rp, k, fs, pp, ppitch, np, w, op_ptr, cond, oe, od, om, ow, tp, ne_i,
+                    self,
+                    rank,
+                    "fold_slots_f32",
+                    c,
+                    rp,
+                    k,
+                    fs,
+                    pp,
+                    ppitch,
+                    np,
+                    w,
+                    op_ptr,
+                    cond,
+                    oe,
+                    od,
+                    om,
+                    ow,
+                    tp,
+                    ne_i,
                     ex_i
                 )
             }
             Op::SelectSlots { route, rule, ranks, src, rank_pitch, out } => {
                 let what = "select_slots";
-                let (rp, sp, op_ptr) =
-                    (self.slice_ptr(rank, route, what)?, self.slice_ptr(rank, src, what)?, self.slice_ptr(rank, out, what)?);
+                let (rp, sp, op_ptr) = (
+                    self.slice_ptr(rank, route, what)?,
+                    self.slice_ptr(rank, src, what)?,
+                    self.slice_ptr(rank, out, what)?,
+                );
                 let k = route.len;
                 if k == 0 || out.len % k != 0 {
                     return Err(shape_err(what, format!("out of {} values is not {k} slots", out.len)));

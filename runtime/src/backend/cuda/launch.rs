@@ -608,7 +608,10 @@ impl CudaBackend {
                 let (hp, ap, bp, sp, outp) = (p(h)?, p(a)?, p(b)?, p(sum)?, p(out)?);
                 let n = h.len;
                 if a.len != n || b.len != n || sum.len != n || out.len != n {
-                    return Err(shape_err(what, format!("h {n} a {} b {} sum {} out {}", a.len, b.len, sum.len, out.len)));
+                    return Err(shape_err(
+                        what,
+                        format!("h {n} a {} b {} sum {} out {}", a.len, b.len, sum.len, out.len),
+                    ));
                 }
                 if n == 0 {
                     return Ok(());

@@ -288,8 +288,9 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
         self.check_rank(rank)?;
         let id = self.next_group[rank];
         if let Some(l) = self.layout.local(rank) {
-            let got =
-                self.watched("register_experts", &format!("rank {rank}"), |s| s.inner.register_experts(l, experts, entries))?;
+            let got = self.watched("register_experts", &format!("rank {rank}"), |s| {
+                s.inner.register_experts(l, experts, entries)
+            })?;
             if got != id {
                 return Err(RuntimeError::Config(format!(
                     "rank {rank}: the inner backend gave expert group id {got}, the program expects {id}"
