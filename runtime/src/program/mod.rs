@@ -222,7 +222,9 @@ impl Ctx<'_> {
         if !d.graph || d.canary == Some(Canary::StaleBuffer) {
             return GraphMode::Eager;
         }
-        if self.host_routes() {
+        // The MoE half stays eager where it reads the route on the host, or where FENCE_MEMOPS
+        // rings a fresh doorbell ticket at every join (a replay would ring the captured one).
+        if self.host_routes() || (d.moe_direct && d.fence_memops) {
             return GraphMode::AttentionHalves;
         }
         if let Some(Canary::FlipBit { step, .. }) = d.canary {
