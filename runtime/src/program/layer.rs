@@ -157,6 +157,10 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     // producer buffer: skip_fence copies it unfenced, and a stale step must leave the previous
     // step's partials in the root's buffer.
     let direct = ctx.cfg.doors.oproj_direct && !skip_fence && !ctx.stale();
+    // The root writes its own partials in place in `opart_all` (nothing to copy) — except where
+    // the rank-local buffer matters: NCCL_ALLREDUCE folds it locally, and the stale-buffer canary
+    // must leave the previous step's partials in the root's buffer.
+    let root_in_place = !ctx.cfg.doors.nccl_allreduce && ctx.cfg.doors.canary != Some(Canary::StaleBuffer);
     let mut parts: Vec<Part> = Vec::new();
     for r in 0..tp {
         let rb = ctx.buf.ranks[r].clone();
@@ -170,7 +174,10 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
             ctx.count("canary_skip_fence.skipped_fences");
         }
         let op = Op::GemvPartials { w: wo, x: rb.attn, out: rb.opart };
-        if direct {
+        if r == 0 && root_in_place && !direct {
+            ctx.b.launch(0, op.with_store_target(at))?;
+            parts.push((0, at, base));
+        } else if direct {
             // The seam's digest reads the root-resident slice: same global indices, same bits.
             store_to_root(ctx, r, op, at, JoinFence::Events, "oproj_direct.peer_stores")?;
             parts.push((0, at, base));
@@ -211,7 +218,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     } else if ctx.stale() {
         ctx.count("canary_stale_buffer.stale_reads");
     } else if !direct {
-        for r in 0..tp {
+        for r in usize::from(root_in_place)..tp {
             let src = ctx.buf.ranks[r].opart;
             let dst = root.opart_all.sub(r * src.len, src.len);
             if skip_fence && r != 0 {
