@@ -84,7 +84,9 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     __shared__ float part[2][GEMV_MAX_TASKS];
     const int e = slot_entry_c(ids, k, experts, first_slot + (int)blockIdx.y);
     if (e < 0 || e >= n_entries) return;  // block-uniform
-    const ExpertEntry en = table[e];
+    // Read through a reference (the fields are re-read from L1 where needed): a register copy of
+    // the 112-byte entry made this kernel spill under its 3-blocks-per-SM register budget.
+    const ExpertEntry& en = table[e];
     if (en.gate == 0ull) return;
     const int r_first = blockIdx.x * rpb;
     if (r_first >= en.rows) return;

@@ -195,12 +195,11 @@ __device__ __forceinline__ void partials_e4m3_lm(const u8* __restrict__ codes, c
             float p[V / 4];
 #pragma unroll
             for (int q = 0; q < V / 4; ++q) {
+                float dec[4];
+                e4m3x4_decode_finite(words[r][q], dec);
                 float acc = C_ZERO;
 #pragma unroll
-                for (int t = 0; t < 4; ++t) {
-                    const u32 code = (words[r][q] >> (8 * t)) & 0xFFu;
-                    acc = acc + e4m3_decode_finite(code) * xv[q * 4 + t];
-                }
+                for (int t = 0; t < 4; ++t) acc = acc + dec[t] * xv[q * 4 + t];
                 p[q] = acc;
             }
             if constexpr (V == 16) {
