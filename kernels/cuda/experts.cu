@@ -199,6 +199,25 @@ extern "C" __global__ void fold_slots_f32(const float* ids, int k, int first_slo
     }
 }
 
+// The TP-sharded moe_join in one launch (twins::experts::fold_combine): per element i, slot s's
+// output y_s = ((+0 + P0) + P1) + ... of its n_parts partials (parts[s * pitch + p * width + i]),
+// routed = sum over s < k of w[s] * y_s in slot order from +0.0, shared = y_k.
+extern "C" __global__ void fold_combine_f32(const float* parts, int pitch, int n_parts, const float* w, int k,
+                                            int width, float* out) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
+        float routed = C_ZERO;
+        float y = C_ZERO;
+        for (int s = 0; s <= k; ++s) {
+            y = C_ZERO;
+            const float* ps = parts + (size_t)s * pitch + i;
+            for (int p = 0; p < n_parts; ++p) y = y + ps[(size_t)p * width];
+            if (s < k) routed = routed + w[s] * y;
+        }
+        out[i] = routed;
+        out[width + i] = y;
+    }
+}
+
 // Expert-parallel gather at the root (twins::experts::select_slots): out[s] = src[owner *
 // rank_pitch + s * width ..] for routed slot s < k; nothing for a slot without an owner below
 // `ranks`. Bytes only. grid = (ceil(width / blockDim), k).

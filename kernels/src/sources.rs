@@ -109,6 +109,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "expert_gate_up_f32",
     "expert_down_f32",
     "fold_slots_f32",
+    "fold_combine_f32",
     "select_slots_f32",
     "combine_owned_f32",
     // norm.cu

@@ -341,6 +341,13 @@ fn moe_join_and_residual_kernels_match_twins() {
         let out = c.out(2 * width);
         c.ops.push(Op::CombineShared { y, w, out });
         cases.push(c);
+        let mut c = Case::new(format!("fold_combine k {k} width {width}"));
+        let (n_parts, pitch) = (2, 2 * width + 3);
+        let parts = c.buf(rng.vec(k * pitch + n_parts * width, 4.0));
+        let w = c.buf(rng.vec(k, 1.0));
+        let out = c.out(2 * width);
+        c.ops.push(Op::FoldCombine { parts, pitch, n_parts, w, out });
+        cases.push(c);
         let mut c = Case::new(format!("residual_add {width}"));
         let (h, a, b) = (c.buf(rng.vec(width, 9.0)), c.buf(rng.vec(width, 3.0)), c.buf(rng.vec(width, 3.0)));
         let (sum, out) = (c.out(width), c.out(width));

@@ -116,6 +116,22 @@ pub fn fold_slot(parts: &[f32], n_parts: usize, scale: Option<f32>, out: &mut [f
     }
 }
 
+/// The TP-sharded moe_join in one kernel (`fold_combine_f32`): for every slot s of `k + 1`
+/// (k = `w.len()`, the last the shared expert) `y_s` = [`fold_slot`] of its `n_parts` partials at
+/// `parts[s·pitch ..]`; then `out = [Σ_{s<k} w[s]·y_s | y_k]` (`combine_shared`'s order). The
+/// same operations as a `fold_slots` of every slot followed by `combine_shared`, without storing
+/// the slot outputs.
+pub fn fold_combine(parts: &[f32], pitch: usize, n_parts: usize, w: &[f32], out: &mut [f32]) {
+    let k = w.len();
+    assert!(out.len().is_multiple_of(2), "fold_combine: out has {} values, not [routed | shared]", out.len());
+    let width = out.len() / 2;
+    let mut y = vec![0.0f32; (k + 1) * width];
+    for (s, ys) in y.chunks_exact_mut(width.max(1)).enumerate().take(k + 1) {
+        fold_slot(&parts[s * pitch..], n_parts, None, ys);
+    }
+    crate::twins::moe::combine_shared(&y, w, out);
+}
+
 /// The expert-parallel gather at the root (`select_slots_f32`): for each routed slot s
 /// (`ids.len()` of them), the owner rank `o = rule.owner_of(ids[s])` and
 /// `out[s] = src[o·rank_pitch + s·width ..][..width]` — bytes only, no arithmetic. A slot whose
@@ -194,6 +210,25 @@ mod tests {
         combine_owned(&ids, owner, &y, &w, &mut out);
         assert_eq!(out[0], 2.0 * 1.5 + -2.0);
         assert_eq!(out[1].to_bits(), 0.0f32.to_bits(), "(+0 + 2·−0) + (+0 + −1·0) is +0");
+    }
+
+    #[test]
+    fn fold_combine_is_fold_slots_then_combine_shared() {
+        let (k, width, n_parts, pitch) = (3usize, 5usize, 2usize, 13usize);
+        let parts: Vec<f32> = (0..(k + 1) * pitch).map(|i| ((i * 7919) % 97) as f32 * 0.37 - 17.0).collect();
+        let w = [0.5f32, -1.25, 3.0];
+        let mut fused = vec![f32::NAN; 2 * width];
+        fold_combine(&parts, pitch, n_parts, &w, &mut fused);
+        let mut y = vec![0.0f32; (k + 1) * width];
+        for s in 0..=k {
+            fold_slot(&parts[s * pitch..], n_parts, None, &mut y[s * width..(s + 1) * width]);
+        }
+        let mut want = vec![0.0f32; 2 * width];
+        crate::twins::moe::combine_shared(&y, &w, &mut want);
+        assert_eq!(
+            fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
     }
 
     #[test]

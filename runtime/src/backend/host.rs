@@ -250,6 +250,7 @@ fn op_slices(op: &Op) -> Vec<Slice> {
         Op::ExpertGateUp { route, x, act, .. } => vec![route, x, act],
         Op::ExpertDown { route, act, out, .. } => vec![route, act, out],
         Op::FoldSlots { route, parts, out, .. } => vec![route, parts, out],
+        Op::FoldCombine { parts, w, out, .. } => vec![parts, w, out],
         Op::SelectSlots { route, src, out, .. } => vec![route, src, out],
         Op::CombineOwned { route, y, w, out, .. } => vec![route, y, w, out],
     }
@@ -283,6 +284,7 @@ pub(crate) fn op_name(op: &Op) -> &'static str {
         Op::ExpertGateUp { .. } => "expert_gate_up",
         Op::ExpertDown { .. } => "expert_down",
         Op::FoldSlots { .. } => "fold_slots",
+        Op::FoldCombine { .. } => "fold_combine",
         Op::SelectSlots { .. } => "select_slots",
         Op::CombineOwned { .. } => "combine_owned",
     }
@@ -338,6 +340,11 @@ fn execute_experts(a: &mut Arena, op: Op) {
                 experts::fold_slot(&pv, n_parts, scale, &mut o);
                 write_slice(a, Slice::new(out.buf, out.offset + j * width, width), &o);
             }
+        }
+        Op::FoldCombine { parts, pitch, n_parts, w, out } => {
+            let mut o = vec![0.0f32; out.len];
+            experts::fold_combine(read_slice(a, parts), pitch, n_parts, read_slice(a, w), &mut o);
+            write_slice(a, out, &o);
         }
         Op::SelectSlots { route, rule, ranks, src, rank_pitch, out } => {
             let ids = read_slice(a, route).to_vec();
@@ -534,6 +541,7 @@ fn execute(a: &mut Arena, op: Op) {
         op @ (Op::ExpertGateUp { .. }
         | Op::ExpertDown { .. }
         | Op::FoldSlots { .. }
+        | Op::FoldCombine { .. }
         | Op::SelectSlots { .. }
         | Op::CombineOwned { .. }) => execute_experts(a, op),
     }

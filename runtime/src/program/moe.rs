@@ -295,8 +295,15 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
         out: root.y.sub(first_slot * hidden, n * hidden),
     };
     let merged = routed_sharded && shared_sharded && g_r == g_s;
+    if merged {
+        // Every slot folded and combined in one kernel: the moe_join seam is complete.
+        let parts = root.epart_all.sub(0, k * stride + g_r * hidden);
+        let w = root.route.sub(k, k);
+        ctx.b.launch(0, Op::FoldCombine { parts, pitch: stride, n_parts: g_r, w, out: root.moe })?;
+        return ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe));
+    }
     if routed_sharded {
-        ctx.b.launch(0, fold_root(0, if merged { slots } else { k }, g_r))?;
+        ctx.b.launch(0, fold_root(0, k, g_r))?;
     }
     if shared_sharded && !merged {
         ctx.b.launch(0, fold_root(k, 1, g_s))?;

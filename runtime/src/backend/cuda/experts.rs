@@ -401,6 +401,30 @@ impl CudaBackend {
                     ex_i
                 )
             }
+            Op::FoldCombine { parts, pitch, n_parts, w, out } => {
+                let what = "fold_combine";
+                let (pp, wp, op_ptr) = (
+                    self.slice_ptr(rank, parts, what)?,
+                    self.slice_ptr(rank, w, what)?,
+                    self.slice_ptr(rank, out, what)?,
+                );
+                if out.len % 2 != 0 {
+                    return Err(shape_err(what, format!("out of {} values is not [routed | shared]", out.len)));
+                }
+                let width = out.len / 2;
+                Self::check_strided(what, "parts", parts, w.len + 1, pitch, n_parts * width)?;
+                if width == 0 {
+                    return Ok(());
+                }
+                let (pitch_i, np, k, w_i) = (
+                    i32_of(what, "pitch", pitch)?,
+                    i32_of(what, "n_parts", n_parts)?,
+                    i32_of(what, "slots", w.len)?,
+                    i32_of(what, "width", width)?,
+                );
+                let c = cfg(elementwise_grid(width), ELEMENTWISE_THREADS, 0);
+                launch!(self, rank, "fold_combine_f32", c, pp, pitch_i, np, wp, k, w_i, op_ptr)
+            }
             Op::SelectSlots { route, rule, ranks, src, rank_pitch, out } => {
                 let what = "select_slots";
                 let (rp, sp, op_ptr) = (

@@ -644,6 +644,7 @@ impl CudaBackend {
             | Op::ExpertGateUp { .. }
             | Op::ExpertDown { .. }
             | Op::FoldSlots { .. }
+            | Op::FoldCombine { .. }
             | Op::SelectSlots { .. }
             | Op::CombineOwned { .. } => self.launch_expert_op(rank, op, to),
         }
