@@ -3,11 +3,16 @@
 # existing CUDA suites, the step-preset device-host gate, the bench (gating on/off, PyTorch
 # whole-layer graph, eager and --graph) and an ncu kernel-time breakdown of one bench step.
 #
-# Build elsewhere (no toolchain is needed here), carrying target/release/memra-gates and the test
-# executables of target/release/deps:
+# Build elsewhere (no toolchain is needed here) and carry the binaries, stripped (debug info makes
+# them ~25-60 MB each):
 #   cargo build --release && cargo test --release --no-run -p memra-runtime
+#   rm -rf target-gpu && mkdir target-gpu && cp target/release/memra-gates target-gpu/
+#   for t in cuda_step cuda_kernels cuda_graph cuda_direct; do
+#       cp "$(ls -t target/release/deps/$t-* | grep -v '\.d$' | head -1)" target-gpu/; done
+#   strip target-gpu/*
 # Usage (repository root, on the GPU machine): scripts/gpu/issue12.sh [DIR]   (DIR: the test
-# executables, default target/release/deps). Logs go to $OUT (the device tool's output folder).
+# executables and memra-gates, default target/release/deps with target/release/memra-gates).
+# Logs go to $OUT (the device tool's output folder).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 dir="${1:-target/release/deps}"
@@ -25,9 +30,24 @@ newest() {
     done
 }
 
-run_tests() { # name timeout extra-env...
-    local name="$1" secs="$2"
+# Every section gets at most its own limit and what is left of BUDGET seconds (default 460: one
+# device call of ≤ 8 minutes); a section with under 30 s left is skipped, and says so.
+budget="${BUDGET:-460}"
+start=$(date +%s)
+limit() { # wanted seconds -> granted seconds (0: skip)
+    local left=$(( budget - ($(date +%s) - start) ))
+    if [ "$left" -lt 30 ]; then echo 0; elif [ "$1" -lt "$left" ]; then echo "$1"; else echo "$left"; fi
+}
+
+run_tests() { # name seconds extra-env...
+    local name="$1" secs
+    secs=$(limit "$2")
     shift 2
+    if [ "$secs" -eq 0 ]; then
+        echo "!! $name skipped: the time budget is spent"
+        rc=1
+        return
+    fi
     local bin
     bin=$(newest "$name")
     if [ -z "$bin" ]; then
@@ -35,7 +55,7 @@ run_tests() { # name timeout extra-env...
         rc=1
         return
     fi
-    echo "== $name ($bin)"
+    echo "== $name ($bin, ≤ ${secs}s)"
     env "$@" timeout "$secs" "$bin" --test-threads=1 --nocapture > "$out/$name.log" 2>&1 || rc=1
     grep -E '^(ok |grouped experts|step model|host oracle|step preset|skipped)|^test .*(FAILED|ok)$|^test result' "$out/$name.log"
     if grep -q FAILED "$out/$name.log"; then
@@ -43,25 +63,33 @@ run_tests() { # name timeout extra-env...
     fi
 }
 
-nvidia-smi -L 2>/dev/null
-start=$(date +%s)
-run_tests cuda_step 200 MEMRA_GPU_STEP=1 MEMRA_GPU_BENCH=1
-run_tests cuda_kernels 120
-run_tests cuda_graph 60
-run_tests cuda_direct 60
-echo "tests: $(( $(date +%s) - start ))s"
+bench() { # log-name seconds args...
+    local name="$1" secs
+    secs=$(limit "$2")
+    shift 2
+    if [ "$secs" -eq 0 ]; then
+        echo "!! bench $name skipped: the time budget is spent"
+        rc=1
+        return
+    fi
+    echo "== bench $name (≤ ${secs}s): $*"
+    timeout "$secs" "$gates" bench --backend cuda --preset step --layers 2 "$@" > "$out/$name.log" 2>&1 || rc=1
+    tail -32 "$out/$name.log"
+}
 
-gates=target/release/memra-gates
-echo "== bench (eager)"
-timeout 120 "$gates" bench --backend cuda --preset step --layers 2 --out "$out/bench" 2>&1 | tee "$out/bench.log" | tail -40 || rc=1
-echo "== bench (--graph)"
-timeout 90 "$gates" bench --backend cuda --preset step --layers 2 --graph --no-torch --out "$out/bench-graph" 2>&1 \
-    | tee "$out/bench-graph.log" | tail -30 || rc=1
+gates="$dir/memra-gates"
+[ -x "$gates" ] || gates=target/release/memra-gates
+nvidia-smi -L 2>/dev/null
+
+run_tests cuda_step 170 MEMRA_GPU_STEP=1 MEMRA_GPU_BENCH=1
+bench bench-graph 110 --graph --out "$out/bench-graph"
+bench bench-eager 70 --no-torch --out "$out/bench-eager"
 
 ncu_bin=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
-if [ -n "$ncu_bin" ]; then
-    echo "== ncu: kernel time per name over one bench (3 runs x 2 steps x 2 layers; base clocks)"
-    timeout 120 "$ncu_bin" --metrics gpu__time_duration.sum --csv \
+secs=$(limit 80)
+if [ -n "$ncu_bin" ] && [ "$secs" -gt 0 ]; then
+    echo "== ncu (≤ ${secs}s): kernel time per name over one bench (3 runs x 2 steps x 2 layers; base clocks)"
+    timeout "$secs" "$ncu_bin" --metrics gpu__time_duration.sum --csv \
         "$gates" bench --backend cuda --preset step --layers 2 --steps 1 --warmup 1 --no-torch > "$out/ncu.csv" 2>&1 || true
     # Columns found from the CSV header ("Kernel Name", "Metric Name", "Metric Value"); per
     # kernel name: total ns, launches, ns per launch.
@@ -71,7 +99,11 @@ if [ -n "$ncu_bin" ]; then
         END { for (k in t) printf "%12.0f ns %6d launches %9.0f ns/launch  %s\n", t[k], n[k], t[k] / n[k], k }' \
         "$out/ncu.csv" | sort -rn | head -40 | tee "$out/ncu-summary.txt"
 else
-    echo "!! ncu not found"
+    echo "!! ncu skipped (${ncu_bin:-not found}; ${secs}s left)"
 fi
+
+run_tests cuda_kernels 120
+run_tests cuda_graph 60
+run_tests cuda_direct 60
 echo "total: $(( $(date +%s) - start ))s; logs in $out"
 exit "$rc"
