@@ -18,6 +18,7 @@ cd "$(dirname "$0")/../.." || exit 2
 dir="${1:-target/release/deps}"
 out="${OUT:-$(mktemp -d)}"
 mkdir -p "$out"
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
 # shellcheck source=scripts/gpu/libs.sh
 source scripts/gpu/libs.sh
 export MEMRA_REQUIRE_GPU=1 RUST_BACKTRACE=1
@@ -59,7 +60,8 @@ run_tests() { # name seconds extra-env...
     env "$@" timeout "$secs" "$bin" --test-threads=1 --nocapture > "$out/$name.log" 2>&1 || rc=1
     grep -E '^(ok |grouped experts|step model|host oracle|step preset|skipped)|^test .*(FAILED|ok)$|^test result' "$out/$name.log"
     if grep -q FAILED "$out/$name.log"; then
-        sed -n '/^failures:$/,/^test result:/p' "$out/$name.log" | grep -vE '^\s+[0-9]+: |^\s+at ' | head -80
+        # With --nocapture the panic messages are inline: each with the lines that follow it.
+        grep -E -A6 "panicked at" "$out/$name.log" | grep -vE '^\s+[0-9]+: |^\s+at |^note: |^stack backtrace' | head -80
     fi
 }
 
