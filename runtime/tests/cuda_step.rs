@@ -208,7 +208,7 @@ fn check_cases(kernel: &str, cases: Vec<Case>, option_sets: &[CudaOptions]) {
 // ---------------------------------------------------------------- kernels
 
 #[test]
-fn wide_norms_match_twins() {
+fn norms_256_lanes_match_twins() {
     let mut rng = Rng(31);
     let mut cases = Vec::new();
     for (rows, width) in [(1, 4096), (3, 4096), (2, 255), (1, 257), (2, 31), (1, 12288)] {
