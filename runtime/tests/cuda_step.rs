@@ -392,9 +392,10 @@ fn rope_append_matches_twin() {
     check_cases("rope_append", cases, &[FAST]);
 }
 
-/// A group of `n` experts (gate/up `rows`×`cols`, down `cols`×`rows`) plus a shared one, as one
-/// rank holds them; `held(e)` says which this rank holds; `shard` gives (row0 of gate/up,
-/// down columns) for TP shards.
+/// A group of `experts` routed experts (gate/up `rows` × `cols` with K-blocks of `kw` and E4M3
+/// row offset `row0` — a TP shard when non-zero; down `cols` × `rows` with K-blocks of `down_kw`)
+/// plus a shared E4M3 expert; `nvfp4`: the routed experts are NVFP4 with per-matrix scales;
+/// `nan_codes_in`: that expert's gate holds NaN codes (so it is stored row-major).
 struct GroupSpec {
     experts: usize,
     rows: usize,
