@@ -92,7 +92,7 @@ fn rank_rule(ctx: &Ctx) -> OwnerRule {
     }
 }
 
-/// The slots a rank holds of slot `s` (`None`: the shared expert) on layer `l`.
+/// Whether rank `r` holds (a shard of) `expert` (`None`: the shared expert) on layer `l`.
 fn held(ctx: &Ctx, l: usize, r: usize, expert: Option<usize>) -> bool {
     let h = &ctx.w.layers[l][r];
     match expert {
