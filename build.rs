@@ -1,6 +1,6 @@
-//! Stamps provenance into the `memra-gates` binary: the git revision, the digest of the kernel
-//! sources (`memra_kernels::sources::source_digest`, the one definition: FNV-1a 64 of exactly the
-//! text NVRTC compiles), and the rustc version.
+//! Stamps provenance into the `memra-gates` binary: the git revision, the digest of the canonical
+//! program (`memra_kernels::sources::build_digest`, the one definition: FNV-1a 64 of exactly the
+//! text NVRTC compiles followed by the host twins' sources), and the rustc version.
 //!
 //! The stamped names must not start with `MEMRA_`: cargo also exports every `rustc-env` variable
 //! into the environment of the program it starts (`cargo run`, `cargo test`), where the strict
@@ -17,7 +17,10 @@ fn main() {
     for f in memra_kernels::sources::source_files() {
         println!("cargo:rerun-if-changed=kernels/cuda/{f}");
     }
-    println!("cargo:rustc-env=MG_BUILD_KERNEL_DIGEST={}", memra_kernels::sources::source_digest());
+    for f in memra_kernels::sources::twin_files() {
+        println!("cargo:rerun-if-changed=kernels/{f}");
+    }
+    println!("cargo:rustc-env=MG_BUILD_KERNEL_DIGEST={}", memra_kernels::sources::build_digest());
     let git = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()

@@ -319,7 +319,7 @@ pub struct BenchArgs {
     /// Time the host backend when no device is present (no memory floor).
     #[arg(long)]
     pub allow_host: bool,
-    /// Run with MEMRA_STEP_TP_GRAPH: each layer's attention half is captured once and replayed
+    /// Run with MEMRA_STEP_TP_GRAPH: the whole decode step is captured once and replayed
     /// (the warm-up must cover the record and capture passes: at least 2 steps).
     #[arg(long)]
     pub graph: bool,

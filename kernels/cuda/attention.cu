@@ -17,15 +17,12 @@
 // 128.0, the RMSNorm width of a head.
 #define C_HEAD_DIM_F __uint_as_float(0x43000000u)
 
-// In place, for each head of x ([heads][128]): x_h = rmsnorm_c(x_h, w, eps), then NeoX RoPE with
-// cos_sin = [64 cos][64 sin]: x[i] = a*c - b*s, x[i+64] = b*c + a*s for i < 64. One warp per head;
-// lane l holds elements l, l+32, l+64, l+96 (its dot32 lane and both of its rotation pairs), so it
-// reads everything before writing anything.
-__device__ __forceinline__ void qk_norm_rope_body(float* x, const float* w, float eps, const float* cos_sin, int heads) {
-    const int h = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (h >= heads) return;  // warp-uniform
-    float* xh = x + (size_t)h * HEAD_DIM;
+// One head: y = rmsnorm_c(x_h, w, eps) (dot32 over 128 values by one warp), then NeoX RoPE with
+// cos_sin = [64 cos][64 sin]: y[i] = a*c - b*s, y[i+64] = b*c + a*s for i < 64. Lane l holds
+// elements l, l+32, l+64, l+96 (its dot32 lane and both of its rotation pairs), so it reads
+// everything before writing anything: `out` may alias `xh`. `out2` (may be null) receives a copy.
+__device__ __forceinline__ void rope_head(const float* xh, float* out, float* out2, const float* w, float eps,
+                                          const float* cos_sin, int lane) {
     float v[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) v[k] = xh[lane + 32 * k];
@@ -45,9 +42,24 @@ __device__ __forceinline__ void qk_norm_rope_body(float* x, const float* w, floa
         const float s = cos_sin[64 + i];
         const float a = nrm[k];
         const float b = nrm[k + 2];
-        xh[i] = a * c - b * s;
-        xh[i + 64] = b * c + a * s;
+        const float lo = a * c - b * s;
+        const float hi = b * c + a * s;
+        out[i] = lo;
+        out[i + 64] = hi;
+        if (out2 != nullptr) {
+            out2[i] = lo;
+            out2[i + 64] = hi;
+        }
     }
+}
+
+// In place, for each head of x ([heads][128]): rope_head. One warp per head.
+__device__ __forceinline__ void qk_norm_rope_body(float* x, const float* w, float eps, const float* cos_sin, int heads) {
+    const int h = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (h >= heads) return;  // warp-uniform
+    float* xh = x + (size_t)h * HEAD_DIM;
+    rope_head(xh, xh, nullptr, w, eps, cos_sin, lane);
 }
 
 extern "C" __global__ void qk_norm_rope_f32(float* x, const float* w, float eps, const float* cos_sin, int heads) {
@@ -61,6 +73,34 @@ extern "C" __global__ void qk_norm_rope_at_f32(float* x, const float* w, float e
     const unsigned p = pos[0];
     if (p >= (unsigned)positions) return;
     qk_norm_rope_body(x, w, eps, table + (size_t)p * HEAD_DIM, heads);
+}
+
+// The rope seam in one launch (twins::attention::rope_append): at the device-held position p,
+// q heads -> q_out = rope_head(q, q_norm); kv heads -> k_out = rope_head(k, k_norm), also stored
+// at row p of k_cache; v heads copied to row p of v_cache. One warp per head of the three groups
+// (q_heads + 2 kv_heads warps). Nothing is written when p is outside the RoPE table or the
+// cache (`positions`, `cache_positions`), exactly like the twin.
+extern "C" __global__ void rope_append_f32(const float* q, const float* k, const float* v, const float* q_norm,
+                                           const float* k_norm, float eps, const float* table, const unsigned* pos,
+                                           int positions, int cache_positions, int q_heads, int kv_heads, float* q_out,
+                                           float* k_out, float* k_cache, float* v_cache) {
+    const unsigned p = pos[0];
+    if (p >= (unsigned)positions || p >= (unsigned)cache_positions) return;
+    const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    const float* cs = table + (size_t)p * HEAD_DIM;
+    const size_t row = (size_t)p * kv_heads * HEAD_DIM;
+    if (gw < q_heads) {
+        rope_head(q + (size_t)gw * HEAD_DIM, q_out + (size_t)gw * HEAD_DIM, nullptr, q_norm, eps, cs, lane);
+    } else if (gw < q_heads + kv_heads) {
+        const int h = gw - q_heads;
+        rope_head(k + (size_t)h * HEAD_DIM, k_out + (size_t)h * HEAD_DIM, k_cache + row + (size_t)h * HEAD_DIM, k_norm,
+                  eps, cs, lane);
+    } else if (gw < q_heads + 2 * kv_heads) {
+        const int h = gw - q_heads - kv_heads;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v_cache[row + (size_t)h * HEAD_DIM + lane + 32 * j] = v[(size_t)h * HEAD_DIM + lane + 32 * j];
+    }
 }
 
 // max by plain comparisons in index order (a leading NaN stays, a later NaN is skipped).

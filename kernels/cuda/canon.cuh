@@ -162,6 +162,31 @@ __device__ __forceinline__ float e4m3_decode_finite(u32 code) {
     return __uint_as_float(((code & 0x7Fu) << 20) | ((code & 0x80u) << 24)) * C_TWO_P120;
 }
 
+// The four finite E4M3 codes of a word (byte t at bits 8t) as exact f32 values, d[t] =
+// e4m3_decode_finite(byte t). On sm_89 and later the hardware converts two codes at once to
+// f16x2 and each f16 to f32: E4M3 values are a subset of f16 values and f16 of f32, so both
+// conversions are exact (no rounding happens; -0.0 stays -0.0) and the result is the same value,
+// in fewer instructions than the bit construction. Set MEMRA_E4M3_CVT to 0 to use the bit path.
+#ifndef MEMRA_E4M3_CVT
+#define MEMRA_E4M3_CVT 1
+#endif
+__device__ __forceinline__ void e4m3x4_decode_finite(u32 w, float* d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && MEMRA_E4M3_CVT
+    u32 lo, hi;
+    asm("{\n\t.reg .b16 c0, c1;\n\tmov.b32 {c0, c1}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, c0;\n\t"
+        "cvt.rn.f16x2.e4m3x2 %1, c1;\n\t}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+    const unsigned short h[4] = {(unsigned short)(lo & 0xFFFFu), (unsigned short)(lo >> 16),
+                                 (unsigned short)(hi & 0xFFFFu), (unsigned short)(hi >> 16)};
+#pragma unroll
+    for (int t = 0; t < 4; ++t) asm("cvt.f32.f16 %0, %1;" : "=f"(d[t]) : "h"(h[t]));
+#else
+#pragma unroll
+    for (int t = 0; t < 4; ++t) d[t] = e4m3_decode_finite((w >> (8 * t)) & 0xFFu);
+#endif
+}
+
 // formats/e4m3.rs `ue4m3_decode`: the top bit is ignored.
 __device__ __forceinline__ float ue4m3_decode_c(u32 code) { return e4m3_decode_c(code & 0x7Fu); }
 

@@ -195,12 +195,11 @@ __device__ __forceinline__ void partials_e4m3_lm(const u8* __restrict__ codes, c
             float p[V / 4];
 #pragma unroll
             for (int q = 0; q < V / 4; ++q) {
+                float dec[4];
+                e4m3x4_decode_finite(words[r][q], dec);
                 float acc = C_ZERO;
 #pragma unroll
-                for (int t = 0; t < 4; ++t) {
-                    const u32 code = (words[r][q] >> (8 * t)) & 0xFFu;
-                    acc = acc + e4m3_decode_finite(code) * xv[q * 4 + t];
-                }
+                for (int t = 0; t < 4; ++t) acc = acc + dec[t] * xv[q * 4 + t];
                 p[q] = acc;
             }
             if constexpr (V == 16) {
@@ -290,16 +289,53 @@ __device__ __forceinline__ float partial_w8(const signed char* __restrict__ q, c
 // Rows per lane-major task (weight loads in flight per warp, x reuse).
 #define GEMV_ROWS_PER_TASK 4
 
+// Rows computed by one task of format FMT in layout V (lane-major formats take R rows per task
+// so that R weight loads are in flight and each x value is loaded once for R rows).
+template <int FMT, int V>
+struct GemvTaskRows {
+    static constexpr int R = (V > 0 && (FMT == FMT_BF16 || FMT == FMT_F32 || FMT == FMT_E4M3)) ? GEMV_ROWS_PER_TASK : 1;
+};
+
+// One (row group, K-block) task: the partials of view rows r0 .. r0 + nvalid - 1 over K-block k
+// into p[0 .. nvalid) (returned in every lane). `x` is the whole input vector of the view.
+template <int FMT, int V>
+__device__ __forceinline__ void gemv_task(const void* w, const void* scales, int row0, const float* __restrict__ x,
+                                          int cols, int kw, int r0, int nvalid, int k, int lane, float* p) {
+    constexpr int R = GemvTaskRows<FMT, V>::R;
+    const size_t kb0 = (size_t)r0 * cols + (size_t)k * kw;
+    const float* xk = x + (size_t)k * kw;
+    if constexpr (R > 1) {
+        if constexpr (FMT == FMT_E4M3) {
+            partials_e4m3_lm<V, R>(static_cast<const u8*>(w), static_cast<const float*>(scales), row0, r0,
+                                   (k * kw) / E4M3_BLOCK, xk, kb0, cols, nvalid, kw, lane, p);
+        } else {
+            partials_dense_lm<FMT, V, R>(w, xk, kb0, (size_t)cols, nvalid, kw, lane, p);
+        }
+    } else if constexpr (FMT == FMT_BF16 || FMT == FMT_F32) {
+        p[0] = partial_dense_rm<FMT>(w, xk, kb0, kw, lane);
+    } else if constexpr (FMT == FMT_E4M3) {
+        // Scale row of this view row: (row0 + r) / 128 - row0 / 128; scale columns cols / 128.
+        const float* srow = static_cast<const float*>(scales) +
+                            (size_t)((row0 + r0) / E4M3_BLOCK - row0 / E4M3_BLOCK) * (size_t)(cols / E4M3_BLOCK);
+        p[0] = partial_e4m3_rm(static_cast<const u8*>(w), srow, (k * kw) / E4M3_BLOCK, xk, kb0, kw, lane);
+    } else if constexpr (FMT == FMT_NVFP4) {
+        p[0] = partial_nvfp4(static_cast<const u8*>(w), static_cast<const u8*>(scales), xk, kb0, kw, lane);
+    } else {
+        p[0] = partial_w8(static_cast<const signed char*>(w), static_cast<const float*>(scales), x, r0, k, cols, kw,
+                          lane);
+    }
+}
+
+// Block `bx` of a GEMV (rows bx * rpb ..): its tasks, then (rows mode) the K-block folds.
 template <int FMT, int V, bool PARTIALS>
 __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, int row0, const float* __restrict__ x,
-                                           float* __restrict__ out, int rows, int cols, int kw, int rpb) {
+                                           float* __restrict__ out, int rows, int cols, int kw, int rpb, int bx) {
     __shared__ float part[GEMV_MAX_TASKS];
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int nk = cols / kw;
-    const int r_first = blockIdx.x * rpb;
-    // Lane-major formats take R rows per task; row-major and NVFP4 / W8 one.
-    constexpr int R = (V > 0 && (FMT == FMT_BF16 || FMT == FMT_F32 || FMT == FMT_E4M3)) ? GEMV_ROWS_PER_TASK : 1;
+    const int r_first = bx * rpb;
+    constexpr int R = GemvTaskRows<FMT, V>::R;
     const int n_groups = (rpb + R - 1) / R;
     const int n_tasks = n_groups * nk;
     for (int task = warp; task < n_tasks; task += GEMV_WARPS) {
@@ -309,29 +345,8 @@ __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, in
         const int r0 = r_first + rl0;
         const int nvalid = min(min(R, rpb - rl0), rows - r0);
         if (nvalid <= 0) continue;  // warp-uniform
-        const size_t kb0 = (size_t)r0 * cols + (size_t)k * kw;
-        const float* xk = x + (size_t)k * kw;
         float p[R];
-        if constexpr (R > 1) {
-            if constexpr (FMT == FMT_E4M3) {
-                partials_e4m3_lm<V, R>(static_cast<const u8*>(w), static_cast<const float*>(scales), row0, r0,
-                                       (k * kw) / E4M3_BLOCK, xk, kb0, cols, nvalid, kw, lane, p);
-            } else {
-                partials_dense_lm<FMT, V, R>(w, xk, kb0, (size_t)cols, nvalid, kw, lane, p);
-            }
-        } else if constexpr (FMT == FMT_BF16 || FMT == FMT_F32) {
-            p[0] = partial_dense_rm<FMT>(w, xk, kb0, kw, lane);
-        } else if constexpr (FMT == FMT_E4M3) {
-            // Scale row of this view row: (row0 + r) / 128 − row0 / 128; scale columns cols / 128.
-            const float* srow = static_cast<const float*>(scales) +
-                                (size_t)((row0 + r0) / E4M3_BLOCK - row0 / E4M3_BLOCK) * (size_t)(cols / E4M3_BLOCK);
-            p[0] = partial_e4m3_rm(static_cast<const u8*>(w), srow, (k * kw) / E4M3_BLOCK, xk, kb0, kw, lane);
-        } else if constexpr (FMT == FMT_NVFP4) {
-            p[0] = partial_nvfp4(static_cast<const u8*>(w), static_cast<const u8*>(scales), xk, kb0, kw, lane);
-        } else {
-            p[0] = partial_w8(static_cast<const signed char*>(w), static_cast<const float*>(scales), x, r0, k, cols, kw,
-                              lane);
-        }
+        gemv_task<FMT, V>(w, scales, row0, x, cols, kw, r0, nvalid, k, lane, p);
         if (lane == 0) {
 #pragma unroll
             for (int i = 0; i < R; ++i) {
@@ -359,26 +374,70 @@ __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, in
 // Dispatch on the layout argument (warp-uniform, once per kernel).
 template <int FMT, bool PARTIALS>
 __device__ __forceinline__ void gemv_dispatch(const void* w, const void* scales, int row0, const float* x, float* out,
-                                              int rows, int cols, int kw, int rpb, int vec) {
+                                              int rows, int cols, int kw, int rpb, int vec, int bx = -1) {
+    if (bx < 0) bx = blockIdx.x;
     if constexpr (FMT == FMT_E4M3) {
         if (vec == 16) {
-            gemv_tasks<FMT, 16, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
+            gemv_tasks<FMT, 16, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
             return;
         }
     }
     if constexpr (FMT == FMT_BF16) {
         if (vec == 8) {
-            gemv_tasks<FMT, 8, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
+            gemv_tasks<FMT, 8, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
             return;
         }
     }
     if constexpr (FMT == FMT_BF16 || FMT == FMT_F32 || FMT == FMT_E4M3) {
         if (vec == 4) {
-            gemv_tasks<FMT, 4, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
+            gemv_tasks<FMT, 4, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
             return;
         }
     }
-    gemv_tasks<FMT, 0, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb);
+    gemv_tasks<FMT, 0, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
+}
+
+// ---- several matrices with the same input in one launch (the qkv seam's q, k, v, gate): the
+// grid is the concatenation of each matrix's row blocks; block b runs block b - block_start[i]
+// of matrix i, exactly the program of a separate launch.
+#define GEMV_BATCH_MAX 4
+
+struct GemvBatch {
+    u64 w[GEMV_BATCH_MAX];
+    u64 out[GEMV_BATCH_MAX];
+    int rows[GEMV_BATCH_MAX];
+    int block_start[GEMV_BATCH_MAX + 1];
+    int count;
+};
+
+template <int FMT>
+__device__ __forceinline__ void gemv_rows_batch(const GemvBatch& b, const float* x, int cols, int kw, int rpb, int vec) {
+    // Constant indices only (a runtime index would copy the parameter block to local memory).
+    const int bx = (int)blockIdx.x;
+    u64 w = b.w[0], out = b.out[0];
+    int rows = b.rows[0], start = b.block_start[0], end = b.block_start[1];
+#pragma unroll
+    for (int j = 1; j < GEMV_BATCH_MAX; ++j) {
+        if (j < b.count && b.block_start[j] <= bx) {
+            w = b.w[j];
+            out = b.out[j];
+            rows = b.rows[j];
+            start = b.block_start[j];
+            end = b.block_start[j + 1];
+        }
+    }
+    if (bx < start || bx >= end) return;  // block-uniform
+    gemv_dispatch<FMT, false>(reinterpret_cast<const void*>(w), 0, 0, x, reinterpret_cast<float*>(out), rows, cols, kw,
+                              rpb, vec, bx - start);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_rows_batch_bf16(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec) {
+    gemv_rows_batch<FMT_BF16>(batch, x, cols, kw, rpb, vec);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_rows_batch_f32(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec) {
+    gemv_rows_batch<FMT_F32>(batch, x, cols, kw, rpb, vec);
 }
 
 // `out[r]` = fold over K-blocks of row r's partials (twins::gemv::gemv_rows).

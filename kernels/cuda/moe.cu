@@ -11,7 +11,7 @@
 #endif
 
 #define ROUTER_THREADS 256
-#define ARGMAX_THREADS 1024
+#define ARGMAX_THREADS 256
 #define NO_INDEX 0xFFFFFFFFu
 
 // twins::moe::sigmoid_device_variant.
@@ -66,18 +66,29 @@ __device__ __forceinline__ void block_best(float& key, u32& id, bool higher_id, 
     }
 }
 
-// Sigmoid top-k of one token; out = k ids (bits) then k weights. Dynamic shared memory:
-// n scores, n keys, n taken flags (as u32).
+// Arg-best of (key, id) over one warp under key_better; every lane returns the winner.
+__device__ __forceinline__ void warp_best(float& key, u32& id, bool higher_id) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ok = __shfl_xor_sync(MEMRA_FULL_MASK, key, o);
+        const u32 oi = __shfl_xor_sync(MEMRA_FULL_MASK, id, o);
+        if (key_better(ok, oi, key, id, higher_id)) {
+            key = ok;
+            id = oi;
+        }
+    }
+}
+
+// Sigmoid top-k of one token; out = k ids (bits) then k weights. The whole block computes the
+// scores and keys (the exps are the work); then warp 0 alone runs the k selection rounds from
+// shared memory — each lane scans its strided candidates, a shuffle arg-best picks the winner,
+// no block barrier per round. Selection under a strict total order is exact whatever the
+// reduction tree. Dynamic shared memory: n scores, n keys, n taken flags (as u32).
 __device__ __forceinline__ void router_body(const float* logits, const float* bias, int n, int k, int normalize,
                                             float scaling, float* out, bool variant) {
     extern __shared__ float smem[];
     float* scores = smem;
     float* keys = smem + n;
     u32* taken = reinterpret_cast<u32*>(smem + 2 * n);
-    __shared__ float s_key[ROUTER_THREADS / 32];
-    __shared__ u32 s_id[ROUTER_THREADS / 32];
-    __shared__ float sel[64];
-    __shared__ u32 sel_id[64];
     for (int e = threadIdx.x; e < n; e += blockDim.x) {
         const float s = variant ? sigmoid_dev_variant_c(logits[e]) : sigmoid_c(logits[e]);
         scores[e] = s;
@@ -85,38 +96,41 @@ __device__ __forceinline__ void router_body(const float* logits, const float* bi
         taken[e] = 0u;
     }
     __syncthreads();
+    if (threadIdx.x >= 32) return;
+    const int lane = threadIdx.x;
+    float sel = C_ZERO;  // lane s < k keeps slot s's raw score
+    u32 sel_id = 0u;
     for (int slot = 0; slot < k; ++slot) {
         float key = C_ZERO;
         u32 id = NO_INDEX;
-        for (int e = threadIdx.x; e < n; e += blockDim.x) {
+        for (int e = lane; e < n; e += 32) {
             if (taken[e]) continue;
             if (key_better(keys[e], (u32)e, key, id, variant)) {
                 key = keys[e];
                 id = (u32)e;
             }
         }
-        block_best(key, id, variant, s_key, s_id);
-        if (threadIdx.x == 0) {
-            taken[id] = 1u;
-            sel_id[slot] = id;
-            sel[slot] = scores[id];
+        warp_best(key, id, variant);
+        if (lane == 0) taken[id] = 1u;
+        __syncwarp();
+        if (lane == (slot & 31)) {
+            // k <= 32: one slot per lane (checked by the runtime).
+            sel = scores[id];
+            sel_id = id;
         }
-        __syncthreads();
     }
-    if (threadIdx.x == 0) {
-        if (normalize) {
-            float sum = C_ZERO;
-            for (int s = 0; s < k; ++s) sum = sum + sel[s];
-            for (int s = 0; s < k; ++s) sel[s] = div_c(sel[s], sum);
-        }
-        for (int s = 0; s < k; ++s) {
-            out[s] = __uint_as_float(sel_id[s]);
-            out[k + s] = sel[s] * scaling;
-        }
+    // The normalisation sum in slot order from +0.0 (every lane computes the same value).
+    float sum = C_ZERO;
+    for (int s = 0; s < k; ++s) sum = sum + __shfl_sync(MEMRA_FULL_MASK, sel, s);
+    if (lane < k) {
+        float wgt = sel;
+        if (normalize) wgt = div_c(wgt, sum);
+        out[lane] = __uint_as_float(sel_id);
+        out[k + lane] = wgt * scaling;
     }
 }
 
-// twins::moe::router_topk (k <= 64, one block).
+// twins::moe::router_topk (k <= 32, one block).
 extern "C" __global__ void __launch_bounds__(ROUTER_THREADS)
     router_topk_f32(const float* logits, const float* bias, int n, int k, int normalize, float scaling, float* out) {
     router_body(logits, bias, n, k, normalize, scaling, out, false);
@@ -146,14 +160,41 @@ extern "C" __global__ void combine_f32(const float* y, const float* w, int slots
     }
 }
 
+// The moe_join in one launch (twins::moe::combine_shared): out[i] = sum_s w[s] * y[s][i] in slot
+// order from +0.0 over the k routed slots, out[width + i] = y[k][i] (the shared expert, copied).
+extern "C" __global__ void combine_shared_f32(const float* y, const float* w, int k, int width, float* out) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
+        float acc = C_ZERO;
+        for (int s = 0; s < k; ++s) acc = acc + w[s] * y[(size_t)s * width + i];
+        out[i] = acc;
+        out[width + i] = y[(size_t)k * width + i];
+    }
+}
+
+// The residual in one launch (twins::moe::residual_add): sum = a + b, then out = h + sum.
+extern "C" __global__ void residual_add_f32(const float* h, const float* a, const float* b, float* sum, float* out,
+                                            int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const float v = a[i] + b[i];
+        sum[i] = v;
+        out[i] = h[i] + v;
+    }
+}
+
 // out[0] = bits of the index of the largest value (lowest index on ties, NaN never wins, 0 when
-// every value is NaN or n == 0). One block.
-extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_f32(const float* x, int n, float* out) {
+// every value is NaN or n == 0). Many blocks: block b reduces the values i = b*T + t, strided by
+// the grid, to its best (value, index) in scratch; the last block to finish (a counter in
+// scratch, reset by that block) combines the block bests. The order is value desc, index asc — a
+// strict total order — so any tree gives the host's index. `scratch` holds 1 + 2 * gridDim.x
+// words, the counter zero at launch (the runtime zeroes it once; every launch leaves it zero).
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_f32(const float* x, int n, float* out,
+                                                                       u32* scratch) {
     __shared__ float s_val[ARGMAX_THREADS / 32];
     __shared__ u32 s_idx[ARGMAX_THREADS / 32];
+    __shared__ bool s_last;
     float best = C_ZERO;
     u32 idx = NO_INDEX;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         const float v = x[i];
         if (is_nan_c(v)) continue;
         if (idx == NO_INDEX || v > best) {
@@ -163,5 +204,30 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_f32(const fl
     }
     // NaN never enters, so key_better's order is value desc, index asc.
     block_best(best, idx, false, s_val, s_idx);
-    if (threadIdx.x == 0) out[0] = __uint_as_float(idx == NO_INDEX ? 0u : idx);
+    float* vals = reinterpret_cast<float*>(scratch + 1);
+    u32* idxs = scratch + 1 + gridDim.x;
+    if (threadIdx.x == 0) {
+        vals[blockIdx.x] = best;
+        idxs[blockIdx.x] = idx;
+        __threadfence();
+        s_last = atomicAdd(scratch, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!s_last) return;  // block-uniform
+    __threadfence();
+    best = C_ZERO;
+    idx = NO_INDEX;
+    for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x) {
+        const float v = reinterpret_cast<volatile float*>(vals)[b];
+        const u32 i = reinterpret_cast<volatile u32*>(idxs)[b];
+        if (key_better(v, i, best, idx, false)) {
+            best = v;
+            idx = i;
+        }
+    }
+    block_best(best, idx, false, s_val, s_idx);
+    if (threadIdx.x == 0) {
+        out[0] = __uint_as_float(idx == NO_INDEX ? 0u : idx);
+        scratch[0] = 0u;
+    }
 }

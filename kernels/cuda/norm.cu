@@ -1,29 +1,38 @@
 // RMSNorm kernels (device twins of `twins/norm.rs`): plain, residual add + RMSNorm, and the
 // OPROJ_TAIL fusion fold + add + RMSNorm.
 //
-// The canonical sum of squares is dot32 over the whole row (lane l accumulates elements l,
-// l+32, ... in order), so the reduction of a row belongs to exactly one warp (see below).
+// The canonical sum of squares of a row is the 256-lane block order of `canon::sum_squares256`:
+// thread l of a 256-thread block accumulates elements l, l+256, ... in order, each warp reduces
+// its 32 lanes with the dot32 butterfly, and the 8 warp sums fold in halves (4, 2, 1). The whole
+// block works on the row, so a 4096-wide row is 16 dependent adds per thread instead of 128.
 
 #ifndef MEMRA_CANON_CUH
 #include "canon.cuh"
 #endif
 
-// One block per row. The whole block first stages the row in shared memory (coalesced, all
-// loads in flight at once: a single warp walking a 4096-wide row through global memory was
-// latency-bound, 128 dependent loads per lane); then warp 0 runs the canonical sum of squares
-// (dot32: lane l accumulates elements l, l+32, ... in order, then the butterfly) from shared
-// memory, exactly the twin's operations; then every thread writes y = (x * inv) * w. Reading x
-// only from the staged copy lets `y` alias `x`. Dynamic shared memory: n floats.
+#define NORM_LANES 256
+
+// One block of exactly NORM_LANES threads per row (the canonical lane count; any other block size
+// would be another order, so it traps). The row is staged in shared memory by the caller (each
+// thread stages exactly the elements it later reads: no barrier is needed before the sum), then
+// every thread writes y = (x * inv) * w for its own elements. Reading x only from the staged copy
+// lets `y` alias `x`. Dynamic shared memory: n floats.
 __device__ __forceinline__ void rmsnorm_block(const float* sx, const float* w, float eps, float* y, int n) {
-    __shared__ float s_inv;
-    if (threadIdx.x < MEMRA_LANES) {
-        const int lane = threadIdx.x;
-        float ss = dot32_warp(sx, sx, n, lane);
-        if (lane == 0) s_inv = rsqrt_c(div_c(ss, (float)n) + eps);
-    }
+    __shared__ float s_warp[NORM_LANES / 32];
+    if (blockDim.x != NORM_LANES) __trap();
+    const int tid = threadIdx.x;
+    float acc = C_ZERO;
+    for (int i = tid; i < n; i += NORM_LANES) acc = acc + sx[i] * sx[i];
+    acc = butterfly32(acc);
+    if ((tid & 31) == 0) s_warp[tid >> 5] = acc;
     __syncthreads();
-    const float inv = s_inv;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = (sx[i] * inv) * w[i];
+    const float h0 = s_warp[0] + s_warp[4];
+    const float h1 = s_warp[1] + s_warp[5];
+    const float h2 = s_warp[2] + s_warp[6];
+    const float h3 = s_warp[3] + s_warp[7];
+    const float ss = (h0 + h2) + (h1 + h3);
+    const float inv = rsqrt_c(div_c(ss, (float)n) + eps);
+    for (int i = tid; i < n; i += NORM_LANES) y[i] = (sx[i] * inv) * w[i];
 }
 
 // y = rmsnorm(x) row by row; `rows` rows of `n` values, one weight row `w` of n; grid = rows.

@@ -17,6 +17,8 @@
 
 /// Number of lanes of the canonical in-block dot product.
 pub const LANES: usize = 32;
+/// Number of lanes of the canonical row sum of squares of the RMSNorm kernels (one thread block).
+pub const NORM_LANES: usize = 256;
 
 /// log2(e) ≈ 1.44269502162933349609375 (f32 nearest to 1.4426950408889634).
 const LOG2E: f32 = f32::from_bits(0x3FB8_AA3B);
@@ -235,6 +237,62 @@ pub fn rmsnorm_c(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     let n = x.len() as f32;
     let ss = dot32(x, x);
     let inv = rsqrt_c(ss / n + eps);
+    for ((yi, &xi), &wi) in y.iter_mut().zip(x).zip(w) {
+        *yi = (xi * inv) * wi;
+    }
+}
+
+/// The canonical sum of squares of a whole row (the RMSNorm of `rmsnorm_rows`, `add_rmsnorm`):
+/// a fixed-shape order chosen so that a block of 256 threads computes it in parallel
+/// (docs/DESIGN.md §3.4, "a canonical order is a definition, and it should be chosen to be fast").
+///
+/// 1. 256 lanes: lane `l` starts from +0.0 and accumulates `acc = acc + x[i] * x[i]` (product
+///    rounded, then sum) for i = l, l+256, l+512, … < n in increasing order;
+/// 2. each run of 32 consecutive lanes (a warp: lanes 32w … 32w+31) is reduced by the
+///    xor-butterfly of `dot32` ([`butterfly32`]), giving 8 warp sums `s[0..8]`;
+/// 3. the 8 warp sums fold in halves: `s[w] = s[w] + s[w + 4]` for w < 4, then
+///    `s[w] = s[w] + s[w + 2]` for w < 2, then `s[0] = s[0] + s[1]`.
+///
+/// The shape depends only on n (lanes with no element stay +0.0), never on a launch.
+pub fn sum_squares256(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; NORM_LANES];
+    let mut chunks = x.chunks_exact(NORM_LANES);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = *a + v * v;
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
+        *a = *a + v * v;
+    }
+    let mut warps = [0.0f32; NORM_LANES / LANES];
+    for (w, lanes) in warps.iter_mut().zip(acc.chunks_exact(LANES)) {
+        *w = butterfly32(lanes.try_into().expect("32 lanes"));
+    }
+    let mut o = warps.len() / 2;
+    while o > 0 {
+        for w in 0..o {
+            warps[w] = warps[w] + warps[w + o];
+        }
+        o /= 2;
+    }
+    warps[0]
+}
+
+/// Canonical RMSNorm of one model row (hidden width): `ss = sum_squares256(x)`,
+/// `inv = rsqrt_c(ss / n + eps)`, `y[i] = (x[i] * inv) * w[i]`. The per-head q/k norms of RoPE
+/// keep [`rmsnorm_c`] (128 values: one warp, the dot32 order).
+///
+/// `x`, `w` and `y` must have the same length (checked; a mismatch panics). An empty row writes
+/// nothing.
+pub fn rmsnorm_row_c(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
+    assert_eq!(w.len(), x.len(), "rmsnorm_row_c: weight has {} entries but the row has {}", w.len(), x.len());
+    assert_eq!(y.len(), x.len(), "rmsnorm_row_c: output has {} entries but the row has {}", y.len(), x.len());
+    if x.is_empty() {
+        return;
+    }
+    let n = x.len() as f32;
+    let inv = rsqrt_c(sum_squares256(x) / n + eps);
     for ((yi, &xi), &wi) in y.iter_mut().zip(x).zip(w) {
         *yi = (xi * inv) * wi;
     }

@@ -6,9 +6,10 @@
 //! includes `canon.cuh` only behind its include guard, so the concatenation needs no include path.
 
 /// (file name, contents) in the fixed concatenation order.
-const SOURCES: [(&str, &str); 7] = [
+const SOURCES: [(&str, &str); 8] = [
     ("canon.cuh", include_str!("../cuda/canon.cuh")),
     ("gemv.cu", include_str!("../cuda/gemv.cu")),
+    ("experts.cu", include_str!("../cuda/experts.cu")),
     ("norm.cu", include_str!("../cuda/norm.cu")),
     ("attention.cu", include_str!("../cuda/attention.cu")),
     ("moe.cu", include_str!("../cuda/moe.cu")),
@@ -45,6 +46,47 @@ pub fn source_digest() -> String {
     format!("{digest:016x}")
 }
 
+/// The host twins and the canonical definitions they are made of (crate-relative paths): the other
+/// half of the canonical program. A change of a twin without its kernel (or the reverse) is a
+/// change of the program, so the build digest covers both halves.
+const TWIN_SOURCES: [(&str, &str); 13] = [
+    ("src/canon.rs", include_str!("canon.rs")),
+    ("src/formats/mod.rs", include_str!("formats/mod.rs")),
+    ("src/formats/bf16.rs", include_str!("formats/bf16.rs")),
+    ("src/formats/e4m3.rs", include_str!("formats/e4m3.rs")),
+    ("src/formats/nvfp4.rs", include_str!("formats/nvfp4.rs")),
+    ("src/twins/mod.rs", include_str!("twins/mod.rs")),
+    ("src/twins/attention.rs", include_str!("twins/attention.rs")),
+    ("src/twins/digest.rs", include_str!("twins/digest.rs")),
+    ("src/twins/experts.rs", include_str!("twins/experts.rs")),
+    ("src/twins/gemv.rs", include_str!("twins/gemv.rs")),
+    ("src/twins/moe.rs", include_str!("twins/moe.rs")),
+    ("src/twins/norm.rs", include_str!("twins/norm.rs")),
+    ("src/twins/w8.rs", include_str!("twins/w8.rs")),
+];
+
+/// Crate-relative paths of the twin sources covered by [`build_digest`] (for `rerun-if-changed`).
+pub fn twin_files() -> impl Iterator<Item = &'static str> {
+    TWIN_SOURCES.iter().map(|(name, _)| *name)
+}
+
+/// The digest the binary is stamped with (`MG_BUILD_KERNEL_DIGEST`, receipts'
+/// `kernel_source_digest`): 16 hex digits of FNV-1a 64 over the kernel text NVRTC compiles
+/// ([`cuda_source`]) followed by every twin source (name and text), so a receipt names both
+/// halves of the canonical program that produced it. [`source_digest`] stays the digest of the
+/// compiled text alone (what a compilation is checked against).
+pub fn build_digest() -> String {
+    const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
+    let fold = |h: u64, bytes: &[u8]| bytes.iter().fold(h, |h, b| (h ^ *b as u64).wrapping_mul(FNV_PRIME));
+    let mut h = fold(FNV_OFFSET, cuda_source().as_bytes());
+    for (name, text) in TWIN_SOURCES {
+        h = fold(h, name.as_bytes());
+        h = fold(h, text.as_bytes());
+    }
+    format!("{h:016x}")
+}
+
 /// Every `extern "C"` kernel the CUDA backend launches.
 pub const KERNEL_NAMES: &[&str] = &[
     // gemv.cu
@@ -58,9 +100,18 @@ pub const KERNEL_NAMES: &[&str] = &[
     "gemv_partials_e4m3",
     "gemv_partials_nvfp4",
     "gemv_partials_w8",
+    "gemv_rows_batch_bf16",
+    "gemv_rows_batch_f32",
     "gemv_rows_tree_bf16",
     "gemv_rows_tree_f32",
     "fold_f32",
+    // experts.cu
+    "expert_gate_up_f32",
+    "expert_down_f32",
+    "fold_slots_f32",
+    "fold_combine_f32",
+    "select_slots_f32",
+    "combine_owned_f32",
     // norm.cu
     "rmsnorm_f32",
     "add_rmsnorm_f32",
@@ -70,11 +121,14 @@ pub const KERNEL_NAMES: &[&str] = &[
     "decode_attention_f32",
     "qk_norm_rope_at_f32",
     "decode_attention_at_f32",
+    "rope_append_f32",
     // moe.cu
     "router_topk_f32",
     "router_topk_dev_f32",
     "swiglu_f32",
     "combine_f32",
+    "combine_shared_f32",
+    "residual_add_f32",
     "argmax_f32",
     // elementwise.cu
     "add_f32",
@@ -84,6 +138,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "append_at_f32",
     // digest.cu
     "digest_f32",
+    "digest_batch_f32",
 ];
 
 #[cfg(test)]
@@ -125,6 +180,13 @@ mod tests {
             let dtype = name.rsplit('_').next().unwrap_or("");
             assert!(["f32", "u32", "bf16", "e4m3", "nvfp4", "w8"].contains(&dtype), "{name} does not end in _<dtype>");
         }
+    }
+
+    #[test]
+    fn build_digest_covers_the_twins() {
+        assert_ne!(build_digest(), source_digest());
+        assert_eq!(build_digest(), build_digest());
+        assert!(twin_files().any(|f| f == "src/twins/experts.rs"));
     }
 
     #[test]

@@ -4,7 +4,9 @@
 // Reference sums are written `acc = acc + v`: the operand order is what is being tested.
 #![allow(clippy::assign_op_pattern)]
 
-use memra_kernels::canon::{butterfly32, dot32, exp_c, rmsnorm_c, rsqrt_c, sigmoid_c, silu_c, swiglu_c, LANES};
+use memra_kernels::canon::{
+    butterfly32, dot32, exp_c, rmsnorm_c, rmsnorm_row_c, rsqrt_c, sigmoid_c, silu_c, sum_squares256, swiglu_c, LANES,
+};
 
 use crate::util::Rng;
 
@@ -336,6 +338,81 @@ fn rmsnorm_c_follows_its_formula() {
     }
     let mut y: [f32; 0] = [];
     rmsnorm_c(&[], &[], 1e-6, &mut y);
+}
+
+/// The documented 256-lane order, written out independently: 256 explicit lane accumulators
+/// filled element by element, a full 32-lane xor-butterfly per warp (every lane updated from a
+/// copy, as the device does it), then the 8 warp sums folded in halves.
+fn sum_squares256_reference(x: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 256];
+    for (i, &v) in x.iter().enumerate() {
+        let prod = v * v;
+        lanes[i % 256] = lanes[i % 256] + prod;
+    }
+    let mut warps = [0.0f32; 8];
+    for w in 0..8 {
+        let mut l32: [f32; 32] = lanes[32 * w..32 * w + 32].try_into().unwrap();
+        for o in [16usize, 8, 4, 2, 1] {
+            let prev = l32;
+            for l in 0..32 {
+                l32[l] = prev[l] + prev[l ^ o];
+            }
+        }
+        warps[w] = l32[0];
+    }
+    let h4: Vec<f32> = (0..4).map(|w| warps[w] + warps[w + 4]).collect();
+    let h2: Vec<f32> = (0..2).map(|w| h4[w] + h4[w + 2]).collect();
+    h2[0] + h2[1]
+}
+
+#[test]
+fn sum_squares256_matches_independent_reference_bit_for_bit() {
+    let mut rng = Rng(21);
+    let mut lens: Vec<usize> = (0..=40).collect();
+    lens.extend([255, 256, 257, 511, 512, 1000, 1024, 2048, 4095, 4096, 4097, 8192]);
+    lens.extend((0..60).map(|_| rng.below(9000)));
+    for &n in &lens {
+        let x = random_vec(&mut rng, n);
+        let (got, want) = (sum_squares256(&x), sum_squares256_reference(&x));
+        assert_eq!(got.to_bits(), want.to_bits(), "n = {n}: sum_squares256 {got:e} vs reference {want:e}");
+    }
+    assert_eq!(sum_squares256(&[]).to_bits(), 0.0f32.to_bits(), "the empty sum is +0.0");
+    assert_eq!(sum_squares256(&[-0.0; 300]).to_bits(), 0.0f32.to_bits(), "squares of −0 sum to +0");
+}
+
+/// The 256-lane order is observable: with 2^24 in element 0 and 1.0 in elements 32 and 33, the
+/// 256-lane tree adds the two ones first (both in warp 1) and keeps them (2^24 + 2), while dot32
+/// puts element 32 into lane 0 with 2^24, where (2^24 + 1) rounds back to 2^24 (ties to even).
+#[test]
+fn sum_squares256_order_is_observable() {
+    let mut y = vec![0.0f32; 64];
+    y[0] = 4096.0;
+    y[32] = 1.0;
+    y[33] = 1.0;
+    // 256 lanes: every element its own lane; warp 0 butterfly pairs lane 0 with 16, 8, 4, 2, 1
+    // (zeros), then lanes 32 and 33 (warp 1) give 2 → folded: 2^24 + 2 exactly.
+    assert_eq!(sum_squares256(&y), 16_777_218.0);
+    // dot32 puts element 32 into lane 0: (2^24 + 1) rounds to 2^24, then + 1 again: 2^24.
+    assert_eq!(dot32(&y, &y), 16_777_216.0);
+}
+
+#[test]
+fn rmsnorm_row_c_follows_its_formula() {
+    let mut rng = Rng(15);
+    for n in [1usize, 7, 255, 256, 1024, 4096, 1000] {
+        let x = random_vec(&mut rng, n);
+        let w = random_vec(&mut rng, n);
+        let eps = 1.0e-6f32;
+        let mut y = vec![f32::NAN; n];
+        rmsnorm_row_c(&x, &w, eps, &mut y);
+        let inv = 1.0f32 / (sum_squares256_reference(&x) / n as f32 + eps).sqrt();
+        let ms: f64 = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
+        for i in 0..n {
+            assert_eq!(y[i].to_bits(), ((x[i] * inv) * w[i]).to_bits(), "n = {n}, i = {i}");
+            let want = x[i] as f64 / (ms + eps as f64).sqrt() * w[i] as f64;
+            assert!((y[i] as f64 - want).abs() <= 1e-5 * want.abs(), "n = {n}, i = {i}: {} vs {want}", y[i]);
+        }
+    }
 }
 
 /// FNV-1a over the bit patterns of `f` on every 4099th f32 of [−105, 90] (≈ 0.5 M inputs, both

@@ -10,7 +10,7 @@
 //! Every order test also checks its own premise (that the alternative order really differs), so
 //! it cannot pass vacuously.
 
-use memra_kernels::canon::{exp_c, rmsnorm_c, sigmoid_c, silu_c, swiglu_c};
+use memra_kernels::canon::{exp_c, rmsnorm_c, rmsnorm_row_c, sigmoid_c, silu_c, swiglu_c};
 use memra_kernels::twins::attention::{decode_attention, qk_norm_rope, ATTN_PARTITION, ATTN_SCALE_BITS, HEAD_DIM};
 use memra_kernels::twins::digest::{digest_f32, digest_u32, splitmix64};
 use memra_kernels::twins::moe::{
@@ -134,9 +134,9 @@ fn rmsnorm_rows_normalises_each_row_on_its_own() {
     rmsnorm_rows(&x, &w, 1e-6, &mut y);
     let mut want = vec![0.0; 2 * width];
     for (xr, yr) in x.chunks(width).zip(want.chunks_mut(width)) {
-        rmsnorm_c(xr, &w, 1e-6, yr);
+        rmsnorm_row_c(xr, &w, 1e-6, yr);
     }
-    assert_bits_eq("rmsnorm_rows vs rmsnorm_c per row", &y, &want);
+    assert_bits_eq("rmsnorm_rows vs rmsnorm_row_c per row", &y, &want);
     for row in y.chunks(width) {
         let rms = (row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / width as f64).sqrt();
         assert!((rms - 1.0).abs() < 1e-4, "row rms {rms}");

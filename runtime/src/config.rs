@@ -110,6 +110,18 @@ pub enum ExpertFormat {
     Nvfp4,
 }
 
+/// Which device timing marks a run records (gating cost: every mark is an event on every rank).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Timing {
+    /// A begin/end pair around every seam and every layer (the per-seam latency table).
+    #[default]
+    Seams,
+    /// Only a begin/end pair around every layer (and the head).
+    Layers,
+    /// No marks at all.
+    Off,
+}
+
 /// Everything that decides one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunConfig {
@@ -124,6 +136,11 @@ pub struct RunConfig {
     pub capture: Vec<crate::record::CaptureKey>,
     /// Routed-expert storage (NVFP4_EP2 implies NVFP4).
     pub expert_format: ExpertFormat,
+    /// Timing marks recorded (default: per seam and per layer).
+    pub timing: Timing,
+    /// Whether seam digests are computed (default on; off only to measure their cost — a record
+    /// without digests cannot pass an identity gate).
+    pub digests: bool,
 }
 
 impl RunConfig {
@@ -137,6 +154,8 @@ impl RunConfig {
             forced_tokens: None,
             capture: Vec::new(),
             expert_format: ExpertFormat::E4m3,
+            timing: Timing::Seams,
+            digests: true,
         })
     }
 

@@ -15,7 +15,7 @@ pub mod program;
 pub mod record;
 pub mod reference;
 
-pub use config::{Battery, Canary, DoorSet, ExpertFormat, RunConfig, Transport};
+pub use config::{Battery, Canary, DoorSet, ExpertFormat, RunConfig, Timing, Transport};
 pub use error::RuntimeError;
 pub use record::{Record, Seam};
 

@@ -116,6 +116,9 @@ pub struct Record {
     pub engaged: BTreeMap<String, u64>,
     /// Per layer (incl. head pseudo-layer) × seam latency samples, same indexing as a digest row.
     pub timings_ns: Vec<SeamSamples>,
+    /// Per layer (index `n_layers`: the head) whole-layer latency samples: from before its first
+    /// seam to after its digests (everything the layer costs, gating included).
+    pub layer_timings_ns: Vec<SeamSamples>,
     /// Full tensors requested through `RunConfig::capture`.
     pub captures: BTreeMap<CaptureKey, Capture>,
     /// Human-readable description of the backend and placement that produced it.

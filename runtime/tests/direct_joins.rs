@@ -8,7 +8,9 @@
 //! copies) instead of running the default path under a door's name.
 
 use memra_runtime::backend::host::HostBackend;
-use memra_runtime::backend::{Backend, BufId, Collected, JoinFence, Op, Packed, ProbeResult, Slice, WeightId};
+use memra_runtime::backend::{
+    Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, Packed, ProbeResult, Slice, WeightId,
+};
 use memra_runtime::model::matrix::MatrixShard;
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::program::placement::{ExpertMode, Placement};
@@ -115,6 +117,17 @@ impl Backend for Recording {
     }
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> memra_runtime::Result<usize> {
         self.inner.digest(rank, src, base)
+    }
+    fn digest_batch(&mut self, rank: usize, groups: &[Vec<DigestPart>]) -> memra_runtime::Result<Vec<Vec<usize>>> {
+        self.inner.digest_batch(rank, groups)
+    }
+    fn register_experts(
+        &mut self,
+        rank: usize,
+        experts: usize,
+        entries: &[Option<GroupEntry>],
+    ) -> memra_runtime::Result<GroupId> {
+        self.inner.register_experts(rank, experts, entries)
     }
     fn mark(&mut self) -> memra_runtime::Result<()> {
         self.inner.mark()

@@ -1,8 +1,9 @@
 //! The GRAPH door's program path on the host (the CUDA capture itself is tested in
-//! `gpu/cuda_graph.rs`): with the door on, the attention half reads the decode position from device
-//! memory, so every layer's segment must issue the identical call sequence at every token, and
-//! the result must equal the oracle bit for bit. A frozen position (the defect of a graph that
-//! replays a stale position) must be caught.
+//! `gpu/cuda_graph.rs`): the step reads the decode position and the route from device memory, so the
+//! whole step is one segment that must issue the identical call sequence at every token (per-layer
+//! attention-half segments where MOE_DIRECT on expert-parallel owners reads the route on the
+//! host), and the result must equal the oracle bit for bit. A frozen position (the defect of a
+//! graph that replays a stale position) must be caught.
 
 use crate::segments::SegmentChecker;
 use memra_runtime::backend::host::HostBackend;
@@ -61,9 +62,20 @@ fn graph_program_path_equals_the_oracle_and_repeats_its_segments_exactly() {
             assert_eq!(first_diff(oracle(), &r), None, "TP{tp} {t:?} with the graph path");
             assert_eq!(r.tokens, oracle().tokens, "TP{tp} {t:?}: token tape");
             assert_eq!(b.mismatches, Vec::<String>::new(), "TP{tp} {t:?}: a segment changed between passes");
-            // One pass per layer per step: with ≥ 3 steps every layer would have been replayed.
-            assert_eq!(b.passes, layers * total_steps(&battery()), "TP{tp} {t:?}: segment passes");
+            // One pass per step (the whole step is one segment): with ≥ 3 steps it is replayed.
+            assert_eq!(b.passes, total_steps(&battery()), "TP{tp} {t:?}: segment passes");
         }
+    }
+    // MOE_DIRECT on expert-parallel owners reads the route on the host: the attention halves
+    // stay segments of their own, the MoE halves eager.
+    for tp in [2, 4] {
+        let mut cfg = graph_cfg(tp, Transport::NativeP2p);
+        (cfg.doors.step_ep, cfg.doors.moe_direct) = (true, true);
+        let mut b = SegmentChecker::new(HostBackend::new(tp).unwrap());
+        let r = program::run(tiny(), &cfg, &mut b).unwrap();
+        assert_eq!(first_diff(oracle(), &r), None, "TP{tp} step_ep + moe_direct with the graph path");
+        assert_eq!(b.mismatches, Vec::<String>::new(), "TP{tp} step_ep + moe_direct: a segment changed");
+        assert_eq!(b.passes, layers * total_steps(&battery()), "TP{tp} step_ep + moe_direct: segment passes");
     }
 }
 

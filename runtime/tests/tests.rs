@@ -1,5 +1,5 @@
-//! The runtime's host-side integration tests, one binary (ARCHITECTURE.md: one test layout): one module per area, the
-//! GRAPH test double in `support/segments.rs` (shared with the CUDA tests in `gpu/`, a second
+//! The runtime's host-side integration tests, one binary (ARCHITECTURE.md: one test layout): one
+//! module per area, the GRAPH test double in `support/segments.rs` (shared with the CUDA tests in `gpu/`, a second
 //! binary under its own harness because its tests must be able to report "ignored" at run time).
 
 #[path = "support/segments.rs"]
@@ -7,6 +7,7 @@ mod segments;
 
 mod direct_joins;
 mod graph_program;
+mod launches;
 mod model;
 mod reference;
 mod tp_invariance;

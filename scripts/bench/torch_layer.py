@@ -5,12 +5,20 @@ CUDA events in the same session as the memra-gates run.
 The layer matches the canonical program's shapes and data flow: RMSNorm, Q/K/V/gate projections
 (BF16), per-head q/k RMSNorm + NeoX RoPE, attention over `ctx` cached positions with a per-head
 sigmoid gate, O projection, residual + RMSNorm, sigmoid top-k router, top-k routed SwiGLU experts
-plus the shared expert, weighted combine, residual. Route ids go to the host once per layer (as
-in memra-gates, which reads them back to choose expert weights), so the experts are plain views.
+plus the shared expert, weighted combine, residual.
+
+Two forms of the layer are timed:
+- eager (`layer_eager`): the route ids go to the host once per layer and the experts are plain
+  views of the expert banks (what an eager PyTorch layer does);
+- whole-layer CUDA-graph replay (`layer_graph`): the route stays on the device, so the selected
+  experts' weights are gathered on the device (`index_select` of the k experts, then batched
+  GEMVs) and the whole layer is captured once and replayed — the form memra-gates' whole-step
+  graph is compared with. The gather copies the k experts' weights once per layer (read + write
+  of their bytes): that is the price of device-side routing in plain PyTorch.
+The attention half alone is also graphed (`attention_graph`), and the MoE half timed eagerly.
 
 Expert weights are BF16 here: PyTorch has no batch-1 FP8 GEMV, so this anchor reads 2x the expert
-bytes that the E4M3 kernels read. Both numbers are reported (eager and CUDA-graph replay of the
-part after routing is not possible with a host sync, so "graphed" covers attention only).
+bytes that the E4M3 kernels read.
 
 Output: one JSON object on stdout.
 """
@@ -115,6 +123,41 @@ def main():
         hres, xin = attention_half(x)
         return moe_half(hres, xin)
 
+    def moe_half_device(hres, xin):
+        # Routing on the device (no host sync): gather the k experts, batched GEMVs.
+        xb = xin.to(bf)
+        logits = F.linear(xb, wr).float()
+        score = torch.sigmoid(logits)
+        _, ids = torch.topk(score + bias, a.top_k)
+        w = score[ids]
+        w = w / w.sum()
+        xk = xb.view(1, H, 1).expand(a.top_k, H, 1)
+        gt = torch.bmm(eg.index_select(0, ids), xk).float().squeeze(-1)
+        up = torch.bmm(eu.index_select(0, ids), xk).float().squeeze(-1)
+        act = (F.silu(gt) * up).to(bf).unsqueeze(-1)
+        y = torch.bmm(ed.index_select(0, ids), act).float().squeeze(-1)
+        acc = (w.unsqueeze(-1) * y).sum(0)
+        gt = F.linear(xb, sg).float()
+        up = F.linear(xb, su).float()
+        shared = F.linear((F.silu(gt) * up).to(bf), sd).float()
+        return hres + (acc + shared)
+
+    def layer_device(x):
+        hres, xin = attention_half(x)
+        return moe_half_device(hres, xin)
+
+    def graphed(fn, arg):
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fn(arg)
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            fn(arg)
+        return g
+
     def time_it(fn, n):
         times = []
         for _ in range(n):
@@ -132,18 +175,11 @@ def main():
     torch.cuda.synchronize()
     eager = time_it(lambda: layer(x), a.iters)
     attn_eager = time_it(lambda: attention_half(x), a.iters)
-    # CUDA-graph replay of the attention half (no host sync inside it).
+    # CUDA-graph replays (no host sync inside them): the attention half, and the whole layer with
+    # device-side routing.
     static_x = x.clone()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            attention_half(static_x)
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
-        attention_half(static_x)
-    attn_graph = time_it(g.replay, a.iters)
+    attn_graph = time_it(graphed(attention_half, static_x).replay, a.iters)
+    layer_graph = time_it(graphed(layer_device, static_x).replay, a.iters)
     moe_eager = time_it(lambda: moe_half(x, x), a.iters)
 
     def summary(t):
@@ -154,6 +190,7 @@ def main():
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0),
         "layer_eager": summary(eager),
+        "layer_graph": summary(layer_graph),
         "attention_eager": summary(attn_eager),
         "attention_graph": summary(attn_graph),
         "moe_eager": summary(moe_eager),

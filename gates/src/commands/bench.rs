@@ -123,7 +123,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     if args.graph {
         if warmup < 2 {
             return Err(GateError::usage(format!(
-                "--graph with --warmup {warmup}: the first two steps record and capture each layer, so the timed \
+                "--graph with --warmup {warmup}: the first two steps record and capture the step, so the timed \
                  steps would not all be replays (use --warmup 2 or more)"
             )));
         }
@@ -133,6 +133,8 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let record = memra_runtime::program::run(model, &cfg, b.as_mut())?;
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     drop(b);
+    // The same decode timed per whole layer, digests on and off (what gating costs).
+    let gating = super::bench_gating::measure(model, &subject.battery, backend, args.graph, warmup, &record)?;
     // The cache holds between 1 and `steps` positions; the middle of the timed range is typical.
     let positions = warmup + args.steps / 2;
     let torch = if args.no_torch { Err("--no-torch".to_string()) } else { run_torch(args, model, positions) };
@@ -157,13 +159,17 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
         }
         rows.push((l, bytes, layer_ns, qkv_ns, exp_ns));
     }
+    let floors: Vec<Option<f64>> =
+        rows.iter().map(|(_, bytes, ..)| bandwidth.map(|bw| bytes.total() as f64 / bw * 1e9)).collect();
+    let torch_graph_us = torch.as_ref().ok().and_then(|t| t["layer_graph"]["median_us"].as_f64());
+    ratios.extend(gating.ratios(&floors, torch_graph_us));
     // Table.
     let bw_text = bandwidth.map(|bw| format!("{:.2} TB/s (read+write)", bw / 1e12)).unwrap_or("not measured".into());
     crate::say!("device-to-device copy bandwidth: {bw_text}; {} timed steps after {warmup} warm-up", args.steps);
     if args.graph {
         let replays = record.engaged.get("graph.replays").copied().unwrap_or(0);
         crate::say!(
-            "MEMRA_STEP_TP_GRAPH: attention halves replayed {replays} times (recorded on step 0, captured on step 1)"
+            "MEMRA_STEP_TP_GRAPH: the whole step replayed {replays} times (recorded on step 0, captured on step 1)"
         );
     }
     crate::say!(
@@ -188,6 +194,20 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
             *exp_ns as f64 / 1e3,
             f(bytes.experts),
             *layer_ns as f64 / 1e3 / f(bytes.total()),
+        );
+    }
+    crate::say!(
+        "whole layer, one mark pair per layer (gated: digests on; ungated: digests off; seam events: the run above):"
+    );
+    for line in gating.lines() {
+        crate::say!("{line}");
+    }
+    if let Some(o) = gating.overhead() {
+        crate::say!("gate overhead (digests on vs off, same process): {:.1} %", o * 100.0);
+    }
+    if let Some(us) = torch_graph_us {
+        crate::say!(
+            "PyTorch whole layer under CUDA-graph replay: {us:.1} µs (routing on the device, experts gathered)"
         );
     }
     match &torch {
@@ -253,7 +273,7 @@ fn performance_receipt(
         extra.insert("copy_bandwidth_bytes_per_s".to_string(), bw);
     }
     if let Ok(t) = torch {
-        for key in ["layer_eager", "attention_eager", "attention_graph", "moe_eager"] {
+        for key in ["layer_eager", "layer_graph", "attention_eager", "attention_graph", "moe_eager"] {
             if let Some(us) = t[key]["median_us"].as_f64() {
                 extra.insert(format!("pytorch_{key}_median_us"), us);
             }

@@ -3,6 +3,7 @@
 //! command returns a [`Status`] (or an error) for the binary to turn into an exit status.
 
 mod bench;
+mod bench_gating;
 mod diff;
 mod doors;
 mod gen_model;

@@ -215,3 +215,44 @@ pub fn append_at(src: &[f32], cache: &mut [f32], pos: u32) -> bool {
         _ => false,
     }
 }
+
+/// Twin of `rope_append_f32`, the rope seam in one launch: at position `pos`,
+/// `q_out = qk_norm_rope(q, q_norm)` and `k_out = qk_norm_rope(k, k_norm)` with row `pos` of
+/// `table` (`[positions][128]`); then `k_out` is stored at row `pos` of `k_cache` and `v` at row
+/// `pos` of `v_cache` (rows of `k.len()` values). Nothing is written (and `false` returned) when
+/// `pos` is outside the table or the cache — the kernel cannot report an error, so both sides
+/// leave every output untouched and the seam digest shows it.
+///
+/// `q`, `q_out` and `k`, `k_out`, `v` have whole heads of 128 (`v.len() == k.len()`, checked).
+#[allow(clippy::too_many_arguments)]
+pub fn rope_append(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    norms: (&[f32], &[f32]),
+    eps: f32,
+    table: &[f32],
+    pos: u32,
+    q_out: &mut [f32],
+    k_out: &mut [f32],
+    caches: (&mut [f32], &mut [f32]),
+) -> bool {
+    let (k_cache, v_cache) = caches;
+    assert_eq!(v.len(), k.len(), "rope_append: v has {} values, k {}", v.len(), k.len());
+    assert_eq!(q_out.len(), q.len(), "rope_append: q_out has {} values, q {}", q_out.len(), q.len());
+    assert_eq!(k_out.len(), k.len(), "rope_append: k_out has {} values, k {}", k_out.len(), k.len());
+    assert_eq!(table.len() % HEAD_DIM, 0, "rope_append: table has {} values, not rows of {HEAD_DIM}", table.len());
+    let (p, row) = (pos as usize, k.len());
+    let cache_positions = k_cache.len().min(v_cache.len()).checked_div(row).unwrap_or(0);
+    if p >= table.len() / HEAD_DIM || p >= cache_positions {
+        return false;
+    }
+    let cs = &table[p * HEAD_DIM..(p + 1) * HEAD_DIM];
+    q_out.copy_from_slice(q);
+    qk_norm_rope(q_out, norms.0, eps, cs);
+    k_out.copy_from_slice(k);
+    qk_norm_rope(k_out, norms.1, eps, cs);
+    k_cache[p * row..(p + 1) * row].copy_from_slice(k_out);
+    v_cache[p * row..(p + 1) * row].copy_from_slice(v);
+    true
+}

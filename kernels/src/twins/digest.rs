@@ -23,3 +23,15 @@ pub fn digest_f32(x: &[f32], base: u64) -> u64 {
 pub fn digest_u32(x: &[u32], base: u64) -> u64 {
     x.iter().enumerate().fold(0u64, |acc, (i, v)| acc.wrapping_add(splitmix64(((base + i as u64) << 32) | *v as u64)))
 }
+
+/// One part of a batched seam digest (`digest_batch_f32`): `blocks` blocks of `x` (each
+/// `block_len` values, block i starting `pitch` values after block i−1), block i with the global
+/// base `base + i·base_pitch`. The digest of the part is the wrapping sum of its blocks' digests:
+/// the same value as one `digest_f32` per block, summed, so batching changes launches, never a
+/// digest.
+pub fn digest_blocks(x: &[f32], block_len: usize, blocks: usize, pitch: usize, base: u64, base_pitch: u64) -> u64 {
+    (0..blocks).fold(0u64, |acc, i| {
+        let start = i * pitch;
+        acc.wrapping_add(digest_f32(&x[start..start + block_len], base + i as u64 * base_pitch))
+    })
+}

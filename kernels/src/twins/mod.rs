@@ -5,6 +5,7 @@
 
 pub mod attention;
 pub mod digest;
+pub mod experts;
 pub mod gemv;
 pub mod moe;
 pub mod norm;

@@ -168,6 +168,30 @@ pub fn combine_slots(y: &[f32], w: &[f32], width: usize, out: &mut [f32]) {
     }
 }
 
+/// The moe_join in one kernel (`combine_shared_f32`): `out[..width]` = [`combine_slots`] of the
+/// first `w.len()` slots of `y`, `out[width..]` = slot `w.len()` of `y` (the shared expert,
+/// copied). `y` is `[w.len() + 1][width]`, `out` has `2·width` values (checked).
+pub fn combine_shared(y: &[f32], w: &[f32], out: &mut [f32]) {
+    let k = w.len();
+    assert!(out.len().is_multiple_of(2), "combine_shared: out has {} values, not [routed | shared]", out.len());
+    let width = out.len() / 2;
+    assert_eq!(y.len(), (k + 1) * width, "combine_shared: y has {} values, expected ({k} + 1) × {width}", y.len());
+    let (routed, shared) = out.split_at_mut(width);
+    combine_slots(&y[..k * width], w, width, routed);
+    shared.copy_from_slice(&y[k * width..]);
+}
+
+/// The residual in one kernel (`residual_add_f32`): `sum[i] = a[i] + b[i]`, then
+/// `out[i] = h[i] + sum[i]` — the two roundings of `h + (routed + shared)` in that order.
+pub fn residual_add(h: &[f32], a: &[f32], b: &[f32], sum: &mut [f32], out: &mut [f32]) {
+    let n = h.len();
+    assert!(a.len() == n && b.len() == n && sum.len() == n && out.len() == n, "residual_add: lengths differ");
+    for i in 0..n {
+        sum[i] = a[i] + b[i];
+        out[i] = h[i] + sum[i];
+    }
+}
+
 /// Index of the largest value, lowest index on ties; NaN never wins.
 ///
 /// Comparisons are `>`, so −0.0 and +0.0 tie (lower index wins). All-NaN or empty input → 0.

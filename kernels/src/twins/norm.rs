@@ -1,13 +1,16 @@
 //! RMSNorm kernels: plain, and fused residual add + RMSNorm (the OPROJ_TAIL fusion keeps the
 //! operand order `h = x + a` then the canonical RMSNorm of h).
 //!
+//! The row sum of squares is the 256-lane block order of `canon::sum_squares256` (fast on a
+//! device: a whole thread block works on one row), not the 32-lane dot32 order.
+//!
 //! Both exist as separate twins because the fused kernel must prove, bit for bit, that fusing
 //! the o_join add into the norm changed nothing: its `h` and `y` must equal an add kernel
 //! followed by `rmsnorm_rows`.
 
-use crate::canon::rmsnorm_c;
+use crate::canon::rmsnorm_row_c;
 
-/// Row-wise canonical RMSNorm (`crate::canon::rmsnorm_c`) of a `[rows][width]` batch.
+/// Row-wise canonical RMSNorm (`crate::canon::rmsnorm_row_c`) of a `[rows][width]` batch.
 ///
 /// `width = w.len()` and `rows = x.len() / width`; `x.len()` must be a whole number of rows and
 /// `y.len() == x.len()` (both checked, a violation panics: it is a caller bug, not data).
@@ -19,7 +22,7 @@ pub fn rmsnorm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
         return;
     }
     for (xr, yr) in x.chunks_exact(width).zip(y.chunks_exact_mut(width)) {
-        rmsnorm_c(xr, w, eps, yr);
+        rmsnorm_row_c(xr, w, eps, yr);
     }
 }
 

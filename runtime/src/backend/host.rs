@@ -10,12 +10,14 @@
 //! No deadlock is possible: every receive waits for a send that was queued earlier in the single
 //! issue order of the driver thread, and a send never waits.
 
-use super::{Backend, BufId, Collected, JoinFence, Op, ProbeResult, RowOrder, Slice, WeightId};
+use super::{
+    Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, ProbeResult, RowOrder, Slice, WeightId,
+};
 use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::model::matrix::MatrixShard;
 use crate::Result;
-use memra_kernels::twins::{attention, digest, gemv, moe, norm, w8};
+use memra_kernels::twins::{attention, digest, experts, gemv, moe, norm, w8};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -25,6 +27,8 @@ use std::time::Instant;
 struct Arena {
     bufs: Vec<Vec<f32>>,
     weights: Vec<MatrixShard>,
+    /// Expert groups: (routed experts, entries).
+    groups: Vec<(usize, Vec<Option<GroupEntry>>)>,
     marks_ns: Vec<u64>,
     epoch: Instant,
 }
@@ -37,6 +41,7 @@ struct RankWorker {
     /// Driver-side copy of buffer lengths, so slices are checked before anything is queued.
     buf_lens: Vec<usize>,
     n_weights: usize,
+    n_groups: usize,
 }
 
 /// CPU ranks as threads with private arenas.
@@ -60,14 +65,25 @@ impl HostBackend {
             let thread = std::thread::Builder::new()
                 .name(format!("memra-rank{r}"))
                 .spawn(move || {
-                    let mut arena =
-                        Arena { bufs: Vec::new(), weights: Vec::new(), marks_ns: Vec::new(), epoch: Instant::now() };
+                    let mut arena = Arena {
+                        bufs: Vec::new(),
+                        weights: Vec::new(),
+                        groups: Vec::new(),
+                        marks_ns: Vec::new(),
+                        epoch: Instant::now(),
+                    };
                     for cmd in rx {
                         cmd(&mut arena);
                     }
                 })
                 .map_err(|e| RuntimeError::Unavailable(format!("cannot start host rank thread {r}: {e}")))?;
-            ranks.push(RankWorker { queue: Some(tx), thread: Some(thread), buf_lens: Vec::new(), n_weights: 0 });
+            ranks.push(RankWorker {
+                queue: Some(tx),
+                thread: Some(thread),
+                buf_lens: Vec::new(),
+                n_weights: 0,
+                n_groups: 0,
+            });
         }
         Ok(HostBackend {
             ranks,
@@ -122,10 +138,21 @@ impl HostBackend {
             Op::GemvRows { w, .. } | Op::GemvPartials { w, .. } if *w as usize >= self.ranks[rank].n_weights => {
                 Err(RuntimeError::Config(format!("{name}: weight {w} does not exist on rank {rank}")))
             }
+            Op::GemvRowsBatch { items, .. } if items.iter().any(|i| i.0 as usize >= self.ranks[rank].n_weights) => {
+                Err(RuntimeError::Config(format!("{name}: a weight of {items:?} does not exist on rank {rank}")))
+            }
+            Op::ExpertGateUp { group, .. }
+            | Op::ExpertDown { group, .. }
+            | Op::FoldSlots { scales: Some(group), .. }
+                if *group as usize >= self.ranks[rank].n_groups =>
+            {
+                Err(RuntimeError::Config(format!("{name}: expert group {group} does not exist on rank {rank}")))
+            }
             Op::SetU32 { out: pos, .. }
             | Op::QkNormRopeAt { pos, .. }
             | Op::AttentionAt { pos, .. }
             | Op::AppendAt { pos, .. }
+            | Op::RopeAppend { pos, .. }
                 if pos.len == 0 =>
             {
                 Err(RuntimeError::Config(format!("{name}: the position slice is empty; it must hold one u32")))
@@ -197,6 +224,7 @@ fn write_slice(a: &mut Arena, s: Slice, data: &[f32]) {
 fn op_slices(op: &Op) -> Vec<Slice> {
     match *op {
         Op::GemvRows { x, out, .. } | Op::GemvPartials { x, out, .. } => vec![x, out],
+        Op::GemvRowsBatch { ref items, x } => std::iter::once(x).chain(items.iter().map(|i| i.1)).collect(),
         Op::Fold { parts, out, .. } => vec![parts, out],
         Op::Add { a, b, out } => vec![a, b, out],
         Op::Scale { x, out, .. } => vec![x, out],
@@ -208,18 +236,30 @@ fn op_slices(op: &Op) -> Vec<Slice> {
         Op::Router { logits, bias, out, .. } => vec![logits, bias, out],
         Op::Swiglu { gate, up, out, .. } => vec![gate, up, out],
         Op::Combine { y, w, out } => vec![y, w, out],
+        Op::CombineShared { y, w, out } => vec![y, w, out],
+        Op::ResidualAdd { h, a, b, sum, out } => vec![h, a, b, sum, out],
         Op::Argmax { x, out } => vec![x, out],
         Op::FlipLowBit { x } => vec![x],
         Op::SetU32 { out, .. } => vec![out],
         Op::QkNormRopeAt { x, w, table, pos, .. } => vec![x, w, table, pos],
         Op::AttentionAt { q, k, v, gate, pos, out, .. } => vec![q, k, v, gate, pos, out],
         Op::AppendAt { src, cache, pos } => vec![src, cache, pos],
+        Op::RopeAppend { q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache, .. } => {
+            vec![q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache]
+        }
+        Op::ExpertGateUp { route, x, act, .. } => vec![route, x, act],
+        Op::ExpertDown { route, act, out, .. } => vec![route, act, out],
+        Op::FoldSlots { route, parts, out, .. } => vec![route, parts, out],
+        Op::FoldCombine { parts, w, out, .. } => vec![parts, w, out],
+        Op::SelectSlots { route, src, out, .. } => vec![route, src, out],
+        Op::CombineOwned { route, y, w, out, .. } => vec![route, y, w, out],
     }
 }
 
 pub(crate) fn op_name(op: &Op) -> &'static str {
     match op {
         Op::GemvRows { .. } => "gemv_rows",
+        Op::GemvRowsBatch { .. } => "gemv_rows_batch",
         Op::GemvPartials { .. } => "gemv_partials",
         Op::Fold { .. } => "fold",
         Op::Add { .. } => "add",
@@ -232,13 +272,112 @@ pub(crate) fn op_name(op: &Op) -> &'static str {
         Op::Router { .. } => "router",
         Op::Swiglu { .. } => "swiglu",
         Op::Combine { .. } => "combine",
+        Op::CombineShared { .. } => "combine_shared",
+        Op::ResidualAdd { .. } => "residual_add",
         Op::Argmax { .. } => "argmax",
         Op::FlipLowBit { .. } => "flip_low_bit",
         Op::SetU32 { .. } => "set_u32",
         Op::QkNormRopeAt { .. } => "qk_norm_rope_at",
         Op::AttentionAt { .. } => "attention_at",
         Op::AppendAt { .. } => "append_at",
+        Op::RopeAppend { .. } => "rope_append",
+        Op::ExpertGateUp { .. } => "expert_gate_up",
+        Op::ExpertDown { .. } => "expert_down",
+        Op::FoldSlots { .. } => "fold_slots",
+        Op::FoldCombine { .. } => "fold_combine",
+        Op::SelectSlots { .. } => "select_slots",
+        Op::CombineOwned { .. } => "combine_owned",
     }
+}
+
+/// The group entry a slot runs on this rank, if it holds one.
+fn slot_group_entry(a: &Arena, group: GroupId, ids: &[f32], s: usize) -> Option<GroupEntry> {
+    let (experts, entries) = &a.groups[group as usize];
+    experts::slot_entry(ids, s, *experts).and_then(|e| entries.get(e).copied().flatten())
+}
+
+/// The grouped expert ops: the per-slot twins of `kernels/cuda/experts.cu`.
+fn execute_experts(a: &mut Arena, op: Op) {
+    match op {
+        Op::ExpertGateUp { group, route, first_slot, slots, x, limit, act, act_pitch } => {
+            let ids = read_slice(a, route).to_vec();
+            let xv = read_slice(a, x).to_vec();
+            for j in 0..slots {
+                let Some(e) = slot_group_entry(a, group, &ids, first_slot + j) else { continue };
+                let (g, u) = (a.weights[e.gate as usize].view(), a.weights[e.up as usize].view());
+                let mut o = vec![0.0f32; g.out_features];
+                let scales = e.nvfp4_scales.map(|[sg, su, _]| (sg, su));
+                experts::gate_up_act(&g, &u, &xv, scales, limit, &mut o);
+                write_slice(a, Slice::new(act.buf, act.offset + j * act_pitch, o.len()), &o);
+            }
+        }
+        Op::ExpertDown { group, route, first_slot, slots, act, act_pitch, out, out_pitch } => {
+            let ids = read_slice(a, route).to_vec();
+            for j in 0..slots {
+                let Some(e) = slot_group_entry(a, group, &ids, first_slot + j) else { continue };
+                let d = a.weights[e.down as usize].view();
+                let xv = read_slice(a, Slice::new(act.buf, act.offset + j * act_pitch, d.in_features)).to_vec();
+                let n = if d.in_features == 0 { 0 } else { d.in_features / d.kblock_width * d.out_features };
+                let mut o = vec![0.0f32; n];
+                gemv::gemv_partials(&d, &xv, &mut o);
+                write_slice(a, Slice::new(out.buf, out.offset + j * out_pitch, n), &o);
+            }
+        }
+        Op::FoldSlots { route, first_slot, slots, parts, parts_pitch, n_parts, owner, scales, out } => {
+            let ids = read_slice(a, route).to_vec();
+            let width = out.len / slots.max(1);
+            for j in 0..slots {
+                let s = first_slot + j;
+                if s < ids.len() && owner.is_some_and(|o| !o.owns(&ids, s)) {
+                    continue;
+                }
+                let scale = scales
+                    .and_then(|g| slot_group_entry(a, g, &ids, s))
+                    .and_then(|e| e.nvfp4_scales)
+                    .map(|[_, _, sd]| sd);
+                let pv = read_slice(a, Slice::new(parts.buf, parts.offset + j * parts_pitch, n_parts * width)).to_vec();
+                let mut o = vec![0.0f32; width];
+                experts::fold_slot(&pv, n_parts, scale, &mut o);
+                write_slice(a, Slice::new(out.buf, out.offset + j * width, width), &o);
+            }
+        }
+        Op::FoldCombine { parts, pitch, n_parts, w, out } => {
+            let mut o = vec![0.0f32; out.len];
+            experts::fold_combine(read_slice(a, parts), pitch, n_parts, read_slice(a, w), &mut o);
+            write_slice(a, out, &o);
+        }
+        Op::SelectSlots { route, rule, ranks, src, rank_pitch, out } => {
+            let ids = read_slice(a, route).to_vec();
+            let mut o = read_slice(a, out).to_vec();
+            experts::select_slots(&ids, rule, ranks, read_slice(a, src), rank_pitch, &mut o);
+            write_slice(a, out, &o);
+        }
+        Op::CombineOwned { route, owner, y, w, out } => {
+            let ids = read_slice(a, route).to_vec();
+            let mut o = vec![0.0f32; out.len];
+            experts::combine_owned(&ids, owner, read_slice(a, y), read_slice(a, w), &mut o);
+            write_slice(a, out, &o);
+        }
+        other => unreachable!("execute_experts: {} is not a grouped expert op", op_name(&other)),
+    }
+}
+
+/// The value of one batched digest group on this rank's arena (`digest_batch_f32`'s twin).
+fn digest_group(a: &Arena, parts: &[DigestPart]) -> u64 {
+    let mut total = 0u64;
+    for p in parts {
+        let ids = p.owned.map(|o| read_slice(a, o.route).to_vec());
+        for i in 0..p.blocks {
+            if let (Some(o), Some(ids)) = (p.owned, &ids) {
+                if !o.owner.owns(ids, o.first_slot + i) {
+                    continue;
+                }
+            }
+            let d = digest::digest_f32(read_slice(a, p.block(i)), p.base + i as u64 * p.base_pitch);
+            total = total.wrapping_add(d);
+        }
+    }
+    total
 }
 
 /// Run one op's host twin on an arena. Inputs are copied out first, so an op may read and write
@@ -255,6 +394,11 @@ fn execute(a: &mut Arena, op: Op) {
                 (None, RowOrder::Tree) => gemv::gemv_rows_tree(&shard.view(), &xv, &mut o),
             }
             write_slice(a, out, &o);
+        }
+        Op::GemvRowsBatch { items, x } => {
+            for (w, out) in items {
+                execute(a, Op::GemvRows { w, x, out, order: RowOrder::Canonical });
+            }
         }
         Op::GemvPartials { w, x, out } => {
             let xv = read_slice(a, x).to_vec();
@@ -337,6 +481,17 @@ fn execute(a: &mut Arena, op: Op) {
             moe::combine_slots(read_slice(a, y), read_slice(a, w), out.len, &mut o);
             write_slice(a, out, &o);
         }
+        Op::CombineShared { y, w, out } => {
+            let mut o = vec![0.0f32; out.len];
+            moe::combine_shared(read_slice(a, y), read_slice(a, w), &mut o);
+            write_slice(a, out, &o);
+        }
+        Op::ResidualAdd { h, a: x, b, sum, out } => {
+            let (mut sv, mut o) = (vec![0.0f32; sum.len], vec![0.0f32; out.len]);
+            moe::residual_add(read_slice(a, h), read_slice(a, x), read_slice(a, b), &mut sv, &mut o);
+            write_slice(a, sum, &sv);
+            write_slice(a, out, &o);
+        }
         Op::Argmax { x, out } => {
             let idx = moe::argmax(read_slice(a, x));
             write_slice(a, out, &[f32::from_bits(idx)]);
@@ -369,6 +524,26 @@ fn execute(a: &mut Arena, op: Op) {
                 write_slice(a, cache, &cv);
             }
         }
+        Op::RopeAppend { q, k, v, q_norm, k_norm, eps, table, pos, q_out, k_out, k_cache, v_cache } => {
+            let p = read_slice(a, pos.sub(0, 1))[0].to_bits();
+            let (mut qo, mut ko) = (read_slice(a, q_out).to_vec(), read_slice(a, k_out).to_vec());
+            let (mut kc, mut vc) = (read_slice(a, k_cache).to_vec(), read_slice(a, v_cache).to_vec());
+            let (qv, kv, vv) = (read_slice(a, q), read_slice(a, k), read_slice(a, v));
+            let norms = (read_slice(a, q_norm), read_slice(a, k_norm));
+            let t = read_slice(a, table);
+            if attention::rope_append(qv, kv, vv, norms, eps, t, p, &mut qo, &mut ko, (&mut kc, &mut vc)) {
+                write_slice(a, q_out, &qo);
+                write_slice(a, k_out, &ko);
+                write_slice(a, k_cache, &kc);
+                write_slice(a, v_cache, &vc);
+            }
+        }
+        op @ (Op::ExpertGateUp { .. }
+        | Op::ExpertDown { .. }
+        | Op::FoldSlots { .. }
+        | Op::FoldCombine { .. }
+        | Op::SelectSlots { .. }
+        | Op::CombineOwned { .. }) => execute_experts(a, op),
     }
 }
 
@@ -554,6 +729,63 @@ impl Backend for HostBackend {
             }),
         )?;
         Ok(ticket)
+    }
+
+    fn digest_batch(&mut self, rank: usize, groups: &[Vec<DigestPart>]) -> Result<Vec<Vec<usize>>> {
+        let mut out = Vec::with_capacity(groups.len());
+        for g in groups {
+            for p in g {
+                self.check_slice(rank, p.span(), "digest_batch")?;
+                if let Some(o) = p.owned {
+                    self.check_slice(rank, o.route, "digest_batch route")?;
+                    if o.first_slot + p.blocks > o.route.len {
+                        return Err(RuntimeError::Config(format!(
+                            "digest_batch: slots {}..{} of a route of {}",
+                            o.first_slot,
+                            o.first_slot + p.blocks,
+                            o.route.len
+                        )));
+                    }
+                }
+            }
+            let ticket = self.n_tickets;
+            self.n_tickets += 1;
+            let sink = self.digests.clone();
+            let parts = g.clone();
+            self.submit(
+                rank,
+                Box::new(move |a: &mut Arena| {
+                    let d = digest_group(a, &parts);
+                    if let Ok(mut v) = sink.lock() {
+                        if v.len() <= ticket {
+                            v.resize(ticket + 1, 0);
+                        }
+                        v[ticket] = d;
+                    }
+                }),
+            )?;
+            out.push(vec![ticket]);
+        }
+        Ok(out)
+    }
+
+    fn register_experts(&mut self, rank: usize, experts: usize, entries: &[Option<GroupEntry>]) -> Result<GroupId> {
+        self.check_rank(rank)?;
+        let n_weights = self.ranks[rank].n_weights;
+        for (e, en) in entries.iter().enumerate() {
+            if let Some(en) = en {
+                if let Some(w) = [en.gate, en.up, en.down].into_iter().find(|w| *w as usize >= n_weights) {
+                    return Err(RuntimeError::Config(format!(
+                        "expert group entry {e}: weight {w} does not exist on rank {rank}"
+                    )));
+                }
+            }
+        }
+        let entries = entries.to_vec();
+        self.submit(rank, Box::new(move |a: &mut Arena| a.groups.push((experts, entries))))?;
+        let w = &mut self.ranks[rank];
+        w.n_groups += 1;
+        Ok((w.n_groups - 1) as GroupId)
     }
 
     fn mark(&mut self) -> Result<()> {

@@ -20,6 +20,62 @@ use crate::Result;
 pub type BufId = u32;
 /// A rank-local weight shard.
 pub type WeightId = u32;
+/// A rank-local table of experts read by the grouped expert ops ([`Backend::register_experts`]).
+pub type GroupId = u32;
+
+pub use memra_kernels::twins::experts::{OwnerRule, SlotOwner};
+
+/// One expert as a rank holds it, for an expert group: its gate/up rows and down K-blocks (a TP
+/// shard) or the whole expert, and the NVFP4 per-matrix scales (gate, up, down) applied once
+/// after each row reduce.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupEntry {
+    pub gate: WeightId,
+    pub up: WeightId,
+    pub down: WeightId,
+    pub nvfp4_scales: Option<[f32; 3]>,
+}
+
+/// One part of a batched seam digest ([`Backend::digest_batch`]): `blocks` blocks of `src.len`
+/// elements, block i at `src.offset + i·pitch` of `src.buf` with global base `base + i·base_pitch`.
+/// With `owned`, block i counts only when this rank owns the routed slot `first_slot + i`
+/// (expert-parallel slots, whose owner is data).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DigestPart {
+    pub src: Slice,
+    pub blocks: usize,
+    pub pitch: usize,
+    pub base: u64,
+    pub base_pitch: u64,
+    pub owned: Option<OwnedSlots>,
+}
+
+/// The ownership condition of a [`DigestPart`]: block i of the part counts iff
+/// `owner.owns(route, first_slot + i)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OwnedSlots {
+    /// The k route ids (bits) on the digesting rank.
+    pub route: Slice,
+    pub first_slot: usize,
+    pub owner: SlotOwner,
+}
+
+impl DigestPart {
+    /// One contiguous slice with global base `base`.
+    pub fn plain(src: Slice, base: u64) -> DigestPart {
+        DigestPart { src, blocks: 1, pitch: src.len, base, base_pitch: 0, owned: None }
+    }
+
+    /// Block `i` of the part.
+    pub fn block(&self, i: usize) -> Slice {
+        Slice::new(self.src.buf, self.src.offset + i * self.pitch, self.src.len)
+    }
+
+    /// The source span from block 0's first element to the last block's last element.
+    pub fn span(&self) -> Slice {
+        Slice::new(self.src.buf, self.src.offset, self.blocks.saturating_sub(1) * self.pitch + self.src.len)
+    }
+}
 
 /// `len` elements of buffer `buf` from element `offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +113,9 @@ pub enum Op {
     GemvRows { w: WeightId, x: Slice, out: Slice, order: RowOrder },
     /// K-block partials of every row of the weight: `out[k * rows + r]`.
     GemvPartials { w: WeightId, x: Slice, out: Slice },
+    /// Canonical `GemvRows` of up to 4 weights over the same `x` (one launch where the weights
+    /// share a format and layout): item i writes whole rows of weight i into its slice.
+    GemvRowsBatch { items: Vec<(WeightId, Slice)>, x: Slice },
     /// `out[i]` = canonical fold over `n_parts` vectors of `parts` (`[part][width]`).
     Fold { parts: Slice, n_parts: usize, reverse: bool, out: Slice },
     /// `out[i] = a[i] + b[i]`.
@@ -80,6 +139,11 @@ pub enum Op {
     Swiglu { gate: Slice, up: Slice, limit: Option<f32>, out: Slice },
     /// `out = Σ_s w[s] · y[s]` in slot order from +0.0 (`y` is `[slots][out.len]`).
     Combine { y: Slice, w: Slice, out: Slice },
+    /// The moe_join in one kernel: `out = [Σ_s w[s]·y[s] | y[k]]` (`y` is `[k + 1][width]`, k =
+    /// `w.len`, `out` is `2·width`: the routed sum in slot order from +0.0, then the shared slot).
+    CombineShared { y: Slice, w: Slice, out: Slice },
+    /// The residual in one kernel: `sum = a + b`, then `out = h + sum`.
+    ResidualAdd { h: Slice, a: Slice, b: Slice, sum: Slice, out: Slice },
     /// `out[0]` = argmax bits of `x`.
     Argmax { x: Slice, out: Slice },
     /// CANARY: flip the lowest bit of `x[0]`.
@@ -106,6 +170,75 @@ pub enum Op {
     /// GRAPH: the KV append at the device-held position: `cache[pos[0] * src.len ..] = src`;
     /// nothing is written when the row does not fit.
     AppendAt { src: Slice, cache: Slice, pos: Slice },
+    /// The rope seam in one kernel at the device-held position `pos[0]`: `q_out` = q/k-norm + RoPE
+    /// of `q`, `k_out` likewise of `k` (row `pos[0]` of `table`), `k_out` and `v` stored at row
+    /// `pos[0]` of `k_cache` / `v_cache` (rows of `k.len`). Nothing is written when the position
+    /// is outside the table or the caches.
+    RopeAppend {
+        q: Slice,
+        k: Slice,
+        v: Slice,
+        q_norm: Slice,
+        k_norm: Slice,
+        eps: f32,
+        table: Slice,
+        pos: Slice,
+        q_out: Slice,
+        k_out: Slice,
+        k_cache: Slice,
+        v_cache: Slice,
+    },
+    /// Grouped experts, gate + up + SwiGLU of `slots` slots from `first_slot`: slot s < route.len
+    /// runs routed expert `route[s]` (id bits), slot s ≥ route.len the shared entry; slot j of the
+    /// op writes its expert's rows at `act.offset + j·act_pitch`. A slot whose expert this rank
+    /// does not hold (or whose id is no expert) writes nothing.
+    ExpertGateUp {
+        group: GroupId,
+        route: Slice,
+        first_slot: usize,
+        slots: usize,
+        x: Slice,
+        limit: Option<f32>,
+        act: Slice,
+        act_pitch: usize,
+    },
+    /// Grouped experts, down-projection K-block partials of the held K-blocks: slot j of the op
+    /// reads `act` at `j·act_pitch` and writes `[kblocks][rows]` at `out.offset + j·out_pitch`.
+    ExpertDown {
+        group: GroupId,
+        route: Slice,
+        first_slot: usize,
+        slots: usize,
+        act: Slice,
+        act_pitch: usize,
+        out: Slice,
+        out_pitch: usize,
+    },
+    /// Canonical fold of each slot's `n_parts` partials (`[part][width]` at `j·parts_pitch` of
+    /// `parts`) into `out` (`[slots][width]`), from +0.0 in part order; with `owner`, a routed slot
+    /// is folded only by its owner; with `scales`, the slot's NVFP4 down scale (from that group)
+    /// is applied once after the fold.
+    FoldSlots {
+        route: Slice,
+        first_slot: usize,
+        slots: usize,
+        parts: Slice,
+        parts_pitch: usize,
+        n_parts: usize,
+        owner: Option<SlotOwner>,
+        scales: Option<GroupId>,
+        out: Slice,
+    },
+    /// The TP-sharded moe_join in one kernel: every one of the `w.len + 1` slots folded from its
+    /// `n_parts` partials (`[part][width]` at `s·pitch` of `parts`), then
+    /// `out = [Σ_{s<k} w[s]·y_s | y_k]` (`out` is `2·width`).
+    FoldCombine { parts: Slice, pitch: usize, n_parts: usize, w: Slice, out: Slice },
+    /// Expert-parallel gather: `out[s] = src[o·rank_pitch + s·width ..]` for each routed slot,
+    /// `o = rule.owner_of(route[s])` (below `ranks`); `width = out.len / route.len`. Bytes only.
+    SelectSlots { route: Slice, rule: OwnerRule, ranks: usize, src: Slice, rank_pitch: usize, out: Slice },
+    /// NVFP4_EP2's per-owner sum: `out = +0`, then per owned routed slot in order
+    /// `out = out + (+0 + w[s]·y[s])` (`y` is `[k][out.len]`, `w` has k values).
+    CombineOwned { route: Slice, owner: SlotOwner, y: Slice, w: Slice, out: Slice },
 }
 
 impl Op {
@@ -118,7 +251,11 @@ impl Op {
             | Op::GemvPartials { out, .. }
             | Op::Fold { out, .. }
             | Op::Add { out, .. }
-            | Op::Scale { out, .. } => Some(out),
+            | Op::Scale { out, .. }
+            | Op::FoldSlots { out, .. } => Some(out),
+            // One slot writes one contiguous region; several slots write a strided set, which a
+            // peer store (a whole slice) cannot express.
+            Op::ExpertDown { out, slots: 1, .. } => Some(out),
             _ => None,
         }
     }
@@ -130,7 +267,9 @@ impl Op {
             | Op::GemvPartials { out, .. }
             | Op::Fold { out, .. }
             | Op::Add { out, .. }
-            | Op::Scale { out, .. } => *out = to,
+            | Op::Scale { out, .. }
+            | Op::FoldSlots { out, .. }
+            | Op::ExpertDown { out, slots: 1, .. } => *out = to,
             _ => {}
         }
         self
@@ -258,6 +397,30 @@ pub trait Backend {
     /// Queue a digest (`digest_f32` with global base index) of a slice; its value comes back in
     /// `collect().digests[ticket]`.
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize>;
+    /// Queue one batched digest per group of parts (one launch per call on a device): the value of
+    /// group g — the wrapping sum of its parts' digests, each block with its global base, owned
+    /// blocks only — comes back as the wrapping sum of `collect().digests[t]` over the tickets
+    /// `t` of `result[g]`. The default digests every block with [`Backend::digest`] (one ticket
+    /// each) and refuses an ownership condition, which needs the route on the device.
+    fn digest_batch(&mut self, rank: usize, groups: &[Vec<DigestPart>]) -> Result<Vec<Vec<usize>>> {
+        let mut out = Vec::with_capacity(groups.len());
+        for g in groups {
+            let mut tickets = Vec::new();
+            for p in g {
+                if p.owned.is_some() {
+                    return Err(crate::RuntimeError::Config(format!(
+                        "{}: this backend cannot digest expert-parallel slots whose owner is read from the route",
+                        self.describe()
+                    )));
+                }
+                for i in 0..p.blocks {
+                    tickets.push(self.digest(rank, p.block(i), p.base + i as u64 * p.base_pitch)?);
+                }
+            }
+            out.push(tickets);
+        }
+        Ok(out)
+    }
     /// Queue a timing mark on every rank.
     fn mark(&mut self) -> Result<()>;
     /// Wait for every rank; return queued digests and marks and reset both queues.
@@ -353,6 +516,15 @@ pub trait Backend {
 
     /// GRAPH: abandon the open segment after an error (a capture in progress is discarded).
     fn segment_abort(&mut self) {}
+
+    /// Place a table of experts on a rank for the grouped expert ops: `entries[e]` is expert e as
+    /// this rank holds it (`None`: not held), `experts` routed entries then the shared one(s).
+    /// Every entry's matrices must be weights of this rank with one format and matching shapes
+    /// (gate/up rows = down columns). The default refuses: the grouped ops need it.
+    fn register_experts(&mut self, rank: usize, experts: usize, entries: &[Option<GroupEntry>]) -> Result<GroupId> {
+        let _ = (rank, experts, entries);
+        Err(crate::RuntimeError::Config(format!("{}: this backend has no expert groups", self.describe())))
+    }
 
     /// Engagement counters of mechanisms the backend itself carries out (e.g. RANK0_MERGE's
     /// merged launches), added to the record after the run.

@@ -16,17 +16,24 @@ pub struct RankBuffers {
     pub k: Slice,
     pub v: Slice,
     pub g: Slice,
+    /// q and k after the per-head norm and RoPE (the rope seam; `q`/`k` keep the qkv seam).
+    pub q_r: Slice,
+    pub k_r: Slice,
     pub attn: Slice,
     /// This rank's o_proj K-block partials `[G_local][hidden]`.
     pub opart: Slice,
     /// Replicated expert input (ffn_norm output).
     pub xin: Slice,
-    pub eg: Slice,
-    pub eu: Slice,
+    /// The route as this rank reads it (k ids as bits, then k weights); rank 0's is the root's.
+    pub route: Slice,
+    /// SwiGLU activations of every slot, slot s at `s * act_pitch` (the widest expert).
     pub ea: Slice,
-    /// Expert down partials, slot s at `s * gmax * hidden`.
+    /// Expert down partials, slot s at `s * gmax * hidden`. Rank 0's IS the root's `epart_all`:
+    /// its K-blocks of a TP-sharded slot sit at their canonical place there already (offset
+    /// `s * stride + 0`), so the root never copies its own partials.
     pub epart: Slice,
-    /// Folded per-slot expert outputs `[slots][hidden]` (EP owners, NVFP4 ranks).
+    /// Folded per-slot expert outputs `[slots][hidden]` (EP owners, NVFP4 ranks); rank 0's is
+    /// region 0 of the root's `ey_all`.
     pub ey: Slice,
     /// Route weights copied to this rank (NVFP4_EP2 per-rank sums).
     pub rw: Slice,
@@ -51,6 +58,8 @@ pub struct RootBuffers {
     /// k ids (bits) then k weights.
     pub route: Slice,
     pub epart_all: Slice,
+    /// Every rank's folded slot outputs `[tp][slots][hidden]` (expert-parallel gather).
+    pub ey_all: Slice,
     /// `[slots][hidden]`.
     pub y: Slice,
     /// `[routed | shared]`.
@@ -71,6 +80,8 @@ pub struct Buffers {
     pub gmax: usize,
     /// Routed slots + the shared expert.
     pub slots: usize,
+    /// Values between two slots of `ea` (the widest expert's intermediate width).
+    pub act_pitch: usize,
 }
 
 fn whole(b: &mut dyn Backend, rank: usize, len: usize) -> Result<Slice> {
@@ -83,6 +94,8 @@ pub fn allocate(b: &mut dyn Backend, c: &ModelConfig, p: &Placement, n_layers: u
     let slots = c.top_k + 1;
     let width_max = c.expert_width.max(c.shared_width);
     let mut ranks = Vec::new();
+    let ey_all = whole(b, 0, p.tp * slots * c.hidden)?;
+    let epart_all = whole(b, 0, slots * gmax * c.hidden)?;
     for r in 0..p.tp {
         let lq = p.q_heads_per_rank * hd;
         let lkv = p.kv_heads_per_rank * hd;
@@ -99,14 +112,15 @@ pub fn allocate(b: &mut dyn Backend, c: &ModelConfig, p: &Placement, n_layers: u
             k: whole(b, r, lkv)?,
             v: whole(b, r, lkv)?,
             g: whole(b, r, p.q_heads_per_rank)?,
+            q_r: whole(b, r, lq)?,
+            k_r: whole(b, r, lkv)?,
             attn: whole(b, r, lq)?,
             opart: whole(b, r, g_local * c.hidden)?,
             xin: whole(b, r, c.hidden)?,
-            eg: whole(b, r, width_max)?,
-            eu: whole(b, r, width_max)?,
-            ea: whole(b, r, width_max)?,
-            epart: whole(b, r, slots * gmax * c.hidden)?,
-            ey: whole(b, r, slots * c.hidden)?,
+            route: whole(b, r, 2 * c.top_k)?,
+            ea: whole(b, r, slots * width_max)?,
+            epart: if r == 0 { epart_all } else { whole(b, r, slots * gmax * c.hidden)? },
+            ey: if r == 0 { ey_all.sub(0, slots * c.hidden) } else { whole(b, r, slots * c.hidden)? },
             rw: whole(b, r, 2 * c.top_k)?,
             esum: whole(b, r, 3 * c.hidden)?,
             pos: whole(b, r, 1)?,
@@ -120,8 +134,9 @@ pub fn allocate(b: &mut dyn Backend, c: &ModelConfig, p: &Placement, n_layers: u
         ojoin: whole(b, 0, c.hidden)?,
         h: whole(b, 0, c.hidden)?,
         router_logits: whole(b, 0, c.experts)?,
-        route: whole(b, 0, 2 * c.top_k)?,
-        epart_all: whole(b, 0, slots * gmax * c.hidden)?,
+        route: ranks[0].route,
+        epart_all,
+        ey_all,
         y: whole(b, 0, slots * c.hidden)?,
         moe: whole(b, 0, 2 * c.hidden)?,
         moe_sum: whole(b, 0, c.hidden)?,
@@ -130,5 +145,5 @@ pub fn allocate(b: &mut dyn Backend, c: &ModelConfig, p: &Placement, n_layers: u
         logits: whole(b, 0, c.vocab)?,
         amax: whole(b, 0, 1)?,
     };
-    Ok(Buffers { ranks, root, gmax, slots })
+    Ok(Buffers { ranks, root, gmax, slots, act_pitch: width_max })
 }

@@ -7,11 +7,12 @@
 
 pub mod buffers;
 mod layer;
+mod moe;
 pub mod placement;
 pub mod weights;
 
-use crate::backend::{Backend, Op, RowOrder, Slice};
-use crate::config::{Canary, RunConfig};
+use crate::backend::{Backend, DigestPart, Op, RowOrder, Slice};
+use crate::config::{Canary, RunConfig, Timing};
 use crate::error::RuntimeError;
 use crate::model::Model;
 use crate::record::{Capture, CaptureKey, Record, Seam};
@@ -23,6 +24,29 @@ use weights::Uploaded;
 /// One part of a seam tensor: (rank, slice on that rank, global index of its first element).
 pub type Part = (usize, Slice, u64);
 
+/// What a pair of timing marks measures.
+#[derive(Debug, Clone, Copy)]
+enum Timed {
+    /// A seam (its index in a digest row).
+    Seam(usize),
+    /// A whole layer (`n_layers`: the head).
+    Layer(usize),
+}
+
+/// How the GRAPH door captures this step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GraphMode {
+    /// Everything eager.
+    Eager,
+    /// The whole step (every layer and the head) is one segment.
+    Step,
+    /// Only each layer's attention half is a segment (the MoE half reads the route on the host).
+    AttentionHalves,
+}
+
+/// Segment key of the whole-step graph (per-layer segments use the layer index).
+const STEP_SEGMENT: u64 = 1 << 40;
+
 /// Everything the step functions need.
 pub(crate) struct Ctx<'a> {
     pub b: &'a mut dyn Backend,
@@ -32,56 +56,114 @@ pub(crate) struct Ctx<'a> {
     pub w: Uploaded,
     pub buf: Buffers,
     pub record: Record,
-    /// (seam index in the row, digest tickets) queued during the current step.
+    /// (seam index in the row, digest tickets) queued during the current step; a seam's value
+    /// is the wrapping sum over all its entries' tickets.
     pending: Vec<(usize, Vec<usize>)>,
-    /// Seam indices in the order their marks were queued this step.
-    marked: Vec<usize>,
+    /// Digest parts of the seams closed since the last flush: (seam index, rank, part).
+    batch: Vec<(usize, usize, DigestPart)>,
+    /// Intervals timed this step: (what, first mark, second mark), marks counted per rank.
+    timed: Vec<(Timed, usize, usize)>,
+    marks: usize,
+    seam_start: Option<usize>,
+    layer_start: Option<usize>,
     prompt: usize,
     step: usize,
 }
 
 impl Ctx<'_> {
-    /// Mark the start of a seam's compute on every rank.
-    pub fn begin(&mut self) -> Result<()> {
-        self.b.mark()
+    /// Queue a timing mark on every rank; returns its index in this step.
+    fn mark(&mut self) -> Result<usize> {
+        self.b.mark()?;
+        self.marks += 1;
+        Ok(self.marks - 1)
     }
 
-    /// Close a seam: end mark, the flip canary if it targets this seam, digests of every part,
-    /// and a full capture when requested.
+    /// Mark the start of a seam's compute on every rank (per-seam timing only).
+    pub fn begin(&mut self) -> Result<()> {
+        if self.cfg.timing == Timing::Seams {
+            self.seam_start = Some(self.mark()?);
+        }
+        Ok(())
+    }
+
+    /// Mark the start of layer `l` (the head: `n_layers`).
+    pub fn layer_begin(&mut self) -> Result<()> {
+        if self.cfg.timing != Timing::Off {
+            self.layer_start = Some(self.mark()?);
+        }
+        Ok(())
+    }
+
+    /// Close layer `l`: one batched digest launch per rank for every seam of the layer, then the
+    /// layer's end mark. Every seam tensor of a layer lives until the layer ends (no kernel of the
+    /// layer overwrites one), so digesting them here reads exactly what each seam produced.
+    pub fn layer_end(&mut self, l: usize) -> Result<()> {
+        self.flush_digests()?;
+        if let Some(start) = self.layer_start.take() {
+            let end = self.mark()?;
+            self.timed.push((Timed::Layer(l), start, end));
+        }
+        Ok(())
+    }
+
+    fn flush_digests(&mut self) -> Result<()> {
+        let batch = std::mem::take(&mut self.batch);
+        for rank in 0..self.p.tp {
+            let mut idxs: Vec<usize> = Vec::new();
+            let mut groups: Vec<Vec<DigestPart>> = Vec::new();
+            for (idx, _, part) in batch.iter().filter(|e| e.1 == rank) {
+                if idxs.last() != Some(idx) {
+                    idxs.push(*idx);
+                    groups.push(Vec::new());
+                }
+                groups.last_mut().expect("pushed above").push(*part);
+            }
+            if groups.is_empty() {
+                continue;
+            }
+            let tickets = self.b.digest_batch(rank, &groups)?;
+            self.pending.extend(idxs.into_iter().zip(tickets));
+        }
+        Ok(())
+    }
+
+    /// Close a seam whose parts are plain slices.
     pub fn seam(&mut self, layer: usize, seam: Seam, parts: &[Part]) -> Result<()> {
-        self.b.mark()?;
+        let parts: Vec<(usize, DigestPart)> =
+            parts.iter().map(|&(r, s, base)| (r, DigestPart::plain(s, base))).collect();
+        self.seam_parts(layer, seam, &parts)
+    }
+
+    /// Close a seam: end mark, the flip canary if it targets this seam, the parts queued for the
+    /// layer's batched digest, and a full capture when requested.
+    pub fn seam_parts(&mut self, layer: usize, seam: Seam, parts: &[(usize, DigestPart)]) -> Result<()> {
         let idx = Record::seam_index(self.record.n_layers, layer, seam);
-        self.marked.push(idx);
+        if let Some(start) = self.seam_start.take() {
+            let end = self.mark()?;
+            self.timed.push((Timed::Seam(idx), start, end));
+        }
         if let Some(Canary::FlipBit { layer: cl, seam: cs, step: st }) = self.cfg.doors.canary {
             if cl == layer && cs == seam && st == self.step {
-                let (rank, s, _) = parts.iter().find(|p| p.2 == 0).copied().ok_or_else(|| {
+                let (rank, s, _) = self.resolve_parts(parts)?.into_iter().find(|p| p.2 == 0).ok_or_else(|| {
                     RuntimeError::Config(format!("seam {} has no part holding element 0", seam.name()))
                 })?;
                 self.b.launch(rank, Op::FlipLowBit { x: s })?;
                 self.record.bump("canary_flip_bit.flips");
             }
         }
-        let mut tickets = Vec::with_capacity(parts.len());
-        for &(rank, s, base) in parts {
-            tickets.push(self.b.digest(rank, s, base)?);
+        if self.cfg.digests {
+            self.batch.extend(parts.iter().map(|&(rank, part)| (idx, rank, part)));
         }
-        self.pending.push((idx, tickets));
         let key = CaptureKey { prompt: self.prompt, step: self.step, layer, seam };
         if self.cfg.capture.contains(&key) {
+            let parts = self.resolve_parts(parts)?;
             // Parts may leave gaps (the expert slot stride is the largest G); gaps read as +0.0.
             let total: usize = parts.iter().map(|p| p.2 as usize + p.1.len).max().unwrap_or(0);
             let mut bits = vec![0u32; total];
             let mut owners = Vec::new();
-            for &(rank, s, base) in parts {
+            for &(rank, s, base) in &parts {
                 let v = self.b.read(rank, s)?;
                 let start = base as usize;
-                if start + v.len() > total {
-                    return Err(RuntimeError::Config(format!(
-                        "seam {} part at {start}+{} exceeds the tensor of {total}",
-                        seam.name(),
-                        v.len()
-                    )));
-                }
                 for (i, x) in v.iter().enumerate() {
                     bits[start + i] = x.to_bits();
                 }
@@ -90,6 +172,28 @@ impl Ctx<'_> {
             self.record.captures.insert(key, Capture { bits, owners });
         }
         Ok(())
+    }
+
+    /// The plain slices a seam's digest parts stand for: every block, and for an owned part only
+    /// the blocks whose slot the rank owns (the route is read from the rank: host reads happen
+    /// only on the eager steps of a capture or a flip canary).
+    fn resolve_parts(&mut self, parts: &[(usize, DigestPart)]) -> Result<Vec<Part>> {
+        let mut out = Vec::new();
+        for &(rank, p) in parts {
+            let ids = match p.owned {
+                Some(o) => Some(self.b.read(rank, o.route)?),
+                None => None,
+            };
+            for i in 0..p.blocks {
+                if let (Some(o), Some(ids)) = (p.owned, &ids) {
+                    if !o.owner.owns(ids, o.first_slot + i) {
+                        continue;
+                    }
+                }
+                out.push((rank, p.block(i), p.base + i as u64 * p.base_pitch));
+            }
+        }
+        Ok(out)
     }
 
     /// Parts of a tensor held whole by the root.
@@ -102,14 +206,42 @@ impl Ctx<'_> {
         self.record.bump(counter);
     }
 
-    /// GRAPH: whether layer `l`'s attention half is issued as a graph segment this step. Steps
-    /// whose calls differ from every other step's — a full capture (host reads), a flip canary
-    /// aimed at this layer and step, the stale-buffer canary (its o_join changes after step 0) —
-    /// run the same position-independent launches eagerly instead, since a segment must issue the
-    /// identical sequence on every pass.
-    pub fn graph_segment(&self, l: usize) -> bool {
+    /// Whether the MoE half reads the route on the host: MOE_DIRECT on whole experts owned by
+    /// data-dependent ranks stores each slot from its owner, and counts each such store, so the
+    /// program must know the owners when it issues the stores.
+    pub fn host_routes(&self) -> bool {
+        self.cfg.doors.moe_direct && self.p.experts == placement::ExpertMode::ExpertParallel
+    }
+
+    /// GRAPH: how this step is issued. Steps whose calls differ from every other step's — a full
+    /// capture (host reads), a flip canary aimed at this step, the stale-buffer canary (its
+    /// o_join changes after step 0) — run the same launches eagerly instead, since a segment must
+    /// issue the identical sequence on every pass.
+    pub fn graph_mode(&self) -> GraphMode {
         let d = &self.cfg.doors;
         if !d.graph || d.canary == Some(Canary::StaleBuffer) {
+            return GraphMode::Eager;
+        }
+        // The MoE half stays eager where it reads the route on the host, or where FENCE_MEMOPS
+        // rings a fresh doorbell ticket at every join (a replay would ring the captured one).
+        if self.host_routes() || (d.moe_direct && d.fence_memops) {
+            return GraphMode::AttentionHalves;
+        }
+        if let Some(Canary::FlipBit { step, .. }) = d.canary {
+            if step == self.step {
+                return GraphMode::Eager;
+            }
+        }
+        if self.cfg.capture.iter().any(|k| k.prompt == self.prompt && k.step == self.step) {
+            return GraphMode::Eager;
+        }
+        GraphMode::Step
+    }
+
+    /// GRAPH with host routes: whether layer `l`'s attention half is a segment this step.
+    pub fn graph_segment(&self, l: usize) -> bool {
+        let d = &self.cfg.doors;
+        if self.graph_mode() != GraphMode::AttentionHalves {
             return false;
         }
         if let Some(Canary::FlipBit { layer, step, .. }) = d.canary {
@@ -166,7 +298,24 @@ pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record
     let n_layers = model.layers.len();
     let mut record = Record { n_layers, backend: b.describe(), build_options: b.build_options(), ..Record::default() };
     record.timings_ns = vec![Vec::new(); n_layers * Seam::LAYER.len() + Seam::HEAD.len()];
-    let mut ctx = Ctx { b, model, cfg, p, w, buf, record, pending: Vec::new(), marked: Vec::new(), prompt: 0, step: 0 };
+    record.layer_timings_ns = vec![Vec::new(); n_layers + 1];
+    let mut ctx = Ctx {
+        b,
+        model,
+        cfg,
+        p,
+        w,
+        buf,
+        record,
+        pending: Vec::new(),
+        batch: Vec::new(),
+        timed: Vec::new(),
+        marks: 0,
+        seam_start: None,
+        layer_start: None,
+        prompt: 0,
+        step: 0,
+    };
     if ctx.w.widened > 0 {
         ctx.record.engaged.insert("f32_mirror.widened_matrices".into(), ctx.w.widened);
     }
@@ -208,18 +357,18 @@ fn decode_prompt(ctx: &mut Ctx, prompt: usize) -> Result<()> {
         // Seam digests: wrapping sum of the parts' digests.
         let mut row = vec![0u64; ctx.record.seams_per_step()];
         for (idx, tickets) in ctx.pending.drain(..) {
-            row[idx] = tickets.iter().fold(0u64, |acc, t| acc.wrapping_add(got.digests[*t]));
+            row[idx] = tickets.iter().fold(row[idx], |acc, t| acc.wrapping_add(got.digests[*t]));
         }
-        // Timing: for each seam, the slowest rank's (end − begin).
-        for (i, idx) in ctx.marked.drain(..).enumerate() {
-            let dur = got
-                .marks_ns
-                .iter()
-                .filter_map(|m| Some(m.get(2 * i + 1)?.saturating_sub(*m.get(2 * i)?)))
-                .max()
-                .unwrap_or(0);
-            ctx.record.timings_ns[idx].push(dur);
+        // Timing: for each interval, the slowest rank's (end − begin).
+        for (what, start, end) in ctx.timed.drain(..) {
+            let dur =
+                got.marks_ns.iter().filter_map(|m| Some(m.get(end)?.saturating_sub(*m.get(start)?))).max().unwrap_or(0);
+            match what {
+                Timed::Seam(idx) => ctx.record.timings_ns[idx].push(dur),
+                Timed::Layer(l) => ctx.record.layer_timings_ns[l].push(dur),
+            }
         }
+        ctx.marks = 0;
         digests.push(row);
         if step + 1 >= n_prompt {
             let logits = ctx.b.read(0, ctx.buf.root.logits)?;
@@ -252,16 +401,32 @@ fn decode_step(ctx: &mut Ctx, token: u32, pos: usize) -> Result<()> {
     let embed = embed_row(ctx.model, token);
     let x = ctx.buf.root.x;
     ctx.b.write(0, x, &embed)?;
-    if ctx.cfg.doors.graph {
-        // The position the captured layers read (battery validation keeps it inside the cache).
-        for r in 0..ctx.p.tp {
-            let out = ctx.buf.ranks[r].pos;
-            ctx.b.launch(r, Op::SetU32 { out, value: pos as u32 })?;
+    // The position every rope and attention launch reads (battery validation keeps it inside the
+    // cache): device-held, so a captured step replays unchanged at every position.
+    for r in 0..ctx.p.tp {
+        let out = ctx.buf.ranks[r].pos;
+        ctx.b.launch(r, Op::SetU32 { out, value: pos as u32 })?;
+    }
+    if ctx.graph_mode() != GraphMode::Step {
+        return step_calls(ctx);
+    }
+    ctx.b.segment_begin(STEP_SEGMENT)?;
+    match step_calls(ctx) {
+        Ok(()) => ctx.b.segment_end(),
+        Err(e) => {
+            ctx.b.segment_abort();
+            Err(e)
         }
     }
+}
+
+/// Every layer and the head, as issued in one step.
+fn step_calls(ctx: &mut Ctx) -> Result<()> {
     for l in 0..ctx.model.layers.len() {
-        layer::attention_half(ctx, l, pos)?;
-        layer::moe_half(ctx, l)?;
+        ctx.layer_begin()?;
+        layer::attention_half(ctx, l)?;
+        moe::moe_half(ctx, l)?;
+        ctx.layer_end(l)?;
     }
     head(ctx)
 }
@@ -284,6 +449,7 @@ fn head(ctx: &mut Ctx) -> Result<()> {
     let eps = ctx.model.config.eps;
     let r = ctx.buf.root.clone();
     let params = ctx.w.params[0];
+    ctx.layer_begin()?;
     ctx.begin()?;
     let w = ctx.w.param_layout.final_norm(params);
     ctx.b.launch(0, Op::RmsNorm { x: r.x, w, eps, out: r.fnorm })?;
@@ -291,5 +457,6 @@ fn head(ctx: &mut Ctx) -> Result<()> {
     ctx.begin()?;
     ctx.b.launch(0, Op::GemvRows { w: ctx.w.lm_head, x: r.fnorm, out: r.logits, order: RowOrder::Canonical })?;
     ctx.b.launch(0, Op::Argmax { x: r.logits, out: r.amax })?;
-    ctx.seam(n, Seam::Logits, &Ctx::root_part(r.logits))
+    ctx.seam(n, Seam::Logits, &Ctx::root_part(r.logits))?;
+    ctx.layer_end(n)
 }

@@ -2,7 +2,7 @@
 //! storage the run's doors ask for (BF16, the F32 mirror, NVFP4 expert banks).
 
 use super::placement::{ExpertMode, Placement};
-use crate::backend::{Backend, BufId, Slice, WeightId};
+use crate::backend::{Backend, BufId, GroupEntry, GroupId, Slice, WeightId};
 use crate::config::DoorSet;
 use crate::model::matrix::MatrixShard;
 use crate::model::{Expert, Matrix, Model};
@@ -35,6 +35,9 @@ pub struct LayerHandles {
     pub shared: Option<ExpertHandles>,
     /// Root only.
     pub router: Option<WeightId>,
+    /// The grouped kernels' table of what this rank holds: entries `0..experts` the routed
+    /// experts, entry `experts` the shared one; `None` when the rank holds no expert at all.
+    pub group: Option<GroupId>,
 }
 
 /// Every rank's weights plus the small replicated parameters.
@@ -256,7 +259,17 @@ pub fn upload(
                 None
             };
             let router = if rank == 0 { Some(store(b, 0, layer.router.whole(), doors, &mut widened)?) } else { None };
-            per_rank.push(LayerHandles { wq, wk, wv, wg, wo, experts, shared, router });
+            let entries: Vec<Option<GroupEntry>> = experts
+                .iter()
+                .chain(std::iter::once(&shared))
+                .map(|h| h.map(|h| GroupEntry { gate: h.gate, up: h.up, down: h.down, nvfp4_scales: h.nvfp4_scales }))
+                .collect();
+            let group = if entries.iter().any(Option::is_some) {
+                Some(b.register_experts(rank, layer.experts.len(), &entries)?)
+            } else {
+                None
+            };
+            per_rank.push(LayerHandles { wq, wk, wv, wg, wo, experts, shared, router, group });
         }
         layers.push(per_rank);
     }

@@ -255,15 +255,17 @@ fn packed_copy_on_distinct_devices() -> Ran {
     Ok(())
 }
 
-/// Packed copies one bulk run must make: per step, layer and rank, one per run of ≥ 2 consecutive
-/// TP-sharded slots of equal G (the shapes of the tiny preset give one run of every slot).
+/// Packed copies one bulk run must make: per step, layer and peer rank, one per run of ≥ 2
+/// consecutive TP-sharded slots of equal G (the shapes of the tiny preset give one run of every
+/// slot). The root's own partials are written in place (its expert partials buffer is the root's
+/// `epart_all`), so rank 0 has nothing to copy.
 fn expected_packed(tp: usize, doors: &DoorSet) -> u64 {
     let m = tiny();
     let p = Placement::new(m, tp, doors, false).unwrap();
     let k = m.config.top_k;
     let runs =
         if p.shared_sharded && p.down_kblocks == p.shared_kblocks { u64::from(k + 1 >= 2) } else { u64::from(k >= 2) };
-    steps() * m.layers.len() as u64 * tp as u64 * runs
+    steps() * m.layers.len() as u64 * (tp as u64 - 1) * runs
 }
 
 /// BULK_P2P runs equal CUDA TP1 and make exactly the packed copies the shapes imply: co-resident

@@ -8,7 +8,9 @@
 
 #![allow(dead_code)] // the host tests and the CUDA tests each use a part
 
-use memra_runtime::backend::{Backend, BufId, Collected, JoinFence, Op, Packed, ProbeResult, Slice, WeightId};
+use memra_runtime::backend::{
+    Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, Packed, ProbeResult, Slice, WeightId,
+};
 use memra_runtime::model::matrix::MatrixShard;
 use memra_runtime::{Result, Transport};
 use std::collections::HashMap;
@@ -103,6 +105,14 @@ impl<B: Backend> Backend for SegmentChecker<B> {
         let t = self.inner.digest(rank, src, base)?;
         self.note(format!("digest r{rank} {src:?} {base}"));
         Ok(t)
+    }
+    fn digest_batch(&mut self, rank: usize, groups: &[Vec<DigestPart>]) -> Result<Vec<Vec<usize>>> {
+        let t = self.inner.digest_batch(rank, groups)?;
+        self.note(format!("digest batch r{rank} {groups:?}"));
+        Ok(t)
+    }
+    fn register_experts(&mut self, rank: usize, experts: usize, entries: &[Option<GroupEntry>]) -> Result<GroupId> {
+        self.inner.register_experts(rank, experts, entries)
     }
     fn mark(&mut self) -> Result<()> {
         self.note("mark".into());

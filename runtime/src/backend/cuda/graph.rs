@@ -54,6 +54,7 @@ pub(crate) enum Call {
     Packed { transport: Transport, src_rank: usize, dst_rank: usize, packed: Packed },
     AllReduce { parts: Vec<(usize, Slice)>, out_rank: usize, out: Slice },
     Digest { rank: usize, src: Slice, base: u64 },
+    DigestBatch { rank: usize, groups: Vec<Vec<crate::backend::DigestPart>> },
     Mark,
 }
 

@@ -21,7 +21,9 @@ const TREE_THREADS: u32 = 256;
 const ELEMENTWISE_THREADS: u32 = 256;
 const ATTN_THREADS: u32 = 128;
 const ROUTER_THREADS: u32 = 256;
-const ARGMAX_THREADS: u32 = 1024;
+const ARGMAX_THREADS: u32 = 256;
+/// Blocks of the multi-block argmax: its scratch (per rank) holds a counter and 2 words per block.
+pub(crate) const ARGMAX_MAX_BLOCKS: usize = 128;
 const DIGEST_THREADS: u32 = 256;
 /// Dynamic shared memory available without opting in (bytes).
 const SMEM_LIMIT: usize = 48 << 10;
@@ -30,6 +32,33 @@ const HEAD_DIM: usize = 128;
 fn cfg(grid: usize, block: u32, smem: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (grid.max(1) as u32, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem as u32 }
 }
+
+/// Blocks a GEMV grid should have at least: two per SM of an H200 (132 SMs).
+const GEMV_MIN_BLOCKS: usize = 264;
+
+/// Rows per block of a GEMV with `nk` K-blocks: about 32 (row, K-block) tasks for 8 warps,
+/// within the fold slots — fewer when the matrix has too few rows to give every SM two blocks
+/// (the router's 288 rows, k/v's 1024). A launch choice, never part of the arithmetic.
+pub(crate) fn gemv_rows_per_block(rows: usize, nk: usize) -> usize {
+    let base = (32 / nk).clamp(1, GEMV_MAX_TASKS / nk);
+    base.min((rows / GEMV_MIN_BLOCKS).max(1))
+}
+
+/// `gemv_rows_batch_*`'s parameter block (`struct GemvBatch` in gemv.cu: 104 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct GemvBatch {
+    w: [u64; 4],
+    out: [u64; 4],
+    rows: [i32; 4],
+    block_start: [i32; 5],
+    count: i32,
+}
+
+// SAFETY: `GemvBatch` is `repr(C)` of u64/i32 arrays and an i32, with the field order and types of
+// `struct GemvBatch` in kernels/cuda/gemv.cu (no padding: 64 + 16 + 20 + 4 = 104 bytes, a multiple
+// of its 8-byte alignment); the kernel takes it by value.
+unsafe impl cudarc::driver::DeviceRepr for GemvBatch {}
 
 /// Dynamic shared memory of the norm kernels: one staged row of `n` f32 (one block per row).
 fn norm_smem(n: usize) -> Result<usize> {
@@ -109,6 +138,9 @@ macro_rules! launch {
 // The GRAPH door's position-independent launches (they use `launch!`, so they follow it).
 #[path = "launch_at.rs"]
 mod launch_at;
+// Grouped experts, rope + append, batched digests (they use `launch!` too).
+#[path = "experts.rs"]
+pub(crate) mod experts;
 
 impl CudaBackend {
     fn weight_shape(&self, rank: usize, w: u32, op: &str) -> Result<(WeightKind, usize, usize, usize, usize)> {
@@ -179,8 +211,7 @@ impl CudaBackend {
         if nk > GEMV_MAX_TASKS {
             return Err(shape_err(op, format!("{nk} K-blocks exceed the kernel's {GEMV_MAX_TASKS}")));
         }
-        // Rows per block: about 32 (row, K-block) tasks for 8 warps, within the fold slots.
-        let rpb = (32 / nk).clamp(1, GEMV_MAX_TASKS / nk);
+        let rpb = gemv_rows_per_block(rows, nk);
         let grid = rows.div_ceil(rpb);
         let rpb_i = rpb as i32;
         let c = cfg(grid, GEMV_THREADS, 0);
@@ -208,6 +239,55 @@ impl CudaBackend {
                 launch!(self, rank, name, c, wp, sp, xp, op_ptr, rows_i, cols_i, kw_i, rpb_i)
             }
         }
+    }
+
+    /// Several canonical row GEMVs over one `x`: one launch when every weight is BF16 (or every
+    /// one F32) with the same columns, K-block width and layout; else one launch each (the same
+    /// arithmetic either way).
+    fn gemv_batch(&self, rank: usize, items: &[(u32, Slice)], x: Slice) -> Result<()> {
+        let op = "gemv_rows_batch";
+        let shapes = items.iter().map(|(w, _)| self.weight_shape(rank, *w, op)).collect::<Result<Vec<_>>>()?;
+        let first = shapes.first().copied();
+        let uniform = first.is_some_and(|(kind, _, cols, kw, vec)| {
+            matches!(kind, WeightKind::Bf16 | WeightKind::F32)
+                && cols > 0
+                && shapes.iter().all(|s| (s.0, s.2, s.3, s.4) == (kind, cols, kw, vec) && s.1 > 0)
+        });
+        if !uniform || items.len() > 4 {
+            for (w, out) in items {
+                self.gemv(rank, *w, x, *out, rank, GemvMode::Rows)?;
+            }
+            return Ok(());
+        }
+        let (kind, _, cols, kw, vec) = first.expect("checked non-empty");
+        let xp = self.slice_ptr(rank, x, op)?;
+        if x.len != cols {
+            return Err(shape_err(op, format!("x has {} elements but the weights have in_features {cols}", x.len)));
+        }
+        let nk = cols / kw;
+        if nk > GEMV_MAX_TASKS {
+            return Err(shape_err(op, format!("{nk} K-blocks exceed the kernel's {GEMV_MAX_TASKS}")));
+        }
+        let total_rows: usize = shapes.iter().map(|s| s.1).sum();
+        let rpb = gemv_rows_per_block(total_rows, nk);
+        let mut b = GemvBatch { w: [0; 4], out: [0; 4], rows: [0; 4], block_start: [0; 5], count: items.len() as i32 };
+        let mut blocks = 0usize;
+        for (i, ((w, out), s)) in items.iter().zip(&shapes).enumerate() {
+            if out.len != s.1 {
+                return Err(shape_err(op, format!("item {i}: out has {} values, the weight {} rows", out.len, s.1)));
+            }
+            b.w[i] = self.ranks[rank].weights[*w as usize].data.ptr();
+            b.out[i] = self.slice_ptr(rank, *out, op)?;
+            b.rows[i] = i32_of(op, "rows", s.1)?;
+            b.block_start[i] = i32_of(op, "blocks", blocks)?;
+            blocks += s.1.div_ceil(rpb);
+        }
+        for i in items.len()..5 {
+            b.block_start[i] = i32_of(op, "blocks", blocks)?;
+        }
+        let name = if kind == WeightKind::Bf16 { "gemv_rows_batch_bf16" } else { "gemv_rows_batch_f32" };
+        let (cols_i, kw_i, rpb_i, vec_i) = (cols as i32, kw as i32, rpb as i32, vec as i32);
+        launch!(self, rank, name, cfg(blocks, GEMV_THREADS, 0), b, xp, cols_i, kw_i, rpb_i, vec_i)
     }
 
     /// Check `rows` rows of `width` (the weight length) in `x`, as the norm twins do.
@@ -243,6 +323,7 @@ impl CudaBackend {
                 self.gemv(rank, w, x, out, to, mode)
             }
             Op::GemvPartials { w, x, out } => self.gemv(rank, w, x, out, to, GemvMode::Partials),
+            Op::GemvRowsBatch { ref items, x } => self.gemv_batch(rank, items, x),
             Op::Fold { parts, n_parts, reverse, out } => {
                 let (pp, outp) = (self.slice_ptr(rank, parts, "fold")?, self.slice_ptr(to, out, "fold")?);
                 if Some(parts.len) != n_parts.checked_mul(out.len) {
@@ -434,11 +515,11 @@ impl CudaBackend {
                     self.slice_ptr(rank, out, what)?,
                 );
                 let n = logits.len;
-                if bias.len != n || k > n || out.len != 2 * k || k > 64 || 12 * n > SMEM_LIMIT {
+                if bias.len != n || k > n || out.len != 2 * k || k > 32 || 12 * n > SMEM_LIMIT {
                     return Err(shape_err(
                         what,
                         format!(
-                            "{n} experts, bias {}, top-{k}, out {} (needs 2k, k ≤ 64, ≤ 4096 experts)",
+                            "{n} experts, bias {}, top-{k}, out {} (needs 2k, k ≤ 32, ≤ 4096 experts)",
                             bias.len, out.len
                         ),
                     ));
@@ -503,13 +584,51 @@ impl CudaBackend {
                     outp
                 )
             }
+            Op::CombineShared { y, w, out } => {
+                let what = "combine_shared";
+                let (yp, wp, outp) =
+                    (self.slice_ptr(rank, y, what)?, self.slice_ptr(rank, w, what)?, self.slice_ptr(rank, out, what)?);
+                let width = out.len / 2;
+                if out.len % 2 != 0 || Some(y.len) != (w.len + 1).checked_mul(width) {
+                    return Err(shape_err(
+                        what,
+                        format!("y {} for {} routed slots + shared, out {} (2 × width)", y.len, w.len, out.len),
+                    ));
+                }
+                if width == 0 {
+                    return Ok(());
+                }
+                let (k, width_i) = (i32_of(what, "slots", w.len)?, i32_of(what, "width", width)?);
+                let c = cfg(elementwise_grid(width), ELEMENTWISE_THREADS, 0);
+                launch!(self, rank, "combine_shared_f32", c, yp, wp, k, width_i, outp)
+            }
+            Op::ResidualAdd { h, a, b, sum, out } => {
+                let what = "residual_add";
+                let p = |s: Slice| self.slice_ptr(rank, s, what);
+                let (hp, ap, bp, sp, outp) = (p(h)?, p(a)?, p(b)?, p(sum)?, p(out)?);
+                let n = h.len;
+                if a.len != n || b.len != n || sum.len != n || out.len != n {
+                    return Err(shape_err(
+                        what,
+                        format!("h {n} a {} b {} sum {} out {}", a.len, b.len, sum.len, out.len),
+                    ));
+                }
+                if n == 0 {
+                    return Ok(());
+                }
+                let n_i = i32_of(what, "length", n)?;
+                let c = cfg(elementwise_grid(n), ELEMENTWISE_THREADS, 0);
+                launch!(self, rank, "residual_add_f32", c, hp, ap, bp, sp, outp, n_i)
+            }
             Op::Argmax { x, out } => {
                 let (xp, outp) = (self.slice_ptr(rank, x, "argmax")?, self.slice_ptr(rank, out, "argmax")?);
                 if out.len != 1 {
                     return Err(shape_err("argmax", format!("out has {} elements, expected 1", out.len)));
                 }
-                let n = x.len as i32;
-                launch!(self, rank, "argmax_f32", cfg(1, ARGMAX_THREADS, 0), xp, n, outp)
+                let n = i32_of("argmax", "length", x.len)?;
+                let grid = x.len.div_ceil(ARGMAX_THREADS as usize * 8).clamp(1, ARGMAX_MAX_BLOCKS);
+                let scratch = self.ranks[rank].scratch.ptr();
+                launch!(self, rank, "argmax_f32", cfg(grid, ARGMAX_THREADS, 0), xp, n, outp, scratch)
             }
             Op::FlipLowBit { x } => {
                 let xp = self.slice_ptr(rank, x, "flip_low_bit")?;
@@ -521,6 +640,13 @@ impl CudaBackend {
             Op::SetU32 { .. } | Op::QkNormRopeAt { .. } | Op::AttentionAt { .. } | Op::AppendAt { .. } => {
                 self.launch_at_op(rank, op)
             }
+            Op::RopeAppend { .. }
+            | Op::ExpertGateUp { .. }
+            | Op::ExpertDown { .. }
+            | Op::FoldSlots { .. }
+            | Op::FoldCombine { .. }
+            | Op::SelectSlots { .. }
+            | Op::CombineOwned { .. } => self.launch_expert_op(rank, op, to),
         }
     }
 

@@ -131,6 +131,10 @@ pub(crate) struct Rank {
     pub digest_chunks: Vec<DeviceBuffer>,
     pub digests_used: usize,
     pub digests_reserved: usize,
+    /// Expert groups (`register_experts`).
+    pub groups: Vec<launch::experts::DeviceGroup>,
+    /// Scratch of the multi-block reductions (argmax: a zeroed counter and the block bests).
+    pub scratch: DeviceBuffer,
 }
 
 /// Ranks on CUDA devices.
@@ -187,6 +191,8 @@ impl CudaBackend {
                 ctx.new_stream().map_err(|e| driver_err(loc("stream"), e))?
             };
             let sync_event = ctx.new_event(None).map_err(|e| driver_err(loc("event"), e))?;
+            let scratch =
+                DeviceBuffer::zeroed(ctx, &stream, 4 * (1 + 2 * launch::ARGMAX_MAX_BLOCKS), "reduction scratch")?;
             ranks.push(Rank {
                 dev,
                 stream,
@@ -198,6 +204,8 @@ impl CudaBackend {
                 digest_chunks: Vec::new(),
                 digests_used: 0,
                 digests_reserved: 0,
+                groups: Vec::new(),
+                scratch,
             });
         }
         let staging = transfer::Staging::new(devices.len());
@@ -561,6 +569,39 @@ impl Backend for CudaBackend {
             self.launch_digest(rank, ptr, src.len, base, slot_ptr)?;
         }
         Ok(ticket)
+    }
+
+    fn digest_batch(&mut self, rank: usize, groups: &[Vec<crate::backend::DigestPart>]) -> Result<Vec<Vec<usize>>> {
+        self.check_rank(rank)?;
+        let mut resolved = Vec::new();
+        let mut out = Vec::with_capacity(groups.len());
+        for g in groups {
+            let (slot, slot_ptr) = self.digest_slot(rank)?;
+            let ticket = self.tickets.len();
+            self.tickets.push((rank, slot));
+            self.graphs.note_digest(rank);
+            for p in g {
+                resolved.push(self.resolve_part(rank, p, slot_ptr)?);
+            }
+            out.push(vec![ticket]);
+        }
+        if self.graph_gate(|| Call::DigestBatch { rank, groups: groups.to_vec() })? {
+            for chunk in resolved.chunks(CudaBackend::digest_batch_max()) {
+                self.launches += 1;
+                self.launch_digest_batch(rank, chunk)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn register_experts(
+        &mut self,
+        rank: usize,
+        experts: usize,
+        entries: &[Option<crate::backend::GroupEntry>],
+    ) -> Result<crate::backend::GroupId> {
+        self.no_open_segment("register_experts")?;
+        self.register_group(rank, experts, entries)
     }
 
     fn mark(&mut self) -> Result<()> {

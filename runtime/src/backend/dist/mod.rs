@@ -25,7 +25,7 @@ pub use layout::{split_rule, ProcessLayout, ProcessSpec};
 pub use rendezvous::Rendezvous;
 pub use watchdog::Watchdog;
 
-use super::{Backend, BufId, Collected, Op, ProbeResult, Slice, WeightId};
+use super::{Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, Op, ProbeResult, Slice, WeightId};
 use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::model::matrix::MatrixShard;
@@ -60,6 +60,7 @@ pub struct DistBackend<B: Backend, M: Mover<B>> {
     /// Per global rank: the next buffer and weight id its owner hands out.
     next_buf: Vec<BufId>,
     next_weight: Vec<WeightId>,
+    next_group: Vec<GroupId>,
     /// Per ticket (global numbering): the inner backend's ticket when this process holds it.
     tickets: Vec<Option<usize>>,
     /// Marks queued since the last collect.
@@ -84,6 +85,7 @@ impl<B: Backend, M: Mover<B>> DistBackend<B, M> {
         Ok(DistBackend {
             next_buf: vec![0; layout.tp],
             next_weight: vec![0; layout.tp],
+            next_group: vec![0; layout.tp],
             layout,
             inner,
             mover: Some(mover),
@@ -253,6 +255,50 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
         };
         self.tickets.push(inner);
         Ok(self.tickets.len() - 1)
+    }
+
+    /// One global ticket per group, held by the process that holds the rank (the inner backend must
+    /// give one ticket per group, as the host and CUDA backends do).
+    fn digest_batch(&mut self, rank: usize, groups: &[Vec<DigestPart>]) -> Result<Vec<Vec<usize>>> {
+        self.check_rank(rank)?;
+        let inner: Vec<Option<usize>> = match self.layout.local(rank) {
+            Some(l) => {
+                let got = self.watched("digest_batch", &format!("rank {rank}"), |s| s.inner.digest_batch(l, groups))?;
+                got.into_iter()
+                    .map(|t| match t.as_slice() {
+                        [one] => Ok(Some(*one)),
+                        other => Err(RuntimeError::Config(format!(
+                            "rank {rank}: the inner backend gave {} tickets for one digest group; across processes a group has exactly one",
+                            other.len()
+                        ))),
+                    })
+                    .collect::<Result<_>>()?
+            }
+            None => vec![None; groups.len()],
+        };
+        let mut out = Vec::with_capacity(inner.len());
+        for t in inner {
+            self.tickets.push(t);
+            out.push(vec![self.tickets.len() - 1]);
+        }
+        Ok(out)
+    }
+
+    fn register_experts(&mut self, rank: usize, experts: usize, entries: &[Option<GroupEntry>]) -> Result<GroupId> {
+        self.check_rank(rank)?;
+        let id = self.next_group[rank];
+        if let Some(l) = self.layout.local(rank) {
+            let got = self.watched("register_experts", &format!("rank {rank}"), |s| {
+                s.inner.register_experts(l, experts, entries)
+            })?;
+            if got != id {
+                return Err(RuntimeError::Config(format!(
+                    "rank {rank}: the inner backend gave expert group id {got}, the program expects {id}"
+                )));
+            }
+        }
+        self.next_group[rank] += 1;
+        Ok(id)
     }
 
     fn mark(&mut self) -> Result<()> {

@@ -168,6 +168,17 @@ impl Backend for Rank0Counting {
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {
         self.inner.digest(rank, src, base)
     }
+    fn digest_batch(&mut self, rank: usize, groups: &[Vec<crate::backend::DigestPart>]) -> Result<Vec<Vec<usize>>> {
+        self.inner.digest_batch(rank, groups)
+    }
+    fn register_experts(
+        &mut self,
+        rank: usize,
+        experts: usize,
+        entries: &[Option<crate::backend::GroupEntry>],
+    ) -> Result<crate::backend::GroupId> {
+        self.inner.register_experts(rank, experts, entries)
+    }
     fn mark(&mut self) -> Result<()> {
         self.inner.mark()
     }

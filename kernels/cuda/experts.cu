@@ -1,0 +1,249 @@
+// Grouped routed experts: the device twins of `twins/experts.rs`.
+//
+// Why this file exists: one expert matrix is a few MB, less traffic than a launch costs, so the
+// routed experts run as ONE launch per projection kind for every slot of the step (grid.y =
+// slot), reading the route ids from device memory — no host round trip per layer, and the whole
+// MoE half can be captured in a graph. A slot maps to its expert through the route (slot s < k:
+// routed expert ids[s]; slot s >= k: the shared expert, entry experts + s - k); the expert's
+// matrices come from a per-rank table of entries (null = not held on this rank). Inside a slot
+// the arithmetic is the canonical GEMV of gemv.cu, task for task: only where the pointers come
+// from changed.
+
+#ifndef MEMRA_CANON_CUH
+#include "canon.cuh"
+#endif
+
+// One expert as a rank holds it (layout shared with the runtime's `ExpertEntry`, 112 bytes).
+struct ExpertEntry {
+    u64 gate;  // 0: this rank does not hold the expert
+    u64 gate_scales;
+    u64 up;
+    u64 up_scales;
+    u64 down;
+    u64 down_scales;
+    int fmt;  // FMT_E4M3 or FMT_NVFP4 (all three matrices)
+    int gate_vec;
+    int up_vec;
+    int down_vec;
+    int rows;  // gate/up rows held (the act width)
+    int cols;  // gate/up in_features
+    int kw;    // gate/up K-block width
+    int row0;  // gate/up E4M3 row0
+    int down_rows;
+    int down_cols;
+    int down_kw;
+    int has_scales;  // NVFP4 per-matrix scales below
+    float sg;
+    float su;
+    float sd;
+    int pad;
+};
+
+// Entry index of slot s, or -1 (a routed id outside the experts: the slot is skipped).
+__device__ __forceinline__ int slot_entry_c(const float* ids, int k, int experts, int s) {
+    if (s < k) {
+        const u32 id = __float_as_uint(ids[s]);
+        return id < (u32)experts ? (int)id : -1;
+    }
+    return experts + (s - k);
+}
+
+// twins::experts::OwnerRule::owner_of, or -1.
+__device__ __forceinline__ int owner_of_c(u32 id, u32 experts, u32 div, u32 modulo) {
+    if (id >= experts || div == 0u || modulo == 0u) return -1;
+    return (int)((id / div) % modulo);
+}
+
+// R partials of one task of a matrix whose format and layout are known only at run time (they
+// are uniform across the block): dispatch to the instantiations of gemv.cu's gemv_task.
+__device__ __forceinline__ void expert_task(int fmt, int vec, u64 w, u64 scales, int row0, const float* x, int cols,
+                                            int kw, int r0, int nvalid, int k, int lane, float* p) {
+    const void* wp = reinterpret_cast<const void*>(w);
+    const void* sp = reinterpret_cast<const void*>(scales);
+    if (fmt == FMT_NVFP4) {
+        gemv_task<FMT_NVFP4, 0>(wp, sp, row0, x, cols, kw, r0, nvalid, k, lane, p);
+    } else if (vec == 16) {
+        gemv_task<FMT_E4M3, 16>(wp, sp, row0, x, cols, kw, r0, nvalid, k, lane, p);
+    } else if (vec == 4) {
+        gemv_task<FMT_E4M3, 4>(wp, sp, row0, x, cols, kw, r0, nvalid, k, lane, p);
+    } else {
+        gemv_task<FMT_E4M3, 0>(wp, sp, row0, x, cols, kw, r0, nvalid, k, lane, p);
+    }
+}
+
+__device__ __forceinline__ int task_rows_c(int fmt, int vec) { return (fmt == FMT_E4M3 && vec > 0) ? GEMV_ROWS_PER_TASK : 1; }
+
+// Gate, up and SwiGLU of every slot (twins::experts::gate_up_act): block (bx, s) computes rows
+// bx*rpb .. of slot s's expert; its 8 warps share the (matrix, row group, K-block) tasks of gate
+// and up; then thread t folds row t's partials of each matrix from +0.0 in K-block order,
+// applies the NVFP4 per-matrix scales once, and writes act[s * act_pitch + r] = swiglu.
+// Shared memory holds 2 x rpb x nk partials (rpb * nk <= GEMV_MAX_TASKS, checked by the runtime).
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
+    expert_gate_up_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
+                       const float* x, int has_limit, float limit, float* act, int act_pitch, int rpb) {
+    __shared__ float part[2][GEMV_MAX_TASKS];
+    const int e = slot_entry_c(ids, k, experts, first_slot + (int)blockIdx.y);
+    if (e < 0 || e >= n_entries) return;  // block-uniform
+    // Read through a reference (the fields are re-read from L1 where needed): a register copy of
+    // the 112-byte entry made this kernel spill under its 3-blocks-per-SM register budget.
+    const ExpertEntry& en = table[e];
+    if (en.gate == 0ull) return;
+    const int r_first = blockIdx.x * rpb;
+    if (r_first >= en.rows) return;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int nk = en.cols / en.kw;
+    const int rg = task_rows_c(en.fmt, en.gate_vec);
+    const int ru = task_rows_c(en.fmt, en.up_vec);
+    const int tasks_g = ((rpb + rg - 1) / rg) * nk;
+    const int tasks_u = ((rpb + ru - 1) / ru) * nk;
+    for (int task = warp; task < tasks_g + tasks_u; task += GEMV_WARPS) {
+        const int m = task < tasks_g ? 0 : 1;
+        const int t = m == 0 ? task : task - tasks_g;
+        const int R = m == 0 ? rg : ru;
+        const int grp = t / nk;
+        const int kb = t - grp * nk;
+        const int rl0 = grp * R;
+        const int r0 = r_first + rl0;
+        const int nvalid = min(min(R, rpb - rl0), en.rows - r0);
+        if (nvalid <= 0) continue;  // warp-uniform
+        float p[GEMV_ROWS_PER_TASK];
+        if (m == 0) {
+            expert_task(en.fmt, en.gate_vec, en.gate, en.gate_scales, en.row0, x, en.cols, en.kw, r0, nvalid, kb, lane,
+                        p);
+        } else {
+            expert_task(en.fmt, en.up_vec, en.up, en.up_scales, en.row0, x, en.cols, en.kw, r0, nvalid, kb, lane, p);
+        }
+        if (lane == 0) {
+            for (int i = 0; i < nvalid; ++i) part[m][(rl0 + i) * nk + kb] = p[i];
+        }
+    }
+    __syncthreads();
+    const int rl = threadIdx.x;
+    const int r = r_first + rl;
+    if (rl < rpb && r < en.rows) {
+        float g = C_ZERO;
+        float u = C_ZERO;
+        for (int kb = 0; kb < nk; ++kb) g = g + part[0][rl * nk + kb];
+        for (int kb = 0; kb < nk; ++kb) u = u + part[1][rl * nk + kb];
+        if (en.has_scales) {
+            g = g * en.sg;
+            u = u * en.su;
+        }
+        act[(size_t)blockIdx.y * act_pitch + r] = swiglu_c(g, u, has_limit, limit);
+    }
+}
+
+// Down-projection K-block partials of every slot: out[s * out_pitch + kb * rows + r] for the
+// K-blocks this rank holds of slot s's expert (twins::gemv::gemv_partials of the entry's down
+// shard over act[s * act_pitch ..]); slots are relative to first_slot on both buffers.
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
+    expert_down_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
+                    const float* act, int act_pitch, float* out, int out_pitch, int rpb) {
+    const int e = slot_entry_c(ids, k, experts, first_slot + (int)blockIdx.y);
+    if (e < 0 || e >= n_entries) return;
+    const ExpertEntry en = table[e];
+    if (en.down == 0ull) return;
+    const int rows = en.down_rows;
+    const int r_first = blockIdx.x * rpb;
+    if (r_first >= rows) return;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int nk = en.down_cols / en.down_kw;
+    const int R = task_rows_c(en.fmt, en.down_vec);
+    const int n_tasks = ((rpb + R - 1) / R) * nk;
+    const float* x = act + (size_t)blockIdx.y * act_pitch;
+    float* o = out + (size_t)blockIdx.y * out_pitch;
+    for (int task = warp; task < n_tasks; task += GEMV_WARPS) {
+        const int grp = task / nk;
+        const int kb = task - grp * nk;
+        const int rl0 = grp * R;
+        const int r0 = r_first + rl0;
+        const int nvalid = min(min(R, rpb - rl0), rows - r0);
+        if (nvalid <= 0) continue;
+        float p[GEMV_ROWS_PER_TASK];
+        expert_task(en.fmt, en.down_vec, en.down, en.down_scales, 0, x, en.down_cols, en.down_kw, r0, nvalid, kb, lane,
+                    p);
+        if (lane == 0) {
+            for (int i = 0; i < nvalid; ++i) o[(size_t)kb * rows + r0 + i] = p[i];
+        }
+    }
+}
+
+// Canonical fold of each slot's n_parts partials (twins::experts::fold_slot): slot s (relative
+// index j = s - first_slot) reads parts[j * parts_pitch + p * width + i] and writes
+// out[j * width + i]. With `cond`, a routed slot (s < k) is folded only when its owner under the
+// rule is `want`. With a scale table, the slot's entry NVFP4 down scale is applied once after
+// the fold. grid = (ceil(width / blockDim), n_slots).
+extern "C" __global__ void fold_slots_f32(const float* ids, int k, int first_slot, const float* parts, int parts_pitch,
+                                          int n_parts, int width, float* out, int cond, u32 o_experts, u32 o_div,
+                                          u32 o_mod, u32 o_want, const ExpertEntry* scale_table, int n_entries,
+                                          int experts) {
+    const int j = blockIdx.y;
+    const int s = first_slot + j;
+    if (cond && s < k && owner_of_c(__float_as_uint(ids[s]), o_experts, o_div, o_mod) != (int)o_want) return;
+    int has = 0;
+    float sc = C_ONE;
+    if (scale_table != nullptr) {
+        const int e = slot_entry_c(ids, k, experts, s);
+        if (e >= 0 && e < n_entries && scale_table[e].has_scales) {
+            has = 1;
+            sc = scale_table[e].sd;
+        }
+    }
+    const float* pj = parts + (size_t)j * parts_pitch;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
+        float acc = C_ZERO;
+        for (int p = 0; p < n_parts; ++p) acc = acc + pj[(size_t)p * width + i];
+        out[(size_t)j * width + i] = has ? acc * sc : acc;
+    }
+}
+
+// The TP-sharded moe_join in one launch (twins::experts::fold_combine): per element i, slot s's
+// output y_s = ((+0 + P0) + P1) + ... of its n_parts partials (parts[s * pitch + p * width + i]),
+// routed = sum over s < k of w[s] * y_s in slot order from +0.0, shared = y_k.
+extern "C" __global__ void fold_combine_f32(const float* parts, int pitch, int n_parts, const float* w, int k,
+                                            int width, float* out) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
+        float routed = C_ZERO;
+        float y = C_ZERO;
+        for (int s = 0; s <= k; ++s) {
+            y = C_ZERO;
+            const float* ps = parts + (size_t)s * pitch + i;
+            for (int p = 0; p < n_parts; ++p) y = y + ps[(size_t)p * width];
+            if (s < k) routed = routed + w[s] * y;
+        }
+        out[i] = routed;
+        out[width + i] = y;
+    }
+}
+
+// Expert-parallel gather at the root (twins::experts::select_slots): out[s] = src[owner *
+// rank_pitch + s * width ..] for routed slot s < k; nothing for a slot without an owner below
+// `ranks`. Bytes only. grid = (ceil(width / blockDim), k).
+extern "C" __global__ void select_slots_f32(const float* ids, int k, u32 o_experts, u32 o_div, u32 o_mod, int ranks,
+                                            const float* src, int rank_pitch, int width, float* out) {
+    const int s = blockIdx.y;
+    if (s >= k) return;
+    const int owner = owner_of_c(__float_as_uint(ids[s]), o_experts, o_div, o_mod);
+    if (owner < 0 || owner >= ranks) return;
+    const float* from = src + (size_t)owner * rank_pitch + (size_t)s * width;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
+        out[(size_t)s * width + i] = from[i];
+    }
+}
+
+// NVFP4_EP2's per-owner routed sum (twins::experts::combine_owned): acc = +0; for each owned
+// routed slot in order: t = +0 + w[s] * y[s][i]; acc = acc + t.
+extern "C" __global__ void combine_owned_f32(const float* ids, int k, u32 o_experts, u32 o_div, u32 o_mod, u32 o_want,
+                                             const float* y, const float* w, int width, float* out) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
+        float acc = C_ZERO;
+        for (int s = 0; s < k; ++s) {
+            if (owner_of_c(__float_as_uint(ids[s]), o_experts, o_div, o_mod) != (int)o_want) continue;
+            const float t = C_ZERO + w[s] * y[(size_t)s * width + i];
+            acc = acc + t;
+        }
+        out[i] = acc;
+    }
+}

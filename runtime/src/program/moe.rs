@@ -1,0 +1,469 @@
+//! The MoE half of a decoder layer (router … residual) on the grouped expert kernels.
+//!
+//! The route stays on the device: the root's router output is copied (bytes) to every rank, and
+//! each rank runs ONE gate/up/SwiGLU launch and ONE down-partials launch for all k + 1 slots,
+//! the kernels reading the expert ids from that copy. Where a slot's expert lives is then data:
+//! - TP-sharded experts: every rank holds a shard of every expert, so the joins do not depend on
+//!   the route (partials move to the root as before, which folds them slot by slot);
+//! - whole experts on owner ranks (STEP_EP, NVFP4_EP2, shapes TP does not divide): every rank
+//!   folds the slots it owns (the owner rule applied to the route, on the device), the folded
+//!   slots move to the root and a select kernel picks each slot from its owner — bytes only.
+//!   Each rank digests the experts seam for exactly the slots it owns.
+//!
+//! MOE_DIRECT on whole experts stores each slot from its owner and counts each such store, so
+//! that door alone reads the route on the host (`Ctx::host_routes`) and issues per-slot launches.
+
+use super::layer::{broadcast, store_to_root};
+use super::placement::ExpertMode;
+use super::Ctx;
+use crate::backend::{DigestPart, JoinFence, Op, OwnedSlots, OwnerRule, Packed, RowOrder, SlotOwner};
+use crate::record::Seam;
+use crate::Result;
+
+pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
+    let c = ctx.model.config.clone();
+    let k = c.top_k;
+    let tp = ctx.p.tp;
+    let root = ctx.buf.root.clone();
+    let lay = ctx.w.param_layout.clone();
+    let doors = ctx.cfg.doors;
+    let xin0 = ctx.buf.ranks[0].xin;
+
+    // ROUTES_PRESTAGE: the expert input is broadcast before the router runs.
+    if doors.routes_prestage {
+        broadcast(ctx, xin0, |rb| rb.xin)?;
+        ctx.count("routes_prestage.early_broadcasts");
+    }
+    // router: root GEMV + sigmoid top-k.
+    ctx.begin()?;
+    let router_w = ctx.w.layers[l][0].router.expect("the root holds the router");
+    ctx.b.launch(0, Op::GemvRows { w: router_w, x: xin0, out: root.router_logits, order: RowOrder::Canonical })?;
+    ctx.b.launch(
+        0,
+        Op::Router {
+            logits: root.router_logits,
+            bias: lay.router_bias(ctx.w.params[0], l),
+            k,
+            normalize: c.route_norm,
+            scaling: c.route_scale,
+            out: root.route,
+            device_variant: doors.dev_router,
+        },
+    )?;
+    if doors.dev_router {
+        ctx.count("dev_router.device_selections");
+    }
+    ctx.seam(l, Seam::Router, &Ctx::root_part(root.route))?;
+    // The route ids to every rank (bytes), then the expert input unless prestaged.
+    for r in 1..tp {
+        let dst = ctx.buf.ranks[r].route.sub(0, k);
+        ctx.b.copy(ctx.cfg.transport, 0, root.route.sub(0, k), r, dst)?;
+    }
+    if !doors.routes_prestage {
+        broadcast(ctx, xin0, |rb| rb.xin)?;
+    }
+    let host_ids = if ctx.host_routes() { Some(read_ids(ctx, l)?) } else { None };
+    experts(ctx, l, host_ids.as_deref())?;
+    moe_join(ctx, l, host_ids.as_deref())?;
+    residual(ctx, l)
+}
+
+/// The route ids read on the host (MOE_DIRECT on expert-parallel owners only), checked.
+fn read_ids(ctx: &mut Ctx, l: usize) -> Result<Vec<usize>> {
+    let (k, experts) = (ctx.model.config.top_k, ctx.model.config.experts);
+    let route = ctx.b.read(0, ctx.buf.root.route)?;
+    let ids: Vec<usize> = route[..k].iter().map(|v| v.to_bits() as usize).collect();
+    if let Some(bad) = ids.iter().find(|e| **e >= experts) {
+        return Err(crate::RuntimeError::Device {
+            location: format!("layer {l} router"),
+            detail: format!("selected expert id {bad} is outside 0..{experts}"),
+        });
+    }
+    Ok(ids)
+}
+
+/// Which rank owns a whole routed expert, as a rule the kernels apply to the route.
+fn rank_rule(ctx: &Ctx) -> OwnerRule {
+    let (e, tp) = (ctx.model.config.experts as u32, ctx.p.tp as u32);
+    match ctx.p.experts {
+        // NVFP4_EP2: owner e % 2 on rank (e % 2) % TP, i.e. e % TP for TP 1 and 2.
+        ExpertMode::Interleaved2 => OwnerRule { experts: e, div: 1, modulo: tp },
+        _ => OwnerRule { experts: e, div: e / tp, modulo: tp },
+    }
+}
+
+/// Whether rank `r` holds (a shard of) `expert` (`None`: the shared expert) on layer `l`.
+fn held(ctx: &Ctx, l: usize, r: usize, expert: Option<usize>) -> bool {
+    let h = &ctx.w.layers[l][r];
+    match expert {
+        Some(e) => h.experts[e].is_some(),
+        None => h.shared.is_some(),
+    }
+}
+
+/// experts: gate/up/SwiGLU and down partials of every slot on every rank holding it.
+fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
+    let c = ctx.model.config.clone();
+    let (hidden, k, limit) = (c.hidden, c.top_k, c.swiglu_limit);
+    let tp = ctx.p.tp;
+    let slots = k + 1;
+    let stride = ctx.buf.gmax * hidden;
+    let pitch = ctx.buf.act_pitch;
+    let root = ctx.buf.root.clone();
+    let doors = ctx.cfg.doors;
+    let fence = if doors.fence_memops { JoinFence::Doorbells } else { JoinFence::Events };
+    let routed_sharded = ctx.p.experts == ExpertMode::TensorParallel;
+    let shared_sharded = ctx.p.shared_sharded;
+    let (routed_direct, shared_direct) = (doors.moe_direct && routed_sharded, doors.moe_direct && shared_sharded);
+    let (g_r, g_s) = (ctx.p.down_kblocks, ctx.p.shared_kblocks);
+    let rule = rank_rule(ctx);
+    ctx.begin()?;
+    let mut parts: Vec<(usize, DigestPart)> = Vec::new();
+    for r in 0..tp {
+        let Some(group) = ctx.w.layers[l][r].group else { continue };
+        let rb = ctx.buf.ranks[r].clone();
+        let route = rb.route.sub(0, k);
+        let down = |first_slot: usize, n: usize, out| Op::ExpertDown {
+            group,
+            route,
+            first_slot,
+            slots: n,
+            act: rb.ea.sub(first_slot * pitch, (n - 1) * pitch + pitch),
+            act_pitch: pitch,
+            out,
+            out_pitch: stride,
+        };
+        let holds_shared = held(ctx, l, r, None);
+        // gate, up, SwiGLU.
+        match host_ids {
+            Some(ids) => {
+                for (s, e) in ids.iter().map(|e| Some(*e)).chain([None]).enumerate() {
+                    if held(ctx, l, r, e) {
+                        let act = rb.ea.sub(s * pitch, pitch);
+                        let op = Op::ExpertGateUp {
+                            group,
+                            route,
+                            first_slot: s,
+                            slots: 1,
+                            x: rb.xin,
+                            limit,
+                            act,
+                            act_pitch: pitch,
+                        };
+                        ctx.b.launch(r, op)?;
+                    }
+                }
+            }
+            None => {
+                let op = Op::ExpertGateUp {
+                    group,
+                    route,
+                    first_slot: 0,
+                    slots,
+                    x: rb.xin,
+                    limit,
+                    act: rb.ea,
+                    act_pitch: pitch,
+                };
+                ctx.b.launch(r, op)?;
+            }
+        }
+        // down partials: locally, or (MOE_DIRECT, TP-sharded slots) straight into the root's
+        // canonical place, one peer store per slot.
+        let routed_len = if routed_sharded { g_r / tp * hidden } else { g_r * hidden };
+        let shared_len = if shared_sharded { g_s / tp * hidden } else { g_s * hidden };
+        let local_all = host_ids.is_none() && !routed_direct && !shared_direct;
+        if local_all {
+            ctx.b.launch(r, down(0, slots, rb.epart))?;
+        } else {
+            match host_ids {
+                Some(ids) => {
+                    for (s, e) in ids.iter().enumerate() {
+                        if held(ctx, l, r, Some(*e)) {
+                            ctx.b.launch(r, down(s, 1, rb.epart.sub(s * stride, stride)))?;
+                        }
+                    }
+                }
+                None if routed_direct => {
+                    for s in 0..k {
+                        let at = root.epart_all.sub(s * stride + r * routed_len, routed_len);
+                        store_to_root(ctx, r, down(s, 1, at), at, fence, "moe_direct.peer_stores")?;
+                    }
+                }
+                None => ctx.b.launch(r, down(0, k, rb.epart.sub(0, k * stride)))?,
+            }
+            if holds_shared {
+                if shared_direct {
+                    let at = root.epart_all.sub(k * stride + r * shared_len, shared_len);
+                    store_to_root(ctx, r, down(k, 1, at), at, fence, "moe_direct.peer_stores")?;
+                } else {
+                    ctx.b.launch(r, down(k, 1, rb.epart.sub(k * stride, stride)))?;
+                }
+            }
+        }
+        // This rank's parts of the experts seam (global index: slot stride, then the rank's
+        // first K-block; a whole expert from 0).
+        if routed_sharded {
+            let (src_rank, src) = if routed_direct {
+                (0, root.epart_all.sub(r * routed_len, routed_len))
+            } else {
+                (r, rb.epart.sub(0, routed_len))
+            };
+            let base = (r * routed_len) as u64;
+            parts.push((
+                src_rank,
+                DigestPart { src, blocks: k, pitch: stride, base, base_pitch: stride as u64, owned: None },
+            ));
+        } else if let Some(ids) = host_ids {
+            for (s, e) in ids.iter().enumerate() {
+                if held(ctx, l, r, Some(*e)) {
+                    parts.push((r, DigestPart::plain(rb.epart.sub(s * stride, routed_len), (s * stride) as u64)));
+                }
+            }
+        } else {
+            let owned = OwnedSlots { route, first_slot: 0, owner: SlotOwner { rule, want: r as u32 } };
+            let src = rb.epart.sub(0, routed_len);
+            parts.push((
+                r,
+                DigestPart { src, blocks: k, pitch: stride, base: 0, base_pitch: stride as u64, owned: Some(owned) },
+            ));
+        }
+        if holds_shared {
+            let first = if shared_sharded { r * shared_len } else { 0 };
+            let base = (k * stride + first) as u64;
+            let part = if shared_direct {
+                (0, DigestPart::plain(root.epart_all.sub(k * stride + first, shared_len), base))
+            } else {
+                (r, DigestPart::plain(rb.epart.sub(k * stride, shared_len), base))
+            };
+            parts.push(part);
+        }
+    }
+    if ctx.p.experts == ExpertMode::ExpertParallel && doors.step_ep {
+        ctx.count("step_ep.owner_slots");
+    }
+    if ctx.p.experts == ExpertMode::Interleaved2 {
+        ctx.count("nvfp4_ep2.owner_sweeps");
+    }
+    ctx.seam_parts(l, Seam::Experts, &parts)
+}
+
+/// moe_join: partials to the root (TP) or folded slots from their owners (EP), canonical folds,
+/// weighted combine in slot order.
+fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
+    let c = ctx.model.config.clone();
+    let (hidden, k) = (c.hidden, c.top_k);
+    let tp = ctx.p.tp;
+    let slots = k + 1;
+    let stride = ctx.buf.gmax * hidden;
+    let root = ctx.buf.root.clone();
+    let doors = ctx.cfg.doors;
+    let direct = doors.moe_direct;
+    let fence = if doors.fence_memops { JoinFence::Doorbells } else { JoinFence::Events };
+    let routed_sharded = ctx.p.experts == ExpertMode::TensorParallel;
+    let shared_sharded = ctx.p.shared_sharded;
+    let (g_r, g_s) = (ctx.p.down_kblocks, ctx.p.shared_kblocks);
+    let nvfp4 = ctx.cfg.nvfp4_experts();
+    let root_route = root.route.sub(0, k);
+    ctx.begin()?;
+    let sharded: Vec<bool> = (0..slots).map(|s| if s < k { routed_sharded } else { shared_sharded }).collect();
+    // TP-sharded partials reach the root (already there under MOE_DIRECT).
+    if doors.bulk_p2p && !direct {
+        bulk_move_partials(ctx, &sharded)?;
+    } else if !direct {
+        for (s, _) in sharded.iter().enumerate().filter(|(_, sh)| **sh) {
+            let gl = if s < k { g_r } else { g_s } / tp;
+            // Rank 0's partials are the root's buffer already (`buffers.rs`).
+            for r in 1..tp {
+                let src = ctx.buf.ranks[r].epart.sub(s * stride, gl * hidden);
+                let dst = root.epart_all.sub(s * stride + r * gl * hidden, gl * hidden);
+                ctx.b.copy(ctx.cfg.transport, r, src, 0, dst)?;
+            }
+        }
+    }
+    // Folds of the sharded slots at the root: routed (and the shared expert with it when its G
+    // is the same), then the shared expert on its own.
+    let fold_root = |first_slot: usize, n: usize, g: usize| Op::FoldSlots {
+        route: root_route,
+        first_slot,
+        slots: n,
+        parts: root.epart_all.sub(first_slot * stride, (n - 1) * stride + g * hidden),
+        parts_pitch: stride,
+        n_parts: g,
+        owner: None,
+        scales: None,
+        out: root.y.sub(first_slot * hidden, n * hidden),
+    };
+    let merged = routed_sharded && shared_sharded && g_r == g_s;
+    if merged {
+        // Every slot folded and combined in one kernel: the moe_join seam is complete.
+        let parts = root.epart_all.sub(0, k * stride + g_r * hidden);
+        let w = root.route.sub(k, k);
+        ctx.b.launch(0, Op::FoldCombine { parts, pitch: stride, n_parts: g_r, w, out: root.moe })?;
+        return ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe));
+    }
+    if routed_sharded {
+        ctx.b.launch(0, fold_root(0, k, g_r))?;
+    }
+    if shared_sharded && !merged {
+        ctx.b.launch(0, fold_root(k, 1, g_s))?;
+    }
+    if !shared_sharded {
+        // The whole shared expert on rank 0 folds straight into the root's slot.
+        let rb0 = ctx.buf.ranks[0].clone();
+        let op = Op::FoldSlots {
+            route: root_route,
+            first_slot: k,
+            slots: 1,
+            parts: rb0.epart.sub(k * stride, g_s * hidden),
+            parts_pitch: stride,
+            n_parts: g_s,
+            owner: None,
+            scales: None,
+            out: root.y.sub(k * hidden, hidden),
+        };
+        ctx.b.launch(0, op)?;
+    }
+    // Whole routed experts: each owner folds its slots (the NVFP4 down scale once, after the fold).
+    if !routed_sharded {
+        match host_ids {
+            Some(ids) => {
+                // MOE_DIRECT: the owner's fold stores each slot straight into the root's y slot.
+                for (s, e) in ids.iter().enumerate() {
+                    let o = ctx.p.expert_owner(*e, c.experts);
+                    let ob = ctx.buf.ranks[o].clone();
+                    let scales = if nvfp4 { ctx.w.layers[l][o].group } else { None };
+                    let op = Op::FoldSlots {
+                        route: ob.route.sub(0, k),
+                        first_slot: s,
+                        slots: 1,
+                        parts: ob.epart.sub(s * stride, g_r * hidden),
+                        parts_pitch: stride,
+                        n_parts: g_r,
+                        owner: None,
+                        scales,
+                        out: ob.ey.sub(s * hidden, hidden),
+                    };
+                    let y_s = root.y.sub(s * hidden, hidden);
+                    store_to_root(ctx, o, op, y_s, fence, "moe_direct.peer_stores")?;
+                }
+            }
+            None => {
+                let rule = rank_rule(ctx);
+                for r in 0..tp {
+                    let Some(group) = ctx.w.layers[l][r].group else { continue };
+                    let rb = ctx.buf.ranks[r].clone();
+                    let op = Op::FoldSlots {
+                        route: rb.route.sub(0, k),
+                        first_slot: 0,
+                        slots: k,
+                        parts: rb.epart.sub(0, (k - 1) * stride + g_r * hidden),
+                        parts_pitch: stride,
+                        n_parts: g_r,
+                        owner: Some(SlotOwner { rule, want: r as u32 }),
+                        scales: nvfp4.then_some(group),
+                        out: rb.ey.sub(0, k * hidden),
+                    };
+                    ctx.b.launch(r, op)?;
+                }
+                // NVFP4_EP2 keeps routed slot outputs on their owners (they sum them there);
+                // otherwise each rank's folded slots go to the root, which selects every slot
+                // from its owner.
+                if ctx.p.experts != ExpertMode::Interleaved2 {
+                    let region = slots * hidden;
+                    for r in 1..tp {
+                        let src = ctx.buf.ranks[r].ey.sub(0, k * hidden);
+                        ctx.b.copy(ctx.cfg.transport, r, src, 0, root.ey_all.sub(r * region, k * hidden))?;
+                    }
+                    let op = Op::SelectSlots {
+                        route: root_route,
+                        rule,
+                        ranks: tp,
+                        src: root.ey_all.sub(0, (tp - 1) * region + k * hidden),
+                        rank_pitch: region,
+                        out: root.y.sub(0, k * hidden),
+                    };
+                    ctx.b.launch(0, op)?;
+                }
+            }
+        }
+    }
+    let routed = root.moe.sub(0, hidden);
+    let shared = root.moe.sub(hidden, hidden);
+    let weights = root.route.sub(k, k);
+    if ctx.p.experts == ExpertMode::Interleaved2 {
+        // NVFP4_EP2: each of the 2 owners (rank o % TP) sums its own slots in slot order from
+        // +0.0; the root adds owner 0's sum and owner 1's sum.
+        let parity = OwnerRule { experts: c.experts as u32, div: 1, modulo: 2 };
+        for owner in 0..2 {
+            let r = owner % tp;
+            let rb = ctx.buf.ranks[r].clone();
+            let acc = rb.esum.sub(owner * hidden, hidden);
+            ctx.b.copy(ctx.cfg.transport, 0, weights, r, rb.rw.sub(0, k))?;
+            let op = Op::CombineOwned {
+                route: rb.route.sub(0, k),
+                owner: SlotOwner { rule: parity, want: owner as u32 },
+                y: rb.ey.sub(0, k * hidden),
+                w: rb.rw.sub(0, k),
+                out: acc,
+            };
+            ctx.b.launch(r, op)?;
+            ctx.b.copy(ctx.cfg.transport, r, acc, 0, root.rank_sums.sub(owner * hidden, hidden))?;
+        }
+        ctx.b.launch(
+            0,
+            Op::Add { a: root.rank_sums.sub(0, hidden), b: root.rank_sums.sub(hidden, hidden), out: routed },
+        )?;
+        ctx.b.copy(ctx.cfg.transport, 0, root.y.sub(k * hidden, hidden), 0, shared)?;
+    } else {
+        ctx.b.launch(0, Op::CombineShared { y: root.y, w: weights, out: root.moe })?;
+    }
+    ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe))
+}
+
+/// residual: h + (routed + shared), in exactly that operand order.
+fn residual(ctx: &mut Ctx, l: usize) -> Result<()> {
+    let hidden = ctx.model.config.hidden;
+    let root = ctx.buf.root.clone();
+    let (routed, shared) = (root.moe.sub(0, hidden), root.moe.sub(hidden, hidden));
+    ctx.begin()?;
+    ctx.b.launch(0, Op::ResidualAdd { h: root.h, a: routed, b: shared, sum: root.moe_sum, out: root.x })?;
+    ctx.seam(l, Seam::Residual, &Ctx::root_part(root.x))
+}
+
+/// BULK_P2P: each rank's partials of every TP-sharded slot move to the root in one packed copy
+/// per run of consecutive sharded slots of equal G (slot s's shard sits at `s·slot_stride` on
+/// its rank and at `s·slot_stride + r·G/TP·hidden` at the root: equal pitches, one 2D copy). A
+/// run of one slot is a plain copy (nothing to pack; the backend would not count it anyway).
+fn bulk_move_partials(ctx: &mut Ctx, sharded: &[bool]) -> Result<()> {
+    let hidden = ctx.model.config.hidden;
+    let k = ctx.model.config.top_k;
+    let (tp, stride) = (ctx.p.tp, ctx.buf.gmax * hidden);
+    let root_parts = ctx.buf.root.epart_all;
+    let g_of = |s: usize| if s < k { ctx.p.down_kblocks } else { ctx.p.shared_kblocks };
+    let mut runs: Vec<(usize, usize, usize)> = Vec::new(); // (first slot, slots, G)
+    for (s, sh) in sharded.iter().enumerate() {
+        if !*sh {
+            continue;
+        }
+        match runs.last_mut() {
+            Some((first, n, g)) if *first + *n == s && *g == g_of(s) => *n += 1,
+            _ => runs.push((s, 1, g_of(s))),
+        }
+    }
+    for (first, n, g) in runs {
+        let len = g / tp * hidden;
+        // Rank 0's partials are the root's buffer already (`buffers.rs`).
+        for r in 1..tp {
+            let src = ctx.buf.ranks[r].epart.sub(first * stride, len);
+            let dst = root_parts.sub(first * stride + r * len, len);
+            if n == 1 {
+                ctx.b.copy(ctx.cfg.transport, r, src, 0, dst)?;
+            } else {
+                let p = Packed { src, src_pitch: stride, dst, dst_pitch: stride, blocks: n };
+                ctx.b.copy_packed(ctx.cfg.transport, r, 0, p)?;
+            }
+        }
+    }
+    Ok(())
+}

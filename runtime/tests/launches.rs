@@ -1,0 +1,161 @@
+//! The shape of a decode step as the backend sees it (issue 12): the routed experts are one
+//! gate/up/SwiGLU launch and one down launch per rank for all slots, the seams of a layer are one
+//! digest launch per rank, and nothing inside a step reads device memory on the host (the route
+//! stays on the device) — except where MOE_DIRECT stores expert-parallel slots from their owners,
+//! which must read it (the negative control: the counter below does see a read there).
+
+use memra_runtime::backend::host::HostBackend;
+use memra_runtime::backend::{
+    Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, ProbeResult, Slice, WeightId,
+};
+use memra_runtime::model::matrix::MatrixShard;
+use memra_runtime::model::{gen::generate, Model, ModelConfig};
+use memra_runtime::{program, Battery, DoorSet, RunConfig, Transport};
+use std::collections::BTreeMap;
+
+/// A host backend that counts what the program issues between `collect`s.
+struct Counting {
+    inner: HostBackend,
+    /// Launches by op name, copies, digest batches, over the whole run.
+    launches: BTreeMap<&'static str, u64>,
+    copies: u64,
+    digest_batches: u64,
+    /// Host reads issued while a step was in flight (after its first launch, before its collect).
+    reads_in_step: u64,
+    in_step: bool,
+}
+
+impl Counting {
+    fn new(tp: usize) -> Counting {
+        Counting {
+            inner: HostBackend::new(tp).unwrap(),
+            launches: BTreeMap::new(),
+            copies: 0,
+            digest_batches: 0,
+            reads_in_step: 0,
+            in_step: false,
+        }
+    }
+}
+
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::ExpertGateUp { .. } => "expert_gate_up",
+        Op::ExpertDown { .. } => "expert_down",
+        Op::GemvRows { .. } => "gemv_rows",
+        Op::GemvRowsBatch { .. } => "gemv_rows_batch",
+        Op::SetU32 { .. } => "set_u32",
+        _ => "other",
+    }
+}
+
+impl Backend for Counting {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn ranks(&self) -> usize {
+        self.inner.ranks()
+    }
+    fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> memra_runtime::Result<WeightId> {
+        self.inner.upload_weight(rank, shard)
+    }
+    fn alloc(&mut self, rank: usize, len: usize) -> memra_runtime::Result<BufId> {
+        self.inner.alloc(rank, len)
+    }
+    fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> memra_runtime::Result<()> {
+        self.inner.write(rank, dst, data)
+    }
+    fn read(&mut self, rank: usize, src: Slice) -> memra_runtime::Result<Vec<f32>> {
+        self.reads_in_step += u64::from(self.in_step);
+        self.inner.read(rank, src)
+    }
+    fn launch(&mut self, rank: usize, op: Op) -> memra_runtime::Result<()> {
+        self.in_step = true;
+        *self.launches.entry(op_name(&op)).or_insert(0) += 1;
+        self.inner.launch(rank, op)
+    }
+    fn copy(&mut self, t: Transport, sr: usize, s: Slice, dr: usize, d: Slice) -> memra_runtime::Result<()> {
+        self.copies += 1;
+        self.inner.copy(t, sr, s, dr, d)
+    }
+    fn launch_peer_store(
+        &mut self,
+        rank: usize,
+        op: Op,
+        out_rank: usize,
+        fence: JoinFence,
+    ) -> memra_runtime::Result<()> {
+        self.in_step = true;
+        self.inner.launch_peer_store(rank, op, out_rank, fence)
+    }
+    fn digest(&mut self, rank: usize, src: Slice, base: u64) -> memra_runtime::Result<usize> {
+        self.inner.digest(rank, src, base)
+    }
+    fn digest_batch(&mut self, rank: usize, groups: &[Vec<DigestPart>]) -> memra_runtime::Result<Vec<Vec<usize>>> {
+        self.digest_batches += 1;
+        self.inner.digest_batch(rank, groups)
+    }
+    fn register_experts(
+        &mut self,
+        rank: usize,
+        experts: usize,
+        entries: &[Option<GroupEntry>],
+    ) -> memra_runtime::Result<GroupId> {
+        self.inner.register_experts(rank, experts, entries)
+    }
+    fn mark(&mut self) -> memra_runtime::Result<()> {
+        self.inner.mark()
+    }
+    fn collect(&mut self) -> memra_runtime::Result<Collected> {
+        self.in_step = false;
+        self.inner.collect()
+    }
+    fn probe(&mut self, t: Transport, sizes: &[usize]) -> memra_runtime::Result<Vec<ProbeResult>> {
+        self.inner.probe(t, sizes)
+    }
+}
+
+fn tiny() -> Model {
+    generate(&ModelConfig::preset("tiny", None).unwrap(), 7).unwrap()
+}
+
+fn run(model: &Model, tp: usize, doors: DoorSet) -> (Counting, u64) {
+    let battery = Battery { prompts: vec![vec![3, 141], vec![26]], gen_tokens: 3 };
+    let steps: u64 = (0..battery.prompts.len()).map(|p| battery.steps_of(p) as u64).sum();
+    let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery).unwrap();
+    cfg.doors = doors;
+    let mut b = Counting::new(tp);
+    program::run(model, &cfg, &mut b).unwrap_or_else(|e| panic!("TP{tp} {doors:?}: {e}"));
+    (b, steps)
+}
+
+#[test]
+fn experts_are_one_launch_per_projection_kind_and_the_route_stays_on_the_device() {
+    let model = tiny();
+    let layers = model.layers.len() as u64;
+    for (tp, doors) in [
+        (1, DoorSet::default()),
+        (2, DoorSet::default()),
+        (4, DoorSet { step_ep: true, ..DoorSet::default() }),
+        (8, DoorSet { step_ep: true, ..DoorSet::default() }),
+    ] {
+        let (b, steps) = run(&model, tp, doors);
+        let what = format!("TP{tp} {doors:?}");
+        let per_rank_layer = steps * layers * tp as u64;
+        assert_eq!(b.launches["expert_gate_up"], per_rank_layer, "{what}: gate/up launches");
+        assert_eq!(b.launches["expert_down"], per_rank_layer, "{what}: down launches");
+        assert_eq!(b.launches["gemv_rows_batch"], per_rank_layer, "{what}: one qkv launch per rank and layer");
+        // The router GEMV and the lm_head are the only single-matrix row GEMVs left.
+        assert_eq!(b.launches["gemv_rows"], steps * (layers + 1), "{what}: router + lm_head");
+        // One digest batch per rank and layer, plus the root's for the head.
+        assert_eq!(b.digest_batches, steps * (layers * tp as u64 + 1), "{what}: digest launches");
+        assert_eq!(b.reads_in_step, 0, "{what}: a host read inside a step (the route must stay on the device)");
+        if tp == 1 {
+            assert_eq!(b.copies, 0, "TP1 copies nothing: the root's partials are written in place");
+        }
+    }
+    // Negative control: MOE_DIRECT on expert-parallel owners reads the route on the host, and the
+    // counter sees it (one read per layer and step).
+    let (b, steps) = run(&model, 2, DoorSet { step_ep: true, moe_direct: true, ..DoorSet::default() });
+    assert_eq!(b.reads_in_step, steps * layers, "MOE_DIRECT on expert-parallel owners reads the route once per layer");
+}
