@@ -86,8 +86,29 @@ impl Output {
     }
 }
 
+/// Held (shared) by every child this binary starts, and exclusively by a test that measures
+/// timing: the test threads otherwise run children side by side on the machine's cores, and a
+/// latency measurement must see the machine as a user running one job would.
+static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// The machine to oneself while the guard lives: no other test of this binary starts a child
+/// meanwhile (children must then be started with [`run_alone`]).
+pub fn machine_alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MACHINE.write().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Runs `memra-gates ARGS…` (clean environment plus `extra_env`) to completion.
 pub fn run_env(args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+    let _shared = MACHINE.read().unwrap_or_else(|p| p.into_inner());
+    run_unlocked(args, extra_env)
+}
+
+/// [`run`] inside [`machine_alone`] (which already holds the machine).
+pub fn run_alone(args: &[&str]) -> Output {
+    run_unlocked(args, &[])
+}
+
+fn run_unlocked(args: &[&str], extra_env: &[(&str, &str)]) -> Output {
     let mut cmd = command(args, extra_env);
     cmd.stdin(Stdio::null());
     let line = std::iter::once("memra-gates".to_string())

@@ -195,12 +195,12 @@ fn the_harness_keeps_libtest_arguments() -> Ran {
     }
     assert!(names.contains(&ONE_DEVICE_TEST) && names.contains(&TWO_DEVICE_TEST), "{list}");
     // A substring filter runs every match and counts the rest as filtered out.
-    let o = child(&["digest_matches_twin"], &[]);
+    let o = child(&["cuda_kernels::digest_matches_twin"], &[]);
     let out = stdout(&o);
     let filtered = names.len() - 1;
     assert!(out.contains(&format!("0 passed; 0 failed; 1 ignored; 0 measured; {filtered} filtered out")), "{out}");
     // `--ignored` runs only tests marked ignored before they start; here none is.
-    let o = child(&["--ignored", "digest_matches_twin"], &[]);
+    let o = child(&["--ignored", "cuda_kernels::digest_matches_twin"], &[]);
     assert!(stdout(&o).contains("0 passed; 0 failed; 0 ignored;"), "{}", stdout(&o));
     Ok(())
 }

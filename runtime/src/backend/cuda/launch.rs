@@ -61,8 +61,11 @@ pub(crate) struct GemvBatch {
 unsafe impl cudarc::driver::DeviceRepr for GemvBatch {}
 
 /// Dynamic shared memory of the norm kernels: one staged row of `n` f32 (one block per row).
+/// The kernels' static shared memory (the warp sums) comes out of the same 48 KiB a block gets
+/// without an opt-in attribute, so 1 KiB of it is kept for them (a 12288-wide row, exactly
+/// 48 KiB, failed to launch with CUDA_ERROR_INVALID_VALUE on the H200).
 fn norm_smem(n: usize) -> Result<usize> {
-    const MAX: usize = 48 << 10; // the default per-block limit without an opt-in attribute
+    const MAX: usize = (48 << 10) - 1024;
     if n * 4 > MAX {
         return Err(RuntimeError::Config(format!(
             "rmsnorm: a row of {n} values needs {} bytes of shared memory, more than the {MAX} a block gets",
