@@ -132,36 +132,74 @@ fn n_blocks(n: usize) -> usize {
 /// # Panics
 /// If `w.len() != out_features * in_features`.
 pub fn e4m3_block_quantize(w: &[f32], out_features: usize, in_features: usize) -> (Vec<u8>, Vec<f32>) {
+    let mut codes = vec![0u8; w.len()];
+    let mut scales = vec![0.0f32; n_blocks(out_features) * n_blocks(in_features)];
+    e4m3_block_quantize_into(w, out_features, in_features, &mut codes, &mut scales);
+    (codes, scales)
+}
+
+/// [`e4m3_block_quantize`] into caller-provided storage: `codes` of `out_features · in_features`
+/// bytes and `scales` of `ceil(out/128) · ceil(in/128)` values, both overwritten.
+///
+/// A band of 128 rows is quantized independently of every other band (its scale blocks are its
+/// own), so a large matrix can be produced band by band, on several threads, with the same bytes.
+/// The block maximum is taken on the bit patterns: for non-negative finite floats the integer
+/// order of the patterns is the numeric order, which lets the loop vectorise; the value is the
+/// same as `f32::max` over the finite `|x|`.
+///
+/// # Panics
+/// If a length does not match.
+pub fn e4m3_block_quantize_into(
+    w: &[f32],
+    out_features: usize,
+    in_features: usize,
+    codes: &mut [u8],
+    scales: &mut [f32],
+) {
     assert_eq!(
         w.len(),
         out_features * in_features,
         "e4m3 block matrix: {} values is not out_features {out_features} × in_features {in_features}",
         w.len()
     );
-    let (row_blocks, col_blocks) = (n_blocks(out_features), n_blocks(in_features));
-    let mut scales = vec![0.0f32; row_blocks * col_blocks];
-    for br in 0..row_blocks {
-        for bc in 0..col_blocks {
-            let mut amax = 0.0f32;
-            for r in br * E4M3_BLOCK..((br + 1) * E4M3_BLOCK).min(out_features) {
-                let row = &w[r * in_features..(r + 1) * in_features];
-                for &x in &row[bc * E4M3_BLOCK..((bc + 1) * E4M3_BLOCK).min(in_features)] {
-                    if x.is_finite() {
-                        amax = amax.max(x.abs());
-                    }
-                }
+    let col_blocks = n_blocks(in_features);
+    assert_eq!(codes.len(), w.len(), "e4m3 block matrix: {} code bytes for {} values", codes.len(), w.len());
+    assert_eq!(
+        scales.len(),
+        n_blocks(out_features) * col_blocks,
+        "e4m3 block matrix: {} scales is not ceil({out_features}/128) × ceil({in_features}/128)",
+        scales.len()
+    );
+    if in_features == 0 {
+        scales.fill(1.0);
+        return;
+    }
+    const INF_BITS: u32 = 0x7F80_0000;
+    let mut amax_bits = vec![0u32; col_blocks];
+    for (band, scale_row) in w.chunks(E4M3_BLOCK * in_features).zip(scales.chunks_exact_mut(col_blocks)) {
+        amax_bits.fill(0);
+        for row in band.chunks_exact(in_features) {
+            for (a, block) in amax_bits.iter_mut().zip(row.chunks(E4M3_BLOCK)) {
+                // |x| as bits; non-finite values (≥ the infinity pattern) count as 0.
+                *a = block.iter().fold(*a, |m, x| {
+                    let abs = x.to_bits() & 0x7FFF_FFFF;
+                    m.max(if abs < INF_BITS { abs } else { 0 })
+                });
             }
-            scales[br * col_blocks + bc] = if amax == 0.0 { 1.0 } else { (amax / E4M3_MAX).max(f32::from_bits(1)) };
+        }
+        for (s, a) in scale_row.iter_mut().zip(&amax_bits) {
+            let amax = f32::from_bits(*a);
+            *s = if amax == 0.0 { 1.0 } else { (amax / E4M3_MAX).max(f32::from_bits(1)) };
         }
     }
-    let mut codes = Vec::with_capacity(w.len());
-    for r in 0..out_features {
-        for c in 0..in_features {
-            let scale = scales[(r / E4M3_BLOCK) * col_blocks + c / E4M3_BLOCK];
-            codes.push(e4m3_encode(w[r * in_features + c] / scale));
+    for (r, (code_row, row)) in codes.chunks_exact_mut(in_features).zip(w.chunks_exact(in_features)).enumerate() {
+        let scale_row = &scales[(r / E4M3_BLOCK) * col_blocks..][..col_blocks];
+        for ((cb, wb), &scale) in code_row.chunks_mut(E4M3_BLOCK).zip(row.chunks(E4M3_BLOCK)).zip(scale_row) {
+            for (c, &x) in cb.iter_mut().zip(wb) {
+                *c = e4m3_encode(x / scale);
+            }
         }
     }
-    (codes, scales)
 }
 
 /// Dequantize a block-scaled E4M3 matrix: value = `e4m3_decode(code) × scale` of its 128×128 block
