@@ -9,6 +9,7 @@ mod direct_joins;
 mod graph_program;
 mod launches;
 mod model;
+mod prepared;
 mod reference;
 mod tp_invariance;
 mod tp_properties;

@@ -10,6 +10,7 @@
 //! No deadlock is possible: every receive waits for a send that was queued earlier in the single
 //! issue order of the driver thread, and a send never waits.
 
+use super::host_rows;
 use super::{
     Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, ProbeResult, RowOrder, Slice, WeightId,
 };
@@ -17,7 +18,7 @@ use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::model::matrix::MatrixShard;
 use crate::Result;
-use memra_kernels::twins::{attention, digest, experts, gemv, moe, norm, w8};
+use memra_kernels::twins::{attention, digest, experts, gemv, moe, norm};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -199,7 +200,7 @@ impl Drop for HostBackend {
 }
 
 /// `MemAvailable` of /proc/meminfo (all of the address space where it cannot be read).
-fn available_memory_bytes() -> usize {
+pub(crate) fn available_memory_bytes() -> usize {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
@@ -302,25 +303,37 @@ fn execute_experts(a: &mut Arena, op: Op) {
         Op::ExpertGateUp { group, route, first_slot, slots, x, limit, act, act_pitch } => {
             let ids = read_slice(a, route).to_vec();
             let xv = read_slice(a, x).to_vec();
-            for j in 0..slots {
-                let Some(e) = slot_group_entry(a, group, &ids, first_slot + j) else { continue };
-                let (g, u) = (a.weights[e.gate as usize].view(), a.weights[e.up as usize].view());
+            let arena = &*a;
+            let outs = host_rows::per_slot(slots, |j| {
+                let e = slot_group_entry(arena, group, &ids, first_slot + j)?;
+                let (g, u) = (&arena.weights[e.gate as usize], &arena.weights[e.up as usize]);
                 let mut o = vec![0.0f32; g.out_features];
                 let scales = e.nvfp4_scales.map(|[sg, su, _]| (sg, su));
-                experts::gate_up_act(&g, &u, &xv, scales, limit, &mut o);
-                write_slice(a, Slice::new(act.buf, act.offset + j * act_pitch, o.len()), &o);
+                host_rows::gate_up_act(g, u, &xv, scales, limit, &mut o);
+                Some(o)
+            });
+            for (j, o) in outs.into_iter().enumerate() {
+                if let Some(o) = o {
+                    write_slice(a, Slice::new(act.buf, act.offset + j * act_pitch, o.len()), &o);
+                }
             }
         }
         Op::ExpertDown { group, route, first_slot, slots, act, act_pitch, out, out_pitch } => {
             let ids = read_slice(a, route).to_vec();
-            for j in 0..slots {
-                let Some(e) = slot_group_entry(a, group, &ids, first_slot + j) else { continue };
-                let d = a.weights[e.down as usize].view();
-                let xv = read_slice(a, Slice::new(act.buf, act.offset + j * act_pitch, d.in_features)).to_vec();
+            let arena = &*a;
+            let outs = host_rows::per_slot(slots, |j| {
+                let e = slot_group_entry(arena, group, &ids, first_slot + j)?;
+                let d = &arena.weights[e.down as usize];
+                let xv = read_slice(arena, Slice::new(act.buf, act.offset + j * act_pitch, d.in_features));
                 let n = if d.in_features == 0 { 0 } else { d.in_features / d.kblock_width * d.out_features };
                 let mut o = vec![0.0f32; n];
-                gemv::gemv_partials(&d, &xv, &mut o);
-                write_slice(a, Slice::new(out.buf, out.offset + j * out_pitch, n), &o);
+                host_rows::gemv_partials(d, xv, &mut o);
+                Some(o)
+            });
+            for (j, o) in outs.into_iter().enumerate() {
+                if let Some(o) = o {
+                    write_slice(a, Slice::new(out.buf, out.offset + j * out_pitch, o.len()), &o);
+                }
             }
         }
         Op::FoldSlots { route, first_slot, slots, parts, parts_pitch, n_parts, owner, scales, out } => {
@@ -387,12 +400,7 @@ fn execute(a: &mut Arena, op: Op) {
         Op::GemvRows { w, x, out, order } => {
             let xv = read_slice(a, x).to_vec();
             let mut o = vec![0.0f32; out.len];
-            let shard = &a.weights[w as usize];
-            match (shard.w8_view(), order) {
-                (Some(v), _) => w8::w8_rows(&v, &xv, &mut o),
-                (None, RowOrder::Canonical) => gemv::gemv_rows(&shard.view(), &xv, &mut o),
-                (None, RowOrder::Tree) => gemv::gemv_rows_tree(&shard.view(), &xv, &mut o),
-            }
+            host_rows::gemv_rows(&a.weights[w as usize], &xv, order == RowOrder::Tree, &mut o);
             write_slice(a, out, &o);
         }
         Op::GemvRowsBatch { items, x } => {
@@ -403,11 +411,7 @@ fn execute(a: &mut Arena, op: Op) {
         Op::GemvPartials { w, x, out } => {
             let xv = read_slice(a, x).to_vec();
             let mut o = vec![0.0f32; out.len];
-            let shard = &a.weights[w as usize];
-            match shard.w8_view() {
-                Some(v) => w8::w8_partials(&v, &xv, &mut o),
-                None => gemv::gemv_partials(&shard.view(), &xv, &mut o),
-            }
+            host_rows::gemv_partials(&a.weights[w as usize], &xv, &mut o);
             write_slice(a, out, &o);
         }
         Op::Fold { parts, n_parts, reverse, out } => {
@@ -557,12 +561,57 @@ impl Backend for HostBackend {
     }
 
     fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> Result<WeightId> {
+        self.upload_weight_owned(rank, shard.clone())
+    }
+
+    fn upload_weight_owned(&mut self, rank: usize, shard: MatrixShard) -> Result<WeightId> {
         self.check_rank(rank)?;
-        let shard = shard.clone();
         self.submit(rank, Box::new(move |a: &mut Arena| a.weights.push(shard)))?;
         let w = &mut self.ranks[rank];
         w.n_weights += 1;
         Ok((w.n_weights - 1) as WeightId)
+    }
+
+    fn checkpoint(&self) -> Option<super::Checkpoint> {
+        Some(super::Checkpoint { buffers: self.ranks.iter().map(|r| r.buf_lens.len()).collect() })
+    }
+
+    /// Every rank drops its buffers from the checkpoint on and its timing marks; the digest
+    /// tickets restart at 0. Queued behind the rank's earlier work, so nothing in flight reads a
+    /// dropped buffer; the barrier makes the rewind complete before the next run issues anything.
+    fn rewind(&mut self, to: &super::Checkpoint) -> Result<()> {
+        if to.buffers.len() != self.ranks.len() {
+            return Err(RuntimeError::Config(format!(
+                "rewind to a checkpoint of {} ranks on a backend of {}",
+                to.buffers.len(),
+                self.ranks.len()
+            )));
+        }
+        for (r, &keep) in to.buffers.iter().enumerate() {
+            let held = self.ranks[r].buf_lens.len();
+            if keep > held {
+                return Err(RuntimeError::Config(format!(
+                    "rewind of rank {r} to {keep} buffers, but it holds {held}: the checkpoint is not this backend's"
+                )));
+            }
+            let freed: usize = self.ranks[r].buf_lens[keep..].iter().map(|l| l * 4).sum();
+            self.allocated_bytes = self.allocated_bytes.saturating_sub(freed);
+            self.ranks[r].buf_lens.truncate(keep);
+            self.submit(
+                r,
+                Box::new(move |a: &mut Arena| {
+                    a.bufs.truncate(keep);
+                    a.marks_ns.clear();
+                }),
+            )?;
+        }
+        self.barrier()?;
+        self.digests.lock().map_err(|_| RuntimeError::Device {
+            location: "host digest sink".into(),
+            detail: "poisoned by a panicking rank".into(),
+        })?.clear();
+        self.n_tickets = 0;
+        Ok(())
     }
 
     fn alloc(&mut self, rank: usize, len: usize) -> Result<BufId> {
