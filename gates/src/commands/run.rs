@@ -51,7 +51,7 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     };
     let RunPlan { dist, backend, matrix_name, matrix, jobs, model, battery, workers, .. } = plan;
     let model_label = format!("{} {}", model.evidence.preset, model.evidence.digest);
-    let mut subject = model.load(battery)?;
+    let (mut subject, generate_ms) = model.load_timed(battery, progress == Progress::Off)?;
     if let Some(d) = &dist {
         let fp = crate::dist::fingerprint(
             &prov,
@@ -73,6 +73,7 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         workers,
         kernel_digest: prov.kernel_digest.to_string(),
         progress,
+        generate_ms,
     };
     eprintln!(
         "memra-gates: {} configuration(s) of matrix `{matrix_name}` on {} ({} excluded), model {model_label}",

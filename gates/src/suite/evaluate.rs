@@ -3,7 +3,7 @@
 //! them), the gates every run gets, then the gates of its class, and localisation of a failure.
 //! A fault never aborts the matrix: it becomes an ERROR receipt.
 
-use super::{format_of, Suite};
+use super::{format_of, Phase, Suite};
 use crate::gate::{self, FirstDivergence, Outcome};
 use crate::job::{Job, JobClass};
 use crate::receipt::{now_ms, Evaluation};
@@ -32,13 +32,16 @@ impl Suite<'_> {
         let started = now_ms();
         let t0 = Instant::now();
         let mut ev = Evaluation::default();
+        let mut times = None;
         if let Some((v, reason)) = &job.not_run {
             ev.verdict = *v;
             ev.reason = Some(reason.clone());
         } else {
+            self.activities.begin(self.config_evidence(job).label());
             self.gate_job(job, &mut ev);
+            times = Some(self.activities.end());
         }
-        self.receipt(job, ev, started, t0.elapsed().as_secs_f64() * 1e3)
+        self.receipt(job, ev, started, t0.elapsed().as_secs_f64() * 1e3, times)
     }
 
     fn spec<'r>(&self, job: &Job, forced: Option<&'r Record>) -> RunSpec<'r> {
@@ -63,16 +66,19 @@ impl Suite<'_> {
             Err(e) => return ev.error_text(format!("the oracle run failed: {e}")),
         };
         let forced = if numeric { Some(&oracle) } else { None };
-        let first = match self.subject.run(self.spec(job, forced)) {
+        let first = match self.run_as(Phase::Run, self.spec(job, forced)) {
             Ok(r) => r,
             Err(e) => return ev.error(e),
         };
+        if numeric {
+            self.keep_class_baseline(job, &first);
+        }
         // The determinism re-run also carries full captures of prompt 0 for the error budget.
         let mut again = self.spec(job, forced);
         if numeric {
             again.capture = gate::all_keys_of_prompt(&first, 0);
         }
-        let second = match self.subject.run(again) {
+        let second = match self.run_as(Phase::Run, again) {
             Ok(r) => r,
             Err(e) => return ev.error(e),
         };
@@ -228,24 +234,40 @@ impl Suite<'_> {
         true
     }
 
-    /// Re-run the reference and the job with a full capture of the divergent seam.
+    /// Re-run the job with a full capture of the divergent seam and compare it with the
+    /// reference's capture (the reference run captures every seam of that step once, kept for
+    /// every other job that diverges there).
     fn localise(&self, job: &Job, d: &FirstDivergence) -> Option<gate::Element> {
-        let key = vec![d.key()];
-        let mut reference = RunSpec::oracle(job.backend, ExpertFormat::E4m3);
-        reference.capture = key.clone();
-        let reference = self.subject.run(reference).ok()?;
+        let key = d.key();
+        let reference = self.localise_reference(job.backend, d.prompt, d.step)?;
         let run = self
-            .subject
-            .run(RunSpec {
-                backend: job.backend,
-                tp: job.tp,
-                transport: job.transport,
-                doors: job.doors,
-                format: ExpertFormat::E4m3,
-                forced: None,
-                capture: key,
-            })
+            .run_as(
+                Phase::Run,
+                RunSpec {
+                    backend: job.backend,
+                    tp: job.tp,
+                    transport: job.transport,
+                    doors: job.doors,
+                    format: ExpertFormat::E4m3,
+                    forced: None,
+                    capture: vec![key],
+                },
+            )
             .ok()?;
-        gate::localise(reference.captures.get(&d.key())?, run.captures.get(&d.key())?)
+        gate::localise(reference.captures.get(&key)?, run.captures.get(&key)?)
+    }
+
+    /// The reference run of `backend` (TP1 host-bounce, defaults) with every seam of (prompt,
+    /// step) captured, computed once.
+    fn localise_reference(&self, backend: BackendKind, prompt: usize, step: usize) -> Option<Record> {
+        let mut refs = self.localise_refs.lock().expect("localisation lock");
+        refs.entry((backend, prompt, step))
+            .or_insert_with(|| {
+                let mut spec = RunSpec::oracle(backend, ExpertFormat::E4m3);
+                spec.capture =
+                    gate::all_keys_of_prompt(&self.oracle, prompt).into_iter().filter(|k| k.step == step).collect();
+                self.run_as(Phase::Oracle, spec).ok()
+            })
+            .clone()
     }
 }

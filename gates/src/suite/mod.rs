@@ -1,12 +1,18 @@
 //! Running jobs through the gates (docs/DESIGN.md §4.2, §5): the oracles and caches one plan
-//! shares ([`Suite`]), how one job is evaluated (`evaluate`), and how a list of jobs is
-//! scheduled over workers with resume and progress (`schedule`).
+//! shares ([`Suite`]), how one job is evaluated (`evaluate`), how a list of jobs is scheduled
+//! over workers with resume and progress (`schedule`), and where the time goes (`phases`).
+//!
+//! Nothing is computed twice per plan: every reference record (the host oracle, the CUDA TP1
+//! baseline, NVFP4 and captured oracles, class baselines, localisation references) is computed
+//! once and kept, and every run goes through the subject's pool of prepared backends.
 //!
 //! A job arrives resolved against the registry (`crate::job`), so nothing here reads doors.toml.
 
 mod evaluate;
+mod phases;
 mod schedule;
 
+pub use phases::{Phase, PhaseTimes};
 pub use schedule::{clock, Progress, SuiteRun, WriteFailure};
 
 use crate::gate;
@@ -34,6 +40,8 @@ pub struct SuiteOptions {
     pub kernel_digest: String,
     /// How progress is shown while jobs run.
     pub progress: Progress,
+    /// Milliseconds spent generating or reading the model (receipts' `phase_generate_ms`).
+    pub generate_ms: f64,
 }
 
 /// The oracles and caches shared by every job of one suite.
@@ -52,6 +60,13 @@ pub struct Suite<'a> {
     nvfp4_oracle: Mutex<Option<Result<Record, String>>>,
     /// The byte-integrity probe per (backend, TP), run once before the first native-P2P job.
     probes: Mutex<ProbeCache>,
+    /// Localisation references: (backend, prompt, step) → the reference run with every seam of
+    /// that step captured.
+    localise_refs: Mutex<HashMap<(BackendKind, usize, usize), Option<Record>>>,
+    /// Milliseconds the host oracle took (receipts' `phase_plan_oracle_ms`).
+    oracle_ms: f64,
+    /// What each worker is doing, and the phase times of its job.
+    activities: phases::Activities,
 }
 
 /// Probe results per (backend, TP size).
@@ -79,8 +94,24 @@ fn format_of(job: &Job) -> ExpertFormat {
 impl<'a> Suite<'a> {
     /// Build the suite: computes the host oracle once.
     pub fn new(subject: &'a Subject, opts: SuiteOptions) -> Result<Suite<'a>, RuntimeError> {
-        let oracle = subject.run(RunSpec::oracle(BackendKind::Host, ExpertFormat::E4m3))?;
+        if opts.progress != Progress::Off {
+            eprintln!("memra-gates: oracle: host TP1 host-bounce, every door at default …");
+        }
+        let t = std::time::Instant::now();
+        let (oracle, times) = subject.run_timed(RunSpec::oracle(BackendKind::Host, ExpertFormat::E4m3), &|_| {})?;
+        let oracle_ms = t.elapsed().as_secs_f64() * 1e3;
+        if opts.progress != Progress::Off {
+            eprintln!(
+                "memra-gates: oracle ready in {} (upload {}, run {})",
+                clock(oracle_ms / 1e3),
+                clock(times.upload_ms / 1e3),
+                clock(times.run_ms / 1e3)
+            );
+        }
         Ok(Suite {
+            localise_refs: Mutex::new(HashMap::new()),
+            oracle_ms,
+            activities: phases::Activities::default(),
             subject,
             opts,
             oracle,
@@ -99,7 +130,7 @@ impl<'a> Suite<'a> {
     fn cuda_baseline(&self) -> Result<Record, String> {
         let mut slot = self.cuda_baseline.lock().expect("cuda baseline lock");
         slot.get_or_insert_with(|| {
-            self.subject.run(RunSpec::oracle(BackendKind::Cuda, ExpertFormat::E4m3)).map_err(|e| e.to_string())
+            self.run_as(Phase::Oracle, RunSpec::oracle(BackendKind::Cuda, ExpertFormat::E4m3)).map_err(|e| e.to_string())
         })
         .clone()
     }
@@ -112,7 +143,8 @@ impl<'a> Suite<'a> {
             ExpertFormat::Nvfp4 => {
                 let mut slot = self.nvfp4_oracle.lock().expect("nvfp4 oracle lock");
                 slot.get_or_insert_with(|| {
-                    self.subject.run(RunSpec::oracle(BackendKind::Host, ExpertFormat::Nvfp4)).map_err(|e| e.to_string())
+                    self.run_as(Phase::Oracle, RunSpec::oracle(BackendKind::Host, ExpertFormat::Nvfp4))
+                        .map_err(|e| e.to_string())
                 })
                 .clone()
             }
@@ -124,20 +156,45 @@ impl<'a> Suite<'a> {
         if let Some(r) = self.class_baselines.lock().expect("baseline lock").get(&key) {
             return r.clone();
         }
-        let r = self
-            .subject
-            .run(RunSpec {
-                backend: job.backend,
-                tp: job.baseline_tp,
-                transport: job.baseline_transport,
-                doors: job.doors,
-                format: format_of(job),
-                forced: Some(oracle),
-                capture: vec![],
-            })
-            .map_err(|e| e.to_string());
+        let r = self.run_as(Phase::Oracle, Self::class_baseline_spec(job, oracle)).map_err(|e| e.to_string());
         self.class_baselines.lock().expect("baseline lock").insert(key, r.clone());
         r
+    }
+
+    /// The run that is the class baseline of `job`'s door set (teacher-forced by `oracle`).
+    fn class_baseline_spec<'r>(job: &Job, oracle: &'r Record) -> RunSpec<'r> {
+        RunSpec {
+            backend: job.backend,
+            tp: job.baseline_tp,
+            transport: job.baseline_transport,
+            doors: job.doors,
+            format: format_of(job),
+            forced: Some(oracle),
+            capture: vec![],
+        }
+    }
+
+    /// A class baseline job's own first run IS the class baseline (the same configuration, forced
+    /// by the same oracle): kept, so the other jobs of its class do not run it again. (The
+    /// baseline job gets no class-identity gate, so nothing compares the record with itself.)
+    fn keep_class_baseline(&self, job: &Job, first: &Record) {
+        if job.is_class_baseline() {
+            self.class_baselines.lock().expect("baseline lock").entry((job.doors, job.backend)).or_insert_with(|| Ok(first.clone()));
+        }
+    }
+
+    /// Run `spec` on the subject with this thread's job in `phase` (upload while the pool places
+    /// weights).
+    fn run_as(&self, phase: Phase, spec: RunSpec) -> Result<Record, RuntimeError> {
+        let before = self.activities.enter(phase);
+        let acts = &self.activities;
+        let r = self.subject.run_timed(spec, &|uploading| {
+            acts.enter(if uploading { Phase::Upload } else { phase });
+        });
+        if let Some(p) = before {
+            self.activities.enter(p);
+        }
+        r.map(|(record, _)| record)
     }
 
     fn oracle_captured(&self, format: ExpertFormat) -> Result<Record, RuntimeError> {
@@ -147,7 +204,7 @@ impl<'a> Suite<'a> {
         }
         let mut spec = RunSpec::oracle(BackendKind::Host, format);
         spec.capture = gate::all_keys_of_prompt(&self.oracle, 0);
-        let r = self.subject.run(spec)?;
+        let r = self.run_as(Phase::Oracle, spec)?;
         slot.insert(format, r.clone());
         Ok(r)
     }
@@ -161,6 +218,15 @@ impl<'a> Suite<'a> {
     }
 
     fn probe(&self, backend: BackendKind, tp: usize) -> Result<Vec<ProbeResult>, String> {
+        let before = self.activities.enter(Phase::Probe);
+        let r = self.probe_once(backend, tp);
+        if let Some(p) = before {
+            self.activities.enter(p);
+        }
+        r
+    }
+
+    fn probe_once(&self, backend: BackendKind, tp: usize) -> Result<Vec<ProbeResult>, String> {
         let mut probes = self.probes.lock().expect("probe lock");
         probes
             .entry((backend, tp))
@@ -176,7 +242,14 @@ impl<'a> Suite<'a> {
         receipt::config_evidence(job, &self.subject.model_evidence, &self.subject.battery)
     }
 
-    fn receipt(&self, job: &Job, ev: Evaluation, started_at_unix_ms: u64, wall_ms: f64) -> Receipt {
+    fn receipt(
+        &self,
+        job: &Job,
+        ev: Evaluation,
+        started_at_unix_ms: u64,
+        wall_ms: f64,
+        times: Option<PhaseTimes>,
+    ) -> Receipt {
         let s = self.subject;
         let mut r = receipt::build_receipt(
             &self.opts.kernel_digest,
@@ -187,6 +260,15 @@ impl<'a> Suite<'a> {
             started_at_unix_ms,
             wall_ms,
         );
+        // Where the time went: the plan's one-off work, and this job's phases (jobs that ran).
+        let extra = &mut r.measurements.extra;
+        extra.insert(Phase::Generate.key(), self.opts.generate_ms);
+        extra.insert("phase_plan_oracle_ms".into(), self.oracle_ms);
+        if let Some(t) = times {
+            for p in Phase::JOB {
+                extra.insert(p.key(), t.get(p));
+            }
+        }
         // A launch over several processes says so in the volatile part (the evidence stays the
         // single-process run's): `processes` on every receipt, `ranks_per_process` on the runs
         // that spanned them.

@@ -126,12 +126,19 @@ impl Pool {
 
     /// Run the battery of `cfg` on a `kind` backend opened with `open`, on weights prepared once
     /// per (backend, options, layout).
-    pub fn run(
+    pub fn run(&self, model: &Model, cfg: &RunConfig, kind: BackendKind, open: &OpenOptions) -> Result<(Record, RunTimes)> {
+        self.run_observed(model, cfg, kind, open, &|_| {})
+    }
+
+    /// [`Pool::run`], calling `uploading(true)` before a backend is opened and prepared and
+    /// `uploading(false)` when it is ready (so progress can say which of the two it waits for).
+    pub fn run_observed(
         &self,
         model: &Model,
         cfg: &RunConfig,
         kind: BackendKind,
         open: &OpenOptions,
+        uploading: &dyn Fn(bool),
     ) -> Result<(Record, RunTimes)> {
         let key = PoolKey { backend: kind, open: *open, layout: Layout::of(cfg) };
         let mut times = RunTimes::default();
@@ -142,9 +149,11 @@ impl Pool {
             }
             None => {
                 let t = Instant::now();
-                let e = self.open_prepared(model, &key)?;
+                uploading(true);
+                let e = self.open_prepared(model, &key);
+                uploading(false);
                 times.upload_ms = t.elapsed().as_secs_f64() * 1e3;
-                e
+                e?
             }
         };
         let t = Instant::now();
