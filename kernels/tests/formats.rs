@@ -6,7 +6,7 @@ use float8::F8E4M3;
 use half::bf16;
 use memra_kernels::formats::{
     bf16_from_f32, bf16_to_f32, e2m1_decode, e2m1_encode, e4m3_block_dequant, e4m3_block_quantize, e4m3_block_quantize_into,
-    e4m3_decode, e4m3_encode, ue4m3_decode, ue4m3_encode, Nvfp4Matrix, E4M3_BLOCK, E4M3_MAX, E4M3_NAN, NVFP4_GROUP,
+    e4m3_decode, e4m3_encode, e4m3_encode_branchless, ue4m3_decode, ue4m3_encode, Nvfp4Matrix, E4M3_BLOCK, E4M3_MAX, E4M3_NAN, NVFP4_GROUP,
 };
 use memra_kernels::KernelError;
 use proptest::prelude::*;
@@ -674,6 +674,28 @@ fn e4m3_block_non_finite_follow_codec_policy() {
 #[should_panic(expected = "is not out_features 2 × in_features 3")]
 fn e4m3_block_quantize_rejects_wrong_length() {
     let _ = e4m3_block_quantize(&[0.0; 5], 2, 3);
+}
+
+/// The quantizer's branchless encoder is the codec: every f32 pattern of magnitude below 512
+/// (all of E4M3's rounding, its subnormals and the saturation from 448 up) — every 7th of them
+/// negative too (the sign is one bit copied by both) — and every 61st pattern beyond, both signs
+/// (large values, ±inf, NaN payloads).
+#[test]
+fn branchless_encode_equals_the_codec_on_every_pattern_that_rounds() {
+    let check = |bits: u32| {
+        let x = f32::from_bits(bits);
+        assert_eq!(e4m3_encode_branchless(x), e4m3_encode(x), "pattern {bits:#010x} ({x:e})");
+    };
+    for abs in 0..0x4400_0000u32 {
+        check(abs);
+        if abs % 7 == 0 {
+            check(abs | 0x8000_0000);
+        }
+    }
+    for abs in (0x4400_0000..=0x7FFF_FFFFu32).step_by(61).chain([0x7F80_0000, 0x7F80_0001, 0x7FC0_0000, 0x7FFF_FFFF]) {
+        check(abs);
+        check(abs | 0x8000_0000);
+    }
 }
 
 /// The block quantizer written the plain way (scales from `f32::max` over the finite `|x|`, block

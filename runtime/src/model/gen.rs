@@ -171,7 +171,13 @@ fn fnv1a64(s: &str) -> u64 {
 fn stream(seed: u64, name: &str, first: usize, n: usize) -> impl Iterator<Item = u64> {
     const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
     let start = splitmix64(seed ^ fnv1a64(name));
-    (first as u64..(first + n) as u64).map(move |i| splitmix64(start.wrapping_add(i.wrapping_mul(GAMMA))))
+    // s + i·γ advanced by one addition per element (the same wrapping value as the product).
+    let mut state = start.wrapping_add((first as u64).wrapping_mul(GAMMA));
+    (0..n).map(move |_| {
+        let x = splitmix64(state);
+        state = state.wrapping_add(GAMMA);
+        x
+    })
 }
 
 /// Approximately standard normal values: the four 16-bit fields of a draw, each a uniform
