@@ -5,8 +5,9 @@
 use float8::F8E4M3;
 use half::bf16;
 use memra_kernels::formats::{
-    bf16_from_f32, bf16_to_f32, e2m1_decode, e2m1_encode, e4m3_block_dequant, e4m3_block_quantize, e4m3_block_quantize_into,
-    e4m3_decode, e4m3_encode, e4m3_encode_branchless, ue4m3_decode, ue4m3_encode, Nvfp4Matrix, E4M3_BLOCK, E4M3_MAX, E4M3_NAN, NVFP4_GROUP,
+    bf16_from_f32, bf16_to_f32, e2m1_decode, e2m1_encode, e4m3_block_dequant, e4m3_block_quantize,
+    e4m3_block_quantize_into, e4m3_decode, e4m3_encode, e4m3_encode_branchless, ue4m3_decode, ue4m3_encode,
+    Nvfp4Matrix, E4M3_BLOCK, E4M3_MAX, E4M3_NAN, NVFP4_GROUP,
 };
 use memra_kernels::KernelError;
 use proptest::prelude::*;

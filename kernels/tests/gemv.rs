@@ -374,11 +374,19 @@ fn sub_views_reproduce_the_whole_view() {
             let p = partials(&sub, &x);
             for k in 0..nk {
                 let want = &whole_parts[k * m.out + a..k * m.out + b];
-                assert_bits_eq(&format!("{name} partials {a}..{b} K-block {k}"), &p[k * (b - a)..(k + 1) * (b - a)], want);
+                assert_bits_eq(
+                    &format!("{name} partials {a}..{b} K-block {k}"),
+                    &p[k * (b - a)..(k + 1) * (b - a)],
+                    want,
+                );
             }
             let mid = (b - a) / 2;
             let nested = sub.rows(mid..b - a);
-            assert_bits_eq(&format!("{name} rows {}..{b} of {a}..{b}", a + mid), &rows(&nested, &x), &whole[a + mid..b]);
+            assert_bits_eq(
+                &format!("{name} rows {}..{b} of {a}..{b}", a + mid),
+                &rows(&nested, &x),
+                &whole[a + mid..b],
+            );
         }
     }
 }

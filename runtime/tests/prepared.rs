@@ -133,7 +133,8 @@ fn the_pool_keeps_idle_entries_within_its_budget() {
     };
     // Room for one entry: the TP2 upload (same bytes) pushes the TP1 one out.
     let pool = Pool::new(Budget { host_bytes: one + one / 2, device_bytes: 0, max_idle: 8 });
-    let run = |tp| pool.run(tiny(), &config(tp, Transport::HostBounce, |_| {}), BackendKind::Host, &OpenOptions::default());
+    let run =
+        |tp| pool.run(tiny(), &config(tp, Transport::HostBounce, |_| {}), BackendKind::Host, &OpenOptions::default());
     assert!(!run(1).unwrap().1.reused);
     assert!(run(1).unwrap().1.reused, "the TP1 entry was kept");
     assert!(!run(2).unwrap().1.reused);

@@ -114,7 +114,9 @@ impl ModelPlan {
     /// What [`ModelPlan::load`] will do, for progress: generate which preset, or read which file.
     pub fn describe(&self) -> String {
         match &self.source {
-            ModelSource::File(_) => format!("model file ({}, {} layers), validated", self.config.preset, self.config.layers),
+            ModelSource::File(_) => {
+                format!("model file ({}, {} layers), validated", self.config.preset, self.config.layers)
+            }
             ModelSource::Generated { config, seed } => format!(
                 "generating the {} preset ({} layers, seed {seed}, {:.1} GiB) on {} thread(s)",
                 config.preset,

@@ -130,7 +130,8 @@ impl<'a> Suite<'a> {
     fn cuda_baseline(&self) -> Result<Record, String> {
         let mut slot = self.cuda_baseline.lock().expect("cuda baseline lock");
         slot.get_or_insert_with(|| {
-            self.run_as(Phase::Oracle, RunSpec::oracle(BackendKind::Cuda, ExpertFormat::E4m3)).map_err(|e| e.to_string())
+            self.run_as(Phase::Oracle, RunSpec::oracle(BackendKind::Cuda, ExpertFormat::E4m3))
+                .map_err(|e| e.to_string())
         })
         .clone()
     }
@@ -179,7 +180,11 @@ impl<'a> Suite<'a> {
     /// baseline job gets no class-identity gate, so nothing compares the record with itself.)
     fn keep_class_baseline(&self, job: &Job, first: &Record) {
         if job.is_class_baseline() {
-            self.class_baselines.lock().expect("baseline lock").entry((job.doors, job.backend)).or_insert_with(|| Ok(first.clone()));
+            self.class_baselines
+                .lock()
+                .expect("baseline lock")
+                .entry((job.doors, job.backend))
+                .or_insert_with(|| Ok(first.clone()));
         }
     }
 

@@ -163,14 +163,18 @@ impl Suite<'_> {
             let acts = &self.activities;
             match self.opts.progress {
                 Progress::Lines { every } => {
-                    s.spawn(move || progress_lines(tally, every, stop, |t| {
-                        let _ = writeln!(std::io::stderr(), "memra-gates: progress {}", t.line(&acts.now()));
-                    }));
+                    s.spawn(move || {
+                        progress_lines(tally, every, stop, |t| {
+                            let _ = writeln!(std::io::stderr(), "memra-gates: progress {}", t.line(&acts.now()));
+                        })
+                    });
                 }
                 Progress::Terminal => {
-                    s.spawn(move || progress_lines(tally, Duration::from_secs(1), stop, |t| {
-                        eprint!("\r{:<150}", truncate(&t.line(&acts.now()), 150));
-                    }));
+                    s.spawn(move || {
+                        progress_lines(tally, Duration::from_secs(1), stop, |t| {
+                            eprint!("\r{:<150}", truncate(&t.line(&acts.now()), 150));
+                        })
+                    });
                 }
                 Progress::Off => {}
             }

@@ -297,6 +297,25 @@ fn slot_group_entry(a: &Arena, group: GroupId, ids: &[f32], s: usize) -> Option<
     experts::slot_entry(ids, s, *experts).and_then(|e| entries.get(e).copied().flatten())
 }
 
+/// The most weights (rows × columns) of the matrix `which` over the slots this rank holds.
+fn slot_weights(
+    a: &Arena,
+    group: GroupId,
+    ids: &[f32],
+    first_slot: usize,
+    slots: usize,
+    which: impl Fn(&GroupEntry) -> WeightId,
+) -> usize {
+    (first_slot..first_slot + slots)
+        .filter_map(|s| slot_group_entry(a, group, ids, s))
+        .map(|e| {
+            let w = &a.weights[which(&e) as usize];
+            w.out_features * w.in_features
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// The grouped expert ops: the per-slot twins of `kernels/cuda/experts.cu`.
 fn execute_experts(a: &mut Arena, op: Op) {
     match op {
@@ -304,7 +323,8 @@ fn execute_experts(a: &mut Arena, op: Op) {
             let ids = read_slice(a, route).to_vec();
             let xv = read_slice(a, x).to_vec();
             let arena = &*a;
-            let outs = host_rows::per_slot(slots, |j| {
+            let work = slot_weights(arena, group, &ids, first_slot, slots, |e| e.gate);
+            let outs = host_rows::per_slot(slots, 2 * work, |j| {
                 let e = slot_group_entry(arena, group, &ids, first_slot + j)?;
                 let (g, u) = (&arena.weights[e.gate as usize], &arena.weights[e.up as usize]);
                 let mut o = vec![0.0f32; g.out_features];
@@ -321,7 +341,8 @@ fn execute_experts(a: &mut Arena, op: Op) {
         Op::ExpertDown { group, route, first_slot, slots, act, act_pitch, out, out_pitch } => {
             let ids = read_slice(a, route).to_vec();
             let arena = &*a;
-            let outs = host_rows::per_slot(slots, |j| {
+            let work = slot_weights(arena, group, &ids, first_slot, slots, |e| e.down);
+            let outs = host_rows::per_slot(slots, work, |j| {
                 let e = slot_group_entry(arena, group, &ids, first_slot + j)?;
                 let d = &arena.weights[e.down as usize];
                 let xv = read_slice(arena, Slice::new(act.buf, act.offset + j * act_pitch, d.in_features));
@@ -606,10 +627,13 @@ impl Backend for HostBackend {
             )?;
         }
         self.barrier()?;
-        self.digests.lock().map_err(|_| RuntimeError::Device {
-            location: "host digest sink".into(),
-            detail: "poisoned by a panicking rank".into(),
-        })?.clear();
+        self.digests
+            .lock()
+            .map_err(|_| RuntimeError::Device {
+                location: "host digest sink".into(),
+                detail: "poisoned by a panicking rank".into(),
+            })?
+            .clear();
         self.n_tickets = 0;
         Ok(())
     }

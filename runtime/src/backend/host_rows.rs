@@ -92,9 +92,10 @@ pub(crate) fn gate_up_act(
     });
 }
 
-/// Run `f(j)` for every slot `j` in `0..slots` in parallel, results in slot order.
-pub(crate) fn per_slot<T: Send>(slots: usize, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
-    if slots <= 1 {
+/// Run `f(j)` for every slot `j` in `0..slots`, results in slot order: in parallel when the
+/// slots together hold at least [`PARALLEL_ELEMENTS`] weights (`weights_per_slot` each).
+pub(crate) fn per_slot<T: Send>(slots: usize, weights_per_slot: usize, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
+    if slots <= 1 || slots.saturating_mul(weights_per_slot) < PARALLEL_ELEMENTS {
         return (0..slots).map(f).collect();
     }
     (0..slots).into_par_iter().map(f).collect()
@@ -128,7 +129,8 @@ mod tests {
         assert!(rows * cols >= PARALLEL_ELEMENTS, "the test must exercise the split path");
         let w = values(rows * cols, 1);
         let (codes, scales) = e4m3_block_quantize(&w, rows, cols);
-        let bf16 = Matrix::Bf16 { out_features: rows, in_features: cols, bits: w.iter().map(|v| bf16_from_f32(*v)).collect() };
+        let bf16 =
+            Matrix::Bf16 { out_features: rows, in_features: cols, bits: w.iter().map(|v| bf16_from_f32(*v)).collect() };
         let e4m3 = Matrix::E4m3 { out_features: rows, in_features: cols, codes, scales };
         let x = values(cols, 2);
         let shards = [
@@ -173,7 +175,9 @@ mod tests {
 
     #[test]
     fn per_slot_keeps_slot_order() {
-        assert_eq!(per_slot(9, |j| j * j), (0..9).map(|j| j * j).collect::<Vec<_>>());
-        assert!(per_slot(0, |j| j).is_empty());
+        for weights in [1, PARALLEL_ELEMENTS] {
+            assert_eq!(per_slot(9, weights, |j| j * j), (0..9).map(|j| j * j).collect::<Vec<_>>());
+            assert!(per_slot(0, weights, |j| j).is_empty());
+        }
     }
 }

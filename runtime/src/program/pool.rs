@@ -126,7 +126,13 @@ impl Pool {
 
     /// Run the battery of `cfg` on a `kind` backend opened with `open`, on weights prepared once
     /// per (backend, options, layout).
-    pub fn run(&self, model: &Model, cfg: &RunConfig, kind: BackendKind, open: &OpenOptions) -> Result<(Record, RunTimes)> {
+    pub fn run(
+        &self,
+        model: &Model,
+        cfg: &RunConfig,
+        kind: BackendKind,
+        open: &OpenOptions,
+    ) -> Result<(Record, RunTimes)> {
         self.run_observed(model, cfg, kind, open, &|_| {})
     }
 

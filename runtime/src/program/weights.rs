@@ -166,6 +166,13 @@ fn expert_shards(e: &Expert, p: &Placement, rank: usize, sharded: bool, nvfp4: b
     })
 }
 
+/// Whether a layer's shards are made on all cores: where it pays (a `step` layer is gigabytes);
+/// a small model's upload stays on the caller's thread and leaves the other cores — and the
+/// timings of the runs beside it — alone.
+fn large(layer: &Layer) -> bool {
+    layer.experts.iter().map(|e| e.gate.out_features() * e.gate.in_features()).sum::<usize>() >= 1 << 26
+}
+
 /// Everything one rank holds of one layer, in upload order.
 struct RankLayer {
     /// q, k, v, gate, o.
@@ -190,19 +197,19 @@ fn rank_layer(layer: &Layer, p: &Placement, doors: &DoorSet, nvfp4: bool, rank: 
         storage(layer.wo.shard_cols(kb.start * o_kw..kb.end * o_kw), widen, w8),
     ];
     let n = layer.experts.len();
-    let experts = layer
-        .experts
-        .par_iter()
-        .enumerate()
-        .map(|(e, ex)| match p.experts {
-            ExpertMode::TensorParallel => expert_shards(ex, p, rank, true, false).map(Some),
-            ExpertMode::ExpertParallel if p.expert_owner(e, n) == rank => {
-                expert_shards(ex, p, rank, false, nvfp4).map(Some)
-            }
-            ExpertMode::Interleaved2 if p.expert_owner(e, n) == rank => expert_shards(ex, p, rank, false, true).map(Some),
-            _ => Ok(None),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let held = |(e, ex): (usize, &Expert)| match p.experts {
+        ExpertMode::TensorParallel => expert_shards(ex, p, rank, true, false).map(Some),
+        ExpertMode::ExpertParallel if p.expert_owner(e, n) == rank => {
+            expert_shards(ex, p, rank, false, nvfp4).map(Some)
+        }
+        ExpertMode::Interleaved2 if p.expert_owner(e, n) == rank => expert_shards(ex, p, rank, false, true).map(Some),
+        _ => Ok(None),
+    };
+    let experts = if large(layer) {
+        layer.experts.par_iter().enumerate().map(held).collect::<Result<Vec<_>>>()?
+    } else {
+        layer.experts.iter().enumerate().map(held).collect::<Result<Vec<_>>>()?
+    };
     let shared = if p.shared_sharded {
         Some(expert_shards(&layer.shared, p, rank, true, false)?)
     } else if rank == 0 {
@@ -292,14 +299,19 @@ pub fn upload(
     let mut up = Uploader { b, bytes: 0, widened: 0 };
     let mut layers = Vec::new();
     for layer in &model.layers {
-        let shards: Vec<RankLayer> =
-            (0..p.tp).into_par_iter().map(|rank| rank_layer(layer, p, doors, nvfp4, rank)).collect::<Result<_>>()?;
+        let make = |rank| rank_layer(layer, p, doors, nvfp4, rank);
+        let shards: Vec<RankLayer> = if large(layer) {
+            (0..p.tp).into_par_iter().map(make).collect::<Result<_>>()?
+        } else {
+            (0..p.tp).map(make).collect::<Result<_>>()?
+        };
         let mut per_rank = Vec::new();
         for (rank, s) in shards.into_iter().enumerate() {
             let [q, k, v, g, o] = s.attn;
             let (wq, wk, wv, wg, wo) =
                 (up.put(rank, q)?, up.put(rank, k)?, up.put(rank, v)?, up.put(rank, g)?, up.put(rank, o)?);
-            let experts = s.experts.into_iter().map(|e| e.map(|e| up.expert(rank, e)).transpose()).collect::<Result<Vec<_>>>()?;
+            let experts =
+                s.experts.into_iter().map(|e| e.map(|e| up.expert(rank, e)).transpose()).collect::<Result<Vec<_>>>()?;
             let shared = s.shared.map(|e| up.expert(rank, e)).transpose()?;
             let router = s.router.map(|r| up.put(0, r)).transpose()?;
             let entries: Vec<Option<GroupEntry>> = experts
