@@ -93,6 +93,7 @@ esac
 [[ "$history" =~ ^[1-9][0-9]*$ ]] || { echo "nightly.sh: --history \`$history\`: a count of nights ≥ 1" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "nightly.sh: python3 is required for the report" >&2; exit 2; }
 if [ "$backend" = cuda ]; then
+    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
     # shellcheck source=scripts/gpu/libs.sh
     source scripts/gpu/libs.sh
     export MEMRA_REQUIRE_GPU=1
@@ -226,9 +227,12 @@ matrix_all() {
             pids+=("$!")
         done
         for i in "${!pids[@]}"; do
-            if ! wait "${pids[$i]}"; then
-                echo "shard $i/$shards failed: logs/matrix-all-shard$i.log"
-                rc=1
+            local code=0
+            wait "${pids[$i]}" || code=$?
+            if [ "$code" -ne 0 ]; then
+                echo "shard $i/$shards failed (exit $code): logs/matrix-all-shard$i.log"
+                tail -5 "$night/logs/matrix-all-shard$i.log"
+                [ "$code" -gt "$rc" ] && rc=$code
             fi
         done
     fi
@@ -237,11 +241,11 @@ matrix_all() {
     local d
     for d in "$night"/shards/*/; do
         [ -d "$d" ] || continue
-        link_receipts "$d" "$night/all" || rc=1
+        link_receipts "$d" "$night/all" || rc=2
         local sub
         for sub in "$d"*/; do
             [ -d "$sub" ] || continue
-            link_receipts "$sub" "$night/all/$(basename "$sub")" || rc=1
+            link_receipts "$sub" "$night/all/$(basename "$sub")" || rc=2
         done
     done
     return "$rc"
