@@ -28,6 +28,8 @@ macro_rules! gpu_modules {
     };
 }
 
+mod cases;
+
 gpu_modules![cuda_kernels, cuda_direct, cuda_graph, cuda_step, harness_checks];
 
 fn main() -> ExitCode {
