@@ -251,5 +251,8 @@ fn receipts_without_a_subject_version_stay_readable() {
     v["evidence"]["build"]["subject_version"] = json!("");
     let text = serde_json::to_string_pretty(&v).unwrap();
     assert!(Validator::receipt().check(&text).is_err(), "the schema accepted an empty subject_version");
-    assert!(parse_receipt(text.as_bytes(), Path::new("empty.json")).is_err(), "the reader accepted an empty subject_version");
+    assert!(
+        parse_receipt(text.as_bytes(), Path::new("empty.json")).is_err(),
+        "the reader accepted an empty subject_version"
+    );
 }

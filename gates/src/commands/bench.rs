@@ -220,7 +220,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
 
 #[allow(clippy::too_many_arguments)]
 fn performance_receipt(
-    subject: &crate::subject::Subject,
+    subject: &crate::subject::Builtin,
     record: &Record,
     backend: BackendKind,
     graph: bool,
@@ -231,6 +231,7 @@ fn performance_receipt(
     prov: Provenance,
 ) -> Result<Receipt, GateError> {
     let job = crate::job::Job {
+        subject: crate::subject::BUILTIN_NAME.to_string(),
         doors_env: if graph { BTreeMap::from([("MEMRA_STEP_TP_GRAPH".to_string(), true)]) } else { BTreeMap::new() },
         doors: memra_runtime::DoorSet { graph, ..Default::default() },
         class: crate::job::JobClass::Identity,
