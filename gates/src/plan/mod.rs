@@ -104,10 +104,11 @@ impl RunPlan {
             None => load_registry(&args.registry)?,
         };
         let request = door_request(&registry, &args.doors)?;
-        let dist = crate::dist::dist_plan(args, &request, &registry)?;
         if let Some(m) = &subject {
-            check_subject_flags(args, dist.is_some(), m)?;
+            let distributed = args.process.is_some() || request.settings.contains_key(crate::registry::PROCESS);
+            check_subject_flags(args, distributed, m)?;
         }
+        let dist = crate::dist::dist_plan(args, &request, &registry)?;
         let workers = match args.jobs {
             Some(0) => {
                 return Err(GateError::usage(

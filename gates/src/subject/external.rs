@@ -143,7 +143,6 @@ impl External {
             log.try_clone().map_err(|e| self.error(format!("cannot share the log {}: {e}", files.log.display())))?;
         let mut cmd = self.command(spec, &doors, &files.battery, &files.tape);
         cmd.stdout(log).stderr(log2);
-        let started = Instant::now();
         let mut child = cmd.spawn().map_err(|e| {
             self.error(format!(
                 "{}: cannot start {:?} (manifest {}): {e}",
@@ -157,23 +156,16 @@ impl External {
             Ok(Some(status)) => status,
             Ok(None) => {
                 return Err(self.error(format!(
-                    "{} did not finish within its time limit of {}s (manifest {}): killed{}",
+                    "{} did not finish within its time limit of {}s (time_limit_s of its manifest): killed{}",
                     self.who(),
                     limit.as_secs(),
-                    self.manifest.path.display(),
                     tail(&files.log)
                 )))
             }
             Err(e) => return Err(self.error(format!("{}: waiting for it failed: {e}", self.who()))),
         };
         if !status.success() {
-            return Err(self.error(format!(
-                "{} {} after {:.1}s{}",
-                self.who(),
-                describe_exit(status),
-                started.elapsed().as_secs_f64(),
-                tail(&files.log)
-            )));
+            return Err(self.error(format!("{} {}{}", self.who(), describe_exit(status), tail(&files.log))));
         }
         let bytes = std::fs::read(&files.tape).map_err(|e| {
             self.error(format!(

@@ -173,7 +173,7 @@ impl Manifest {
 
     /// Why a configuration is outside what the subject supports, or `None` when it is inside.
     pub fn not_applicable(&self, c: &Configuration) -> Option<String> {
-        let who = format!("subject {} {} (manifest {})", self.name, self.version, self.path.display());
+        let who = format!("subject {} {}", self.name, self.version);
         let list = |v: Vec<String>| v.join(", ");
         if !self.backends.contains(&c.backend) {
             let names = self.backends.iter().map(|b| b.name().to_string()).collect();
