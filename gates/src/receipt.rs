@@ -78,11 +78,11 @@ impl Evaluation {
     pub fn error(&mut self, e: memra_runtime::RuntimeError) {
         self.error_text(e.to_string());
     }
-    /// A subject run that produced no record: ERROR, or VOID for an engagement claim its census
-    /// does not back, with the subject's reason.
-    pub fn failed(&mut self, e: crate::subject::SubjectError) {
-        self.verdict = e.verdict();
-        self.reason = Some(e.reason().to_string());
+    /// A subject run that produced no record: `verdict` is ERROR, or VOID for an engagement
+    /// claim the subject's census does not back; `reason` is the subject's.
+    pub fn failed(&mut self, verdict: Verdict, reason: &str) {
+        self.verdict = verdict;
+        self.reason = Some(reason.to_string());
     }
     pub fn error_text(&mut self, text: String) {
         self.verdict = Verdict::Error;
@@ -194,10 +194,11 @@ pub(crate) fn build_receipt(
     Receipt::new(ReceiptKind::Run, evidence, measurements)
 }
 
-/// A receipt for a record of the built-in runtime that ran outside the gates (e.g. `bench`):
-/// PASS, no gates; callers set the verdict, gates and claim they establish.
+/// A receipt for a record that ran outside the gates (e.g. `bench`), of the subject version
+/// `subject_version`: PASS, no gates; callers set the verdict, gates and claim they establish.
 pub fn receipt_for_record(
     kernel_digest: &str,
+    subject_version: &str,
     job: &Job,
     model: &rs::ModelEvidence,
     battery: &Battery,
@@ -205,7 +206,7 @@ pub fn receipt_for_record(
     wall_ms: f64,
 ) -> Receipt {
     let ev = Evaluation { record: Some(record.clone()), ..Evaluation::default() };
-    build_receipt(kernel_digest, crate::subject::BUILTIN_VERSION, job, model, battery, ev, now_ms(), wall_ms)
+    build_receipt(kernel_digest, subject_version, job, model, battery, ev, now_ms(), wall_ms)
 }
 
 /// The configuration evidence (run identity) of a job.

@@ -248,4 +248,11 @@ fn the_python_helper_digest_is_the_seam_digest() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let got: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert_eq!(got, want, "python {got:016x} rust {want:016x}");
+    // The test vectors docs/subject-protocol.md gives with the digest are the Rust digest's.
+    let doc = std::fs::read_to_string(repo("docs/subject-protocol.md")).unwrap();
+    let v1 = memra_kernels::twins::digest::digest_u32(&[0x3f80_0000, 0x8000_0000, 0x7fc0_0000], 0);
+    let v2 = memra_kernels::twins::digest::digest_u32(&[0x3f80_0000], 5);
+    for v in [v1, v2] {
+        assert!(doc.contains(&format!("`0x{v:016x}`")), "docs/subject-protocol.md lacks the test vector 0x{v:016x}");
+    }
 }

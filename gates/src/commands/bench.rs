@@ -262,6 +262,7 @@ fn performance_receipt(
     }
     let mut r = crate::receipt::receipt_for_record(
         prov.kernel_digest,
+        crate::subject::BUILTIN_VERSION,
         &job,
         &subject.model_evidence,
         &subject.battery,

@@ -66,7 +66,7 @@ impl Suite<'_> {
         let forced = if numeric { Some(&oracle) } else { None };
         let first = match self.subject.run(self.spec(job, forced)) {
             Ok(r) => r,
-            Err(e) => return ev.failed(e),
+            Err(e) => return ev.failed(e.verdict(), e.reason()),
         };
         // The determinism re-run also carries full captures of prompt 0 for the error budget.
         let mut again = self.spec(job, forced);
@@ -75,7 +75,7 @@ impl Suite<'_> {
         }
         let second = match self.subject.run(again) {
             Ok(r) => r,
-            Err(e) => return ev.failed(e),
+            Err(e) => return ev.failed(e.verdict(), e.reason()),
         };
         self.common_gates(job, &first, &second, ev);
         let done = match job.class {
