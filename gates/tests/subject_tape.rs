@@ -70,7 +70,8 @@ impl Parts {
         let st = SafeTensors::deserialize(bytes).unwrap();
         let (_, header) = SafeTensors::read_metadata(bytes).unwrap();
         let meta = header.metadata().clone().unwrap_or_default().into_iter().collect();
-        let tensors = st.iter().map(|(n, t)| (n.to_string(), (t.dtype(), t.shape().to_vec(), t.data().to_vec()))).collect();
+        let tensors =
+            st.iter().map(|(n, t)| (n.to_string(), (t.dtype(), t.shape().to_vec(), t.data().to_vec()))).collect();
         Parts { meta, tensors }
     }
 
@@ -122,10 +123,26 @@ fn damaged_files_are_errors_never_records() {
     let mut p = Parts::of(&bytes);
     p.meta.remove("memra.tape");
     malformed(&p.bytes(), &doors(true), "metadata key `memra.tape` is missing");
-    malformed(Parts::of(&bytes).tape_json(|v| v["subject"] = "other".into()).bytes().as_slice(), &doors(true), "another program");
-    malformed(Parts::of(&bytes).tape_json(|v| v["subject_version"] = "8".into()).bytes().as_slice(), &doors(true), "a stale manifest");
-    malformed(Parts::of(&bytes).tape_json(|v| v["surprise"] = 1.into()).bytes().as_slice(), &doors(true), "unknown field");
-    malformed(Parts::of(&bytes).tape_json(|v| v["layers"] = 2.into()).bytes().as_slice(), &doors(true), "2 layers, the model 1");
+    malformed(
+        Parts::of(&bytes).tape_json(|v| v["subject"] = "other".into()).bytes().as_slice(),
+        &doors(true),
+        "another program",
+    );
+    malformed(
+        Parts::of(&bytes).tape_json(|v| v["subject_version"] = "8".into()).bytes().as_slice(),
+        &doors(true),
+        "a stale manifest",
+    );
+    malformed(
+        Parts::of(&bytes).tape_json(|v| v["surprise"] = 1.into()).bytes().as_slice(),
+        &doors(true),
+        "unknown field",
+    );
+    malformed(
+        Parts::of(&bytes).tape_json(|v| v["layers"] = 2.into()).bytes().as_slice(),
+        &doors(true),
+        "2 layers, the model 1",
+    );
 }
 
 #[test]
@@ -154,7 +171,10 @@ fn every_seam_step_token_and_capture_must_be_there_in_its_shape() {
     p.tensors.get_mut("p0.tokens").unwrap().0 = safetensors::Dtype::I32;
     malformed(&p.bytes(), &doors(true), "p0.tokens is I32");
     // A missing prompt, a missing capture, a capture of the wrong length, an extra tensor.
-    for (name, fragment) in [("p1.top2", "tensor p1.top2 is missing"), ("capture.p1.s0.L0.experts", "is missing (the requested capture of experts)")] {
+    for (name, fragment) in [
+        ("p1.top2", "tensor p1.top2 is missing"),
+        ("capture.p1.s0.L0.experts", "is missing (the requested capture of experts)"),
+    ] {
         let mut p = Parts::of(&bytes);
         p.tensors.remove(name);
         malformed(&p.bytes(), &doors(true), fragment);

@@ -171,7 +171,10 @@ fn an_engagement_the_census_does_not_back_is_void() {
     }
     let honest = receipts.iter().filter(|r| r.evidence.config.doors.is_empty()).count();
     assert_eq!(honest, 4, "the baseline at TP1 and TP2 over both transports");
-    assert!(receipts.iter().filter(|r| r.evidence.config.doors.is_empty()).all(|r| r.evidence.verdict == Verdict::Pass));
+    assert!(receipts
+        .iter()
+        .filter(|r| r.evidence.config.doors.is_empty())
+        .all(|r| r.evidence.verdict == Verdict::Pass));
 }
 
 #[test]
@@ -209,12 +212,28 @@ fn bad_manifests_and_flags_are_refused_before_any_work() {
     let tmp = tempdir();
     let good = std::fs::read_to_string(repo("scripts/subjects/builtin.toml")).unwrap();
     let cases: [(&str, String, &str); 7] = [
-        ("version", good.replace("protocol = 1", "protocol = 2"), "protocol = \"2\": this build speaks subject protocol version 1 only"),
+        (
+            "version",
+            good.replace("protocol = 1", "protocol = 2"),
+            "protocol = \"2\": this build speaks subject protocol version 1 only",
+        ),
         ("field", good.replace("class = ", "colour = \"red\"\nclass = "), "unknown field `colour`"),
         ("seams", good.replace("\"moe_join\", ", ""), "`moe_join` is not listed"),
-        ("door", good.replace("\"MEMRA_OPROJ_DIRECT\", ", "\"MEMRA_OPROJ_DIRCT\", "), "MEMRA_OPROJ_DIRCT\": is neither a door of gates/doors.toml"),
-        ("requires", good.replace("\"MEMRA_OPROJ_DIRECT\", ", ""), "requires the built-in door oproj_direct: list its variable in `doors` too"),
-        ("budget", good.replace("class = \"BIT-IDENTICAL\"", "class = \"NUMERIC-CLASS\""), "a NUMERIC-CLASS subject declares its error budget"),
+        (
+            "door",
+            good.replace("\"MEMRA_OPROJ_DIRECT\", ", "\"MEMRA_OPROJ_DIRCT\", "),
+            "MEMRA_OPROJ_DIRCT\": is neither a door of gates/doors.toml",
+        ),
+        (
+            "requires",
+            good.replace("\"MEMRA_OPROJ_DIRECT\", ", ""),
+            "requires the built-in door oproj_direct: list its variable in `doors` too",
+        ),
+        (
+            "budget",
+            good.replace("class = \"BIT-IDENTICAL\"", "class = \"NUMERIC-CLASS\""),
+            "a NUMERIC-CLASS subject declares its error budget",
+        ),
         ("placeholder", good.replace("{memra_gates}", "{memra}"), "{memra} is not a placeholder"),
     ];
     for (what, text, fragment) in cases {
@@ -237,7 +256,8 @@ fn bad_manifests_and_flags_are_refused_before_any_work() {
 /// docs/DESIGN.md §5, bit for bit, including NaN and negative-zero patterns and a nonzero base.
 #[test]
 fn the_python_helper_digest_is_the_seam_digest() {
-    let bits: Vec<u32> = (0..300u32).map(|i| i.wrapping_mul(0x9E37_79B9) ^ (i << 7)).chain([0x7FC0_0001, 0x8000_0000]).collect();
+    let bits: Vec<u32> =
+        (0..300u32).map(|i| i.wrapping_mul(0x9E37_79B9) ^ (i << 7)).chain([0x7FC0_0001, 0x8000_0000]).collect();
     let want = memra_kernels::twins::digest::digest_u32(&bits, 4097);
     let list = bits.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(",");
     let code = format!(
