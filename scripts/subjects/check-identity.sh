@@ -3,12 +3,18 @@
 # twice — in process, and through the protocol with the built-in runtime as an external subject
 # (scripts/subjects/builtin.toml) — must write the same receipts with byte-identical `evidence`.
 #
-#   scripts/subjects/check-identity.sh [MEMRA_GATES] [OUT_DIR]
+#   scripts/subjects/check-identity.sh [MEMRA_GATES [OUT_DIR [PLAN FLAGS…]]]
+#
+# Without plan flags, the plan is identity-sets.toml at TP1 and TP2 on the host backend, one
+# prompt, three tokens (CI). With them, they are the plan (e.g. on a GPU machine:
+# `--backend cuda --tp 1,2 --transport host-bounce --door MEMRA_STEP_TP_W8 --prompts 1 --gen-tokens 3`).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 gates="${1:-$here/../../target/release/memra-gates}"
 out="${2:-$(mktemp -d)}"
-plan=(--matrix "$here/identity-sets.toml" --backend host --tp 1,2 --prompts 1 --gen-tokens 3 --quiet)
+plan=(--matrix "$here/identity-sets.toml" --backend host --tp 1,2 --prompts 1 --gen-tokens 3)
+if [ $# -gt 2 ]; then plan=("${@:3}"); fi
+plan+=(--quiet)
 # Canaries FAIL on purpose (exit 1); anything else but 0 or 1 is a harness error.
 run() { "$gates" run "${plan[@]}" "$@" >/dev/null || [ $? -eq 1 ] || { echo "memra-gates run $* failed"; exit 2; }; }
 rm -rf "$out/in-process" "$out/protocol"
