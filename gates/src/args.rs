@@ -375,6 +375,10 @@ pub struct PromoteArgs {
     /// The door registry the history is judged against (default: the built-in gates/doors.toml).
     #[arg(long, value_name = "FILE")]
     pub registry: Option<PathBuf>,
+    /// Judge the history of an external subject: its manifest's doors are the registry
+    /// (docs/subject-protocol.md).
+    #[arg(long, value_name = "MANIFEST", conflicts_with = "registry")]
+    pub subject: Option<PathBuf>,
 }
 
 /// `probe`.

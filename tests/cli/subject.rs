@@ -91,6 +91,12 @@ fn one_flipped_capture_bit_breaks_byte_identity() {
 
 /// Runs the misbehaving subject `mode` over TP1 and TP2 (host-bounce); it misbehaves at TP2.
 fn misbehave(mode: &str, extra: &[&str]) -> (Output, Vec<Receipt>) {
+    let (o, receipts, _) = misbehave_in(mode, extra);
+    (o, receipts)
+}
+
+/// [`misbehave`], keeping the receipt directory (`out` inside the returned one).
+fn misbehave_in(mode: &str, extra: &[&str]) -> (Output, Vec<Receipt>, tempfile::TempDir) {
     let tmp = tempdir();
     let out = tmp.path().join("out");
     let manifest = repo(&format!("tests/subjects/{mode}.toml"));
@@ -98,7 +104,7 @@ fn misbehave(mode: &str, extra: &[&str]) -> (Output, Vec<Receipt>) {
     args.extend_from_slice(extra);
     let o = run(&plan(&args, s(&out)));
     let receipts = read_receipts(&out).into_iter().map(|r| r.1).collect();
-    (o, receipts)
+    (o, receipts, tmp)
 }
 
 /// The receipt of the TP2 run, after checking every other one passed (the matrix went on).
@@ -158,7 +164,7 @@ fn a_skipped_seam_is_an_error_naming_it() {
 #[test]
 fn an_engagement_the_census_does_not_back_is_void() {
     // `single`: the baseline (nothing claimed, PASS) and ROUTES_PRESTAGE at TP2 (claimed, census 0).
-    let (o, receipts) = misbehave("lie", &["--matrix", "single", "--transport", "host-bounce,native-p2p"]);
+    let (o, receipts, tmp) = misbehave_in("lie", &["--matrix", "single", "--transport", "host-bounce,native-p2p"]);
     o.expect_code(1);
     let lies: Vec<&Receipt> = receipts.iter().filter(|r| !r.evidence.config.doors.is_empty()).collect();
     assert_eq!(lies.len(), 2, "ROUTES_PRESTAGE at TP2 over both transports");
@@ -175,6 +181,16 @@ fn an_engagement_the_census_does_not_back_is_void() {
         .iter()
         .filter(|r| r.evidence.config.doors.is_empty())
         .all(|r| r.evidence.verdict == Verdict::Pass));
+    // Promotion judges the subject's history by its manifest's doors: the lie blocks the door.
+    let manifest = repo("tests/subjects/lie.toml");
+    let (out, defaults) = (tmp.path().join("out"), tmp.path().join("defaults.toml"));
+    let args = ["promote", "--history", s(&out), "--nights", "1", "--coverage", "ran", "--subject", s(&manifest)];
+    run(&[&args[..], &["--out", s(&defaults)]].concat()).expect_code(0).expect_stdout(&[
+        "routes_prestage",
+        "blocked",
+        "verdict VOID",
+        "0 of 1 door(s) promotable",
+    ]);
 }
 
 #[test]
