@@ -74,6 +74,8 @@ impl Cli {
 }
 
 /// The subcommands.
+// One value per process, parsed once: boxing `RunArgs` to even out the variants buys nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run configurations through the gates and write receipts (the default command).
@@ -96,6 +98,10 @@ pub enum Command {
     Promote(PromoteArgs),
     /// Devices, byte-integrity probe and copy cost of every transport.
     Probe(ProbeArgs),
+    /// The built-in runtime as a protocol subject (docs/subject-protocol.md): run the one
+    /// configuration the MEMRA_SUBJECT_* environment names and write its tape. `run --subject
+    /// scripts/subjects/builtin.toml` starts it; a person has no reason to.
+    Subject(SubjectArgs),
     /// Print build provenance (same as --version).
     Version,
 }
@@ -168,8 +174,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub jobs: Option<usize>,
     /// A door registry file instead of the built-in gates/doors.toml.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "subject")]
     pub registry: Option<PathBuf>,
+    /// Gate an external engine instead of the built-in runtime: the subject manifest (TOML,
+    /// docs/subject-protocol.md) says how to start it, what it supports and its doors; the
+    /// oracle stays the built-in canonical program.
+    #[arg(long, value_name = "MANIFEST")]
+    pub subject: Option<PathBuf>,
     /// Never print progress (on a terminal: a line per finished configuration; elsewhere, e.g. a
     /// CI log: a plain line every --progress-every seconds).
     #[arg(long)]
@@ -195,6 +206,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS")]
     pub dist_timeout_s: Option<u64>,
 }
+
+/// `subject`: everything comes from the MEMRA_SUBJECT_* environment and the files it names.
+#[derive(Args, Debug)]
+pub struct SubjectArgs {}
 
 /// `gen-model`.
 #[derive(Args, Debug)]
@@ -361,6 +376,10 @@ pub struct PromoteArgs {
     /// The door registry the history is judged against (default: the built-in gates/doors.toml).
     #[arg(long, value_name = "FILE")]
     pub registry: Option<PathBuf>,
+    /// Judge the history of an external subject: its manifest's doors are the registry
+    /// (docs/subject-protocol.md).
+    #[arg(long, value_name = "MANIFEST", conflicts_with = "registry")]
+    pub subject: Option<PathBuf>,
 }
 
 /// `probe`.

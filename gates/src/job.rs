@@ -23,6 +23,9 @@ pub enum JobClass {
 /// One resolved configuration.
 #[derive(Debug, Clone)]
 pub struct Job {
+    /// The subject that runs it (`evidence.config.subject`): `memra-runtime`, or an external
+    /// subject's manifest name.
+    pub subject: String,
     /// Explicit door settings as receipts record them (env name → on).
     pub doors_env: BTreeMap<String, bool>,
     pub doors: DoorSet,

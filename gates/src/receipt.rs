@@ -78,6 +78,12 @@ impl Evaluation {
     pub fn error(&mut self, e: memra_runtime::RuntimeError) {
         self.error_text(e.to_string());
     }
+    /// A subject run that produced no record: `verdict` is ERROR, or VOID for an engagement
+    /// claim the subject's census does not back; `reason` is the subject's.
+    pub fn failed(&mut self, verdict: Verdict, reason: &str) {
+        self.verdict = verdict;
+        self.reason = Some(reason.to_string());
+    }
     pub fn error_text(&mut self, text: String) {
         self.verdict = Verdict::Error;
         self.reason = Some(text);
@@ -109,9 +115,12 @@ fn to_divergence(d: &FirstDivergence) -> Option<rs::Divergence> {
     })
 }
 
-/// The receipt of a job from what its evaluation produced.
+/// The receipt of a job from what its evaluation produced; `subject_version` is the version of
+/// the subject that ran it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn build_receipt(
     kernel_digest: &str,
+    subject_version: &str,
     job: &Job,
     model: &rs::ModelEvidence,
     battery: &Battery,
@@ -126,6 +135,7 @@ pub(crate) fn build_receipt(
         build: rs::BuildEvidence {
             kernel_source_digest: kernel_digest.to_string(),
             nvrtc_options: record.build_options.clone(),
+            subject_version: Some(subject_version.to_string()),
         },
         verdict: ev.verdict,
         reason: ev.reason.clone(),
@@ -184,10 +194,11 @@ pub(crate) fn build_receipt(
     Receipt::new(ReceiptKind::Run, evidence, measurements)
 }
 
-/// A receipt for a record that ran outside the gates (e.g. `bench`): PASS, no gates; callers
-/// set the verdict, gates and claim they establish.
+/// A receipt for a record that ran outside the gates (e.g. `bench`), of the subject version
+/// `subject_version`: PASS, no gates; callers set the verdict, gates and claim they establish.
 pub fn receipt_for_record(
     kernel_digest: &str,
+    subject_version: &str,
     job: &Job,
     model: &rs::ModelEvidence,
     battery: &Battery,
@@ -195,13 +206,13 @@ pub fn receipt_for_record(
     wall_ms: f64,
 ) -> Receipt {
     let ev = Evaluation { record: Some(record.clone()), ..Evaluation::default() };
-    build_receipt(kernel_digest, job, model, battery, ev, now_ms(), wall_ms)
+    build_receipt(kernel_digest, subject_version, job, model, battery, ev, now_ms(), wall_ms)
 }
 
 /// The configuration evidence (run identity) of a job.
 pub fn config_evidence(job: &Job, model: &rs::ModelEvidence, battery: &Battery) -> rs::RunConfigEvidence {
     rs::RunConfigEvidence {
-        subject: "memra-runtime".into(),
+        subject: job.subject.clone(),
         backend: wire_backend(job.backend),
         tp: job.tp,
         transport: wire_transport(job.transport),

@@ -164,7 +164,11 @@ fn clean_receipt(reg: &Registry, config: &Configuration, started_at_unix_ms: u64
             battery_digest: "4be1a6c20d93f7e5".to_string(),
             oracle: "tp1 host-bounce defaults on host".to_string(),
         },
-        build: BuildEvidence { kernel_source_digest: "c0ffee0123456789".to_string(), nvrtc_options: vec![] },
+        build: BuildEvidence {
+            kernel_source_digest: "c0ffee0123456789".to_string(),
+            nvrtc_options: vec![],
+            subject_version: None,
+        },
         verdict: Verdict::Pass,
         reason: None,
         gates,

@@ -79,6 +79,13 @@ impl Receipt {
         check_hex("evidence.config.model.digest", &cfg.model.digest)?;
         check_hex("evidence.config.battery_digest", &cfg.battery_digest)?;
         check_hex("evidence.build.kernel_source_digest", &ev.build.kernel_source_digest)?;
+        if ev.build.subject_version.as_deref().is_some_and(str::is_empty) {
+            return Err(violation(
+                "evidence.build.subject_version",
+                "",
+                "names the subject's version when present (leave the field out when unknown)",
+            ));
+        }
         if ev.verdict.requires_reason() && ev.reason.as_deref().is_none_or(str::is_empty) {
             return Err(violation(
                 "evidence.reason",

@@ -134,7 +134,7 @@ fn canonical_text_layout_and_float_forms() {
     assert!(text.ends_with("}\n") && !text.ends_with("\n\n"), "exactly one trailing newline");
     assert!(text.contains("\n    \"config\": {\n      \"subject\""), "2-space indentation");
     assert!(
-        text.contains("\n      \"nvrtc_options\": [\"--gpu-architecture=sm_90\", \"--fmad=false\"]\n"),
+        text.contains("\n      \"nvrtc_options\": [\"--gpu-architecture=sm_90\", \"--fmad=false\"],\n"),
         "scalar arrays on one line"
     );
     assert!(text.contains("\n    \"tokens\": [\n      [17, 24, 31],\n      [48, 55, 62]\n    ],\n"), "{text}");

@@ -176,8 +176,17 @@ fn schema_and_reader_refuse_bad_summaries() {
     }
 }
 
-/// Every object schema lists all its properties as required and forbids others, as the structs do
-/// (`deny_unknown_fields`, and `Option` fields required as `null`).
+/// Properties a reader may find absent, each with the reason: fields added to version 1 after
+/// receipts of it were written (those receipts stay readable; every receipt written now has them).
+const OPTIONAL_PROPERTIES: &[(&str, &str, &str)] = &[(
+    "receipt/$defs/build",
+    "subject_version",
+    "added with the subject protocol (docs/DESIGN.md §10); receipts written before it do not name the subject's version",
+)];
+
+/// Every object schema lists all its properties as required (but the few of
+/// [`OPTIONAL_PROPERTIES`]) and forbids others, as the structs do (`deny_unknown_fields`, and
+/// `Option` fields required as `null`).
 #[test]
 fn every_object_schema_is_closed_and_fully_required() {
     fn walk(v: &Value, at: &str, seen: &mut usize) {
@@ -187,7 +196,8 @@ fn every_object_schema_is_closed_and_fully_required() {
                     if m.get("type") == Some(&json!("object")) {
                         *seen += 1;
                         assert_eq!(m.get("additionalProperties"), Some(&json!(false)), "{at}: additionalProperties");
-                        let keys: BTreeSet<&str> = props.keys().map(String::as_str).collect();
+                        let optional = |k: &&str| OPTIONAL_PROPERTIES.iter().any(|(o, p, _)| *o == at && p == k);
+                        let keys: BTreeSet<&str> = props.keys().map(String::as_str).filter(|k| !optional(k)).collect();
                         let required: BTreeSet<&str> = m["required"]
                             .as_array()
                             .unwrap_or_else(|| panic!("{at}: no required list"))
@@ -225,4 +235,24 @@ fn documented_example_is_current_and_valid() {
     let r = parse_receipt(EXAMPLE.as_bytes(), Path::new("example-run-v1.json")).unwrap();
     assert_eq!(receipt_to_json(&r).unwrap(), EXAMPLE);
     Validator::receipt().check(EXAMPLE).unwrap();
+}
+
+/// A receipt written before the subject protocol has no `build.subject_version`: it still reads
+/// (strictly) and validates against the published schema, so a nightly history that spans the
+/// change stays readable by `promote` and `diff`; an empty version is refused by both.
+#[test]
+fn receipts_without_a_subject_version_stay_readable() {
+    let mut v: Value = serde_json::from_str(EXAMPLE).unwrap();
+    v["evidence"]["build"].as_object_mut().unwrap().remove("subject_version").expect("the example names a version");
+    let text = serde_json::to_string_pretty(&v).unwrap();
+    Validator::receipt().check(&text).unwrap();
+    let r = parse_receipt(text.as_bytes(), Path::new("old.json")).unwrap();
+    assert_eq!(r.evidence.build.subject_version, None);
+    v["evidence"]["build"]["subject_version"] = json!("");
+    let text = serde_json::to_string_pretty(&v).unwrap();
+    assert!(Validator::receipt().check(&text).is_err(), "the schema accepted an empty subject_version");
+    assert!(
+        parse_receipt(text.as_bytes(), Path::new("empty.json")).is_err(),
+        "the reader accepted an empty subject_version"
+    );
 }

@@ -74,6 +74,7 @@ pub fn receipt_with(cfg: RunConfigEvidence, layers: usize, prompts: usize, steps
         build: BuildEvidence {
             kernel_source_digest: "c0ffee0123456789".to_string(),
             nvrtc_options: vec!["--gpu-architecture=sm_90".to_string(), "--fmad=false".to_string()],
+            subject_version: Some("0.1.0".to_string()),
         },
         verdict: Verdict::Pass,
         reason: None,
@@ -365,6 +366,7 @@ prop_compose! {
         config in arb_config(),
         kernel_source_digest in arb_hex(),
         nvrtc_options in prop::collection::vec(arb_text(), 0..3),
+        subject_version in prop::option::of(arb_text().prop_filter("non-empty", |s| !s.is_empty())),
         (verdict, reason) in arb_verdict_reason(),
         gates in arb_gates(),
         engaged in prop::collection::btree_map(arb_text(), any::<u64>(), 0..4),
@@ -376,7 +378,7 @@ prop_compose! {
         performance in arb_performance(),
     ) -> Evidence {
         Evidence {
-            config, build: BuildEvidence { kernel_source_digest, nvrtc_options }, verdict, reason, gates, engaged,
+            config, build: BuildEvidence { kernel_source_digest, nvrtc_options, subject_version }, verdict, reason, gates, engaged,
             first_divergence, digests, token_tape_digest: token_tape_digest(&tokens), tokens, error_budget, near_ties,
             performance,
         }

@@ -240,7 +240,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
 
 #[allow(clippy::too_many_arguments)]
 fn performance_receipt(
-    subject: &crate::subject::Subject,
+    subject: &crate::subject::Builtin,
     record: &Record,
     backend: BackendKind,
     graph: bool,
@@ -251,6 +251,7 @@ fn performance_receipt(
     prov: Provenance,
 ) -> Result<Receipt, GateError> {
     let job = crate::job::Job {
+        subject: crate::subject::BUILTIN_NAME.to_string(),
         doors_env: if graph { BTreeMap::from([("MEMRA_STEP_TP_GRAPH".to_string(), true)]) } else { BTreeMap::new() },
         doors: memra_runtime::DoorSet { graph, ..Default::default() },
         class: crate::job::JobClass::Identity,
@@ -281,6 +282,7 @@ fn performance_receipt(
     }
     let mut r = crate::receipt::receipt_for_record(
         prov.kernel_digest,
+        crate::subject::BUILTIN_VERSION,
         &job,
         &subject.model_evidence,
         &subject.battery,

@@ -8,6 +8,7 @@ use crate::args::{Provenance, RunArgs};
 use crate::error::GateError;
 use crate::outdir::{OutDir, Reuse};
 use crate::plan::RunPlan;
+use crate::subject::{External, Subject};
 use crate::suite::{Progress, Suite, SuiteOptions};
 use memra_receipts::schema as rs;
 use std::collections::BTreeSet;
@@ -49,7 +50,7 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     } else {
         None
     };
-    let RunPlan { dist, backend, matrix_name, matrix, jobs, model, battery, workers, .. } = plan;
+    let RunPlan { dist, backend, matrix_name, matrix, jobs, model, battery, workers, subject: manifest, .. } = plan;
     let model_label = format!("{} {}", model.evidence.preset, model.evidence.digest);
     let mut subject = model.load(battery)?;
     if let Some(d) = &dist {
@@ -80,7 +81,17 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         backend.name(),
         matrix.excluded.len(),
     );
-    let suite = Suite::new(&subject, opts)?;
+    // An external subject runs the jobs; the built-in runtime stays the oracle.
+    let external = manifest.map(|m| External::prepare(m, &subject, crate::env::memra_names())).transpose()?;
+    if let Some(e) = &external {
+        let m = e.manifest();
+        eprintln!("memra-gates: subject {} {} ({})", m.name, m.version, m.path.display());
+    }
+    let under_test: &dyn Subject = match &external {
+        Some(e) => e,
+        None => &subject,
+    };
+    let suite = Suite::new(&subject, under_test, opts)?;
     let done = suite.run_all(&jobs);
     if args.resume {
         eprintln!(

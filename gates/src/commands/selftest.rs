@@ -37,7 +37,7 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
     let backend = plan::resolve_backend(&args.backend, req.require_gpu(&registry))?;
     // TP2: the reversed K-block fold needs more than one rank.
     let canaries = matrix::enumerate(&registry, &MatrixKind::Canaries, &[2], &[Transport::HostBounce], &[backend])?;
-    let mut jobs = plan::jobs_of(&registry, &canaries, &req, 1)?;
+    let mut jobs = plan::jobs_of(&registry, &canaries, &req, 1, None)?;
     if let Some(id) = &args.disarm {
         let job = jobs
             .iter_mut()
@@ -61,7 +61,7 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
         kernel_digest: prov.kernel_digest.to_string(),
         progress: Progress::Off,
     };
-    let suite = Suite::new(&subject, opts)?;
+    let suite = Suite::new(&subject, &subject, opts)?;
     let done = suite.run_all(&jobs);
     let (_, mut failed) = out.write_outputs("selftest", &done.receipts);
     failed.extend(done.write_failures.into_iter().map(|w| (w.path, w.error)));
@@ -116,7 +116,7 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
         let doors = registry.to_door_set(&BTreeSet::from([door.id.clone()]), None)?;
         let mut spec = RunSpec::oracle(backend, memra_runtime::ExpertFormat::E4m3);
         (spec.tp, spec.transport, spec.doors, spec.forced) = (tp, transport, doors, Some(suite.oracle()));
-        match subject.run(spec) {
+        match subject.run_canonical(spec) {
             Ok(r) if r.digests == suite.oracle().digests => {
                 crate::say!(
                     "{:<26} WARNING: bit-identical to the oracle at TP{tp} {}: its NUMERIC class may be mislabeled",

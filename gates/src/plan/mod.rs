@@ -18,6 +18,7 @@ use crate::error::GateError;
 use crate::job::Job;
 use crate::matrix::{self, Configuration, MatrixKind, MatrixPlan};
 use crate::registry::{BackendKind, Registry};
+use crate::subject::protocol::manifest::Manifest;
 use memra_runtime::{Battery, Transport};
 
 /// Load the registry named on the command line, or the built-in one.
@@ -89,13 +90,24 @@ pub struct RunPlan {
     pub battery: Battery,
     /// Parallel host jobs.
     pub workers: usize,
+    /// The external subject under test (`--subject`); `None`: the built-in runtime.
+    pub subject: Option<Manifest>,
 }
 
 impl RunPlan {
     /// Check every flag of `run` (and the environment's doors and settings).
     pub fn from_args(args: &RunArgs) -> Result<RunPlan, GateError> {
-        let registry = load_registry(&args.registry)?;
+        // An external subject brings its own doors: its manifest's registry is the plan's.
+        let subject = args.subject.as_deref().map(Manifest::load).transpose()?;
+        let registry = match &subject {
+            Some(m) => m.registry.clone(),
+            None => load_registry(&args.registry)?,
+        };
         let request = door_request(&registry, &args.doors)?;
+        if let Some(m) = &subject {
+            let distributed = args.process.is_some() || request.settings.contains_key(crate::registry::PROCESS);
+            check_subject_flags(args, distributed, m)?;
+        }
         let dist = crate::dist::dist_plan(args, &request, &registry)?;
         let workers = match args.jobs {
             Some(0) => {
@@ -111,7 +123,7 @@ impl RunPlan {
         let backend = resolve_backend(&args.backend, request.require_gpu(&registry))?;
         let (matrix_name, matrix) = run_matrix(&registry, args, &request, backend, &transports)?;
         let processes = dist.as_ref().map_or(1, |d| d.spec.processes);
-        let jobs = jobs_of(&registry, &matrix, &request, processes)?;
+        let jobs = jobs_of(&registry, &matrix, &request, processes, subject.as_ref())?;
         if jobs.is_empty() {
             return Err(GateError::NothingToTest(format!(
                 "matrix `{matrix_name}` selects no configuration: nothing would be tested"
@@ -119,8 +131,24 @@ impl RunPlan {
         }
         let model = ModelPlan::from_args(&args.model)?;
         let battery = battery_for(&model.config, args.battery_seed, args.prompts, args.gen_tokens)?;
-        Ok(RunPlan { registry, request, dist, backend, matrix_name, matrix, jobs, model, battery, workers })
+        Ok(RunPlan { registry, request, dist, backend, matrix_name, matrix, jobs, model, battery, workers, subject })
     }
+}
+
+/// Flags that have no meaning for an external subject, refused with the reason.
+fn check_subject_flags(args: &RunArgs, distributed: bool, m: &Manifest) -> Result<(), GateError> {
+    let who = format!("--subject {}", m.path.display());
+    if distributed {
+        return Err(GateError::usage(format!(
+            "{who} with --process (or MEMRA_PROCESS): a run over several processes spreads the built-in runtime's ranks; an external subject runs its own ranks in the one process gates starts per run"
+        )));
+    }
+    if args.model.cuda_reserve_gib != 0.0 {
+        return Err(GateError::usage(format!(
+            "{who} with --cuda-reserve-gib: the planted crowded device is the built-in runtime's fault injection; an external subject allocates its own memory"
+        )));
+    }
+    Ok(())
 }
 
 /// The matrix of a `run`: a named matrix filtered by explicit requests, or (without --matrix)

@@ -32,7 +32,7 @@
 //!
 //! [[setting]]
 //! env = "MEMRA_REQUIRE_GPU"
-//! format = "bool01"                 # bool01 | layer:seam:step | process (P/N) | path | seconds | count
+//! format = "bool01"                 # bool01 | layer:seam:step | process (P/N) | path | seconds | count | backend | tp | transport
 //! default = "0"
 //! meaning = "1 turns GPU-test skips into failures"
 //! ```
@@ -157,6 +157,16 @@ impl Registry {
 
     /// Parse and validate registry text; `origin` names it in error messages.
     pub fn from_toml_str(text: &str, origin: &str) -> Result<Registry, RegistryError> {
+        Registry::parse(text, origin, false)
+    }
+
+    /// The registry of an external subject (`crate::subject::protocol::manifest`): the same
+    /// format and rules, except that it may declare no door at all.
+    pub fn for_subject(text: &str, origin: &str) -> Result<Registry, RegistryError> {
+        Registry::parse(text, origin, true)
+    }
+
+    fn parse(text: &str, origin: &str, allow_no_door: bool) -> Result<Registry, RegistryError> {
         let parse_err = |message: String| RegistryError::Parse {
             origin: origin.to_string(),
             what: format!("door registry (schema_version {SCHEMA_VERSION})"),
@@ -183,7 +193,7 @@ impl Registry {
         }
         let raw: RawFile = toml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
         debug_assert_eq!(raw.schema_version, SCHEMA_VERSION);
-        super::validate::validate(raw, origin)
+        super::validate::validate(raw, origin, allow_no_door)
     }
 }
 

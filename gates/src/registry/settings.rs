@@ -28,6 +28,15 @@ pub enum SettingFormat {
     /// A whole number of things (e.g. devices), 0 or more (empty: the default).
     #[serde(rename = "count")]
     Count,
+    /// A backend name: `host` or `cuda` (empty: none).
+    #[serde(rename = "backend")]
+    Backend,
+    /// A TP size of the canonical grid: 1, 2, 4 or 8 (empty: none).
+    #[serde(rename = "tp")]
+    Tp,
+    /// A transport name: `host-bounce`, `native-p2p` or `nccl` (empty: none).
+    #[serde(rename = "transport")]
+    Transport,
 }
 
 /// Where the flip-bit canary plants its defect.
@@ -47,6 +56,9 @@ pub enum SettingValue {
     Path(std::path::PathBuf),
     Seconds(u64),
     Count(u64),
+    Backend(memra_runtime::backend::BackendKind),
+    Tp(usize),
+    Transport(memra_runtime::Transport),
 }
 
 const BOOL01_RULE: &str = "use 1 (on), 0 or empty (off)";
@@ -60,6 +72,9 @@ impl SettingFormat {
             SettingFormat::Path => "path",
             SettingFormat::Seconds => "seconds",
             SettingFormat::Count => "count",
+            SettingFormat::Backend => "backend",
+            SettingFormat::Tp => "tp",
+            SettingFormat::Transport => "transport",
         }
     }
 
@@ -105,6 +120,20 @@ impl SettingFormat {
                 Ok(n) if value.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(SettingValue::Count(n))),
                 _ => Err(bad("use a whole number (0 or more)".to_string())),
             },
+            SettingFormat::Backend => match value {
+                "host" => Ok(Some(SettingValue::Backend(memra_runtime::backend::BackendKind::Host))),
+                "cuda" => Ok(Some(SettingValue::Backend(memra_runtime::backend::BackendKind::Cuda))),
+                _ => Err(bad("use host or cuda".to_string())),
+            },
+            SettingFormat::Tp => match value.parse::<usize>() {
+                Ok(n) if memra_kernels::grid::is_tp_size(n) && value.bytes().all(|b| b.is_ascii_digit()) => {
+                    Ok(Some(SettingValue::Tp(n)))
+                }
+                _ => Err(bad("use a TP size of the canonical grid: 1, 2, 4 or 8".to_string())),
+            },
+            SettingFormat::Transport => memra_runtime::Transport::parse(value)
+                .map(|t| Some(SettingValue::Transport(t)))
+                .map_err(|_| bad("use host-bounce, native-p2p or nccl".to_string())),
         }
     }
 }
@@ -130,3 +159,12 @@ pub const NCCL_ID_DIR: &str = "MEMRA_NCCL_ID_DIR";
 pub const DIST_TIMEOUT_S: &str = "MEMRA_DIST_TIMEOUT_S";
 /// Env name of the setting that places the flip-bit canary.
 pub const CANARY_FLIP_AT: &str = "MEMRA_CANARY_FLIP_AT";
+/// Env names of the subject protocol (docs/subject-protocol.md): what `memra-gates` tells a
+/// subject process about the run it must perform.
+pub const SUBJECT_PROTOCOL: &str = "MEMRA_SUBJECT_PROTOCOL";
+pub const SUBJECT_BACKEND: &str = "MEMRA_SUBJECT_BACKEND";
+pub const SUBJECT_TP: &str = "MEMRA_SUBJECT_TP";
+pub const SUBJECT_TRANSPORT: &str = "MEMRA_SUBJECT_TRANSPORT";
+pub const SUBJECT_MODEL: &str = "MEMRA_SUBJECT_MODEL";
+pub const SUBJECT_BATTERY: &str = "MEMRA_SUBJECT_BATTERY";
+pub const SUBJECT_TAPE: &str = "MEMRA_SUBJECT_TAPE";

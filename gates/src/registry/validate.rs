@@ -73,8 +73,9 @@ impl Checker<'_> {
     }
 }
 
-/// Validate a parsed registry file; `origin` names it in messages.
-pub(super) fn validate(raw: RawFile, origin: &str) -> Result<Registry, RegistryError> {
+/// Validate a parsed registry file; `origin` names it in messages. `allow_no_door`: a subject's
+/// registry (docs/subject-protocol.md) may hold no door — the subject's baseline is still gated.
+pub(super) fn validate(raw: RawFile, origin: &str, allow_no_door: bool) -> Result<Registry, RegistryError> {
     let mut ck = Checker {
         origin,
         errors: Vec::new(),
@@ -82,7 +83,7 @@ pub(super) fn validate(raw: RawFile, origin: &str) -> Result<Registry, RegistryE
         by_id: BTreeMap::new(),
         engagements: BTreeSet::new(),
     };
-    if raw.door.is_empty() {
+    if raw.door.is_empty() && !allow_no_door {
         ck.fail("door", "[]", "a registry declares at least one door");
     }
     let mut doors = Vec::new();

@@ -47,6 +47,7 @@ impl Suite<'_> {
             tp: job.tp,
             transport: job.transport,
             doors: job.doors,
+            door_vars: job.doors_env.clone(),
             format: format_of(job),
             forced,
             capture: vec![],
@@ -65,7 +66,7 @@ impl Suite<'_> {
         let forced = if numeric { Some(&oracle) } else { None };
         let first = match self.subject.run(self.spec(job, forced)) {
             Ok(r) => r,
-            Err(e) => return ev.error(e),
+            Err(e) => return ev.failed(e.verdict(), e.reason()),
         };
         // The determinism re-run also carries full captures of prompt 0 for the error budget.
         let mut again = self.spec(job, forced);
@@ -74,7 +75,7 @@ impl Suite<'_> {
         }
         let second = match self.subject.run(again) {
             Ok(r) => r,
-            Err(e) => return ev.error(e),
+            Err(e) => return ev.failed(e.verdict(), e.reason()),
         };
         self.common_gates(job, &first, &second, ev);
         let done = match job.class {
@@ -123,12 +124,13 @@ impl Suite<'_> {
         true
     }
 
-    /// Determinism, non-triviality, engagement, and on CUDA the device-host gate.
+    /// Determinism, non-triviality, engagement, and on CUDA the device-host gate (for a subject
+    /// that claims the canonical program's bits).
     fn common_gates(&self, job: &Job, first: &Record, second: &Record, ev: &mut Evaluation) {
         ev.gates.push(gate_result(Gate::Determinism, &gate::determinism(first, second), Verdict::Fail));
         ev.gates.push(gate_result(Gate::NonTriviality, &gate::non_triviality(first), Verdict::Fail));
         ev.gates.push(gate_result(Gate::Engagement, &gate::engagement(first, &job.engagement), Verdict::Void));
-        if job.backend == BackendKind::Cuda {
+        if job.backend == BackendKind::Cuda && self.subject.exact() {
             let dh = match self.cuda_baseline() {
                 Err(e) => Outcome::Fail(e),
                 Ok(c) => match gate::first_digest_divergence(&self.oracle, &c) {
@@ -228,12 +230,16 @@ impl Suite<'_> {
         true
     }
 
-    /// Re-run the reference and the job with a full capture of the divergent seam.
+    /// Re-run the reference (`reference_for`: the host oracle, or the subject's CUDA TP1 run)
+    /// and the job with a full capture of the divergent seam.
     fn localise(&self, job: &Job, d: &FirstDivergence) -> Option<gate::Element> {
         let key = vec![d.key()];
         let mut reference = RunSpec::oracle(job.backend, ExpertFormat::E4m3);
         reference.capture = key.clone();
-        let reference = self.subject.run(reference).ok()?;
+        let reference = match job.backend {
+            BackendKind::Host => self.runtime.run_canonical(reference).ok()?,
+            BackendKind::Cuda => self.subject.run(reference).ok()?,
+        };
         let run = self
             .subject
             .run(RunSpec {
@@ -241,6 +247,7 @@ impl Suite<'_> {
                 tp: job.tp,
                 transport: job.transport,
                 doors: job.doors,
+                door_vars: job.doors_env.clone(),
                 format: ExpertFormat::E4m3,
                 forced: None,
                 capture: key,

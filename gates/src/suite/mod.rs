@@ -3,6 +3,8 @@
 //! scheduled over workers with resume and progress (`schedule`).
 //!
 //! A job arrives resolved against the registry (`crate::job`), so nothing here reads doors.toml.
+//! The jobs run on a `&dyn` [`Subject`]; the oracles always run on the built-in runtime
+//! ([`Builtin`]), whatever the subject under test is (docs/DESIGN.md §10).
 
 mod evaluate;
 mod schedule;
@@ -12,12 +14,12 @@ pub use schedule::{clock, Progress, SuiteRun, WriteFailure};
 use crate::gate;
 use crate::job::Job;
 use crate::receipt::{self, Evaluation};
-use crate::subject::{RunSpec, Subject};
+use crate::subject::{Builtin, RunSpec, Subject};
 use memra_receipts::schema as rs;
 use memra_receipts::Receipt;
 use memra_runtime::backend::{open, BackendKind, ProbeResult, PROBE_SIZES_BYTES};
 use memra_runtime::record::Record;
-use memra_runtime::{DoorSet, ExpertFormat, RuntimeError, Transport};
+use memra_runtime::{ExpertFormat, RuntimeError, Transport};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -38,14 +40,18 @@ pub struct SuiteOptions {
 
 /// The oracles and caches shared by every job of one suite.
 pub struct Suite<'a> {
-    subject: &'a Subject,
+    /// The built-in runtime on the plan's model and battery: every oracle runs here.
+    runtime: &'a Builtin,
+    /// What the jobs run on (the built-in runtime itself, or an external subject).
+    subject: &'a dyn Subject,
     opts: SuiteOptions,
     /// TP1, host-bounce, every door at default, host backend.
     oracle: Record,
     /// The CUDA TP1 host-bounce default run, when any job runs on CUDA.
     cuda_baseline: Mutex<Option<Result<Record, String>>>,
-    /// NUMERIC-CLASS class baselines: (doors, backend) → TP1 host-bounce teacher-forced record.
-    class_baselines: Mutex<HashMap<(DoorSet, BackendKind), Result<Record, String>>>,
+    /// NUMERIC-CLASS class baselines: (door variables, backend) → the door set's teacher-forced
+    /// record at its baseline TP and transport.
+    class_baselines: Mutex<HashMap<ClassKey, Result<Record, String>>>,
     /// The oracle with full captures of prompt 0 (error budgets), per expert format.
     oracle_captured: Mutex<HashMap<ExpertFormat, Record>>,
     /// The canonical program on NVFP4 expert banks (the oracle of NVFP4 doors).
@@ -53,6 +59,9 @@ pub struct Suite<'a> {
     /// The byte-integrity probe per (backend, TP), run once before the first native-P2P job.
     probes: Mutex<ProbeCache>,
 }
+
+/// A class baseline's key: the door variables of the set, and the backend.
+type ClassKey = (Vec<String>, BackendKind);
 
 /// Probe results per (backend, TP size).
 type ProbeCache = HashMap<(BackendKind, usize), Result<Vec<ProbeResult>, String>>;
@@ -77,10 +86,11 @@ fn format_of(job: &Job) -> ExpertFormat {
 }
 
 impl<'a> Suite<'a> {
-    /// Build the suite: computes the host oracle once.
-    pub fn new(subject: &'a Subject, opts: SuiteOptions) -> Result<Suite<'a>, RuntimeError> {
-        let oracle = subject.run(RunSpec::oracle(BackendKind::Host, ExpertFormat::E4m3))?;
+    /// Build the suite: computes the host oracle once, on the built-in runtime.
+    pub fn new(runtime: &'a Builtin, subject: &'a dyn Subject, opts: SuiteOptions) -> Result<Suite<'a>, RuntimeError> {
+        let oracle = runtime.run_canonical(RunSpec::oracle(BackendKind::Host, ExpertFormat::E4m3))?;
         Ok(Suite {
+            runtime,
             subject,
             opts,
             oracle,
@@ -112,7 +122,9 @@ impl<'a> Suite<'a> {
             ExpertFormat::Nvfp4 => {
                 let mut slot = self.nvfp4_oracle.lock().expect("nvfp4 oracle lock");
                 slot.get_or_insert_with(|| {
-                    self.subject.run(RunSpec::oracle(BackendKind::Host, ExpertFormat::Nvfp4)).map_err(|e| e.to_string())
+                    self.runtime
+                        .run_canonical(RunSpec::oracle(BackendKind::Host, ExpertFormat::Nvfp4))
+                        .map_err(|e| e.to_string())
                 })
                 .clone()
             }
@@ -120,7 +132,7 @@ impl<'a> Suite<'a> {
     }
 
     fn class_baseline(&self, job: &Job, oracle: &Record) -> Result<Record, String> {
-        let key = (job.doors, job.backend);
+        let key = (job.doors_env.keys().cloned().collect(), job.backend);
         if let Some(r) = self.class_baselines.lock().expect("baseline lock").get(&key) {
             return r.clone();
         }
@@ -131,6 +143,7 @@ impl<'a> Suite<'a> {
                 tp: job.baseline_tp,
                 transport: job.baseline_transport,
                 doors: job.doors,
+                door_vars: job.doors_env.clone(),
                 format: format_of(job),
                 forced: Some(oracle),
                 capture: vec![],
@@ -147,7 +160,7 @@ impl<'a> Suite<'a> {
         }
         let mut spec = RunSpec::oracle(BackendKind::Host, format);
         spec.capture = gate::all_keys_of_prompt(&self.oracle, 0);
-        let r = self.subject.run(spec)?;
+        let r = self.runtime.run_canonical(spec)?;
         slot.insert(format, r.clone());
         Ok(r)
     }
@@ -173,13 +186,14 @@ impl<'a> Suite<'a> {
 
     /// The evidence of a job's configuration (its run identity).
     pub fn config_evidence(&self, job: &Job) -> rs::RunConfigEvidence {
-        receipt::config_evidence(job, &self.subject.model_evidence, &self.subject.battery)
+        receipt::config_evidence(job, &self.runtime.model_evidence, &self.runtime.battery)
     }
 
     fn receipt(&self, job: &Job, ev: Evaluation, started_at_unix_ms: u64, wall_ms: f64) -> Receipt {
-        let s = self.subject;
+        let s = self.runtime;
         let mut r = receipt::build_receipt(
             &self.opts.kernel_digest,
+            self.subject.version(),
             job,
             &s.model_evidence,
             &s.battery,

@@ -150,6 +150,13 @@ pub struct BuildEvidence {
     pub kernel_source_digest: String,
     /// NVRTC options in the order they were passed; empty on the host backend.
     pub nvrtc_options: Vec<String>,
+    /// The version of the subject that produced the numbers (docs/DESIGN.md §10): the built-in
+    /// runtime's crate version, or the version an external engine's manifest declares (and its
+    /// tape repeats). Not part of the run identity, so `diff` pairs the runs of two versions of
+    /// one engine. Absent (`None`, not written) in receipts from builds before the subject
+    /// protocol; every receipt written now has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject_version: Option<String>,
 }
 
 /// One gate's outcome.
