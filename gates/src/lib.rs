@@ -6,7 +6,7 @@
 //! # Layers (imports point down only; the tidy test checks there is no cycle)
 //!
 //! - [`args`]: the clap types; imports nothing of the crate.
-//! - [`text`], [`registry`], [`env`], [`matrix`]: the door registry and what derives from it.
+//! - [`text`], [`registry`], [`env`](mod@env), [`matrix`]: the door registry and what derives from it.
 //! - [`job`], [`gate`], [`receipt`], [`dist`], [`subject`]: resolved configurations, the gates
 //!   as pure functions over records, the receipt builder, the subjects that produce records (the
 //!   built-in runtime in process, or an external engine over the subject protocol).

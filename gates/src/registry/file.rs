@@ -1,6 +1,6 @@
 //! The door registry's file format: its one definition, its reader, and its one writer (the
 //! defaults block that `memra-gates promote` updates in place). The rules a parsed file must
-//! satisfy are in [`super::validate`].
+//! satisfy are in the registry's `validate` module.
 //!
 //! # Format, `schema_version = 1`
 //!

@@ -3,11 +3,11 @@
 //! and nothing about a door lives only in a comment (docs/DESIGN.md §4.1).
 //!
 //! - this module: the validated types ([`Registry`], [`Door`], …) and their queries;
-//! - [`file`]: the file format (`schema_version = 1`), documented there with an example, its
+//! - [`file`](mod@file): the file format (`schema_version = 1`), documented there with an example, its
 //!   reader and the one writer of the file (the defaults block that `promote` updates);
-//! - [`validate`]: the rules a registry must satisfy;
-//! - [`settings`]: the tool's own `MEMRA_*` settings;
-//! - [`door_set`]: the mapping onto the runtime's explicit [`DoorSet`](memra_runtime::DoorSet);
+//! - `validate`: the rules a registry must satisfy;
+//! - `settings`: the tool's own `MEMRA_*` settings;
+//! - `door_set`: the mapping onto the runtime's explicit [`DoorSet`](memra_runtime::DoorSet);
 //! - [`view`]: `memra-gates doors` (table and JSON).
 
 mod door_set;

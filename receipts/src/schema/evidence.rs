@@ -34,7 +34,7 @@ pub struct Evidence {
     pub digests: SeamDigests,
     /// Token tape: `tokens[prompt][step]`, the argmax token of each decode step.
     pub tokens: Vec<Vec<u32>>,
-    /// [`token_tape_digest`] of `tokens`; the reader checks that they agree.
+    /// [`token_tape_digest`](crate::identity::token_tape_digest) of `tokens`; the reader checks that they agree.
     pub token_tape_digest: String,
     /// Per-seam error against the oracle (NUMERIC-CLASS doors; empty otherwise).
     pub error_budget: Vec<SeamError>,
@@ -45,14 +45,14 @@ pub struct Evidence {
     pub performance: Option<PerformanceClaim>,
 }
 
-/// The configuration of a run: the input of [`run_id`]. Nothing volatile may go here.
+/// The configuration of a run: the input of [`run_id`](crate::identity::run_id). Nothing volatile may go here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfigEvidence {
     /// What ran: `"memra-runtime"` for the built-in runtime, or an external engine's name (docs/DESIGN.md §10).
     pub subject: String,
     pub backend: Backend,
-    /// Tensor-parallel size, one of [`TP_SIZES`].
+    /// Tensor-parallel size, one of [`TP_SIZES`](crate::schema::TP_SIZES).
     pub tp: usize,
     pub transport: Transport,
     /// Doors set explicitly for this run: environment variable → on (`true`) / off (`false`).
@@ -69,7 +69,7 @@ impl RunConfigEvidence {
     /// Human-readable run name used in tables, JUnit and CSV:
     /// `"<subject>/<preset> <backend> tp<N> <transport> <doors>"`, where doors are `+NAME` (on) and
     /// `-NAME` (off) without the `MEMRA_` prefix, in key order, or `defaults` when none is set.
-    /// Not unique by itself (the oracle and digests are not in it); [`run_id`] is.
+    /// Not unique by itself (the oracle and digests are not in it); [`run_id`](crate::identity::run_id) is.
     pub fn label(&self) -> String {
         let doors = if self.doors.is_empty() {
             "defaults".to_string()
@@ -222,11 +222,11 @@ pub struct Divergence {
     pub rank: Option<usize>,
     /// Flat element index within the seam's tensor.
     pub element: u64,
-    /// `"0x"` + 8 lowercase hex digits: the reference's `f32::to_bits()` ([`f32_bits_hex`]).
+    /// `"0x"` + 8 lowercase hex digits: the reference's `f32::to_bits()` ([`f32_bits_hex`](crate::identity::f32_bits_hex)).
     pub oracle_bits: String,
     /// Same for the observed value.
     pub observed_bits: String,
-    /// Distance in units in the last place between the two values (see [`ulp_distance`]).
+    /// Distance in units in the last place between the two values (see [`ulp_distance`](memra_kernels::grid::ulp_distance)).
     pub ulp: u64,
 }
 
@@ -248,7 +248,7 @@ impl Divergence {
 }
 
 /// The layer × seam × token digest table. A digest is order-independent (wrapping sum over
-/// elements of splitmix64 of (element index, f32 bits), docs/DESIGN.md §5), written with [`digest_hex`].
+/// elements of splitmix64 of (element index, f32 bits), docs/DESIGN.md §5), written with [`digest_hex`](crate::identity::digest_hex).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SeamDigests {
@@ -274,7 +274,7 @@ pub struct DigestRow {
 pub struct SeamError {
     pub layer: usize,
     pub seam: String,
-    /// Largest [`ulp_distance`] over all elements and steps.
+    /// Largest [`ulp_distance`](memra_kernels::grid::ulp_distance) over all elements and steps.
     pub max_ulp: u64,
     /// Largest `|observed − oracle| / |oracle|` (elements whose oracle value is 0 count with
     /// `|observed|`); finite.

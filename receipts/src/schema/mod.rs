@@ -34,9 +34,9 @@
 //! # Conventions
 //!
 //! - Digests and bit patterns are lowercase hex strings: seam digests and `token_tape_digest` are
-//!   exactly 16 digits (a `u64`, see [`digest_hex`]); model, battery and kernel digests are any
+//!   exactly 16 digits (a `u64`, see [`digest_hex`](crate::identity::digest_hex)); model, battery and kernel digests are any
 //!   non-empty even number of digits (e.g. SHA-256); element bit patterns are `"0x"` + 8 digits
-//!   (an `f32`'s `to_bits()`, see [`f32_bits_hex`]).
+//!   (an `f32`'s `to_bits()`, see [`f32_bits_hex`](crate::identity::f32_bits_hex)).
 //! - Every field is always present; an absent optional value is `null`, an empty list is `[]`.
 //! - Indices (`prompt`, `step`, `layer`, `rank`) count from 0. `step` is the index in the prompt's
 //!   token tape (the n-th generated token), in the digest table, the first divergence and near-ties.
@@ -113,7 +113,7 @@ pub struct Receipt {
     /// Always [`SCHEMA_VERSION`].
     pub schema_version: u32,
     pub kind: ReceiptKind,
-    /// [`run_id`] of `evidence.config`; the reader checks that they agree.
+    /// [`run_id`](crate::identity::run_id) of `evidence.config`; the reader checks that they agree.
     pub run_id: String,
     pub evidence: Evidence,
     pub measurements: Measurements,
