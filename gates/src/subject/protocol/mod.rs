@@ -103,6 +103,7 @@
 //! | `p{p}.tokens` | U32 | `[G]` | the generated tokens |
 //! | `p{p}.top2` | F32 | `[G, 2]` | the two largest logits of the step that generated each token |
 //! | `p{p}.timings_ns` | U64 | `[steps_p, S]` | optional (all prompts or none): nanoseconds per step and seam |
+//! | `p{p}.layer_timings_ns` | U64 | `[steps_p, L + 1]` | optional (all prompts or none): nanoseconds per step and whole layer (index L: the head) |
 //! | `capture.p{p}.s{step}.L{layer}.{seam}` | F32 | `[len]` | each requested capture, raw 32-bit patterns |
 //!
 //! `seams` must be `L{l}.{seam}` for every layer `l` in the order of docs/DESIGN.md §3.2, then

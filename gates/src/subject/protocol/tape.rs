@@ -155,7 +155,7 @@ pub fn read(bytes: &[u8], expect: &Expect) -> Result<Record, TapeError> {
     extra.sort_unstable();
     if let Some(name) = extra.first() {
         return Err(malformed(format!(
-            "tensor {name} is not part of this run's tape ({} unexpected tensor(s); a tape holds exactly the digests, tokens, top-two logits, optional timings and the requested captures)",
+            "tensor {name} is not part of this run's tape ({} unexpected tensor(s); a tape holds exactly the digests, tokens, top-two logits, optional seam and layer timings and the requested captures)",
             extra.len()
         )));
     }
@@ -245,9 +245,13 @@ impl Reader<'_> {
             build_options: meta.build_options.clone(),
             ..Record::default()
         };
-        let timed = self.st.names().iter().any(|n| n.ends_with(".timings_ns"));
+        let timed = self.st.names().iter().any(|n| n.ends_with(".timings_ns") && !n.ends_with(".layer_timings_ns"));
         if timed {
             record.timings_ns = vec![Vec::new(); s];
+        }
+        let layers_timed = self.st.names().iter().any(|n| n.ends_with(".layer_timings_ns"));
+        if layers_timed {
+            record.layer_timings_ns = vec![Vec::new(); c.layers + 1];
         }
         for p in 0..b.prompts.len() {
             let steps = b.steps_of(p);
@@ -292,6 +296,22 @@ impl Reader<'_> {
                 for row in t.chunks(s) {
                     for (i, ns) in row.iter().enumerate() {
                         record.timings_ns[i].push(*ns);
+                    }
+                }
+            }
+            if layers_timed {
+                let l = c.layers + 1;
+                let t = u64s(&self.tensor(
+                    &format!("p{p}.layer_timings_ns"),
+                    Dtype::U64,
+                    &[steps, l],
+                    &format!(
+                        "prompt {p}: {steps} steps × {l} layers and the head (layer timings: all prompts or none)"
+                    ),
+                )?);
+                for row in t.chunks(l) {
+                    for (i, ns) in row.iter().enumerate() {
+                        record.layer_timings_ns[i].push(*ns);
                     }
                 }
             }
@@ -460,6 +480,15 @@ pub fn write(record: &Record, subject: &str, version: &str, engaged_doors: &[Str
             let rows = (sample..sample + n).flat_map(|i| record.timings_ns.iter().map(move |t| t[i]));
             tensors
                 .insert(format!("p{p}.timings_ns"), Owned { dtype: Dtype::U64, shape: vec![n, s], data: le_u64(rows) });
+        }
+        let l = record.n_layers + 1;
+        let lt = &record.layer_timings_ns;
+        if lt.len() == l && lt.iter().all(|t| t.len() >= sample + n) {
+            let rows = (sample..sample + n).flat_map(|i| lt.iter().map(move |t| t[i]));
+            tensors.insert(
+                format!("p{p}.layer_timings_ns"),
+                Owned { dtype: Dtype::U64, shape: vec![n, l], data: le_u64(rows) },
+            );
         }
         sample += n;
     }
