@@ -44,9 +44,10 @@ pub fn tree_digest(root: &std::path::Path) -> std::io::Result<String> {
         twin_files().map(|f| Ok((f, read(format!("kernels/{f}"))?))).collect::<std::io::Result<_>>()?;
     let program: Vec<(&str, String)> =
         PROGRAM_SOURCES.iter().map(|(p, _)| Ok((*p, read(p.to_string())?))).collect::<std::io::Result<_>>()?;
-    let pairs = |v: &[(&'static str, String)]| v.iter().map(|(n, t)| (*n, t.as_str())).collect::<Vec<_>>();
     let text = concat_sources(cuda.iter().map(|(n, t)| (*n, t.as_str())));
-    Ok(build_digest_of(&text, &pairs(&twins), &pairs(&program)))
+    let twins: Vec<(&str, &str)> = twins.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    let program: Vec<(&str, &str)> = program.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    Ok(build_digest_of(&text, &twins, &program))
 }
 
 #[cfg(test)]

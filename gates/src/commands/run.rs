@@ -35,10 +35,11 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     // Only process 0 of a distributed launch writes receipts; the others compute the same ones.
     let writer = plan.dist.as_ref().is_none_or(|d| d.spec.process == 0);
     let out = if writer {
-        let ids: BTreeSet<String> = plan
-            .jobs
-            .iter()
-            .map(|j| memra_receipts::run_id(&crate::receipt::config_evidence(j, &plan.model.evidence, &plan.battery)))
+        let models = std::iter::once((&plan.model, &plan.battery)).chain(plan.more_models.iter().map(|(m, b)| (m, b)));
+        let ids: BTreeSet<String> = models
+            .flat_map(|(m, b)| {
+                plan.jobs.iter().map(|j| memra_receipts::run_id(&crate::receipt::config_evidence(j, &m.evidence, b)))
+            })
             .collect();
         let reuse = match (args.resume, args.replace) {
             (true, _) => Reuse::Resume,
@@ -49,24 +50,7 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     } else {
         None
     };
-    let RunPlan { dist, backend, matrix_name, matrix, jobs, model, battery, workers, .. } = plan;
-    let model_label = format!("{} {}", model.evidence.preset, model.evidence.digest);
-    let mut subject = model.load(battery)?;
-    if let Some(d) = &dist {
-        let fp = crate::dist::fingerprint(
-            &prov,
-            processes,
-            &matrix_name,
-            (&subject.model_evidence, &subject.battery),
-            &jobs,
-        );
-        eprintln!(
-            "memra-gates: process {} joins rendezvous {} (plan fingerprint {fp})",
-            d.spec.label(),
-            d.id_dir.display()
-        );
-        subject.dist = Some(crate::dist::join(d, &fp)?);
-    }
+    let RunPlan { dist, backend, matrix_name, matrix, jobs, model, battery, more_models, workers, .. } = plan;
     let opts = SuiteOptions {
         out_dir: out.as_ref().map(|o| o.path().to_path_buf()),
         resume: args.resume,
@@ -74,27 +58,53 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         kernel_digest: prov.kernel_digest.to_string(),
         progress,
     };
-    eprintln!(
-        "memra-gates: {} configuration(s) of matrix `{matrix_name}` on {} ({} excluded), model {model_label}",
-        jobs.len(),
-        backend.name(),
-        matrix.excluded.len(),
-    );
-    let suite = Suite::new(&subject, opts)?;
-    let done = suite.run_all(&jobs);
+    let mut receipts = Vec::new();
+    let mut write_failures = Vec::new();
+    let mut kept = 0;
+    let mut dist_label = String::new();
+    for (i, (model, battery)) in std::iter::once((model, battery)).chain(more_models).enumerate() {
+        let model_label = format!("{} {}", model.evidence.preset, model.evidence.digest);
+        let mut subject = model.load(battery)?;
+        if let (Some(d), 0) = (&dist, i) {
+            let fp = crate::dist::fingerprint(
+                &prov,
+                processes,
+                &matrix_name,
+                (&subject.model_evidence, &subject.battery),
+                &jobs,
+            );
+            eprintln!(
+                "memra-gates: process {} joins rendezvous {} (plan fingerprint {fp})",
+                d.spec.label(),
+                d.id_dir.display()
+            );
+            subject.dist = Some(crate::dist::join(d, &fp)?);
+            dist_label = d.spec.label();
+        }
+        eprintln!(
+            "memra-gates: {} configuration(s) of matrix `{matrix_name}` on {} ({} excluded), model {model_label}",
+            jobs.len(),
+            backend.name(),
+            matrix.excluded.len(),
+        );
+        let suite = Suite::new(&subject, opts.clone())?;
+        let done = suite.run_all(&jobs);
+        receipts.extend(done.receipts);
+        write_failures.extend(done.write_failures);
+        kept += done.kept;
+    }
     if args.resume {
         eprintln!(
-            "memra-gates: --resume kept {} complete receipt(s) and ran {} configuration(s)",
-            done.kept,
-            jobs.len() - done.kept
+            "memra-gates: --resume kept {kept} complete receipt(s) and ran {} configuration(s)",
+            receipts.len() - kept
         );
     }
     let Some(out) = out else {
-        let summary = rs::Summary::from_receipts(&matrix_name, &done.receipts);
-        let status = receipts_status(&done.receipts);
+        let summary = rs::Summary::from_receipts(&matrix_name, &receipts);
+        let status = receipts_status(&receipts);
         crate::say!(
             "memra-gates: process {}: {} (receipts are written by process 0); exit {}",
-            subject.dist.as_ref().map(|d| d.spec.label()).unwrap_or_default(),
+            dist_label,
             summary.counts.one_line(),
             match &status {
                 Ok(Status::Passed) => 0,
@@ -104,12 +114,12 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         );
         return status;
     };
-    crate::say!("{}", memra_tools::table::summary_table(&done.receipts));
-    if !done.write_failures.is_empty() {
+    crate::say!("{}", memra_tools::table::summary_table(&receipts));
+    if !write_failures.is_empty() {
         // A summary would list receipts that are not beside it: the matrix outputs are not
         // written, and stale ones of an earlier run of this plan are removed.
         let mut failed: Vec<(std::path::PathBuf, String)> =
-            done.write_failures.into_iter().map(|w| (w.path, w.error)).collect();
+            write_failures.into_iter().map(|w| (w.path, w.error)).collect();
         failed.sort();
         for name in crate::outdir::MATRIX_OUTPUTS {
             let _ = std::fs::remove_file(out.path().join(name));
@@ -121,11 +131,11 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         ));
         return Err(GateError::ReceiptsNotWritten { dir: out.path().to_path_buf(), failed });
     }
-    let (summary, mut failed) = out.write_outputs(&matrix_name, &done.receipts);
+    let (summary, mut failed) = out.write_outputs(&matrix_name, &receipts);
     crate::say!("{}  → {}", summary.counts.one_line(), out.path().display());
     if !failed.is_empty() {
         failed.sort();
         return Err(GateError::ReceiptsNotWritten { dir: out.path().to_path_buf(), failed });
     }
-    receipts_status(&done.receipts)
+    receipts_status(&receipts)
 }

@@ -5,7 +5,7 @@
 
 use crate::env::DoorRequest;
 use crate::error::GateError;
-use crate::job::{Job, JobClass};
+use crate::job::{CensusDecl, Job, JobClass};
 use crate::matrix::{Configuration, MatrixPlan};
 use crate::registry::{BackendKind, Door, DoorClass, FlipAt, Registry};
 use memra_receipts::schema::Verdict;
@@ -94,8 +94,23 @@ pub fn job_of(
         .iter()
         .map(|id| registry.door(id).ok_or_else(|| GateError::usage(format!("door `{id}` is not in the registry"))))
         .collect::<Result<_, _>>()?;
+    // Each door's census is compared with the same configuration without it and without the
+    // doors of the set that require it (they cannot run without it).
+    let census = doors
+        .iter()
+        .map(|d| {
+            let off: Vec<&str> = c
+                .doors
+                .iter()
+                .filter(|id| !registry.closure_of([id.as_str()]).contains(&d.id))
+                .map(String::as_str)
+                .collect();
+            Ok(CensusDecl { door: d.id.clone(), changes: d.census.clone(), off: registry.to_door_set(&off, flip)? })
+        })
+        .collect::<Result<Vec<_>, GateError>>()?;
     Ok(Job {
         doors_env: doors.iter().map(|d| (d.env.clone(), true)).collect(),
+        census,
         doors: c.door_set(registry, flip)?,
         class: class_of(&doors),
         engagement: doors.iter().map(|d| (d.id.clone(), d.engagement.clone())).collect::<BTreeMap<_, _>>(),

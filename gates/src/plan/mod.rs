@@ -87,6 +87,9 @@ pub struct RunPlan {
     pub jobs: Vec<Job>,
     pub model: ModelPlan,
     pub battery: Battery,
+    /// Further subjects every job also runs on, after the first: the default model set adds the
+    /// `edge` model (built to reach every special path) when no model or preset is named.
+    pub more_models: Vec<(ModelPlan, Battery)>,
     /// Parallel host jobs.
     pub workers: usize,
 }
@@ -119,7 +122,16 @@ impl RunPlan {
         }
         let model = ModelPlan::from_args(&args.model)?;
         let battery = battery_for(&model.config, args.battery_seed, args.prompts, args.gen_tokens)?;
-        Ok(RunPlan { registry, request, dist, backend, matrix_name, matrix, jobs, model, battery, workers })
+        // The default model set (no --model, no --preset, one process): tiny, then edge.
+        let mut more_models = Vec::new();
+        if args.model.model.is_none() && args.model.preset.is_none() && dist.is_none() {
+            let mut edge = args.model.clone();
+            edge.preset = Some("edge".to_string());
+            let edge = ModelPlan::from_args(&edge)?;
+            let battery = battery_for(&edge.config, args.battery_seed, args.prompts, args.gen_tokens)?;
+            more_models.push((edge, battery));
+        }
+        Ok(RunPlan { registry, request, dist, backend, matrix_name, matrix, jobs, model, battery, more_models, workers })
     }
 }
 

@@ -586,8 +586,10 @@ pub(crate) fn check_rank(rank: usize, n: usize) -> Result<()> {
     }
 }
 
-/// The probe sizes of docs/DESIGN.md §3.5.
-pub const PROBE_SIZES_BYTES: [usize; 4] = [16 << 10, 64 << 10, 1 << 20, 64 << 20];
+/// The probe's ladder of sizes (docs/DESIGN.md §3.5): from one 4-byte word up, odd word counts
+/// (3, 9, 257, 4097 words) that no power-of-two fast path covers, then 16 KiB to 64 MiB. The
+/// gates add the model's real copy payloads (`program::payloads::copy_payload_bytes`).
+pub const PROBE_SIZES_BYTES: [usize; 9] = [4, 12, 36, 1028, 16388, 16 << 10, 64 << 10, 1 << 20, 64 << 20];
 
 /// Word `i` of the probe pattern for (src, dst): hashed so a shifted, truncated or stale copy
 /// cannot match by accident.

@@ -4,17 +4,22 @@
 //! router calls, no sum of −0.0 terms, no SwiGLU clamp). The model starts as a generated model
 //! of the `edge` shapes ([`super::gen`]) and is then edited, deterministically from the seed:
 //!
-//! - **signed zeros**: every embedding column `c` has one sign `s[c]` for every token (magnitudes
-//!   stay random, at least 0.01), the attention norm weights are positive, so layer 0's normed
-//!   input has the sign pattern `s` at every step; row 0 of layer 0's q projection is `−0.0`
-//!   where `s[c] > 0` and `+0.0` where `s[c] < 0`, so every product of that row is −0.0 and the
-//!   row is the sum the canonical +0.0 start makes +0.0 (a sum started from −0.0 gives −0.0).
-//! - **SwiGLU clamps**: one *dominant* embedding column `c*` (value `24·s[c*]`) that no
-//!   attention projection, router or lm_head row reads (their column `c*` is zero), so the
-//!   expert input at `c*` is about `13·s[c*]` whatever the token. In every expert, routed and
-//!   shared, of every layer: gate row 0 has `s[c*]` at `c*` (gate ≈ 13: the silu side clamps at
-//!   7), gate rows 1 and 2 have `0.25·s[c*]`, up row 1 has `−s[c*]` and up row 2 `+s[c*]`
-//!   (up ≈ ∓13: the up side clamps below and above).
+//! - **signed zeros**: one *dominant* embedding column `c*` (value `24·s*` for every token, `s*`
+//!   a sign drawn from the seed) stays dominant in the residual stream, so every layer's normed
+//!   input has the sign `s*` at `c*`. The value rows of KV head 0 read only `c*` (each row a
+//!   fixed weight of a fixed sign), so attention head 0's output has one sign pattern whatever the
+//!   token and position (a softmax-weighted sum of values of one sign, times a positive gate).
+//!   Row 0 of the output projection has `−0.0` in K-block 0 (head 0's columns) where that output
+//!   is positive and `+0.0` where it is negative: every product of that K-block is −0.0, so its
+//!   partial is the sum the canonical +0.0 start makes +0.0 (a sum started from −0.0 gives −0.0),
+//!   at every layer and step, and the o_proj seam digests it.
+//! - **SwiGLU clamps**: no other attention projection, router or lm_head row reads `c*` (their
+//!   column `c*` is zero), so the expert input at `c*` is about `13·s*` whatever the token. In
+//!   every expert, routed and shared, of every layer: gate row 0 has `s*` at `c*` (gate ≈ 13: the
+//!   silu side clamps at 7), gate rows 1 and 2 have `0.25·s*`, up row 1 has `−s*` and up row 2 `+s*`
+//!   (up ≈ ∓13: the up side clamps below and above). The down projection reads those three rows
+//!   at 1/32 of their generated weights, so the nearly constant clamped values change the experts
+//!   seam's bits without drowning the tokens' own signal in the residual stream.
 //! - **E4M3 codes**: a weight of magnitude 1.0 in a 128×128 block whose other weights are
 //!   small gets the block scale 1/448, so it is stored as the code of magnitude 448 (the
 //!   saturation value); gate row 3 of every expert holds the 8 subnormal codes 0x01–0x07, 0x81 in
@@ -74,17 +79,30 @@ pub fn shape(model: &mut Model, seed: u64) -> Result<()> {
             c.top_k, c.experts, c.layers
         )));
     }
-    let sign: Vec<f32> = (0..h).map(|col| if splitmix64(seed ^ 0xED6E ^ col as u64) & 1 == 0 { 1.0 } else { -1.0 }).collect();
-    let s_star = sign[DOMINANT];
+    let s_star = if splitmix64(seed ^ 0xED6E) & 1 == 0 { 1.0f32 } else { -1.0 };
 
-    // Embedding: one sign per column, magnitudes at least 0.01, the dominant column 24.
-    edit_bf16(&mut model.embed, |_, col, v| if col == DOMINANT { 24.0 * s_star } else { v.abs().max(0.01) * sign[col] });
-    // Nothing but the experts reads the dominant column.
+    // The dominant column; nothing but the experts and KV head 0's values reads it.
+    edit_bf16(&mut model.embed, |_, col, v| if col == DOMINANT { 24.0 * s_star } else { v });
     let zero_col = |m: &mut Matrix| edit_bf16(m, |_, col, v| if col == DOMINANT { 0.0 } else { v });
     zero_col(&mut model.lm_head);
+    let hd = c.head_dim;
+    // Value row j of KV head 0: weight a_j at c*, alternating in sign, nothing elsewhere.
+    let a = |j: usize| (if j % 2 == 0 { 0.05 } else { -0.05 }) * (1.0 + j as f32 / hd as f32);
     for layer in &mut model.layers {
-        for m in [&mut layer.wq, &mut layer.wk, &mut layer.wv, &mut layer.wg, &mut layer.router] {
+        for m in [&mut layer.wq, &mut layer.wk, &mut layer.wg, &mut layer.router] {
             zero_col(m);
+        }
+        edit_bf16(&mut layer.wv, |r, col, v| match (r < hd, col == DOMINANT) {
+            (true, true) => a(r),
+            (true, false) | (false, true) => 0.0,
+            (false, false) => v,
+        });
+        // Output row 0, K-block 0 (head 0's outputs, sign a_j·s*): −0.0 against a positive
+        // output, +0.0 against a negative one, so every product is −0.0.
+        if let Matrix::Bf16 { bits, .. } = &mut layer.wo {
+            for (j, b) in bits[..hd].iter_mut().enumerate() {
+                *b = if a(j) * s_star > 0.0 { 0x8000 } else { 0x0000 };
+            }
         }
         for e in layer.experts.iter_mut().chain(std::iter::once(&mut layer.shared)) {
             edit_e4m3(&mut e.gate, |r, col, v| match (r, col == DOMINANT) {
@@ -99,20 +117,14 @@ pub fn shape(model: &mut Model, seed: u64) -> Result<()> {
                 (_, true) => 0.0,
                 _ => v,
             });
+            // The clamped rows feed the residual stream only faintly (a clamp still changes the
+            // experts seam's bits), so the constant they add does not drown the tokens' own signal.
+            edit_e4m3(&mut e.down, |_, col, v| if col < 3 { v * (1.0 / 32.0) } else { v });
             plant_subnormals(&mut e.gate);
         }
     }
-    // Signed zeros: row 0 of layer 0's q projection, −0.0 against every positive input.
-    let l0 = &mut model.layers[0];
-    for w in l0.attn_norm.iter_mut() {
-        *w = w.abs();
-    }
-    if let Matrix::Bf16 { in_features, bits, .. } = &mut l0.wq {
-        for (col, b) in bits[..*in_features].iter_mut().enumerate() {
-            *b = if sign[col] > 0.0 { 0x8000 } else { 0x0000 };
-        }
-    }
     // Router ties: inside the top-2 at layer 0, across the boundary at layer 1.
+    let l0 = &mut model.layers[0];
     copy_bf16_row(&mut l0.router, 0, 1);
     l0.router_bias[0] = 2.0;
     l0.router_bias[1] = 2.0;
