@@ -95,12 +95,20 @@ pub fn parse_receipt(bytes: &[u8], origin: &Path) -> Result<Receipt, ReceiptErro
 
 /// Reads a matrix summary from `bytes`; `origin` names the file in errors.
 pub fn parse_summary(bytes: &[u8], origin: &Path) -> Result<Summary, ReceiptError> {
-    let head = check_head(bytes, origin, &[SUMMARY_SCHEMA_VERSION], "1")?;
+    // A receipt of any version this build reads is refused as the wrong kind, not the wrong version.
+    let head = check_head(bytes, origin, &READ_VERSIONS, "1")?;
     if let Some(k @ ("run" | "performance")) = head.kind.as_deref() {
         return Err(ReceiptError::WrongKind {
             path: origin.to_path_buf(),
             found: format!("{k:?}"),
             expected: "a summary",
+        });
+    }
+    if head.version != SUMMARY_SCHEMA_VERSION {
+        return Err(ReceiptError::UnsupportedVersion {
+            path: origin.to_path_buf(),
+            found: head.version.to_string(),
+            supported: "1",
         });
     }
     let summary: Summary = serde_json::from_slice(bytes)
