@@ -31,6 +31,7 @@ fn progress_lines_reach_a_log_and_quiet_silences_them() {
     assert!(!out.stderr.contains("memra-gates: progress"), "--quiet printed progress\n{}", out.transcript());
 }
 
+/// One plan run as a user would run it; call it inside `machine_alone` (other tests wait).
 fn host_plan(out_dir: &Path) {
     let args = [
         "run",
@@ -48,7 +49,7 @@ fn host_plan(out_dir: &Path) {
         "--out",
         s(out_dir),
     ];
-    run(&args).expect_code(0);
+    run_alone(&args).expect_code(0);
 }
 
 /// Every latency of one seam (all layers) of every receipt of `dir` made `factor` times slower.
