@@ -1,5 +1,6 @@
 //! The gating crate's integration tests, one binary (ARCHITECTURE.md: one test layout): the door registry and matrix
-//! enumeration, and the promotion policy over synthetic histories.
+//! enumeration, the promotion policy over synthetic histories, and the gates as pure functions.
 
+mod gates;
 mod promote;
 mod registry;
