@@ -152,7 +152,8 @@ pub fn localise(oracle: &Capture, run: &Capture) -> Option<Element> {
 /// the copy, before the seam that consumes it.
 pub fn first_difference(reference: &Record, run: &Record) -> Result<Option<FirstDivergence>, String> {
     let seam = first_digest_divergence(reference, run)?;
-    let copy = run.copy_faults.iter().min_by_key(|c| (c.prompt, c.step, Record::seam_index(run.n_layers, c.layer, c.seam)));
+    let copy =
+        run.copy_faults.iter().min_by_key(|c| (c.prompt, c.step, Record::seam_index(run.n_layers, c.layer, c.seam)));
     let order = |p: usize, s: usize, l: usize, seam: Seam| (p, s, Record::seam_index(run.n_layers, l, seam));
     Ok(match (seam, copy) {
         (Some(d), Some(c)) if order(c.prompt, c.step, c.layer, c.seam) >= order(d.prompt, d.step, d.layer, d.seam) => {
@@ -189,7 +190,12 @@ pub fn copies(run: &Record) -> Outcome {
 /// the same element ranges: `reference` is the reference's full capture of the seam, `owners` the
 /// (rank, first element, count) ranges each rank of the run digests (from a capture of the run's
 /// layout). Locates the rank of a divergence whether or not a re-run reproduces its values.
-pub fn ranks_differing(run: &Record, key: CaptureKey, reference: &Capture, owners: &[(usize, usize, usize)]) -> Vec<usize> {
+pub fn ranks_differing(
+    run: &Record,
+    key: CaptureKey,
+    reference: &Capture,
+    owners: &[(usize, usize, usize)],
+) -> Vec<usize> {
     let Some(shares) = run.rank_digests.get(key.prompt).and_then(|p| p.get(key.step)) else { return Vec::new() };
     let Some(shares) = shares.get(Record::seam_index(run.n_layers, key.layer, key.seam)) else { return Vec::new() };
     let mut want = vec![0u64; shares.len()];
@@ -265,7 +271,10 @@ fn distinct(t: &[u32]) -> usize {
 /// Engagement, witnessed by the backend: for every enabled door, each census change it declares
 /// holds between the census of the same configuration with the door off (`off`, or why that
 /// run failed) and this run's census. Call-site counters are not consulted.
-pub fn engagement(run: &BTreeMap<String, u64>, doors: &[(&CensusDecl, Result<BTreeMap<String, u64>, String>)]) -> Outcome {
+pub fn engagement(
+    run: &BTreeMap<String, u64>,
+    doors: &[(&CensusDecl, Result<BTreeMap<String, u64>, String>)],
+) -> Outcome {
     let mut held = Vec::new();
     let mut missing = Vec::new();
     for (decl, off) in doors {
@@ -275,7 +284,11 @@ pub fn engagement(run: &BTreeMap<String, u64>, doors: &[(&CensusDecl, Result<BTr
                 let checks: Vec<Result<String, String>> = decl.changes.iter().map(|c| c.check(off, run)).collect();
                 let failed: Vec<&String> = checks.iter().filter_map(|c| c.as_ref().err()).collect();
                 if failed.is_empty() {
-                    held.push(format!("{}: {}", decl.door, checks.iter().flatten().cloned().collect::<Vec<_>>().join(", ")));
+                    held.push(format!(
+                        "{}: {}",
+                        decl.door,
+                        checks.iter().flatten().cloned().collect::<Vec<_>>().join(", ")
+                    ));
                 } else {
                     let f: Vec<&str> = failed.iter().map(|s| s.as_str()).collect();
                     missing.push(format!("{} (census against the door off: {})", decl.door, f.join(", ")));
@@ -301,7 +314,8 @@ pub fn coverage(claims: &[&str], oracle: Option<&Coverage>, own: Option<&Coverag
         return Outcome::Fail("the oracle counted no coverage, so no claim can be checked".into());
     };
     let count = |c: &Coverage, p: &str| c.get(p).map_or(0, |x| x.count);
-    let mut missing: Vec<String> = claims.iter().filter(|p| count(oracle, p) == 0).map(|p| format!("{p} (oracle)")).collect();
+    let mut missing: Vec<String> =
+        claims.iter().filter(|p| count(oracle, p) == 0).map(|p| format!("{p} (oracle)")).collect();
     if let Some(own) = own {
         missing.extend(claims.iter().filter(|p| count(own, p) == 0).map(|p| format!("{p} (this run)")));
     }

@@ -33,7 +33,8 @@ fn record(steps: usize, tp: usize, d: u64) -> Record {
     let mut r = Record { n_layers: 1, ..Record::default() };
     let per = r.seams_per_step();
     r.digests = vec![vec![vec![d; per]; steps]];
-    r.rank_digests = vec![vec![(0..per).map(|_| (0..tp).map(|k| if k == 0 { d } else { 0 }).collect()).collect(); steps]];
+    r.rank_digests =
+        vec![vec![(0..per).map(|_| (0..tp).map(|k| if k == 0 { d } else { 0 }).collect()).collect(); steps]];
     r.tokens = vec![vec![1, 2]];
     r.top2 = vec![vec![(2.0, 1.0), (3.0, 1.0)]];
     r
@@ -41,7 +42,8 @@ fn record(steps: usize, tp: usize, d: u64) -> Record {
 
 #[test]
 fn engagement_is_decided_by_the_census_not_by_call_site_counters() {
-    let d = decl("oproj_direct", &[("peer_store.gemv_partials.*", Change::Appears), ("copy.native-p2p.*", Change::Fewer)]);
+    let d =
+        decl("oproj_direct", &[("peer_store.gemv_partials.*", Change::Appears), ("copy.native-p2p.*", Change::Fewer)]);
     let off = census(&[("copy.native-p2p.4096", 10)]);
     let on = census(&[("copy.native-p2p.4096", 8), ("peer_store.gemv_partials.bf16", 2)]);
     assert!(gate::engagement(&on, &[(&d, Ok(off.clone()))]).passed());

@@ -167,12 +167,8 @@ fn not_applicable_on_host_has_reasons() {
         assert!(d.backends.contains(&BackendKind::Cuda));
     }
     // Only the canaries planted in the host twins have no meaning on CUDA.
-    let on_cuda: Vec<&str> = r
-        .doors()
-        .iter()
-        .filter(|d| d.not_applicable_on(BackendKind::Cuda).is_some())
-        .map(|d| d.id.as_str())
-        .collect();
+    let on_cuda: Vec<&str> =
+        r.doors().iter().filter(|d| d.not_applicable_on(BackendKind::Cuda).is_some()).map(|d| d.id.as_str()).collect();
     assert_eq!(on_cuda, ["canary_tie_break", "canary_signed_zero", "canary_clamp"]);
 }
 
@@ -203,7 +199,11 @@ fn canaries_map_to_runtime_canaries() {
     let ds = r.to_door_set(&["canary_flip_bit"], Some(at)).unwrap();
     assert_eq!(ds.canary, Some(Canary::FlipBit { layer: 1, seam: Seam::Qkv, step: 3, element: 0 }));
     let ds = r.to_door_set(&["canary_flip_bit"], None).unwrap();
-    assert_eq!(ds.canary, Some(Canary::FlipBit { layer: 1, seam: Seam::Experts, step: 2, element: 0 }), "registry default");
+    assert_eq!(
+        ds.canary,
+        Some(Canary::FlipBit { layer: 1, seam: Seam::Experts, step: 2, element: 0 }),
+        "registry default"
+    );
     for id in ["canary_reverse_kblocks", "canary_stale_buffer", "canary_skip_fence", "canary_flip_bit"] {
         let ds = r.to_door_set(&[id], None).unwrap();
         assert_eq!(canary_id(&ds.canary.expect("canary set")), id);
@@ -902,7 +902,10 @@ fn census_declarations_are_validated() {
         let e = err_text(Registry::from_toml_str(&edited(line, to), "t.toml"));
         assert!(e.contains("canary_reverse_kblocks") && e.contains(want), "{to}: {e}");
     }
-    let e = err_text(Registry::from_toml_str(&edited(line, r#"census = [{ counter = "launch.x", change = "grows" }]"#), "t.toml"));
+    let e = err_text(Registry::from_toml_str(
+        &edited(line, r#"census = [{ counter = "launch.x", change = "grows" }]"#),
+        "t.toml",
+    ));
     assert!(e.contains("grows"), "{e}");
     let e = err_text(Registry::from_toml_str(&edited(line, ""), "t.toml"));
     assert!(e.contains("census"), "a door without census: {e}");

@@ -58,7 +58,9 @@ pub(crate) fn receipt_to_json_at(receipt: &Receipt, path: &Path) -> Result<Strin
             path: path.to_path_buf(),
             field: "schema_version".into(),
             value: receipt.schema_version.to_string(),
-            rule: format!("a receipt read from an older schema version is read-only; this build writes version {SCHEMA_VERSION}"),
+            rule: format!(
+                "a receipt read from an older schema version is read-only; this build writes version {SCHEMA_VERSION}"
+            ),
         });
     }
     to_canonical_json_at(receipt, path)
@@ -111,8 +113,11 @@ pub fn parse_summary(bytes: &[u8], origin: &Path) -> Result<Summary, ReceiptErro
             supported: "1",
         });
     }
-    let summary: Summary = serde_json::from_slice(bytes)
-        .map_err(|source| ReceiptError::Shape { path: origin.to_path_buf(), version: head.version, source })?;
+    let summary: Summary = serde_json::from_slice(bytes).map_err(|source| ReceiptError::Shape {
+        path: origin.to_path_buf(),
+        version: head.version,
+        source,
+    })?;
     summary.validate().map_err(|v| ReceiptError::invalid(origin, v))?;
     Ok(summary)
 }
@@ -147,9 +152,11 @@ fn check_head(bytes: &[u8], origin: &Path, versions: &[u32], words: &'static str
     };
     match version.as_u64().and_then(|v| u32::try_from(v).ok()).filter(|v| versions.contains(v)) {
         Some(v) => Ok(Head { version: v, kind: obj.get("kind").and_then(Value::as_str).map(str::to_string) }),
-        None => {
-            Err(ReceiptError::UnsupportedVersion { path: origin.to_path_buf(), found: version.to_string(), supported: words })
-        }
+        None => Err(ReceiptError::UnsupportedVersion {
+            path: origin.to_path_buf(),
+            found: version.to_string(),
+            supported: words,
+        }),
     }
 }
 

@@ -73,10 +73,18 @@ impl Receipt {
         if self.schema_version == 1 {
             let v2_gate = ev.gates.iter().find(|g| matches!(g.gate, Gate::Copies | Gate::Coverage | Gate::Probe));
             if !ev.census.is_empty() || !ev.coverage.is_empty() || !ev.claims.is_empty() || ev.planted.is_some() {
-                return Err(violation("schema_version", 1, "a version 1 receipt has no census, coverage, claims or planted"));
+                return Err(violation(
+                    "schema_version",
+                    1,
+                    "a version 1 receipt has no census, coverage, claims or planted",
+                ));
             }
             if let Some(g) = v2_gate {
-                return Err(violation("evidence.gates", g.gate.as_str(), "a gate of schema version 2 in a version 1 receipt"));
+                return Err(violation(
+                    "evidence.gates",
+                    g.gate.as_str(),
+                    "a gate of schema version 2 in a version 1 receipt",
+                ));
             }
         }
         if ev.claims.windows(2).any(|w| w[0] >= w[1]) {

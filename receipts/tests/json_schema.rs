@@ -209,7 +209,9 @@ fn every_object_schema_is_closed_and_fully_required() {
             _ => {}
         }
     }
-    for (name, text, min_objects) in [("receipt", RECEIPT_SCHEMA_V2, 18), ("receipt v1", RECEIPT_SCHEMA_V1, 15), ("summary", SUMMARY_SCHEMA_V1, 3)] {
+    for (name, text, min_objects) in
+        [("receipt", RECEIPT_SCHEMA_V2, 18), ("receipt v1", RECEIPT_SCHEMA_V1, 15), ("summary", SUMMARY_SCHEMA_V1, 3)]
+    {
         let mut seen = 0;
         walk(&serde_json::from_str(text).unwrap(), name, &mut seen);
         assert!(seen >= min_objects, "{name}: only {seen} closed object schemas found");

@@ -97,13 +97,21 @@ pub fn receipt_with(cfg: RunConfigEvidence, layers: usize, prompts: usize, steps
             },
             GateResult { gate: Gate::NonTriviality, verdict: Verdict::Pass, detail: "no constant seam".to_string() },
             GateResult { gate: Gate::Determinism, verdict: Verdict::Pass, detail: "second run identical".to_string() },
-            GateResult { gate: Gate::Copies, verdict: Verdict::Pass, detail: "96 cross-rank copies verified".to_string() },
+            GateResult {
+                gate: Gate::Copies,
+                verdict: Verdict::Pass,
+                detail: "96 cross-rank copies verified".to_string(),
+            },
         ],
         engaged,
-        census: [("copy.native-p2p.4096", 96), ("launch.gemv_rows_batch.bf16", 8), ("peer_store.gemv_partials.bf16", 4)]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
+        census: [
+            ("copy.native-p2p.4096", 96),
+            ("launch.gemv_rows_batch.bf16", 8),
+            ("peer_store.gemv_partials.bf16", 4),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
         coverage: [(
             "router.tie_in_topk".to_string(),
             CoverageCount {

@@ -74,7 +74,11 @@ fn every_tp_size_and_transport_gives_the_same_bits_coverage_and_no_copy_fault() 
             assert_eq!(r.copy_faults, vec![], "TP{tp} {}", t.name());
             assert!(r.copies_verified > 0, "TP{tp} {}: no copy was verified", t.name());
             let copies: u64 = r.census.iter().filter(|(k, _)| k.starts_with("copy.")).map(|(_, v)| v).sum();
-            assert!(copies >= r.copies_verified, "TP{tp}: {copies} copies in the census, {} verified", r.copies_verified);
+            assert!(
+                copies >= r.copies_verified,
+                "TP{tp}: {copies} copies in the census, {} verified",
+                r.copies_verified
+            );
         }
     }
     assert_eq!(o.copies_verified, 0, "TP1 has no cross-rank copy");
@@ -125,10 +129,32 @@ fn the_census_sees_peer_stores_and_their_silent_fallback() {
         c.doors.canary = Some(Canary::SilentFallback);
     });
     let plain = run_with(2, Transport::NativeP2p, |_| {});
-    let stores = |r: &Record| r.census.iter().filter(|(k, _)| k.starts_with("peer_store.")).map(|(_, v)| v).sum::<u64>();
+    let stores =
+        |r: &Record| r.census.iter().filter(|(k, _)| k.starts_with("peer_store.")).map(|(_, v)| v).sum::<u64>();
     assert!(stores(&direct) > 0);
     assert_eq!(stores(&fallback), 0);
     assert_eq!(fallback.census, plain.census, "a silent fallback issues exactly the plain run's calls");
     assert!(fallback.engaged.get("oproj_direct.peer_stores").copied().unwrap_or(0) > 0, "the call site still counts");
     assert_eq!(first_diff(&plain, &fallback), None);
+}
+
+/// A transport that breaks only small payloads: the probe's ladder from one word up finds it
+/// (its 16 KiB-and-up rungs alone would not), and the copy checks name the first broken copy of
+/// a run.
+#[test]
+fn the_probe_and_the_copy_checks_find_a_transport_that_breaks_small_payloads() {
+    use memra_runtime::backend::{Backend, PROBE_SIZES_BYTES};
+    let mut b = HostBackend::new(2).unwrap();
+    b.corrupt_copies_up_to(64);
+    let sizes = &PROBE_SIZES_BYTES[..PROBE_SIZES_BYTES.len() - 1];
+    let probe = b.probe(Transport::HostBounce, sizes).unwrap();
+    let bad: Vec<usize> = probe.iter().filter(|p| p.bad_words > 0).map(|p| p.bytes).collect();
+    assert!(bad.contains(&4) && bad.iter().all(|&n| n <= 64), "{bad:?}");
+    assert!(probe.iter().filter(|p| p.bytes >= 16 << 10).all(|p| p.bad_words == 0));
+    let mut cfg = RunConfig::new(2, Transport::HostBounce, battery()).unwrap();
+    cfg.doors = Default::default();
+    let r = program::run(edge(), &cfg, &mut b).unwrap();
+    // The route ids (8 bytes) are the first small copy of a step.
+    let f = r.copy_faults.first().expect("a broken copy");
+    assert_eq!((f.prompt, f.step, f.layer, f.seam, f.src_rank, f.dst_rank), (0, 0, 0, Seam::Router, 0, 1));
 }

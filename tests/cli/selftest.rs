@@ -51,7 +51,12 @@ fn selftest_catches_every_canary_that_runs() {
     let mut canaries = registry_canaries();
     canaries.sort();
     assert!(canaries.len() >= 9, "docs/DESIGN.md §4.3 lists 9 canaries: {canaries:?}");
-    assert_eq!(st.keys().cloned().collect::<Vec<_>>(), canaries, "selftest does not list every canary\n{}", out.transcript());
+    assert_eq!(
+        st.keys().cloned().collect::<Vec<_>>(),
+        canaries,
+        "selftest does not list every canary\n{}",
+        out.transcript()
+    );
     assert!(st.values().flatten().all(|v| v == "CAUGHT" || v == "NOT-APPLICABLE"), "{st:?}\n{}", out.transcript());
     // On the host backend only the skipped-fence race has no meaning; every other canary ran at
     // every TP size and transport its registry entry allows (the fallback: TP2/4/8 native-p2p).

@@ -63,7 +63,6 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     let mut receipts = Vec::new();
     let mut dirs = Vec::new();
     let mut write_failures = Vec::new();
-    let mut kept = 0;
     let mut dist_label = String::new();
     for (i, (model, battery, out)) in subjects.into_iter().enumerate() {
         let model_label = format!("{} {}", model.evidence.preset, model.evidence.digest);
@@ -99,16 +98,17 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         };
         let suite = Suite::new(&subject, opts)?;
         let done = suite.run_all(&jobs);
-        kept += done.kept;
+        if args.resume {
+            eprintln!(
+                "memra-gates: --resume kept {} complete receipt(s) and ran {} configuration(s) of model {}",
+                done.kept,
+                done.receipts.len() - done.kept,
+                subject.model_evidence.preset
+            );
+        }
         write_failures.extend(done.write_failures);
         dirs.push((out, done.receipts.clone()));
         receipts.extend(done.receipts);
-    }
-    if args.resume {
-        eprintln!(
-            "memra-gates: --resume kept {kept} complete receipt(s) and ran {} configuration(s)",
-            receipts.len() - kept
-        );
     }
     if !writer {
         let summary = rs::Summary::from_receipts(&matrix_name, &receipts);

@@ -92,7 +92,10 @@ fn caught(expected: &Expected, ev: &Evidence) -> bool {
         Expected::Any => failed(Gate::Identity) || failed(Gate::Determinism),
         Expected::Void(door) => {
             ev.verdict == Verdict::Void
-                && ev.gates.iter().any(|g| g.gate == Gate::Engagement && g.verdict == Verdict::Void && g.detail.contains(door))
+                && ev
+                    .gates
+                    .iter()
+                    .any(|g| g.gate == Gate::Engagement && g.verdict == Verdict::Void && g.detail.contains(door))
                 && ev.gates.iter().any(|g| g.gate == Gate::Identity && g.verdict == Verdict::Pass)
         }
         Expected::Unreached(_) => false,
@@ -199,7 +202,12 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
         let name = job.engagement.keys().find(|k| k.starts_with("canary_")).cloned().unwrap_or_default();
         let config = format!("tp{} {}", job.tp, job.transport.name());
         if ev.verdict == Verdict::NotApplicable {
-            crate::say!("{name:<24} {config:<16} {:<14} {:<38} {}", "NOT-APPLICABLE", "-", ev.reason.clone().unwrap_or_default());
+            crate::say!(
+                "{name:<24} {config:<16} {:<14} {:<38} {}",
+                "NOT-APPLICABLE",
+                "-",
+                ev.reason.clone().unwrap_or_default()
+            );
             continue;
         }
         ran += 1;
@@ -208,7 +216,10 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
         }
         // The canary as planted (a disarmed job has none: its definition still says where to look).
         let canary = job.doors.canary.or_else(|| {
-            registry.to_door_set(&BTreeSet::from([name.clone()]), req.canary_flip_at(&registry)).ok().and_then(|d| d.canary)
+            registry
+                .to_door_set(&BTreeSet::from([name.clone()]), req.canary_flip_at(&registry))
+                .ok()
+                .and_then(|d| d.canary)
         });
         let exp = canary.map(|c| expected(&c, job.tp, ev)).unwrap_or(Expected::Unreached("no canary".into()));
         let ok = caught(&exp, ev);
@@ -217,7 +228,11 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
             Some(d) => d.short(),
             None => format!("{}: {}", ev.verdict, ev.reason.clone().unwrap_or("no divergence".into())),
         };
-        crate::say!("{name:<24} {config:<16} {:<14} {:<38} {obs}", if ok { "CAUGHT" } else { "MISSED" }, describe(&exp));
+        crate::say!(
+            "{name:<24} {config:<16} {:<14} {:<38} {obs}",
+            if ok { "CAUGHT" } else { "MISSED" },
+            describe(&exp)
+        );
     }
     if ran == 0 {
         return Err(GateError::NothingToTest("selftest ran no canary: nothing was tested".into()));
@@ -254,10 +269,12 @@ fn reference_checks(suite: &Suite, subject: &Subject, seen: &BTreeSet<(Verdict, 
             let mut spec = RunSpec::oracle(registry::BackendKind::Host, memra_runtime::ExpertFormat::E4m3);
             spec.capture = crate::gate::all_keys_of_prompt(oracle, 0);
             match subject.run(spec) {
-                Ok(record) => {
-                    !memra_runtime::reference::compare(&reference, &record, memra_runtime::reference::REFERENCE_REL_BOUND)
-                        .passed()
-                }
+                Ok(record) => !memra_runtime::reference::compare(
+                    &reference,
+                    &record,
+                    memra_runtime::reference::REFERENCE_REL_BOUND,
+                )
+                .passed(),
                 Err(_) => false,
             }
         }

@@ -131,7 +131,19 @@ impl RunPlan {
             let battery = battery_for(&edge.config, args.battery_seed, args.prompts, args.gen_tokens)?;
             more_models.push((edge, battery));
         }
-        Ok(RunPlan { registry, request, dist, backend, matrix_name, matrix, jobs, model, battery, more_models, workers })
+        Ok(RunPlan {
+            registry,
+            request,
+            dist,
+            backend,
+            matrix_name,
+            matrix,
+            jobs,
+            model,
+            battery,
+            more_models,
+            workers,
+        })
     }
 }
 

@@ -95,8 +95,9 @@ mod tests {
 
     #[test]
     fn changes_and_patterns() {
-        let census: BTreeMap<String, u64> =
-            [("copy.native-p2p.8", 2), ("copy.native-p2p.16", 3), ("copy.local.8", 1)].map(|(k, v)| (k.into(), v)).into();
+        let census: BTreeMap<String, u64> = [("copy.native-p2p.8", 2), ("copy.native-p2p.16", 3), ("copy.local.8", 1)]
+            .map(|(k, v)| (k.into(), v))
+            .into();
         let c = |counter: &str, change| CensusChange { counter: counter.into(), change };
         assert_eq!(c("copy.native-p2p.*", Change::More).value(&census), 5);
         assert_eq!(c("copy.*", Change::More).value(&census), 6);

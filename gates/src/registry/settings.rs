@@ -82,7 +82,9 @@ impl SettingFormat {
                 let (layer, seam, step, element) = match parts[..] {
                     [layer, seam, step] => (layer, seam, step, None),
                     [layer, seam, step, element] => (layer, seam, step, Some(element)),
-                    _ => return Err(bad("use LAYER:SEAM:STEP[:ELEMENT], e.g. 0:o_join:3 or 0:o_join:3:17".to_string())),
+                    _ => {
+                        return Err(bad("use LAYER:SEAM:STEP[:ELEMENT], e.g. 0:o_join:3 or 0:o_join:3:17".to_string()))
+                    }
                 };
                 let number = |what: &str, s: &str| {
                     s.parse::<usize>()

@@ -106,7 +106,11 @@ impl Suite<'_> {
         ev: &mut Evaluation,
     ) {
         let evidence = |r: &Record| crate::record_evidence::sections(r);
-        ev.gates.push(gate_result(Gate::Determinism, &gate::determinism(&evidence(first), &evidence(second)), Verdict::Fail));
+        ev.gates.push(gate_result(
+            Gate::Determinism,
+            &gate::determinism(&evidence(first), &evidence(second)),
+            Verdict::Fail,
+        ));
         ev.gates.push(gate_result(Gate::NonTriviality, &gate::non_triviality(first), Verdict::Fail));
         let engagement = self.engagement_gate(job, first, forced, capture);
         ev.gates.push(gate_result(Gate::Engagement, &engagement, Verdict::Void));
@@ -118,7 +122,11 @@ impl Suite<'_> {
         let own = (job.backend == BackendKind::Host && !matches!(job.class, JobClass::Numeric { .. }))
             .then_some(first.coverage.as_ref())
             .flatten();
-        ev.gates.push(gate_result(Gate::Coverage, &gate::coverage(&claims, self.oracle.coverage.as_ref(), own), Verdict::Fail));
+        ev.gates.push(gate_result(
+            Gate::Coverage,
+            &gate::coverage(&claims, self.oracle.coverage.as_ref(), own),
+            Verdict::Fail,
+        ));
         ev.gates.push(gate_result(Gate::Reference, &self.reference_gate(), Verdict::Fail));
         if job.backend == BackendKind::Cuda {
             let dh = match self.cuda_baseline() {

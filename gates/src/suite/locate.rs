@@ -29,7 +29,8 @@ impl Suite<'_> {
         let Some(captured) = again.captures.get(&key) else { return };
         d.rank = gate::ranks_differing(run, key, reference, &captured.owners).first().copied();
         let idx = Record::seam_index(run.n_layers, key.layer, key.seam);
-        let digest = |r: &Record| r.digests.get(key.prompt).and_then(|p| p.get(key.step)).and_then(|s| s.get(idx)).copied();
+        let digest =
+            |r: &Record| r.digests.get(key.prompt).and_then(|p| p.get(key.step)).and_then(|s| s.get(idx)).copied();
         d.reproduced = digest(&again).is_some() && digest(&again) == digest(run);
         if d.reproduced {
             d.element = gate::localise(reference, captured);

@@ -42,7 +42,8 @@ impl Suite<'_> {
                 report.router_near_ties.len()
             ))
         } else {
-            let first = report.to_string().lines().find(|l| l.contains("FAIL") || l.contains("mismatch")).map(str::to_string);
+            let first =
+                report.to_string().lines().find(|l| l.contains("FAIL") || l.contains("mismatch")).map(str::to_string);
             Outcome::Fail(format!(
                 "the canonical program disagrees with the f64 reference: {} router mismatch(es), {} disagreement(s), {} tape mismatch(es), {} problem(s), worst seam {:?}{}",
                 report.router_id_mismatches.len(),

@@ -146,7 +146,11 @@ pub fn shard_format(s: &MatrixShard) -> &'static str {
 /// one (`gemv_rows_tree`, `router_dev`, `fold_reverse`), and for GEMVs and grouped expert ops the
 /// weight storage it reads (`gemv_rows.f32`, `expert_gate_up.nvfp4`). `weight` and `group` give
 /// the storage of a rank's weight and expert group.
-pub fn kernel_of(op: &Op, weight: impl Fn(WeightId) -> &'static str, group: impl Fn(GroupId) -> &'static str) -> String {
+pub fn kernel_of(
+    op: &Op,
+    weight: impl Fn(WeightId) -> &'static str,
+    group: impl Fn(GroupId) -> &'static str,
+) -> String {
     let name = super::host::op_name(op);
     match op {
         Op::GemvRows { w, order: RowOrder::Tree, .. } => format!("gemv_rows_tree.{}", weight(*w)),

@@ -80,6 +80,9 @@ pub struct HostBackend {
     census: CensusCounter,
     position: Option<SeamPoint>,
     defect: Option<TwinDefect>,
+    /// Fault injection ([`HostBackend::corrupt_copies_up_to`]): cross-rank copies of at most this
+    /// many bytes arrive with the lowest bit of their first element flipped.
+    corrupt_up_to_bytes: usize,
 }
 
 impl HostBackend {
@@ -123,6 +126,7 @@ impl HostBackend {
             census: CensusCounter::new(n_ranks),
             position: None,
             defect: None,
+            corrupt_up_to_bytes: 0,
         })
     }
 
@@ -190,6 +194,13 @@ impl HostBackend {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Fault injection: from now on every cross-rank copy of at most `bytes` bytes arrives with the
+    /// lowest bit of its first element flipped — a transport that breaks small payloads (route
+    /// ids, one rank's share of a row) while every large copy is intact. 0 turns it off.
+    pub fn corrupt_copies_up_to(&mut self, bytes: usize) {
+        self.corrupt_up_to_bytes = bytes;
     }
 
     /// The census name of `op`'s kernel on `rank` (checked ops only).
@@ -757,6 +768,25 @@ impl Backend for HostBackend {
                 Box::new(move |a: &mut Arena| {
                     let v = read_slice(a, src).to_vec();
                     write_slice(a, dst, &v);
+                }),
+            );
+        }
+        if src.len * 4 <= self.corrupt_up_to_bytes && src.len > 0 {
+            let (inner_tx, inner_rx) = channel::<Vec<f32>>();
+            self.submit(
+                src_rank,
+                Box::new(move |a: &mut Arena| {
+                    let mut v = read_slice(a, src).to_vec();
+                    v[0] = f32::from_bits(v[0].to_bits() ^ 1);
+                    let _ = inner_tx.send(v);
+                }),
+            )?;
+            return self.submit(
+                dst_rank,
+                Box::new(move |a: &mut Arena| {
+                    if let Ok(v) = inner_rx.recv() {
+                        write_slice(a, dst, &v);
+                    }
                 }),
             );
         }

@@ -34,7 +34,14 @@ impl Ctx<'_> {
     }
 
     /// The skip-fence canary's copy (no producer fence), checked like any other.
-    pub fn copy_unfenced(&mut self, seam: Seam, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
+    pub fn copy_unfenced(
+        &mut self,
+        seam: Seam,
+        src_rank: usize,
+        src: Slice,
+        dst_rank: usize,
+        dst: Slice,
+    ) -> Result<()> {
         self.b.copy_unfenced(self.cfg.transport, src_rank, src, dst_rank, dst)?;
         self.check_copy(seam, (src_rank, DigestPart::plain(src, 0)), (dst_rank, DigestPart::plain(dst, 0)));
         Ok(())

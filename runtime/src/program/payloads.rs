@@ -14,7 +14,11 @@ use crate::Result;
 /// K-block counts of the o_proj, the routed and the shared down projections (E4M3 banks).
 fn kblocks(c: &ModelConfig) -> Result<(usize, usize, usize)> {
     let g = |f, w| canonical_kblocks(f, w).map_err(crate::RuntimeError::from);
-    Ok((g(WeightFormat::Bf16, c.q_width())?, g(WeightFormat::E4m3, c.expert_width)?, g(WeightFormat::E4m3, c.shared_width)?))
+    Ok((
+        g(WeightFormat::Bf16, c.q_width())?,
+        g(WeightFormat::E4m3, c.expert_width)?,
+        g(WeightFormat::E4m3, c.shared_width)?,
+    ))
 }
 
 /// Byte sizes of every cross-rank copy a TP `tp` run of `c` can issue (sorted, each once): the
