@@ -268,12 +268,16 @@ fn distinct(t: &[u32]) -> usize {
     v.len()
 }
 
+/// A door's census declaration and the census of its configuration with the door off (or why that
+/// run failed).
+pub type CensusBaseline<'a> = (&'a CensusDecl, Result<BTreeMap<String, u64>, String>);
+
 /// Engagement, witnessed by the backend: for every enabled door, each census change it declares
 /// holds between the census of the same configuration with the door off (`off`, or why that
 /// run failed) and this run's census. Call-site counters are not consulted.
 pub fn engagement(
     run: &BTreeMap<String, u64>,
-    doors: &[(&CensusDecl, Result<BTreeMap<String, u64>, String>)],
+    doors: &[CensusBaseline],
 ) -> Outcome {
     let mut held = Vec::new();
     let mut missing = Vec::new();

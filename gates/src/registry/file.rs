@@ -74,6 +74,7 @@
 //!   `merged_launch` and `defect`;
 //! - `X` is `more` (on > off), `fewer` (on < off), `appears` (off = 0 < on) or `vanishes`
 //!   (off > 0 = on).
+//!
 //! Rules: at least one entry per door; each entry once; the counter well formed (segments not
 //! empty, a known family, `*` only as the whole last segment).
 

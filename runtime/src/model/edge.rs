@@ -87,7 +87,7 @@ pub fn shape(model: &mut Model, seed: u64) -> Result<()> {
     zero_col(&mut model.lm_head);
     let hd = c.head_dim;
     // Value row j of KV head 0: weight a_j at c*, alternating in sign, nothing elsewhere.
-    let a = |j: usize| (if j % 2 == 0 { 0.05 } else { -0.05 }) * (1.0 + j as f32 / hd as f32);
+    let a = |j: usize| (if j.is_multiple_of(2) { 0.05 } else { -0.05 }) * (1.0 + j as f32 / hd as f32);
     for layer in &mut model.layers {
         for m in [&mut layer.wq, &mut layer.wk, &mut layer.wg, &mut layer.router] {
             zero_col(m);

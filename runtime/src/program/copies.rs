@@ -91,7 +91,7 @@ pub(crate) fn settle(ctx: &mut Ctx, digests: &[u64], prompt: usize, step: usize)
             ranks[idx][rank] = ranks[idx][rank].wrapping_add(v);
         } else {
             let side = &mut sides[(idx - n) / 2];
-            if (idx - n) % 2 == 0 {
+            if (idx - n).is_multiple_of(2) {
                 side.0 = side.0.wrapping_add(v);
             } else {
                 side.1 = side.1.wrapping_add(v);

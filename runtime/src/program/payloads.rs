@@ -45,7 +45,8 @@ pub fn copy_payload_bytes(c: &ModelConfig, tp: usize) -> Result<Vec<usize>> {
 pub fn seam_elements(c: &ModelConfig, seam: Seam) -> Result<Vec<Range<usize>>> {
     let (g_o, g_r, g_s) = kblocks(c)?;
     let (h, k) = (c.hidden, c.top_k);
-    let one = |n: usize| Ok(vec![0..n]);
+    // One range covering the whole tensor (`std::iter::once`: a one-element list of ranges).
+    let one = |n: usize| Ok(std::iter::once(0..n).collect());
     match seam {
         Seam::AttnNorm | Seam::OJoin | Seam::Residual | Seam::FinalNorm => one(h),
         Seam::Qkv => one(c.q_width() + 2 * c.kv_width() + c.q_heads),
@@ -75,6 +76,6 @@ mod tests {
         assert_eq!(copy_payload_bytes(&c, 8).unwrap(), vec![8, 4096, 8192]);
         let e = seam_elements(&c, Seam::Experts).unwrap();
         assert_eq!(e, vec![0..8192, 8192..16384, 16384..24576]);
-        assert_eq!(seam_elements(&c, Seam::Router).unwrap(), vec![0..4]);
+        assert_eq!(seam_elements(&c, Seam::Router).unwrap(), std::iter::once(0..4).collect::<Vec<_>>());
     }
 }
