@@ -275,10 +275,7 @@ pub type CensusBaseline<'a> = (&'a CensusDecl, Result<BTreeMap<String, u64>, Str
 /// Engagement, witnessed by the backend: for every enabled door, each census change it declares
 /// holds between the census of the same configuration with the door off (`off`, or why that
 /// run failed) and this run's census. Call-site counters are not consulted.
-pub fn engagement(
-    run: &BTreeMap<String, u64>,
-    doors: &[CensusBaseline],
-) -> Outcome {
+pub fn engagement(run: &BTreeMap<String, u64>, doors: &[CensusBaseline]) -> Outcome {
     let mut held = Vec::new();
     let mut missing = Vec::new();
     for (decl, off) in doors {
