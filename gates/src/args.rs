@@ -112,7 +112,8 @@ pub struct ModelArgs {
     /// A safetensors model file (see runtime/src/model/format.rs for the tensor names).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["preset", "seed", "layers"])]
     pub model: Option<PathBuf>,
-    /// Preset generated in memory when no --model is given: tiny, small, step [default: tiny].
+    /// Preset generated in memory when no --model is given: tiny, small, step, edge [default:
+    /// `run`: tiny and edge; `selftest`: edge; otherwise tiny].
     #[arg(long, value_name = "PRESET")]
     pub preset: Option<String>,
     /// Seed of the generated weights [default: 1].
@@ -284,6 +285,10 @@ pub struct SelftestArgs {
     /// Use only the first N prompts of the battery (default 2: canaries fire early).
     #[arg(long, default_value_t = 2)]
     pub prompts: usize,
+    /// Seed of the flip canary's element (chosen among the elements of its seam's tensor and
+    /// recorded in its receipt), unless MEMRA_CANARY_FLIP_AT names one.
+    #[arg(long, default_value_t = 1)]
+    pub flip_seed: u64,
     /// FOR TESTING SELFTEST ITSELF: run this canary with its defect removed (selftest must fail).
     #[arg(long, value_name = "CANARY_ID")]
     pub disarm: Option<String>,

@@ -7,9 +7,10 @@
 //!
 //! - [`args`]: the clap types; imports nothing of the crate.
 //! - [`text`], [`registry`], [`env`](mod@env), [`matrix`]: the door registry and what derives from it.
-//! - [`job`], [`gate`], [`receipt`], [`dist`], [`subject`]: resolved configurations, the gates
-//!   as pure functions over records, the receipt builder, the subjects that produce records (the
-//!   built-in runtime in process, or an external engine over the subject protocol).
+//! - [`job`], [`gate`], [`receipt`], [`record_evidence`], [`dist`], [`subject`]: resolved
+//!   configurations, the gates as pure functions over records, the receipt builder, a record's
+//!   canonical evidence, the subjects that produce records (the built-in runtime in process, or an
+//!   external engine over the subject protocol).
 //! - [`suite`]: running jobs through the gates; [`outdir`]: the output directory.
 //! - [`plan`]: flags → a checked plan; [`promote`]: the promotion policy.
 //! - [`commands`]: one module per command and the one dispatch; nothing imports it back.
@@ -40,6 +41,7 @@ pub mod outdir;
 pub mod plan;
 pub mod promote;
 pub mod receipt;
+pub mod record_evidence;
 pub mod registry;
 pub mod subject;
 pub mod suite;

@@ -1,6 +1,8 @@
 //! The gating crate's integration tests, one binary (ARCHITECTURE.md: one test layout): the door registry and matrix
-//! enumeration, the promotion policy over synthetic histories, and the subject protocol's manifest and tape.
+//! enumeration, the promotion policy over synthetic histories, the gates as pure functions, and the
+//! subject protocol's manifest and tape.
 
+mod gates;
 mod promote;
 mod registry;
 mod subject_manifest;

@@ -260,6 +260,7 @@ fn performance_receipt(
         } else {
             BTreeMap::new()
         },
+        census: Vec::new(),
         tp: 1,
         transport: Transport::HostBounce,
         backend,

@@ -5,7 +5,7 @@
 
 use crate::env::DoorRequest;
 use crate::error::GateError;
-use crate::job::{Job, JobClass};
+use crate::job::{CensusDecl, Job, JobClass};
 use crate::matrix::{Configuration, MatrixPlan};
 use crate::registry::{BackendKind, Door, DoorClass, FlipAt, Registry};
 use crate::subject::protocol::manifest::{Manifest, SubjectClass};
@@ -127,9 +127,30 @@ pub fn job_of(
             (baseline_tp, baseline_transport) = (tp, t);
         }
     }
+    // Each door's census is compared with the same configuration without it and without the
+    // doors of the set that require it (they cannot run without it).
+    let census = doors
+        .iter()
+        .map(|d| {
+            let off: Vec<&str> = c
+                .doors
+                .iter()
+                .filter(|id| !registry.closure_of([id.as_str()]).contains(&d.id))
+                .map(String::as_str)
+                .collect();
+            let off_vars = off.iter().filter_map(|id| registry.door(id)).map(|d| (d.env.clone(), true)).collect();
+            Ok(CensusDecl {
+                door: d.id.clone(),
+                changes: d.census.clone(),
+                off: registry.to_door_set(&off, flip)?,
+                off_vars,
+            })
+        })
+        .collect::<Result<Vec<_>, GateError>>()?;
     Ok(Job {
         subject: subject.map_or(BUILTIN_NAME, |m| m.name.as_str()).to_string(),
         doors_env: doors.iter().map(|d| (d.env.clone(), true)).collect(),
+        census,
         // A subject's own doors have no field in the built-in runtime's door values.
         doors: if subject.is_none_or(|m| m.builtin_doors) { c.door_set(registry, flip)? } else { DoorSet::default() },
         class: class_of(&doors, subject.map(|m| &m.class)),

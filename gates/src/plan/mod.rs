@@ -88,6 +88,9 @@ pub struct RunPlan {
     pub jobs: Vec<Job>,
     pub model: ModelPlan,
     pub battery: Battery,
+    /// Further subjects every job also runs on, after the first: the default model set adds the
+    /// `edge` model (built to reach every special path) when no model or preset is named.
+    pub more_models: Vec<(ModelPlan, Battery)>,
     /// Parallel host jobs.
     pub workers: usize,
     /// The external subject under test (`--subject`); `None`: the built-in runtime.
@@ -131,7 +134,30 @@ impl RunPlan {
         }
         let model = ModelPlan::from_args(&args.model)?;
         let battery = battery_for(&model.config, args.battery_seed, args.prompts, args.gen_tokens)?;
-        Ok(RunPlan { registry, request, dist, backend, matrix_name, matrix, jobs, model, battery, workers, subject })
+        // The default model set (no --model, no --preset, one process, the built-in runtime): tiny,
+        // then edge. An external subject runs the model it is given, once.
+        let mut more_models = Vec::new();
+        if args.model.model.is_none() && args.model.preset.is_none() && dist.is_none() && subject.is_none() {
+            let mut edge = args.model.clone();
+            edge.preset = Some("edge".to_string());
+            let edge = ModelPlan::from_args(&edge)?;
+            let battery = battery_for(&edge.config, args.battery_seed, args.prompts, args.gen_tokens)?;
+            more_models.push((edge, battery));
+        }
+        Ok(RunPlan {
+            registry,
+            request,
+            dist,
+            backend,
+            matrix_name,
+            matrix,
+            jobs,
+            model,
+            battery,
+            more_models,
+            workers,
+            subject,
+        })
     }
 }
 

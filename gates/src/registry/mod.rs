@@ -3,13 +3,15 @@
 //! and nothing about a door lives only in a comment (docs/DESIGN.md §4.1).
 //!
 //! - this module: the validated types ([`Registry`], [`Door`], …) and their queries;
-//! - [`file`](mod@file): the file format (`schema_version = 1`), documented there with an example, its
+//! - [`file`](mod@file): the file format (`schema_version = 2`), documented there with an example, its
 //!   reader and the one writer of the file (the defaults block that `promote` updates);
 //! - `validate`: the rules a registry must satisfy;
+//! - [`census`]: a door's declared census change and its evaluation;
 //! - `settings`: the tool's own `MEMRA_*` settings;
 //! - `door_set`: the mapping onto the runtime's explicit [`DoorSet`](memra_runtime::DoorSet);
 //! - [`view`]: `memra-gates doors` (table and JSON).
 
+pub mod census;
 mod door_set;
 mod error;
 pub mod file;
@@ -137,6 +139,8 @@ pub struct Door {
     pub gate: DoorGate,
     pub gate_why: Option<String>,
     pub engagement: String,
+    /// The census changes the door must cause against the same configuration with it off.
+    pub census: Vec<census::CensusChange>,
     pub seams: Vec<Seam>,
     pub tp: Allowed<usize>,
     pub transports: Allowed<Transport>,

@@ -39,12 +39,14 @@ pub enum SettingFormat {
     Transport,
 }
 
-/// Where the flip-bit canary plants its defect.
+/// Where the flip-bit canary plants its defect: a layer, seam and step, and the flat element
+/// index of the seam's tensor (0 unless given; selftest seeds one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FlipAt {
     pub layer: usize,
     pub seam: Seam,
     pub step: usize,
+    pub element: Option<usize>,
 }
 
 /// A parsed setting value.
@@ -92,8 +94,12 @@ impl SettingFormat {
                     return Ok(None);
                 }
                 let parts: Vec<&str> = value.split(':').collect();
-                let [layer, seam, step] = parts[..] else {
-                    return Err(bad("use LAYER:SEAM:STEP, e.g. 0:o_join:3".to_string()));
+                let (layer, seam, step, element) = match parts[..] {
+                    [layer, seam, step] => (layer, seam, step, None),
+                    [layer, seam, step, element] => (layer, seam, step, Some(element)),
+                    _ => {
+                        return Err(bad("use LAYER:SEAM:STEP[:ELEMENT], e.g. 0:o_join:3 or 0:o_join:3:17".to_string()))
+                    }
                 };
                 let number = |what: &str, s: &str| {
                     s.parse::<usize>()
@@ -105,7 +111,8 @@ impl SettingFormat {
                     let names: Vec<&str> = Seam::LAYER.iter().chain(Seam::HEAD.iter()).map(|s| s.name()).collect();
                     bad(format!("SEAM {seam:?} is unknown; the seams are {}", names.join(", ")))
                 })?;
-                Ok(Some(SettingValue::FlipAt(FlipAt { layer, seam, step })))
+                let element = element.map(|e| number("ELEMENT", e)).transpose()?;
+                Ok(Some(SettingValue::FlipAt(FlipAt { layer, seam, step, element })))
             }
             _ if value.is_empty() => Ok(None),
             SettingFormat::Process => memra_runtime::backend::dist::ProcessSpec::parse(value)

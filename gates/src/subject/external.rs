@@ -115,8 +115,8 @@ impl External {
         for d in doors {
             cmd.env(&d.env, if d.on { "1" } else { "0" });
         }
-        if let Some(Canary::FlipBit { layer, seam, step }) = spec.doors.canary {
-            cmd.env(crate::registry::CANARY_FLIP_AT, format!("{layer}:{}:{step}", seam.name()));
+        if let Some(Canary::FlipBit { layer, seam, step, element }) = spec.doors.canary {
+            cmd.env(crate::registry::CANARY_FLIP_AT, format!("{layer}:{}:{step}:{element}", seam.name()));
         }
         // Its own process group: a kill at the time limit reaches whatever it started.
         #[cfg(unix)]

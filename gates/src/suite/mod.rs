@@ -1,14 +1,23 @@
 //! Running jobs through the gates (docs/DESIGN.md §4.2, §5): the oracles and caches one plan
 //! shares ([`Suite`]), how one job is evaluated (`evaluate`), and how a list of jobs is
-//! scheduled over workers with resume and progress (`schedule`).
+//! scheduled over workers with resume and progress (`schedule`). The gates that need runs of
+//! their own live beside: the census baselines of engagement (`census`), the localisation of a
+//! failure (`locate`), the byte-integrity probe (`probe`) and the f64 reference check, once per
+//! model and battery (`reference`).
 //!
 //! A job arrives resolved against the registry (`crate::job`), so nothing here reads doors.toml.
 //! The jobs run on a `&dyn` [`Subject`]; the oracles always run on the built-in runtime
 //! ([`Builtin`]), whatever the subject under test is (docs/DESIGN.md §10).
 
+mod census;
 mod evaluate;
+mod locate;
+mod probe;
+mod reference;
 mod schedule;
+mod shape_rules;
 
+pub use probe::probe_sizes;
 pub use schedule::{clock, Progress, SuiteRun, WriteFailure};
 
 use crate::gate;
@@ -17,7 +26,7 @@ use crate::receipt::{self, Evaluation};
 use crate::subject::{Builtin, RunSpec, Subject};
 use memra_receipts::schema as rs;
 use memra_receipts::Receipt;
-use memra_runtime::backend::{open, BackendKind, ProbeResult, PROBE_SIZES_BYTES};
+use memra_runtime::backend::{BackendKind, ProbeResult};
 use memra_runtime::record::Record;
 use memra_runtime::{ExpertFormat, RuntimeError, Transport};
 use std::collections::HashMap;
@@ -56,25 +65,20 @@ pub struct Suite<'a> {
     oracle_captured: Mutex<HashMap<ExpertFormat, Record>>,
     /// The canonical program on NVFP4 expert banks (the oracle of NVFP4 doors).
     nvfp4_oracle: Mutex<Option<Result<Record, String>>>,
-    /// The byte-integrity probe per (backend, TP), run once before the first native-P2P job.
+    /// The byte-integrity probe per (backend, TP, transport), run once before the first job
+    /// over that transport at that TP size.
     probes: Mutex<ProbeCache>,
+    /// Census of each configuration with a door off (`census`).
+    census_baselines: Mutex<HashMap<census::BaselineKey, Result<memra_runtime::backend::census::Census, String>>>,
+    /// The f64 reference check of the oracle record, once per suite (`reference`).
+    reference: Mutex<Option<gate::Outcome>>,
 }
 
 /// A class baseline's key: the door variables of the set, and the backend.
 type ClassKey = (Vec<String>, BackendKind);
 
-/// Probe results per (backend, TP size).
-type ProbeCache = HashMap<(BackendKind, usize), Result<Vec<ProbeResult>, String>>;
-
-/// Probe sizes: docs/DESIGN.md §3.5's ladder on devices; on the host backend the 64 MiB rung is
-/// left out (arena-to-arena copies are plain memcpy, and 56 ordered pairs × 64 MiB would dominate
-/// a CI run) — the receipt lists exactly the sizes probed.
-pub fn probe_sizes(backend: BackendKind) -> &'static [usize] {
-    match backend {
-        BackendKind::Cuda => &PROBE_SIZES_BYTES,
-        BackendKind::Host => &PROBE_SIZES_BYTES[..3],
-    }
-}
+/// Probe results per (backend, TP size, transport).
+type ProbeCache = HashMap<(BackendKind, usize, Transport), Result<Vec<ProbeResult>, String>>;
 
 /// The expert format a job's doors imply (NVFP4_EP2 runs on NVFP4 banks).
 fn format_of(job: &Job) -> ExpertFormat {
@@ -99,11 +103,18 @@ impl<'a> Suite<'a> {
             oracle_captured: Mutex::new(HashMap::new()),
             nvfp4_oracle: Mutex::new(None),
             probes: Mutex::new(HashMap::new()),
+            census_baselines: Mutex::new(HashMap::new()),
+            reference: Mutex::new(None),
         })
     }
 
     pub fn oracle(&self) -> &Record {
         &self.oracle
+    }
+
+    /// The coverage paths the subject's model claims (`memra_runtime::model::edge::claims_of`).
+    pub fn claims(&self) -> Vec<String> {
+        memra_runtime::model::edge::claims_of(&self.runtime.model.config.preset).iter().map(|s| s.to_string()).collect()
     }
 
     fn cuda_baseline(&self) -> Result<Record, String> {
@@ -171,17 +182,6 @@ impl<'a> Suite<'a> {
             BackendKind::Host => Ok(self.oracle.clone()),
             BackendKind::Cuda => self.cuda_baseline(),
         }
-    }
-
-    fn probe(&self, backend: BackendKind, tp: usize) -> Result<Vec<ProbeResult>, String> {
-        let mut probes = self.probes.lock().expect("probe lock");
-        probes
-            .entry((backend, tp))
-            .or_insert_with(|| {
-                let mut b = open(backend, tp).map_err(|e| e.to_string())?;
-                b.probe(Transport::NativeP2p, probe_sizes(backend)).map_err(|e| e.to_string())
-            })
-            .clone()
     }
 
     /// The evidence of a job's configuration (its run identity).

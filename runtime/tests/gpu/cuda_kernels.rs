@@ -592,7 +592,7 @@ fn doors_on_cuda_equal_doors_on_host() -> Ran {
         ("nvfp4_ep2", DoorSet { nvfp4_ep2: true, ..DoorSet::default() }),
         (
             "flip canary",
-            DoorSet { canary: Some(Canary::FlipBit { layer: 0, seam: Seam::Attn, step: 1 }), ..DoorSet::default() },
+            DoorSet { canary: Some(Canary::FlipBit { layer: 0, seam: Seam::Attn, step: 1, element: 0 }), ..DoorSet::default() },
         ),
         ("stale canary", DoorSet { canary: Some(Canary::StaleBuffer), ..DoorSet::default() }),
     ];

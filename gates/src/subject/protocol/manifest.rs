@@ -391,7 +391,18 @@ fn subject_registry(path: &Path, raw: &RawManifest) -> Result<(Registry, bool), 
         d.insert("conflicts".into(), toml::Value::Array(conflicts));
         doors.push(toml::Value::Table(d));
     }
-    doors.extend(raw.door.iter().cloned().map(toml::Value::Table));
+    // A subject's own door is witnessed by its engagement counter in the subject's census: it
+    // appears against the same configuration with the door off (unless the entry says more).
+    doors.extend(raw.door.iter().cloned().map(|mut d| {
+        if !d.contains_key("census") {
+            let counter = d.get("engagement").cloned().unwrap_or(toml::Value::String(String::new()));
+            let mut change = toml::Table::new();
+            change.insert("counter".into(), counter);
+            change.insert("change".into(), toml::Value::String("appears".into()));
+            d.insert("census".into(), toml::Value::Array(vec![toml::Value::Table(change)]));
+        }
+        toml::Value::Table(d)
+    }));
     let mut file = toml::Table::new();
     file.insert("schema_version".into(), toml::Value::Integer(crate::registry::SCHEMA_VERSION));
     file.insert("door".into(), toml::Value::Array(doors));

@@ -61,7 +61,7 @@
 //! | `MEMRA_SUBJECT_BATTERY` | the battery file of this run |
 //! | `MEMRA_SUBJECT_TAPE` | where to write the tape (absent until the subject writes it) |
 //! | every door of `doors` | `1` (on in this run) or `0` |
-//! | `MEMRA_CANARY_FLIP_AT` | only with the built-in flip-bit canary on: `layer:seam:step` |
+//! | `MEMRA_CANARY_FLIP_AT` | only with the built-in flip-bit canary on: `layer:seam:step:element` |
 //!
 //! The variables are declared in `gates/doors.toml` (`[[setting]]`), like every `MEMRA_*` name.
 //!
@@ -104,6 +104,7 @@
 //! | `p{p}.top2` | F32 | `[G, 2]` | the two largest logits of the step that generated each token |
 //! | `p{p}.timings_ns` | U64 | `[steps_p, S]` | optional (all prompts or none): nanoseconds per step and seam |
 //! | `p{p}.layer_timings_ns` | U64 | `[steps_p, L + 1]` | optional (all prompts or none): nanoseconds per step and whole layer (index L: the head) |
+//! | `p{p}.rank_digests` | U64 | `[steps_p, S, R]` | optional (all prompts or none): each of R ranks' share of every seam digest; the shares sum (wrapping) to the digest — names the rank of a divergence |
 //! | `capture.p{p}.s{step}.L{layer}.{seam}` | F32 | `[len]` | each requested capture, raw 32-bit patterns |
 //!
 //! `seams` must be `L{l}.{seam}` for every layer `l` in the order of docs/DESIGN.md §3.2, then
@@ -113,7 +114,12 @@
 //! index, `bits` its f32 bit pattern (a router id: the id as a u32). A digest of 0 reads as a seam
 //! that was never written. `engaged_doors` lists exactly the doors that were on and whose
 //! registry counter is > 0 in `census`; `census` counts whatever the subject counts (at least each
-//! on door's counter). A run the subject cannot complete writes only the metadata with `error`
+//! on door's counter). Optional keys (the built-in runtime writes them; see [`backend_evidence`]):
+//! `backend_census` (what the backend itself issued — then the engagement gate reads it instead of
+//! `census`), `coverage` (special paths reached) and `copies` (cross-rank copies checked against
+//! their source). A door's census change (its registry `census`; for a subject's own door,
+//! its engagement counter `appears`) is checked against the same configuration run with the door
+//! off. A run the subject cannot complete writes only the metadata with `error`
 //! set to the reason (exit 0): the receipt is ERROR with that reason.
 //!
 //! # Verdicts of a run that breaks the protocol (never PASS; the matrix goes on)
@@ -128,6 +134,7 @@
 //! | a door claimed engaged whose counter the census does not show (> 0) | VOID |
 //! | the tape's `error` | ERROR with that reason |
 
+pub mod backend_evidence;
 pub mod battery;
 pub mod manifest;
 pub mod tape;

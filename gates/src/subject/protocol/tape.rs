@@ -6,6 +6,7 @@
 //! the rule — an ERROR receipt (or VOID for an engagement the census does not back), never a
 //! record that could pass. Writing is for the built-in runtime's protocol subject and the tests.
 
+use super::backend_evidence::{BackendEvidence, WireCopies, WirePath};
 use super::{seam_columns, seam_len};
 use memra_receipts::schema::Verdict;
 use memra_runtime::model::ModelConfig;
@@ -46,6 +47,15 @@ pub struct TapeMeta {
     pub capture_owners: BTreeMap<String, Vec<(usize, usize, usize)>>,
     /// Must be null in a tape that holds a run.
     pub error: Option<String>,
+    /// Optional: the backend's own census ([`super::backend_evidence`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_census: Option<BTreeMap<String, u64>>,
+    /// Optional: coverage of the special paths ([`super::backend_evidence`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<BTreeMap<String, WirePath>>,
+    /// Optional: the cross-rank copies checked ([`super::backend_evidence`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copies: Option<WireCopies>,
 }
 
 /// The `memra.tape` JSON of a tape that reports a run the subject could not complete.
@@ -253,6 +263,11 @@ impl Reader<'_> {
         if layers_timed {
             record.layer_timings_ns = vec![Vec::new(); c.layers + 1];
         }
+        let ranked = self.st.names().iter().any(|n| n.ends_with(".rank_digests"));
+        let ranks = match self.st.tensor("p0.rank_digests") {
+            Ok(t) if t.shape().len() == 3 && t.shape()[2] > 0 => t.shape()[2],
+            _ => 1,
+        };
         for p in 0..b.prompts.len() {
             let steps = b.steps_of(p);
             let g = b.gen_tokens;
@@ -267,6 +282,29 @@ impl Reader<'_> {
                     i / s,
                     columns[i % s]
                 )));
+            }
+            if ranked {
+                let shares = u64s(&self.tensor(
+                    &format!("p{p}.rank_digests"),
+                    Dtype::U64,
+                    &[steps, s, ranks],
+                    &format!("{what} × {ranks} ranks (rank digests: all prompts or none)"),
+                )?);
+                let mut steps_of = Vec::with_capacity(steps);
+                for (i, (step, digest)) in shares.chunks(s * ranks).zip(digests.chunks(s)).enumerate() {
+                    let seams: Vec<Vec<u64>> = step.chunks(ranks).map(<[u64]>::to_vec).collect();
+                    for (j, parts) in seams.iter().enumerate() {
+                        let sum = parts.iter().fold(0u64, |a, x| a.wrapping_add(*x));
+                        if sum != digest[j] {
+                            return Err(malformed(format!(
+                                "p{p}.rank_digests: step {i} seam {}: the ranks' shares sum to {sum:#018x}, the seam digest is {:#018x} (a seam digest is the wrapping sum of its ranks' shares)",
+                                columns[j], digest[j]
+                            )));
+                        }
+                    }
+                    steps_of.push(seams);
+                }
+                record.rank_digests.push(steps_of);
             }
             record.digests.push(digests.chunks(s).map(<[u64]>::to_vec).collect());
             let tokens = u32s(&self.tensor(
@@ -336,6 +374,12 @@ impl Reader<'_> {
         if let Some(stray) = owners_left.first() {
             return Err(malformed(format!("capture_owners names {stray}, which is not a requested capture")));
         }
+        let evidence = BackendEvidence {
+            backend_census: meta.backend_census.clone(),
+            coverage: meta.coverage.clone(),
+            copies: meta.copies.clone(),
+        };
+        evidence.apply(&mut record, c.layers).map_err(malformed)?;
         Ok(record)
     }
 }
@@ -490,8 +534,22 @@ pub fn write(record: &Record, subject: &str, version: &str, engaged_doors: &[Str
                 Owned { dtype: Dtype::U64, shape: vec![n, l], data: le_u64(rows) },
             );
         }
+        if let Some(shares) = record.rank_digests.get(p).filter(|r| r.len() == n) {
+            let ranks = shares.first().and_then(|st| st.first()).map_or(0, Vec::len);
+            if ranks > 0 && shares.iter().all(|st| st.len() == s && st.iter().all(|x| x.len() == ranks)) {
+                tensors.insert(
+                    format!("p{p}.rank_digests"),
+                    Owned {
+                        dtype: Dtype::U64,
+                        shape: vec![n, s, ranks],
+                        data: le_u64(shares.iter().flatten().flatten().copied()),
+                    },
+                );
+            }
+        }
         sample += n;
     }
+    let evidence = BackendEvidence::of(record);
     let mut owners = BTreeMap::new();
     for (key, cap) in &record.captures {
         let name = capture_name(key);
@@ -512,6 +570,9 @@ pub fn write(record: &Record, subject: &str, version: &str, engaged_doors: &[Str
         build_options: record.build_options.clone(),
         capture_owners: owners,
         error: None,
+        backend_census: evidence.backend_census,
+        coverage: evidence.coverage,
+        copies: evidence.copies,
     };
     let json = serde_json::to_string(&meta).map_err(|e| e.to_string())?;
     safetensors::serialize(tensors.iter().map(|(k, v)| (k.clone(), v)), Some(with_meta(json)))

@@ -48,6 +48,8 @@ pub(crate) struct DeviceGroup {
     /// Extents of a routed slot (entries below `experts`) and of a shared slot.
     routed: Extents,
     shared: Extents,
+    /// Storage of the entries (census kernel names: `expert_gate_up.<format>`).
+    pub format: &'static str,
 }
 
 impl DeviceGroup {
@@ -254,8 +256,12 @@ impl CudaBackend {
         rows_per_block("expert_down", max_down_nk.max(1))?;
         let ctx = self.ctx_of(rank).clone();
         let table = DeviceBuffer::from_host(&ctx, &self.ranks[rank].stream, &words, "expert group table")?;
+        let ws = &self.ranks[rank].weights;
+        let format =
+            entries.iter().flatten().find_map(|en| ws.get(en.gate as usize)).map_or("empty", |w| w.kind.suffix());
         let r = &mut self.ranks[rank];
         r.groups.push(DeviceGroup {
+            format,
             table,
             n_entries: entries.len(),
             experts,

@@ -38,6 +38,7 @@ pub use probe::{
     DeviceInfo,
 };
 
+use super::census::{kernel_of, Census, CensusCounter};
 use super::{Backend, BufId, Collected, JoinFence, Op, Packed, ProbeResult, Slice, WeightId};
 use crate::config::Transport;
 use crate::error::RuntimeError;
@@ -164,6 +165,9 @@ pub struct CudaBackend {
     tickets: Vec<(usize, usize)>,
     /// Launches since the last collect (for fault locations).
     launches: usize,
+    /// What was issued (`backend::census`), counted as the host backend counts it, where each
+    /// call reaches the driver (a replayed segment's calls are not issued, so not counted).
+    census: CensusCounter,
 }
 
 impl CudaBackend {
@@ -230,12 +234,23 @@ impl CudaBackend {
             opts,
             tickets: Vec::new(),
             launches: 0,
+            census: CensusCounter::new(n_ranks),
             merged_launches: 0,
             packed_copies: 0,
             doorbells_rung: 0,
             bells: direct::BellState::Untried,
             _reserved: reserved,
         })
+    }
+
+    /// The census name of `op`'s kernel on `rank` (`census::kernel_of`, as the host names it).
+    fn kernel(&self, rank: usize, op: &Op) -> String {
+        let r = &self.ranks[rank];
+        kernel_of(
+            op,
+            |w| r.weights.get(w as usize).map_or("unknown", |w| w.kind.suffix()),
+            |g| r.groups.get(g as usize).map_or("unknown", |g| g.format),
+        )
     }
 
     /// Device ordinal of every rank.
@@ -394,6 +409,14 @@ impl Backend for CudaBackend {
         out
     }
 
+    fn census(&self) -> Census {
+        let mut c = self.census.clone();
+        c.mechanism("graph_replay", self.graphs.replays);
+        c.mechanism("doorbell", self.doorbells_rung);
+        c.mechanism("merged_launch", self.merged_launches);
+        c.counts()
+    }
+
     fn segment_begin(&mut self, key: u64) -> Result<()> {
         self.segment_begin_impl(key)
     }
@@ -506,6 +529,8 @@ impl Backend for CudaBackend {
         if rank == 0 && self.opts.rank0_on_default_stream {
             self.merged_launches += 1;
         }
+        let kernel = self.kernel(rank, &op);
+        self.census.launch(rank, kernel);
         self.launch_op(rank, &op)
     }
 
@@ -513,6 +538,7 @@ impl Backend for CudaBackend {
         if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: true })? {
             return Ok(());
         }
+        self.census.copy(transport, src_rank, dst_rank, src.len);
         self.copy_slices(transport, src_rank, src, dst_rank, dst)
     }
 
@@ -527,6 +553,7 @@ impl Backend for CudaBackend {
         if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: false })? {
             return Ok(());
         }
+        self.census.unfenced_copy(transport, src.len);
         self.copy_unfenced_slices(transport, src_rank, src, dst_rank, dst)
     }
 
@@ -541,6 +568,8 @@ impl Backend for CudaBackend {
         if !self.graph_gate(|| Call::PeerStore { rank, op: op.clone(), out_rank, fence })? {
             return Ok(());
         }
+        let kernel = self.kernel(rank, &op);
+        self.census.peer_store(rank, kernel);
         self.peer_store(rank, &op, out_rank, fence)
     }
 
@@ -548,6 +577,7 @@ impl Backend for CudaBackend {
         if !self.graph_gate(|| Call::Packed { transport, src_rank, dst_rank, packed: p })? {
             return Ok(());
         }
+        self.census.packed_copy(transport, p.blocks, p.src.len);
         self.copy_packed_blocks(transport, src_rank, dst_rank, p)
     }
 
@@ -555,6 +585,7 @@ impl Backend for CudaBackend {
         if !self.graph_gate(|| Call::AllReduce { parts: parts.to_vec(), out_rank, out })? {
             return Ok(());
         }
+        self.census.all_reduce(out.len);
         self.nccl_all_reduce_sum(parts, out_rank, out)
     }
 
