@@ -1,6 +1,7 @@
 //! Stamps provenance into the `memra-gates` binary: the git revision, the digest of the canonical
 //! program (`memra_kernels::sources::build_digest`, the one definition: FNV-1a 64 of exactly the
-//! text NVRTC compiles followed by the host twins' sources), and the rustc version.
+//! text NVRTC compiles, the host twins' sources and the runtime's program sources listed in
+//! `runtime/src/provenance.rs`, which this script compiles itself), and the rustc version.
 //!
 //! The stamped names must not start with `MEMRA_`: cargo also exports every `rustc-env` variable
 //! into the environment of the program it starts (`cargo run`, `cargo test`), where the strict
@@ -9,6 +10,12 @@
 #![forbid(unsafe_code)]
 
 use std::process::Command;
+
+/// The runtime's program sources (the same file the runtime compiles, so one list decides both
+/// the stamp and `memra_runtime::provenance::build_digest`).
+#[allow(dead_code)]
+#[path = "runtime/src/provenance.rs"]
+mod provenance;
 
 fn main() {
     println!("cargo:rerun-if-changed=kernels/cuda");
@@ -20,7 +27,11 @@ fn main() {
     for f in memra_kernels::sources::twin_files() {
         println!("cargo:rerun-if-changed=kernels/{f}");
     }
-    println!("cargo:rustc-env=MG_BUILD_KERNEL_DIGEST={}", memra_kernels::sources::build_digest());
+    for (f, _) in provenance::PROGRAM_SOURCES {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    println!("cargo:rerun-if-changed=runtime/src/provenance.rs");
+    println!("cargo:rustc-env=MG_BUILD_KERNEL_DIGEST={}", provenance::build_digest());
     let git = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()

@@ -74,6 +74,8 @@ impl Cli {
 }
 
 /// The subcommands.
+// One value per process, parsed once: boxing `RunArgs` to even out the variants buys nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run configurations through the gates and write receipts (the default command).
@@ -96,6 +98,10 @@ pub enum Command {
     Promote(PromoteArgs),
     /// Devices, byte-integrity probe and copy cost of every transport.
     Probe(ProbeArgs),
+    /// The built-in runtime as a protocol subject (docs/subject-protocol.md): run the one
+    /// configuration the MEMRA_SUBJECT_* environment names and write its tape. `run --subject
+    /// scripts/subjects/builtin.toml` starts it; a person has no reason to.
+    Subject(SubjectArgs),
     /// Print build provenance (same as --version).
     Version,
 }
@@ -106,7 +112,8 @@ pub struct ModelArgs {
     /// A safetensors model file (see runtime/src/model/format.rs for the tensor names).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["preset", "seed", "layers"])]
     pub model: Option<PathBuf>,
-    /// Preset generated in memory when no --model is given: tiny, small, step [default: tiny].
+    /// Preset generated in memory when no --model is given: tiny, small, step, edge [default:
+    /// `run`: tiny and edge; `selftest`: edge; otherwise tiny].
     #[arg(long, value_name = "PRESET")]
     pub preset: Option<String>,
     /// Seed of the generated weights [default: 1].
@@ -168,8 +175,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub jobs: Option<usize>,
     /// A door registry file instead of the built-in gates/doors.toml.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "subject")]
     pub registry: Option<PathBuf>,
+    /// Gate an external engine instead of the built-in runtime: the subject manifest (TOML,
+    /// docs/subject-protocol.md) says how to start it, what it supports and its doors; the
+    /// oracle stays the built-in canonical program.
+    #[arg(long, value_name = "MANIFEST")]
+    pub subject: Option<PathBuf>,
     /// Never print progress (on a terminal: a line per finished configuration; elsewhere, e.g. a
     /// CI log: a plain line every --progress-every seconds).
     #[arg(long)]
@@ -195,6 +207,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS")]
     pub dist_timeout_s: Option<u64>,
 }
+
+/// `subject`: everything comes from the MEMRA_SUBJECT_* environment and the files it names.
+#[derive(Args, Debug)]
+pub struct SubjectArgs {}
 
 /// `gen-model`.
 #[derive(Args, Debug)]
@@ -270,6 +286,10 @@ pub struct SelftestArgs {
     /// Use only the first N prompts of the battery (default 2: canaries fire early).
     #[arg(long, default_value_t = 2)]
     pub prompts: usize,
+    /// Seed of the flip canary's element (chosen among the elements of its seam's tensor and
+    /// recorded in its receipt), unless MEMRA_CANARY_FLIP_AT names one.
+    #[arg(long, default_value_t = 1)]
+    pub flip_seed: u64,
     /// FOR TESTING SELFTEST ITSELF: run this canary with its defect removed (selftest must fail).
     #[arg(long, value_name = "CANARY_ID")]
     pub disarm: Option<String>,
@@ -362,6 +382,10 @@ pub struct PromoteArgs {
     /// The door registry the history is judged against (default: the built-in gates/doors.toml).
     #[arg(long, value_name = "FILE")]
     pub registry: Option<PathBuf>,
+    /// Judge the history of an external subject: its manifest's doors are the registry
+    /// (docs/subject-protocol.md).
+    #[arg(long, value_name = "MANIFEST", conflicts_with = "registry")]
+    pub subject: Option<PathBuf>,
 }
 
 /// `probe`.

@@ -83,6 +83,12 @@ pub fn process_vars() -> Vec<(String, String)> {
         .collect()
 }
 
+/// The names of this process's `MEMRA_*` variables (any case): what a subject process must not
+/// inherit (docs/subject-protocol.md: it sees only the variables of its run).
+pub fn memra_names() -> Vec<String> {
+    process_vars().into_iter().map(|(k, _)| k).collect()
+}
+
 /// Read the `MEMRA_*` variables out of an environment (pass `std::env::vars()` or a test list).
 /// Other variables are ignored. Every problem is reported, one per line.
 pub fn parse_env<I>(vars: I, registry: &Registry) -> Result<DoorRequest, RegistryError>

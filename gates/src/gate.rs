@@ -1,20 +1,32 @@
-//! The gates of docs/DESIGN.md §4.2, as pure functions over records.
+//! The gates of docs/DESIGN.md §4.2, as pure functions over records (and, for engagement, the
+//! census of the same configuration with each door off).
 //!
 //! Gates see only [`Record`]s — digests, captures, tokens, engagement counters — never runtime
 //! internals, so a tape written by an external engine can be gated the same way (docs/DESIGN.md §10).
 
+use crate::job::CensusDecl;
 use memra_kernels::grid::ulp_distance;
+use memra_runtime::backend::coverage::Coverage;
 use memra_runtime::record::{Capture, CaptureKey, Record, Seam};
 use std::collections::BTreeMap;
 
-/// Where two records first differ, as precisely as the evidence allows.
+/// Where two records first differ, as precisely as the evidence allows: always prompt, step,
+/// layer and seam (from the digests, or the copy checks); the rank whose part differed; the
+/// element when a capture re-run reproduced the difference.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FirstDivergence {
     pub prompt: usize,
     pub step: usize,
     pub layer: usize,
     pub seam: Seam,
-    /// Filled in by [`localise`] from full captures.
+    /// Set when the difference is a cross-rank copy of the seam's tensor whose destination
+    /// differs from its source: the copy's source rank (`rank` is its destination).
+    pub copy_from: Option<usize>,
+    /// The rank whose part differed, when the evidence names one.
+    pub rank: Option<usize>,
+    /// Whether a re-run with a full capture of the seam reproduced the difference.
+    pub reproduced: bool,
+    /// Filled in by [`localise`] from full captures (only when reproduced).
     pub element: Option<Element>,
 }
 
@@ -29,12 +41,30 @@ pub struct Element {
 }
 
 impl FirstDivergence {
-    /// One line: `L0.o_join p0 s1 [17] r1 0x… → 0x… (1 ulp)`.
+    /// A difference at a seam, not yet located further.
+    pub fn at_seam(prompt: usize, step: usize, layer: usize, seam: Seam) -> FirstDivergence {
+        FirstDivergence { prompt, step, layer, seam, copy_from: None, rank: None, reproduced: false, element: None }
+    }
+
+    /// One line: `L0.o_join p0 s1 [17] r1 0x… → 0x… (1 ulp)`, `L0.attn_norm p0 s0 copy r0→r1`, or
+    /// `L1.o_join p0 s2 r1 (not reproduced …)`.
     pub fn describe(&self) -> String {
         let mut s = format!("L{}.{} p{} s{}", self.layer, self.seam.name(), self.prompt, self.step);
-        if let Some(e) = self.element {
-            let rank = e.rank.map(|r| format!(" r{r}")).unwrap_or_default();
-            s += &format!(" [{}]{rank} 0x{:08x}→0x{:08x} ({} ulp)", e.index, e.oracle_bits, e.observed_bits, e.ulp);
+        let rank = |r: Option<usize>| r.map(|r| format!("r{r}")).unwrap_or_else(|| "r?".into());
+        if let Some(src) = self.copy_from {
+            return s + &format!(" copy r{src}→{}", rank(self.rank));
+        }
+        match self.element {
+            Some(e) => {
+                let r = e.rank.or(self.rank).map(|r| format!(" r{r}")).unwrap_or_default();
+                s += &format!(" [{}]{r} 0x{:08x}→0x{:08x} ({} ulp)", e.index, e.oracle_bits, e.observed_bits, e.ulp);
+            }
+            None => {
+                if self.rank.is_some() {
+                    s += &format!(" {}", rank(self.rank));
+                }
+                s += " (not reproduced by the capture re-run: a race is likely)";
+            }
         }
         s
     }
@@ -90,7 +120,7 @@ pub fn first_digest_divergence(oracle: &Record, run: &Record) -> Result<Option<F
             }
             if let Some(idx) = so.iter().zip(sr).position(|(a, b)| a != b) {
                 let (layer, seam) = Record::seam_at(oracle.n_layers, idx);
-                return Ok(Some(FirstDivergence { prompt, step, layer, seam, element: None }));
+                return Ok(Some(FirstDivergence::at_seam(prompt, step, layer, seam)));
             }
         }
     }
@@ -116,23 +146,92 @@ pub fn localise(oracle: &Capture, run: &Capture) -> Option<Element> {
     })
 }
 
-/// Determinism: the same configuration twice gives identical digests and tokens.
-pub fn determinism(first: &Record, second: &Record) -> Outcome {
-    let divergence = match first_digest_divergence(first, second) {
-        Ok(d) => d,
-        Err(structure) => return Outcome::Fail(structure),
-    };
-    match divergence {
-        None if first.tokens == second.tokens => Outcome::Pass("two runs gave identical digests and tokens".into()),
-        None => Outcome::Fail("two runs gave identical digests but different tokens".into()),
-        Some(d) => Outcome::Fail(format!(
-            "two runs of the same configuration differ first at prompt {} step {} layer {} seam {}",
-            d.prompt,
-            d.step,
-            d.layer,
-            d.seam.name()
+/// The first difference between a reference and a run in program order: the first seam digest
+/// that differs, or the first cross-rank copy of the run whose destination differed from its
+/// source — a copy follows the seam whose tensor it moves, so a broken broadcast is named at
+/// the copy, before the seam that consumes it.
+pub fn first_difference(reference: &Record, run: &Record) -> Result<Option<FirstDivergence>, String> {
+    let seam = first_digest_divergence(reference, run)?;
+    let copy =
+        run.copy_faults.iter().min_by_key(|c| (c.prompt, c.step, Record::seam_index(run.n_layers, c.layer, c.seam)));
+    let order = |p: usize, s: usize, l: usize, seam: Seam| (p, s, Record::seam_index(run.n_layers, l, seam));
+    Ok(match (seam, copy) {
+        (Some(d), Some(c)) if order(c.prompt, c.step, c.layer, c.seam) >= order(d.prompt, d.step, d.layer, d.seam) => {
+            Some(d)
+        }
+        (_, Some(c)) => Some(FirstDivergence {
+            copy_from: Some(c.src_rank),
+            rank: Some(c.dst_rank),
+            ..FirstDivergence::at_seam(c.prompt, c.step, c.layer, c.seam)
+        }),
+        (d, None) => d,
+    })
+}
+
+/// Copies: every cross-rank copy's destination equalled its source.
+pub fn copies(run: &Record) -> Outcome {
+    match run.copy_faults.first() {
+        None if run.copies_verified == 0 => Outcome::Fail(
+            "no cross-rank copy was verified at its destination: ranks exchanged data unchecked".to_string(),
+        ),
+        None => Outcome::Pass(format!("{} cross-rank copies verified at their destination", run.copies_verified)),
+        Some(c) => Outcome::Fail(format!(
+            "{} of {} cross-rank copies arrived different from their source; first: L{}.{} p{} s{} rank {} → rank {}",
+            run.copy_faults.len(),
+            run.copies_verified,
+            c.layer,
+            c.seam.name(),
+            c.prompt,
+            c.step,
+            c.src_rank,
+            c.dst_rank
         )),
     }
+}
+
+/// The ranks whose share of seam `key`'s digest in `run` differs from the reference's values over
+/// the same element ranges: `reference` is the reference's full capture of the seam, `owners` the
+/// (rank, first element, count) ranges each rank of the run digests (from a capture of the run's
+/// layout). Locates the rank of a divergence whether or not a re-run reproduces its values.
+pub fn ranks_differing(
+    run: &Record,
+    key: CaptureKey,
+    reference: &Capture,
+    owners: &[(usize, usize, usize)],
+) -> Vec<usize> {
+    let Some(shares) = run.rank_digests.get(key.prompt).and_then(|p| p.get(key.step)) else { return Vec::new() };
+    let Some(shares) = shares.get(Record::seam_index(run.n_layers, key.layer, key.seam)) else { return Vec::new() };
+    let mut want = vec![0u64; shares.len()];
+    for &(rank, start, len) in owners {
+        let Some(bits) = reference.bits.get(start..start + len) else { continue };
+        if let Some(w) = want.get_mut(rank) {
+            *w = w.wrapping_add(memra_kernels::twins::digest::digest_u32(bits, start as u64));
+        }
+    }
+    (0..shares.len()).filter(|&r| shares[r] != want[r]).collect()
+}
+
+/// Determinism of the evidence itself: the canonical evidence of the two runs (digests, tokens,
+/// top-two logits, census, coverage, call-site counters, copy checks; `crate::record_evidence`),
+/// compared byte for byte, section by section.
+pub fn determinism(first: &[(&'static str, String)], second: &[(&'static str, String)]) -> Outcome {
+    let names: Vec<&str> = first.iter().map(|s| s.0).collect();
+    for ((name, a), (name_b, b)) in first.iter().zip(second) {
+        if name != name_b {
+            return Outcome::Fail(format!("the two runs' evidence has different sections ({name} vs {name_b})"));
+        }
+        if a != b {
+            let at = a.bytes().zip(b.bytes()).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+            return Outcome::Fail(format!(
+                "two runs of the same configuration wrote different evidence: `{name}` differs first at byte {at}"
+            ));
+        }
+    }
+    if first.len() != second.len() {
+        return Outcome::Fail("the two runs' evidence has a different number of sections".into());
+    }
+    let bytes: usize = first.iter().map(|s| s.1.len()).sum();
+    Outcome::Pass(format!("two runs wrote byte-identical evidence ({bytes} bytes: {})", names.join(", ")))
 }
 
 /// Non-triviality: the run must produce varied, non-degenerate output (a run that writes zeros
@@ -172,17 +271,63 @@ fn distinct(t: &[u32]) -> usize {
     v.len()
 }
 
-/// Engagement: every enabled door's counter ran (> 0). `expected` maps door id → counter name.
-pub fn engagement(run: &Record, expected: &BTreeMap<String, String>) -> Outcome {
-    let missing: Vec<String> = expected
-        .iter()
-        .filter(|(_, counter)| run.engaged.get(counter.as_str()).copied().unwrap_or(0) == 0)
-        .map(|(door, counter)| format!("{door} (counter {counter} = 0)"))
-        .collect();
+/// A door's census declaration and the census of its configuration with the door off (or why that
+/// run failed).
+pub type CensusBaseline<'a> = (&'a CensusDecl, Result<BTreeMap<String, u64>, String>);
+
+/// Engagement, witnessed by the backend: for every enabled door, each census change it declares
+/// holds between the census of the same configuration with the door off (`off`, or why that
+/// run failed) and this run's census. Call-site counters are not consulted.
+pub fn engagement(run: &BTreeMap<String, u64>, doors: &[CensusBaseline]) -> Outcome {
+    let mut held = Vec::new();
+    let mut missing = Vec::new();
+    for (decl, off) in doors {
+        match off {
+            Err(e) => missing.push(format!("{} (its census baseline could not run: {e})", decl.door)),
+            Ok(off) => {
+                let checks: Vec<Result<String, String>> = decl.changes.iter().map(|c| c.check(off, run)).collect();
+                let failed: Vec<&String> = checks.iter().filter_map(|c| c.as_ref().err()).collect();
+                if failed.is_empty() {
+                    held.push(format!(
+                        "{}: {}",
+                        decl.door,
+                        checks.iter().flatten().cloned().collect::<Vec<_>>().join(", ")
+                    ));
+                } else {
+                    let f: Vec<&str> = failed.iter().map(|s| s.as_str()).collect();
+                    missing.push(format!("{} (census against the door off: {})", decl.door, f.join(", ")));
+                }
+            }
+        }
+    }
     if missing.is_empty() {
-        Outcome::Pass(format!("{} door(s) engaged", expected.len()))
+        Outcome::Pass(if held.is_empty() { "no door enabled".to_string() } else { held.join("; ") })
     } else {
-        Outcome::Fail(format!("enabled but never engaged: {}", missing.join(", ")))
+        Outcome::Fail(format!("enabled but not witnessed by the backend: {}", missing.join("; ")))
+    }
+}
+
+/// Coverage: every path the model claims was reached — in the oracle's coverage of the model and
+/// battery, and (where the run's backend counts coverage, and the run is held to identity) in
+/// the run's own.
+pub fn coverage(claims: &[&str], oracle: Option<&Coverage>, own: Option<&Coverage>) -> Outcome {
+    if claims.is_empty() {
+        return Outcome::Pass("the model claims no special path".into());
+    }
+    let Some(oracle) = oracle else {
+        return Outcome::Fail("the oracle counted no coverage, so no claim can be checked".into());
+    };
+    let count = |c: &Coverage, p: &str| c.get(p).map_or(0, |x| x.count);
+    let mut missing: Vec<String> =
+        claims.iter().filter(|p| count(oracle, p) == 0).map(|p| format!("{p} (oracle)")).collect();
+    if let Some(own) = own {
+        missing.extend(claims.iter().filter(|p| count(own, p) == 0).map(|p| format!("{p} (this run)")));
+    }
+    if missing.is_empty() {
+        let counts: Vec<String> = claims.iter().map(|p| format!("{p} {}", count(oracle, p))).collect();
+        Outcome::Pass(format!("every claimed path reached: {}", counts.join(", ")))
+    } else {
+        Outcome::Fail(format!("claimed but never reached: {}", missing.join(", ")))
     }
 }
 

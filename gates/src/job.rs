@@ -3,10 +3,23 @@
 //! gate, the engagement counters, the class baseline — so that running and gating never read the
 //! registry again (`crate::plan` resolves; `crate::suite` runs).
 
+use crate::registry::census::CensusChange;
 use memra_receipts::Verdict;
 use memra_runtime::backend::BackendKind;
 use memra_runtime::{DoorSet, Transport};
 use std::collections::BTreeMap;
+
+/// What one enabled door must change in the census (`crate::registry::census`), and the door
+/// values of the same configuration with that door off (and the doors of the set that require
+/// it, which cannot run without it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CensusDecl {
+    pub door: String,
+    pub changes: Vec<CensusChange>,
+    pub off: DoorSet,
+    /// The same door values as the environment names them (what an external subject is told).
+    pub off_vars: BTreeMap<String, bool>,
+}
 
 /// What the gate of a job is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,12 +36,17 @@ pub enum JobClass {
 /// One resolved configuration.
 #[derive(Debug, Clone)]
 pub struct Job {
+    /// The subject that runs it (`evidence.config.subject`): `memra-runtime`, or an external
+    /// subject's manifest name.
+    pub subject: String,
     /// Explicit door settings as receipts record them (env name → on).
     pub doors_env: BTreeMap<String, bool>,
     pub doors: DoorSet,
     pub class: JobClass,
-    /// Door id → engagement counter that must be > 0.
+    /// Door id → its call-site counter (reported, decides nothing).
     pub engagement: BTreeMap<String, String>,
+    /// Per enabled door, the census change that witnesses its engagement.
+    pub census: Vec<CensusDecl>,
     pub tp: usize,
     pub transport: Transport,
     pub backend: BackendKind,

@@ -1,14 +1,16 @@
 //! Doors, matrices, oracles, gates, verdicts, promotion and the command line.
 //!
 //! The gates consume records (`memra_runtime::record`), never runtime internals, so another
-//! subject (an external engine's tape, docs/DESIGN.md §10) can be gated the same way.
+//! subject (an external engine's tape, docs/DESIGN.md §10) is gated the same way.
 //!
 //! # Layers (imports point down only; the tidy test checks there is no cycle)
 //!
 //! - [`args`]: the clap types; imports nothing of the crate.
-//! - [`text`], [`registry`], [`env`], [`matrix`]: the door registry and what derives from it.
-//! - [`job`], [`gate`], [`receipt`], [`dist`], [`subject`]: resolved configurations, the gates
-//!   as pure functions over records, the receipt builder, the subject that produces records.
+//! - [`text`], [`registry`], [`env`](mod@env), [`matrix`]: the door registry and what derives from it.
+//! - [`job`], [`gate`], [`receipt`], [`record_evidence`], [`dist`], [`subject`]: resolved
+//!   configurations, the gates as pure functions over records, the receipt builder, a record's
+//!   canonical evidence, the subjects that produce records (the built-in runtime in process, or an
+//!   external engine over the subject protocol).
 //! - [`suite`]: running jobs through the gates; [`outdir`]: the output directory.
 //! - [`plan`]: flags → a checked plan; [`promote`]: the promotion policy.
 //! - [`commands`]: one module per command and the one dispatch; nothing imports it back.
@@ -39,6 +41,7 @@ pub mod outdir;
 pub mod plan;
 pub mod promote;
 pub mod receipt;
+pub mod record_evidence;
 pub mod registry;
 pub mod subject;
 pub mod suite;

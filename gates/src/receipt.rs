@@ -8,9 +8,10 @@ use crate::matrix::Configuration;
 use crate::registry::Registry;
 use memra_receipts::schema::{self as rs, GateResult, Verdict};
 use memra_receipts::{Receipt, ReceiptKind};
+use memra_runtime::backend::coverage::Coverage;
 use memra_runtime::backend::{BackendKind, ProbeResult};
 use memra_runtime::record::Record;
-use memra_runtime::{Battery, Transport};
+use memra_runtime::{Battery, Canary, Transport};
 use std::collections::BTreeMap;
 
 /// The receipt format's backend of a runtime backend.
@@ -56,7 +57,11 @@ pub(crate) struct Evaluation {
     pub errors: Vec<gate::SeamError>,
     pub near_ties: Vec<gate::NearTie>,
     pub record: Option<Record>,
+    /// The byte-integrity probe of the run's transport.
     pub probe: Vec<ProbeResult>,
+    /// The coverage of the model and battery (the host oracle's) and the paths the model claims.
+    pub coverage: Option<Coverage>,
+    pub claims: Vec<String>,
 }
 
 impl Default for Evaluation {
@@ -70,6 +75,8 @@ impl Default for Evaluation {
             near_ties: Vec::new(),
             record: None,
             probe: Vec::new(),
+            coverage: None,
+            claims: Vec::new(),
         }
     }
 }
@@ -77,6 +84,12 @@ impl Default for Evaluation {
 impl Evaluation {
     pub fn error(&mut self, e: memra_runtime::RuntimeError) {
         self.error_text(e.to_string());
+    }
+    /// A subject run that produced no record: `verdict` is ERROR, or VOID for an engagement
+    /// claim the subject's census does not back; `reason` is the subject's.
+    pub fn failed(&mut self, verdict: Verdict, reason: &str) {
+        self.verdict = verdict;
+        self.reason = Some(reason.to_string());
     }
     pub fn error_text(&mut self, text: String) {
         self.verdict = Verdict::Error;
@@ -94,24 +107,59 @@ impl Evaluation {
     }
 }
 
-fn to_divergence(d: &FirstDivergence) -> Option<rs::Divergence> {
-    let e = d.element?;
-    Some(rs::Divergence {
+fn to_divergence(d: &FirstDivergence) -> rs::Divergence {
+    let e = d.element.filter(|_| d.reproduced);
+    rs::Divergence {
         prompt: d.prompt,
         step: d.step,
         layer: d.layer,
         seam: d.seam.name().into(),
-        rank: e.rank,
-        element: e.index,
-        oracle_bits: format!("0x{:08x}", e.oracle_bits),
-        observed_bits: format!("0x{:08x}", e.observed_bits),
-        ulp: e.ulp,
-    })
+        at: if d.copy_from.is_some() { rs::DivergenceAt::Copy } else { rs::DivergenceAt::Seam },
+        src_rank: d.copy_from,
+        rank: e.and_then(|e| e.rank).or(d.rank),
+        reproduced: e.is_some(),
+        element: e.map(|e| e.index),
+        oracle_bits: e.map(|e| format!("0x{:08x}", e.oracle_bits)),
+        observed_bits: e.map(|e| format!("0x{:08x}", e.observed_bits)),
+        ulp: e.map(|e| e.ulp),
+    }
 }
 
-/// The receipt of a job from what its evaluation produced.
+/// The receipt form of coverage counters.
+pub(crate) fn coverage_evidence(c: &Coverage) -> BTreeMap<String, rs::CoverageCount> {
+    c.iter()
+        .map(|(path, pc)| {
+            let first = pc.first.map(|f| rs::SeamPlace {
+                prompt: f.prompt,
+                step: f.step,
+                layer: f.layer,
+                seam: f.seam.name().to_string(),
+            });
+            (path.clone(), rs::CoverageCount { count: pc.count, first })
+        })
+        .collect()
+}
+
+/// Where a job's canary plants its defect, when the place is chosen per run (the flip canary).
+fn planted_of(job: &Job) -> Option<rs::Planted> {
+    match job.doors.canary {
+        Some(Canary::FlipBit { layer, seam, step, element }) => Some(rs::Planted {
+            canary: "canary_flip_bit".into(),
+            layer,
+            seam: seam.name().into(),
+            step,
+            element: element as u64,
+        }),
+        _ => None,
+    }
+}
+
+/// The receipt of a job from what its evaluation produced; `subject_version` is the version of
+/// the subject that ran it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn build_receipt(
     kernel_digest: &str,
+    subject_version: &str,
     job: &Job,
     model: &rs::ModelEvidence,
     battery: &Battery,
@@ -126,12 +174,22 @@ pub(crate) fn build_receipt(
         build: rs::BuildEvidence {
             kernel_source_digest: kernel_digest.to_string(),
             nvrtc_options: record.build_options.clone(),
+            subject_version: Some(subject_version.to_string()),
         },
         verdict: ev.verdict,
         reason: ev.reason.clone(),
         gates: ev.gates.clone(),
         engaged: record.engaged.clone(),
-        first_divergence: ev.divergence.as_ref().and_then(to_divergence),
+        census: record.census.clone(),
+        coverage: ev.coverage.as_ref().map(coverage_evidence).unwrap_or_default(),
+        claims: {
+            let mut c = ev.claims.clone();
+            c.sort();
+            c.dedup();
+            c
+        },
+        planted: planted_of(job),
+        first_divergence: ev.divergence.as_ref().map(to_divergence),
         digests: digests_of(&record),
         tokens: record.tokens.clone(),
         token_tape_digest: memra_receipts::token_tape_digest(&record.tokens),
@@ -167,6 +225,7 @@ pub(crate) fn build_receipt(
             .probe
             .iter()
             .map(|p| rs::ProbeEntry {
+                transport: wire_transport(job.transport),
                 src: p.src,
                 dst: p.dst,
                 bytes: p.bytes as u64,
@@ -184,10 +243,11 @@ pub(crate) fn build_receipt(
     Receipt::new(ReceiptKind::Run, evidence, measurements)
 }
 
-/// A receipt for a record that ran outside the gates (e.g. `bench`): PASS, no gates; callers
-/// set the verdict, gates and claim they establish.
+/// A receipt for a record that ran outside the gates (e.g. `bench`), of the subject version
+/// `subject_version`: PASS, no gates; callers set the verdict, gates and claim they establish.
 pub fn receipt_for_record(
     kernel_digest: &str,
+    subject_version: &str,
     job: &Job,
     model: &rs::ModelEvidence,
     battery: &Battery,
@@ -195,13 +255,13 @@ pub fn receipt_for_record(
     wall_ms: f64,
 ) -> Receipt {
     let ev = Evaluation { record: Some(record.clone()), ..Evaluation::default() };
-    build_receipt(kernel_digest, job, model, battery, ev, now_ms(), wall_ms)
+    build_receipt(kernel_digest, subject_version, job, model, battery, ev, now_ms(), wall_ms)
 }
 
 /// The configuration evidence (run identity) of a job.
 pub fn config_evidence(job: &Job, model: &rs::ModelEvidence, battery: &Battery) -> rs::RunConfigEvidence {
     rs::RunConfigEvidence {
-        subject: "memra-runtime".into(),
+        subject: job.subject.clone(),
         backend: wire_backend(job.backend),
         tp: job.tp,
         transport: wire_transport(job.transport),

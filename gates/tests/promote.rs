@@ -23,7 +23,7 @@ use memra_runtime::config::Transport as RtTransport;
 /// Two BIT-IDENTICAL doors, one NUMERIC-CLASS door and a canary; TP 1 and 2, host-bounce only,
 /// host backend only: 2^3 door sets × 2 TP sizes = 16 legal configurations.
 const REGISTRY: &str = r#"
-schema_version = 1
+schema_version = 2
 
 [[door]]
 id = "door_a"
@@ -33,6 +33,7 @@ default = false
 changes = "test door a"
 gate = "identity"
 engagement = "door_a.hits"
+census = [{ counter = "launch.fold", change = "appears" }]
 seams = ["o_join"]
 tp = { allowed = [1, 2], why = "test registry: small matrix" }
 transports = { allowed = ["host-bounce"], why = "test registry: small matrix" }
@@ -49,6 +50,7 @@ default = false
 changes = "test door b"
 gate = "identity"
 engagement = "door_b.hits"
+census = [{ counter = "launch.fold", change = "appears" }]
 seams = ["o_join"]
 tp = { allowed = [1, 2], why = "test registry: small matrix" }
 transports = { allowed = ["host-bounce"], why = "test registry: small matrix" }
@@ -65,6 +67,7 @@ default = false
 changes = "test numeric door c"
 gate = "argmax_tape+class_identity+error_budget"
 engagement = "num_c.hits"
+census = [{ counter = "launch.fold", change = "appears" }]
 seams = ["qkv"]
 tp = { allowed = [1, 2], why = "test registry: small matrix" }
 transports = { allowed = ["host-bounce"], why = "test registry: small matrix" }
@@ -82,6 +85,7 @@ default = false
 changes = "a planted defect"
 gate = "identity"
 engagement = "canary_flip_bit.flips"
+census = [{ counter = "launch.fold", change = "appears" }]
 seams = ["o_join"]
 tp = { allowed = [1, 2], why = "test registry: small matrix" }
 transports = { allowed = ["host-bounce"], why = "test registry: small matrix" }
@@ -164,11 +168,19 @@ fn clean_receipt(reg: &Registry, config: &Configuration, started_at_unix_ms: u64
             battery_digest: "4be1a6c20d93f7e5".to_string(),
             oracle: "tp1 host-bounce defaults on host".to_string(),
         },
-        build: BuildEvidence { kernel_source_digest: "c0ffee0123456789".to_string(), nvrtc_options: vec![] },
+        build: BuildEvidence {
+            kernel_source_digest: "c0ffee0123456789".to_string(),
+            nvrtc_options: vec![],
+            subject_version: None,
+        },
         verdict: Verdict::Pass,
         reason: None,
         gates,
         engaged,
+        census: BTreeMap::new(),
+        coverage: BTreeMap::new(),
+        claims: vec![],
+        planted: None,
         first_divergence: None,
         digests: SeamDigests {
             columns: vec!["L0.qkv".to_string(), "L0.o_join".to_string()],

@@ -47,7 +47,9 @@ const ALL_BACKENDS: [BackendKind; 2] = [BackendKind::Host, BackendKind::Cuda];
 #[test]
 fn builtin_registry_loads() {
     let r = reg();
-    assert_eq!(r.doors().len(), 19, "15 doors of docs/DESIGN.md §4.3 + 4 canaries");
+    assert_eq!(r.doors().len(), 24, "15 doors of docs/DESIGN.md §4.3 + 9 canaries");
+    // Every door declares the census change that witnesses it.
+    assert!(r.doors().iter().all(|d| !d.census.is_empty()));
     assert!(r.setting("MEMRA_REQUIRE_GPU").is_some());
     assert!(r.setting("MEMRA_CANARY_FLIP_AT").is_some());
 }
@@ -164,7 +166,10 @@ fn not_applicable_on_host_has_reasons() {
         assert!(!d.backends.contains(&BackendKind::Host));
         assert!(d.backends.contains(&BackendKind::Cuda));
     }
-    assert!(r.doors().iter().all(|d| d.not_applicable_on(BackendKind::Cuda).is_none()));
+    // Only the canaries planted in the host twins have no meaning on CUDA.
+    let on_cuda: Vec<&str> =
+        r.doors().iter().filter(|d| d.not_applicable_on(BackendKind::Cuda).is_some()).map(|d| d.id.as_str()).collect();
+    assert_eq!(on_cuda, ["canary_tie_break", "canary_signed_zero", "canary_clamp"]);
 }
 
 #[test]
@@ -190,11 +195,15 @@ fn every_non_canary_door_maps_to_a_distinct_runtime_field() {
 #[test]
 fn canaries_map_to_runtime_canaries() {
     let r = reg();
-    let at = FlipAt { layer: 1, seam: Seam::Qkv, step: 3 };
+    let at = FlipAt { layer: 1, seam: Seam::Qkv, step: 3, element: None };
     let ds = r.to_door_set(&["canary_flip_bit"], Some(at)).unwrap();
-    assert_eq!(ds.canary, Some(Canary::FlipBit { layer: 1, seam: Seam::Qkv, step: 3 }));
+    assert_eq!(ds.canary, Some(Canary::FlipBit { layer: 1, seam: Seam::Qkv, step: 3, element: 0 }));
     let ds = r.to_door_set(&["canary_flip_bit"], None).unwrap();
-    assert_eq!(ds.canary, Some(Canary::FlipBit { layer: 1, seam: Seam::Experts, step: 2 }), "registry default");
+    assert_eq!(
+        ds.canary,
+        Some(Canary::FlipBit { layer: 1, seam: Seam::Experts, step: 2, element: 0 }),
+        "registry default"
+    );
     for id in ["canary_reverse_kblocks", "canary_stale_buffer", "canary_skip_fence", "canary_flip_bit"] {
         let ds = r.to_door_set(&[id], None).unwrap();
         assert_eq!(canary_id(&ds.canary.expect("canary set")), id);
@@ -208,9 +217,9 @@ fn canaries_map_to_runtime_canaries() {
 
 #[test]
 fn unknown_schema_version_is_refused_naming_it() {
-    let e = err_text(Registry::from_toml_str(&edited("schema_version = 1", "schema_version = 2"), "t.toml"));
-    assert!(e.contains("schema_version 2") && e.contains("reads schema_version 1 only"), "{e}");
-    let e = err_text(Registry::from_toml_str(&edited("schema_version = 1", ""), "t.toml"));
+    let e = err_text(Registry::from_toml_str(&edited("schema_version = 2", "schema_version = 1"), "t.toml"));
+    assert!(e.contains("schema_version 1") && e.contains("reads schema_version 2 only"), "{e}");
+    let e = err_text(Registry::from_toml_str(&edited("schema_version = 2", ""), "t.toml"));
     assert!(e.contains("(missing)"), "{e}");
 }
 
@@ -393,18 +402,18 @@ fn settings_parse_their_own_formats() {
     let req = parse_env(env(&[("MEMRA_CANARY_FLIP_AT", "2:qkv:5")]), &r).unwrap();
     assert_eq!(
         req.settings.get("MEMRA_CANARY_FLIP_AT"),
-        Some(&SettingValue::FlipAt(FlipAt { layer: 2, seam: Seam::Qkv, step: 5 }))
+        Some(&SettingValue::FlipAt(FlipAt { layer: 2, seam: Seam::Qkv, step: 5, element: None }))
     );
-    assert_eq!(req.canary_flip_at(&r), Some(FlipAt { layer: 2, seam: Seam::Qkv, step: 5 }));
+    assert_eq!(req.canary_flip_at(&r), Some(FlipAt { layer: 2, seam: Seam::Qkv, step: 5, element: None }));
     let mut with_canary = req.clone();
     with_canary.doors.insert("canary_flip_bit".into(), true);
     assert_eq!(
         with_canary.to_door_set(&r).unwrap().canary,
-        Some(Canary::FlipBit { layer: 2, seam: Seam::Qkv, step: 5 })
+        Some(Canary::FlipBit { layer: 2, seam: Seam::Qkv, step: 5, element: 0 })
     );
     assert_eq!(
         parse_env(env(&[]), &r).unwrap().canary_flip_at(&r),
-        Some(FlipAt { layer: 1, seam: Seam::Experts, step: 2 })
+        Some(FlipAt { layer: 1, seam: Seam::Experts, step: 2, element: None })
     );
     for (bad, says) in
         [("2:qkv", "LAYER:SEAM:STEP"), ("x:qkv:1", "LAYER \"x\""), ("1:qvk:1", "SEAM \"qvk\""), ("1:qkv:-1", "STEP")]
@@ -707,8 +716,9 @@ fn canaries_matrix_holds_each_canary_alone() {
     let r = reg();
     let p = plan(MatrixKind::Canaries);
     let sets: BTreeSet<BTreeSet<String>> = p.legal.iter().map(|c| c.doors.clone()).collect();
+    // Each canary with what it requires (the silent fallback disables OPROJ_DIRECT's mechanism).
     let canaries: BTreeSet<BTreeSet<String>> =
-        r.doors().iter().filter(|d| d.is_canary()).map(|d| set(&[d.id.as_str()])).collect();
+        r.doors().iter().filter(|d| d.is_canary()).map(|d| r.closure_of([d.id.as_str()])).collect();
     assert_eq!(sets, canaries);
     assert!(p.excluded.iter().any(|e| e.config.doors == set(&["canary_reverse_kblocks"]) && e.config.tp == 1));
 }
@@ -871,4 +881,35 @@ fn backend_counted_engagement_names_registered_counters() {
     for name in memra_runtime::backend::BACKEND_COUNTERS {
         assert!(known.contains(name), "{name} is not the engagement counter of any door in doors.toml");
     }
+}
+
+/// The census declarations (registry schema 2): every door needs one, each well formed; the
+/// file's rules refuse a bad family, a misplaced `*`, a repeat, an unknown change and an empty
+/// list, naming the door and the rule.
+#[test]
+fn census_declarations_are_validated() {
+    let line = r#"census = [{ counter = "launch.fold_reverse", change = "appears" }]"#;
+    for (to, want) in [
+        (r#"census = [{ counter = "launches.fold_reverse", change = "appears" }]"#, "census families"),
+        (r#"census = [{ counter = "launch.fold*", change = "appears" }]"#, "whole last segment"),
+        (r#"census = [{ counter = "launch..x", change = "appears" }]"#, "none of them empty"),
+        (
+            r#"census = [{ counter = "launch.x", change = "more" }, { counter = "launch.x", change = "more" }]"#,
+            "declared once",
+        ),
+        (r#"census = []"#, "declares the census change"),
+    ] {
+        let e = err_text(Registry::from_toml_str(&edited(line, to), "t.toml"));
+        assert!(e.contains("canary_reverse_kblocks") && e.contains(want), "{to}: {e}");
+    }
+    let e = err_text(Registry::from_toml_str(
+        &edited(line, r#"census = [{ counter = "launch.x", change = "grows" }]"#),
+        "t.toml",
+    ));
+    assert!(e.contains("grows"), "{e}");
+    let e = err_text(Registry::from_toml_str(&edited(line, ""), "t.toml"));
+    assert!(e.contains("census"), "a door without census: {e}");
+    let d = reg().door("canary_reverse_kblocks").unwrap().clone();
+    assert_eq!(d.census.len(), 1);
+    assert_eq!(d.census[0].counter, "launch.fold_reverse");
 }

@@ -1,5 +1,9 @@
 //! The gating crate's integration tests, one binary (ARCHITECTURE.md: one test layout): the door registry and matrix
-//! enumeration, and the promotion policy over synthetic histories.
+//! enumeration, the promotion policy over synthetic histories, the gates as pure functions, and the
+//! subject protocol's manifest and tape.
 
+mod gates;
 mod promote;
 mod registry;
+mod subject_manifest;
+mod subject_tape;

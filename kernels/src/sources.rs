@@ -20,8 +20,15 @@ const SOURCES: [(&str, &str); 8] = [
 /// All kernel sources concatenated in a fixed order (one translation unit for NVRTC). A
 /// `#line` directive before each file keeps NVRTC's error messages pointing at the right file.
 pub fn cuda_source() -> String {
+    concat_sources(SOURCES)
+}
+
+/// The NVRTC translation unit of `(file name, text)` pairs in order: a `#line 1 "name"`
+/// directive, the text, and a newline where the text has none ([`cuda_source`]'s rule, for a
+/// caller that reads the same files from another tree).
+pub fn concat_sources<'a>(files: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     let mut out = String::new();
-    for (name, text) in SOURCES {
+    for (name, text) in files {
         out.push_str(&format!("#line 1 \"{name}\"\n"));
         out.push_str(text);
         if !text.ends_with('\n') {
@@ -70,17 +77,29 @@ pub fn twin_files() -> impl Iterator<Item = &'static str> {
     TWIN_SOURCES.iter().map(|(name, _)| *name)
 }
 
+/// The twin sources covered by the build digest: (crate-relative path, text).
+pub fn twin_sources() -> &'static [(&'static str, &'static str)] {
+    &TWIN_SOURCES
+}
+
 /// The digest the binary is stamped with (`MG_BUILD_KERNEL_DIGEST`, receipts'
-/// `kernel_source_digest`): 16 hex digits of FNV-1a 64 over the kernel text NVRTC compiles
-/// ([`cuda_source`]) followed by every twin source (name and text), so a receipt names both
-/// halves of the canonical program that produced it. [`source_digest`] stays the digest of the
-/// compiled text alone (what a compilation is checked against).
-pub fn build_digest() -> String {
+/// `kernel_source_digest`): [`build_digest_of`] of the kernel text NVRTC compiles
+/// ([`cuda_source`]), every twin source, and the `program` sources the caller names (the
+/// runtime's order of operations, `memra_runtime::provenance`), so a receipt names every part of
+/// the canonical program that produced it. [`source_digest`] stays the digest of the compiled
+/// text alone (what a compilation is checked against).
+pub fn build_digest(program: &[(&str, &str)]) -> String {
+    build_digest_of(&cuda_source(), &TWIN_SOURCES, program)
+}
+
+/// 16 hex digits of FNV-1a 64 over `cuda`, then each twin's name and text, then each program
+/// source's name and text, in order: any changed byte of any part changes it.
+pub fn build_digest_of(cuda: &str, twins: &[(&str, &str)], program: &[(&str, &str)]) -> String {
     const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
     const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
     let fold = |h: u64, bytes: &[u8]| bytes.iter().fold(h, |h, b| (h ^ *b as u64).wrapping_mul(FNV_PRIME));
-    let mut h = fold(FNV_OFFSET, cuda_source().as_bytes());
-    for (name, text) in TWIN_SOURCES {
+    let mut h = fold(FNV_OFFSET, cuda.as_bytes());
+    for (name, text) in twins.iter().chain(program) {
         h = fold(h, name.as_bytes());
         h = fold(h, text.as_bytes());
     }
@@ -183,10 +202,16 @@ mod tests {
     }
 
     #[test]
-    fn build_digest_covers_the_twins() {
-        assert_ne!(build_digest(), source_digest());
-        assert_eq!(build_digest(), build_digest());
+    fn build_digest_covers_the_twins_and_the_program() {
+        assert_ne!(build_digest(&[]), source_digest());
+        assert_eq!(build_digest(&[]), build_digest(&[]));
         assert!(twin_files().any(|f| f == "src/twins/experts.rs"));
+        assert_ne!(build_digest(&[("p.rs", "a")]), build_digest(&[("p.rs", "b")]));
+        let mut twins = twin_sources().to_vec();
+        let changed = twins[1].1.replacen('a', "b", 1);
+        twins[1].1 = &changed;
+        assert_ne!(build_digest_of(&cuda_source(), &twins, &[]), build_digest(&[]));
+        assert_eq!(concat_sources(SOURCES), cuda_source());
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub enum ReceiptError {
 
     /// The top level is not an object with a `schema_version`.
     #[error("receipt {}: no schema_version at the top level; every receipt carries one (this build reads version {supported})", .path.display())]
-    MissingVersion { path: PathBuf, supported: u32 },
+    MissingVersion { path: PathBuf, supported: &'static str },
 
     /// A version this build does not read (checked before anything else).
     #[error("receipt {}: schema_version {found} is not supported; this build reads version {supported}", .path.display())]
@@ -47,18 +47,20 @@ pub enum ReceiptError {
         path: PathBuf,
         /// The value as found, in JSON (`7`, `"1"`).
         found: String,
-        supported: u32,
+        /// The versions read, in words (`"1 or 2"`).
+        supported: &'static str,
     },
 
     /// A summary where a run receipt was expected, or the other way round.
     #[error("receipt {}: kind {found} where {expected} was expected", .path.display())]
     WrongKind { path: PathBuf, found: String, expected: &'static str },
 
-    /// The JSON does not have the shape of schema v1 (unknown or missing field, wrong type, unknown
-    /// enum value); serde's message names the field, and the line and column.
-    #[error("receipt {}: does not match schema v1: {source}", .path.display())]
+    /// The JSON does not have the shape of its schema version (unknown or missing field, wrong
+    /// type, unknown enum value); serde's message names the field, and the line and column.
+    #[error("receipt {}: does not match schema v{version}: {source}", .path.display())]
     Shape {
         path: PathBuf,
+        version: u32,
         #[source]
         source: serde_json::Error,
     },

@@ -20,17 +20,18 @@
 //! # Reading
 //!
 //! [`parse_receipt`] and [`parse_summary`] read `schema_version` first from a generic JSON value
-//! and refuse any version but [`SCHEMA_VERSION`] before looking at anything else; then they
+//! and refuse any version they do not read (receipts: [`READ_VERSIONS`], version 1 converted by
+//! `schema::v1`; summaries: [`SUMMARY_SCHEMA_VERSION`]) before looking at anything else; then they
 //! deserialize strictly (unknown fields, missing fields, wrong types and unknown enum values are
 //! errors) straight from the text, so floats read back bit-exactly, and finally check the rules of
-//! `Receipt::validate` / `Summary::validate`.
+//! `Receipt::validate` / `Summary::validate`. The writer writes [`SCHEMA_VERSION`] only.
 
 use std::path::Path;
 
 use serde_json::Value;
 
 use crate::error::{ReceiptError, IN_MEMORY};
-use crate::schema::{Receipt, Summary, SCHEMA_VERSION};
+use crate::schema::{Receipt, Summary, READ_VERSIONS, SCHEMA_VERSION, SUMMARY_SCHEMA_VERSION};
 
 pub use crate::canonical::to_canonical_json;
 use crate::canonical::to_canonical_json_at;
@@ -52,6 +53,16 @@ pub fn summary_to_json(summary: &Summary) -> Result<String, ReceiptError> {
 
 pub(crate) fn receipt_to_json_at(receipt: &Receipt, path: &Path) -> Result<String, ReceiptError> {
     receipt.validate().map_err(|v| ReceiptError::invalid(path, v))?;
+    if receipt.schema_version != SCHEMA_VERSION {
+        return Err(ReceiptError::Invalid {
+            path: path.to_path_buf(),
+            field: "schema_version".into(),
+            value: receipt.schema_version.to_string(),
+            rule: format!(
+                "a receipt read from an older schema version is read-only; this build writes version {SCHEMA_VERSION}"
+            ),
+        });
+    }
     to_canonical_json_at(receipt, path)
 }
 
@@ -66,7 +77,7 @@ pub(crate) fn summary_to_json_at(summary: &Summary, path: &Path) -> Result<Strin
 
 /// Reads a run or performance receipt from `bytes`; `origin` names the file in errors.
 pub fn parse_receipt(bytes: &[u8], origin: &Path) -> Result<Receipt, ReceiptError> {
-    let head = check_head(bytes, origin)?;
+    let head = check_head(bytes, origin, &READ_VERSIONS, "1 or 2")?;
     if head.kind.as_deref() == Some("summary") {
         return Err(ReceiptError::WrongKind {
             path: origin.to_path_buf(),
@@ -74,15 +85,20 @@ pub fn parse_receipt(bytes: &[u8], origin: &Path) -> Result<Receipt, ReceiptErro
             expected: "a run or performance receipt",
         });
     }
-    let receipt: Receipt =
-        serde_json::from_slice(bytes).map_err(|source| ReceiptError::Shape { path: origin.to_path_buf(), source })?;
+    let shape = |source| ReceiptError::Shape { path: origin.to_path_buf(), version: head.version, source };
+    let receipt: Receipt = if head.version == 1 {
+        serde_json::from_slice::<crate::schema::v1::ReceiptV1>(bytes).map_err(shape)?.into()
+    } else {
+        serde_json::from_slice(bytes).map_err(shape)?
+    };
     receipt.validate().map_err(|v| ReceiptError::invalid(origin, v))?;
     Ok(receipt)
 }
 
 /// Reads a matrix summary from `bytes`; `origin` names the file in errors.
 pub fn parse_summary(bytes: &[u8], origin: &Path) -> Result<Summary, ReceiptError> {
-    let head = check_head(bytes, origin)?;
+    // A receipt of any version this build reads is refused as the wrong kind, not the wrong version.
+    let head = check_head(bytes, origin, &READ_VERSIONS, "1")?;
     if let Some(k @ ("run" | "performance")) = head.kind.as_deref() {
         return Err(ReceiptError::WrongKind {
             path: origin.to_path_buf(),
@@ -90,8 +106,18 @@ pub fn parse_summary(bytes: &[u8], origin: &Path) -> Result<Summary, ReceiptErro
             expected: "a summary",
         });
     }
-    let summary: Summary =
-        serde_json::from_slice(bytes).map_err(|source| ReceiptError::Shape { path: origin.to_path_buf(), source })?;
+    if head.version != SUMMARY_SCHEMA_VERSION {
+        return Err(ReceiptError::UnsupportedVersion {
+            path: origin.to_path_buf(),
+            found: head.version.to_string(),
+            supported: "1",
+        });
+    }
+    let summary: Summary = serde_json::from_slice(bytes).map_err(|source| ReceiptError::Shape {
+        path: origin.to_path_buf(),
+        version: head.version,
+        source,
+    })?;
     summary.validate().map_err(|v| ReceiptError::invalid(origin, v))?;
     Ok(summary)
 }
@@ -109,27 +135,29 @@ pub fn read_summary(path: &Path) -> Result<Summary, ReceiptError> {
 }
 
 struct Head {
+    version: u32,
     kind: Option<String>,
 }
 
-/// Parses generically and checks `schema_version` before anything else.
-fn check_head(bytes: &[u8], origin: &Path) -> Result<Head, ReceiptError> {
+/// Parses generically and checks `schema_version` (one of `versions`, named `words` in errors)
+/// before anything else.
+fn check_head(bytes: &[u8], origin: &Path, versions: &[u32], words: &'static str) -> Result<Head, ReceiptError> {
     let value: Value =
         serde_json::from_slice(bytes).map_err(|source| ReceiptError::Syntax { path: origin.to_path_buf(), source })?;
     let Some(obj) = value.as_object() else {
-        return Err(ReceiptError::MissingVersion { path: origin.to_path_buf(), supported: SCHEMA_VERSION });
+        return Err(ReceiptError::MissingVersion { path: origin.to_path_buf(), supported: words });
     };
     let Some(version) = obj.get("schema_version") else {
-        return Err(ReceiptError::MissingVersion { path: origin.to_path_buf(), supported: SCHEMA_VERSION });
+        return Err(ReceiptError::MissingVersion { path: origin.to_path_buf(), supported: words });
     };
-    if version.as_u64() != Some(u64::from(SCHEMA_VERSION)) {
-        return Err(ReceiptError::UnsupportedVersion {
+    match version.as_u64().and_then(|v| u32::try_from(v).ok()).filter(|v| versions.contains(v)) {
+        Some(v) => Ok(Head { version: v, kind: obj.get("kind").and_then(Value::as_str).map(str::to_string) }),
+        None => Err(ReceiptError::UnsupportedVersion {
             path: origin.to_path_buf(),
             found: version.to_string(),
-            supported: SCHEMA_VERSION,
-        });
+            supported: words,
+        }),
     }
-    Ok(Head { kind: obj.get("kind").and_then(Value::as_str).map(str::to_string) })
 }
 
 #[cfg(test)]

@@ -33,13 +33,15 @@ pub use error::ReceiptError;
 pub use identity::{digest_hex, f32_bits_hex, fnv1a64, run_id, token_tape_digest};
 pub use schema::seam_column;
 pub use schema::{
-    Backend, BuildEvidence, DigestRow, Divergence, Evidence, Gate, GateResult, LatencyStats, Measurements,
-    ModelEvidence, NearTie, PerformanceClaim, ProbeEntry, ProbeStatus, Receipt, ReceiptKind, RunConfigEvidence,
-    SeamDigests, SeamError, SeamLatency, Summary, SummaryKind, SummaryRow, Transport, Verdict, VerdictCounts,
-    SCHEMA_VERSION,
+    Backend, BuildEvidence, CoverageCount, DigestRow, Divergence, DivergenceAt, Evidence, Gate, GateResult,
+    LatencyStats, Measurements, ModelEvidence, NearTie, PerformanceClaim, Planted, ProbeEntry, ProbeStatus, Receipt,
+    ReceiptKind, RunConfigEvidence, SeamDigests, SeamError, SeamLatency, SeamPlace, Summary, SummaryKind, SummaryRow,
+    Transport, Verdict, VerdictCounts, READ_VERSIONS, SCHEMA_VERSION, SUMMARY_SCHEMA_VERSION,
 };
 
-/// The published JSON Schema (draft 2020-12) of run and performance receipts, schema v1.
+/// The published JSON Schema (draft 2020-12) of run and performance receipts, schema v2.
+pub const RECEIPT_SCHEMA_V2: &str = include_str!("../schema/receipt-v2.schema.json");
+/// The published JSON Schema (draft 2020-12) of run and performance receipts, schema v1 (still read).
 pub const RECEIPT_SCHEMA_V1: &str = include_str!("../schema/receipt-v1.schema.json");
 /// The published JSON Schema (draft 2020-12) of matrix summaries, schema v1.
 pub const SUMMARY_SCHEMA_V1: &str = include_str!("../schema/summary-v1.schema.json");

@@ -7,7 +7,8 @@ use std::fmt;
 use crate::error::Violation;
 use crate::identity::{run_id, token_tape_digest};
 use crate::schema::{
-    overall_verdict, seam_column, Receipt, ReceiptKind, Summary, Verdict, VerdictCounts, SCHEMA_VERSION, TP_SIZES,
+    overall_verdict, seam_column, DivergenceAt, Gate, Receipt, ReceiptKind, Summary, Verdict, VerdictCounts,
+    READ_VERSIONS, SUMMARY_SCHEMA_VERSION, TP_SIZES,
 };
 
 /// Whether `s` is a non-empty string of lowercase hex digits.
@@ -51,7 +52,9 @@ fn check_bits(field: &str, s: &str) -> Result<(), Violation> {
 impl Receipt {
     /// Checks the rules the serde shape cannot express; the reader and the writer both call it.
     ///
-    /// - `schema_version` is [`SCHEMA_VERSION`]; `run_id` equals [`run_id`] of the config
+    /// - `schema_version` is one of [`READ_VERSIONS`]; a version 1 receipt has none of version 2's
+    ///   fields (census, coverage, claims, planted, the gates copies / coverage / probe);
+    ///   `run_id` equals [`run_id`] of the config
     /// - `tp` is in [`TP_SIZES`]; digests and bit patterns are hex of the documented widths
     /// - `token_tape_digest` equals [`token_tape_digest`] of `tokens`
     /// - digest columns are unique; every row has one digest per column; rows strictly sorted by
@@ -59,11 +62,34 @@ impl Receipt {
     /// - each gate appears at most once; VOID, SKIP, NOT-APPLICABLE and ERROR carry a non-empty reason
     /// - `evidence.performance` is present exactly when `kind` is `"performance"`
     /// - each latency entry has `n_samples ≥ 1` and `min ≤ median ≤ p90 ≤ max`; (layer, seam) unique
+    /// - a divergence names its element (with bits and ulp) exactly when `reproduced`; a copy
+    ///   divergence names both ranks, a seam divergence no source rank
+    /// - `claims` are sorted and unique
     pub fn validate(&self) -> Result<(), Violation> {
-        if self.schema_version != SCHEMA_VERSION {
-            return Err(violation("schema_version", self.schema_version, format!("must be {SCHEMA_VERSION}")));
+        if !READ_VERSIONS.contains(&self.schema_version) {
+            return Err(violation("schema_version", self.schema_version, format!("must be one of {READ_VERSIONS:?}")));
         }
         let ev = &self.evidence;
+        if self.schema_version == 1 {
+            let v2_gate = ev.gates.iter().find(|g| matches!(g.gate, Gate::Copies | Gate::Coverage | Gate::Probe));
+            if !ev.census.is_empty() || !ev.coverage.is_empty() || !ev.claims.is_empty() || ev.planted.is_some() {
+                return Err(violation(
+                    "schema_version",
+                    1,
+                    "a version 1 receipt has no census, coverage, claims or planted",
+                ));
+            }
+            if let Some(g) = v2_gate {
+                return Err(violation(
+                    "evidence.gates",
+                    g.gate.as_str(),
+                    "a gate of schema version 2 in a version 1 receipt",
+                ));
+            }
+        }
+        if ev.claims.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(violation("evidence.claims", &ev.claims, "claims are sorted and unique"));
+        }
         let cfg = &ev.config;
         let expected = run_id(cfg);
         if self.run_id != expected {
@@ -79,6 +105,13 @@ impl Receipt {
         check_hex("evidence.config.model.digest", &cfg.model.digest)?;
         check_hex("evidence.config.battery_digest", &cfg.battery_digest)?;
         check_hex("evidence.build.kernel_source_digest", &ev.build.kernel_source_digest)?;
+        if ev.build.subject_version.as_deref().is_some_and(str::is_empty) {
+            return Err(violation(
+                "evidence.build.subject_version",
+                "",
+                "names the subject's version when present (leave the field out when unknown)",
+            ));
+        }
         if ev.verdict.requires_reason() && ev.reason.as_deref().is_none_or(str::is_empty) {
             return Err(violation(
                 "evidence.reason",
@@ -93,8 +126,29 @@ impl Receipt {
             }
         }
         if let Some(d) = &ev.first_divergence {
-            check_bits("evidence.first_divergence.oracle_bits", &d.oracle_bits)?;
-            check_bits("evidence.first_divergence.observed_bits", &d.observed_bits)?;
+            let located = [d.element.is_some(), d.oracle_bits.is_some(), d.observed_bits.is_some(), d.ulp.is_some()];
+            if located.iter().any(|l| *l != d.reproduced) {
+                return Err(violation(
+                    "evidence.first_divergence",
+                    (d.reproduced, located),
+                    "element, oracle_bits, observed_bits and ulp are present exactly when the divergence was reproduced",
+                ));
+            }
+            if let (Some(o), Some(b)) = (&d.oracle_bits, &d.observed_bits) {
+                check_bits("evidence.first_divergence.oracle_bits", o)?;
+                check_bits("evidence.first_divergence.observed_bits", b)?;
+            }
+            let copy_ok = match d.at {
+                DivergenceAt::Copy => d.src_rank.is_some() && d.rank.is_some() && !d.reproduced,
+                DivergenceAt::Seam => d.src_rank.is_none(),
+            };
+            if !copy_ok {
+                return Err(violation(
+                    "evidence.first_divergence.at",
+                    (d.at, d.src_rank, d.rank),
+                    "a copy divergence names its source and destination ranks (and no element); a seam divergence no source rank",
+                ));
+            }
         }
         let mut columns = BTreeSet::new();
         for (i, c) in ev.digests.columns.iter().enumerate() {
@@ -168,8 +222,8 @@ impl Summary {
     /// Checks what the serde shape cannot: version, counts and overall verdict agree with the rows,
     /// rows sorted by unique `run_id`s of 16 hex digits.
     pub fn validate(&self) -> Result<(), Violation> {
-        if self.schema_version != SCHEMA_VERSION {
-            return Err(violation("schema_version", self.schema_version, format!("must be {SCHEMA_VERSION}")));
+        if self.schema_version != SUMMARY_SCHEMA_VERSION {
+            return Err(violation("schema_version", self.schema_version, format!("must be {SUMMARY_SCHEMA_VERSION}")));
         }
         for (i, w) in self.rows.windows(2).enumerate() {
             if w[0].run_id >= w[1].run_id {

@@ -91,6 +91,10 @@ fn key_order_follows_struct_order_and_map_order() {
         "\"reason\"",
         "\"gates\"",
         "\"engaged\"",
+        "\"census\"",
+        "\"coverage\"",
+        "\"claims\"",
+        "\"planted\"",
         "\"first_divergence\"",
         "\"digests\"",
         "\"tokens\"",
@@ -100,7 +104,7 @@ fn key_order_follows_struct_order_and_map_order() {
         "\"performance\"",
     ]);
     ordered(&["\"MEMRA_A_FIRST\": false", "\"MEMRA_Z_LAST\": true"]);
-    assert!(text.starts_with("{\n  \"schema_version\": 1,\n  \"kind\": \"run\",\n"), "{}", &text[..60]);
+    assert!(text.starts_with("{\n  \"schema_version\": 2,\n  \"kind\": \"run\",\n"), "{}", &text[..60]);
 }
 
 #[test]
@@ -134,7 +138,7 @@ fn canonical_text_layout_and_float_forms() {
     assert!(text.ends_with("}\n") && !text.ends_with("\n\n"), "exactly one trailing newline");
     assert!(text.contains("\n    \"config\": {\n      \"subject\""), "2-space indentation");
     assert!(
-        text.contains("\n      \"nvrtc_options\": [\"--gpu-architecture=sm_90\", \"--fmad=false\"]\n"),
+        text.contains("\n      \"nvrtc_options\": [\"--gpu-architecture=sm_90\", \"--fmad=false\"],\n"),
         "scalar arrays on one line"
     );
     assert!(text.contains("\n    \"tokens\": [\n      [17, 24, 31],\n      [48, 55, 62]\n    ],\n"), "{text}");
@@ -192,12 +196,12 @@ fn unknown_schema_version_is_rejected_before_anything_else() {
     assert!(matches!(err, ReceiptError::UnsupportedVersion { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
-        "receipt nightly/run-a.json: schema_version 7 is not supported; this build reads version 1"
+        "receipt nightly/run-a.json: schema_version 7 is not supported; this build reads version 1 or 2"
     );
 
     let r = passing(1, Transport::HostBounce, &[]);
-    let err = parse_edited(&r, |v| v["schema_version"] = json!(2)).unwrap_err();
-    assert!(err.to_string().contains("schema_version 2 is not supported; this build reads version 1"), "{err}");
+    let err = parse_edited(&r, |v| v["schema_version"] = json!(3)).unwrap_err();
+    assert!(err.to_string().contains("schema_version 3 is not supported; this build reads version 1 or 2"), "{err}");
     let err = parse_edited(&r, |v| v["schema_version"] = json!("1")).unwrap_err();
     assert!(err.to_string().contains("schema_version \"1\" is not supported"), "{err}");
     let err = parse_edited(&r, |v| {
@@ -295,7 +299,7 @@ fn broken_rules_are_rejected_by_reader_and_writer() {
         (
             "evidence.first_divergence.oracle_bits",
             edit(failing(base.clone()), |e| {
-                e.first_divergence.as_mut().unwrap().oracle_bits = "0x3F800000".into();
+                e.first_divergence.as_mut().unwrap().oracle_bits = Some("0x3F800000".into());
             }),
         ),
         ("evidence.performance", {

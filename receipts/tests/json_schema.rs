@@ -12,7 +12,9 @@ use serde_json::{json, Value};
 
 use crate::util::*;
 
-const EXAMPLE: &str = include_str!("../schema/example-run-v1.json");
+const EXAMPLE: &str = include_str!("../schema/example-run-v2.json");
+/// The version 1 example, kept: version 1 receipts are still read.
+const EXAMPLE_V1: &str = include_str!("../schema/example-run-v1.json");
 
 struct Validator {
     schemas: boon::Schemas,
@@ -28,7 +30,7 @@ impl Validator {
         Validator { schemas, index }
     }
     fn receipt() -> Self {
-        Validator::new("receipt-v1.schema.json")
+        Validator::new("receipt-v2.schema.json")
     }
     fn summary() -> Self {
         Validator::new("summary-v1.schema.json")
@@ -62,7 +64,7 @@ fn shapes() -> Vec<(&'static str, Receipt)> {
 fn published_schemas_compile_against_the_2020_12_metaschema() {
     Validator::receipt();
     Validator::summary();
-    for text in [RECEIPT_SCHEMA_V1, SUMMARY_SCHEMA_V1] {
+    for text in [RECEIPT_SCHEMA_V2, RECEIPT_SCHEMA_V1, SUMMARY_SCHEMA_V1] {
         let v: Value = serde_json::from_str(text).unwrap();
         assert_eq!(v["$schema"], "https://json-schema.org/draft/2020-12/schema");
     }
@@ -138,7 +140,9 @@ fn schema_and_reader_refuse_the_same_bad_receipts() {
         ("bits without 0x", Box::new(|v| v["evidence"]["first_divergence"]["observed_bits"] = json!("3f800003"))),
         ("negative element", Box::new(|v| v["evidence"]["first_divergence"]["element"] = json!(-1))),
         ("token above u32", Box::new(|v| v["evidence"]["tokens"][0][0] = json!(4294967296u64))),
-        ("schema_version 2", Box::new(|v| v["schema_version"] = json!(2))),
+        ("schema_version 3", Box::new(|v| v["schema_version"] = json!(3))),
+        ("schema_version 1 with version 2 fields", Box::new(|v| v["schema_version"] = json!(1))),
+        ("reproduced without element", Box::new(|v| v["evidence"]["first_divergence"]["element"] = json!(null))),
         ("unknown probe status", Box::new(|v| v["measurements"]["p2p_probe"][0]["status"] = json!("meh"))),
         ("zero samples", Box::new(|v| v["measurements"]["latency"][0]["n_samples"] = json!(0))),
     ];
@@ -176,8 +180,24 @@ fn schema_and_reader_refuse_bad_summaries() {
     }
 }
 
-/// Every object schema lists all its properties as required and forbids others, as the structs do
-/// (`deny_unknown_fields`, and `Option` fields required as `null`).
+/// Properties a reader may find absent, each with the reason: fields added to version 1 after
+/// receipts of it were written (those receipts stay readable; every receipt written now has them).
+const OPTIONAL_PROPERTIES: &[(&str, &str, &str)] = &[
+    (
+        "receipt v1/$defs/build",
+        "subject_version",
+        "added with the subject protocol (docs/DESIGN.md §10); receipts written before it do not name the subject's version",
+    ),
+    (
+        "receipt/$defs/build",
+        "subject_version",
+        "optional in v2 too: v1 receipts converted to v2 in memory keep their absence",
+    ),
+];
+
+/// Every object schema lists all its properties as required (but the few of
+/// [`OPTIONAL_PROPERTIES`]) and forbids others, as the structs do (`deny_unknown_fields`, and
+/// `Option` fields required as `null`).
 #[test]
 fn every_object_schema_is_closed_and_fully_required() {
     fn walk(v: &Value, at: &str, seen: &mut usize) {
@@ -187,7 +207,8 @@ fn every_object_schema_is_closed_and_fully_required() {
                     if m.get("type") == Some(&json!("object")) {
                         *seen += 1;
                         assert_eq!(m.get("additionalProperties"), Some(&json!(false)), "{at}: additionalProperties");
-                        let keys: BTreeSet<&str> = props.keys().map(String::as_str).collect();
+                        let optional = |k: &&str| OPTIONAL_PROPERTIES.iter().any(|(o, p, _)| *o == at && p == k);
+                        let keys: BTreeSet<&str> = props.keys().map(String::as_str).filter(|k| !optional(k)).collect();
                         let required: BTreeSet<&str> = m["required"]
                             .as_array()
                             .unwrap_or_else(|| panic!("{at}: no required list"))
@@ -205,7 +226,9 @@ fn every_object_schema_is_closed_and_fully_required() {
             _ => {}
         }
     }
-    for (name, text, min_objects) in [("receipt", RECEIPT_SCHEMA_V1, 15), ("summary", SUMMARY_SCHEMA_V1, 3)] {
+    for (name, text, min_objects) in
+        [("receipt", RECEIPT_SCHEMA_V2, 18), ("receipt v1", RECEIPT_SCHEMA_V1, 15), ("summary", SUMMARY_SCHEMA_V1, 3)]
+    {
         let mut seen = 0;
         walk(&serde_json::from_str(text).unwrap(), name, &mut seen);
         assert!(seen >= min_objects, "{name}: only {seen} closed object schemas found");
@@ -218,11 +241,67 @@ fn every_object_schema_is_closed_and_fully_required() {
 fn documented_example_is_current_and_valid() {
     let text = receipt_to_json(&example()).unwrap();
     if std::env::var_os("RECEIPTS_BLESS").is_some() {
-        std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/schema/example-run-v1.json"), &text).unwrap();
+        std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/schema/example-run-v2.json"), &text).unwrap();
         return;
     }
-    assert_eq!(EXAMPLE, text, "schema/example-run-v1.json is stale; rerun with RECEIPTS_BLESS=1 and review the diff");
-    let r = parse_receipt(EXAMPLE.as_bytes(), Path::new("example-run-v1.json")).unwrap();
+    assert_eq!(EXAMPLE, text, "schema/example-run-v2.json is stale; rerun with RECEIPTS_BLESS=1 and review the diff");
+    let r = parse_receipt(EXAMPLE.as_bytes(), Path::new("example-run-v2.json")).unwrap();
     assert_eq!(receipt_to_json(&r).unwrap(), EXAMPLE);
     Validator::receipt().check(EXAMPLE).unwrap();
+}
+
+/// A receipt written before the subject protocol has no `build.subject_version`: it still reads
+/// (strictly) and validates against the published schema, so a nightly history that spans the
+/// change stays readable by `promote` and `diff`; an empty version is refused by both.
+#[test]
+fn receipts_without_a_subject_version_stay_readable() {
+    let mut v: Value = serde_json::from_str(EXAMPLE).unwrap();
+    v["evidence"]["build"].as_object_mut().unwrap().remove("subject_version").expect("the example names a version");
+    let text = serde_json::to_string_pretty(&v).unwrap();
+    Validator::receipt().check(&text).unwrap();
+    let r = parse_receipt(text.as_bytes(), Path::new("old.json")).unwrap();
+    assert_eq!(r.evidence.build.subject_version, None);
+    v["evidence"]["build"]["subject_version"] = json!("");
+    let text = serde_json::to_string_pretty(&v).unwrap();
+    assert!(Validator::receipt().check(&text).is_err(), "the schema accepted an empty subject_version");
+    assert!(
+        parse_receipt(text.as_bytes(), Path::new("empty.json")).is_err(),
+        "the reader accepted an empty subject_version"
+    );
+}
+
+/// Version 1 receipts are still read (converted, read-only): the published v1 example and every
+/// v1 receipt kept in docs/gpu/ read strictly, validate against the v1 schema, convert with their
+/// element located and their probe named native-p2p, and the writer refuses to write them back.
+#[test]
+fn version_1_receipts_are_read_and_never_written() {
+    let v1 = Validator::new("receipt-v1.schema.json");
+    let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/gpu");
+    let mut texts = vec![("example-run-v1.json".to_string(), EXAMPLE_V1.to_string())];
+    for e in std::fs::read_dir(docs).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "json") {
+            let t = std::fs::read_to_string(&p).unwrap();
+            if t.contains("\"kind\": \"run\"") || t.contains("\"kind\": \"performance\"") {
+                texts.push((p.display().to_string(), t));
+            }
+        }
+    }
+    assert!(texts.len() >= 2, "docs/gpu holds v1 receipts to read: {texts:?}");
+    for (name, text) in &texts {
+        v1.check(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let r = parse_receipt(text.as_bytes(), Path::new(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(r.schema_version, 1, "{name}");
+        assert!(r.evidence.census.is_empty() && r.evidence.coverage.is_empty() && r.evidence.planted.is_none());
+        if let Some(d) = &r.evidence.first_divergence {
+            assert!(d.reproduced && d.element.is_some() && d.at == DivergenceAt::Seam, "{name}");
+        }
+        assert!(r.measurements.p2p_probe.iter().all(|p| p.transport == Transport::NativeP2p), "{name}");
+        let e = receipt_to_json(&r).unwrap_err().to_string();
+        assert!(e.contains("read-only"), "{name}: {e}");
+    }
+    // A v1 file with a v2 field is refused (strict per version).
+    let mut v: Value = serde_json::from_str(EXAMPLE_V1).unwrap();
+    v["evidence"]["census"] = json!({});
+    assert!(parse_receipt(v.to_string().as_bytes(), Path::new("edited-v1.json")).is_err());
 }

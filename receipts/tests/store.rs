@@ -145,7 +145,7 @@ fn resume_lists_complete_runs_and_reports_broken_receipts() {
     fs::write(receipt_path(dir.path(), &cut.run_id), &text[..text.len() / 2]).unwrap();
     // A receipt from a future build.
     let future = passing(4, Transport::HostBounce, &[]);
-    let text = receipt_to_json(&future).unwrap().replacen("\"schema_version\": 1", "\"schema_version\": 9", 1);
+    let text = receipt_to_json(&future).unwrap().replacen("\"schema_version\": 2", "\"schema_version\": 9", 1);
     fs::write(receipt_path(dir.path(), &future.run_id), text).unwrap();
     // A receipt under another run's name.
     fs::write(receipt_path(dir.path(), "00000000000000aa"), receipt_to_json(&done_pass).unwrap()).unwrap();

@@ -65,7 +65,14 @@ pub fn receipt_with(cfg: RunConfigEvidence, layers: usize, prompts: usize, steps
     let p2p_probe = if cfg.transport == Transport::NativeP2p {
         (0..cfg.tp)
             .flat_map(|s| (0..cfg.tp).filter(move |d| *d != s).map(move |d| (s, d)))
-            .map(|(src, dst)| ProbeEntry { src, dst, bytes: 16 * 1024, bad_words: 0, status: ProbeStatus::Ok })
+            .map(|(src, dst)| ProbeEntry {
+                transport: Transport::NativeP2p,
+                src,
+                dst,
+                bytes: 16 * 1024,
+                bad_words: 0,
+                status: ProbeStatus::Ok,
+            })
             .collect()
     } else {
         Vec::new()
@@ -74,6 +81,7 @@ pub fn receipt_with(cfg: RunConfigEvidence, layers: usize, prompts: usize, steps
         build: BuildEvidence {
             kernel_source_digest: "c0ffee0123456789".to_string(),
             nvrtc_options: vec!["--gpu-architecture=sm_90".to_string(), "--fmad=false".to_string()],
+            subject_version: Some("0.1.0".to_string()),
         },
         verdict: Verdict::Pass,
         reason: None,
@@ -90,8 +98,32 @@ pub fn receipt_with(cfg: RunConfigEvidence, layers: usize, prompts: usize, steps
             },
             GateResult { gate: Gate::NonTriviality, verdict: Verdict::Pass, detail: "no constant seam".to_string() },
             GateResult { gate: Gate::Determinism, verdict: Verdict::Pass, detail: "second run identical".to_string() },
+            GateResult {
+                gate: Gate::Copies,
+                verdict: Verdict::Pass,
+                detail: "96 cross-rank copies verified".to_string(),
+            },
         ],
         engaged,
+        census: [
+            ("copy.native-p2p.4096", 96),
+            ("launch.gemv_rows_batch.bf16", 8),
+            ("peer_store.gemv_partials.bf16", 4),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+        coverage: [(
+            "router.tie_in_topk".to_string(),
+            CoverageCount {
+                count: 3,
+                first: Some(SeamPlace { prompt: 0, step: 0, layer: 0, seam: "router".to_string() }),
+            },
+        )]
+        .into_iter()
+        .collect(),
+        claims: vec!["router.tie_in_topk".to_string()],
+        planted: None,
         first_divergence: None,
         digests: SeamDigests { columns, rows },
         token_tape_digest: token_tape_digest(&tokens),
@@ -118,7 +150,7 @@ pub fn passing(tp: usize, transport: Transport, doors: &[(&str, bool)]) -> Recei
     receipt_with(config(tp, transport, doors), 2, 2, 3)
 }
 
-/// The documented example (`receipts/schema/example-run-v1.json`).
+/// The documented example (`receipts/schema/example-run-v2.json`).
 pub fn example() -> Receipt {
     let cfg = config(2, Transport::NativeP2p, &[("MEMRA_OPROJ_DIRECT", true), ("MEMRA_OPROJ_TAIL", true)]);
     let mut r = receipt_with(cfg, 1, 1, 2);
@@ -141,11 +173,14 @@ pub fn divergence() -> Divergence {
         step: 2,
         layer: 1,
         seam: "o_join".to_string(),
+        at: DivergenceAt::Seam,
+        src_rank: None,
         rank: Some(1),
-        element: 4093,
-        oracle_bits: f32_bits_hex(oracle),
-        observed_bits: f32_bits_hex(observed),
-        ulp: ulp_distance(oracle.to_bits(), observed.to_bits()),
+        reproduced: true,
+        element: Some(4093),
+        oracle_bits: Some(f32_bits_hex(oracle)),
+        observed_bits: Some(f32_bits_hex(observed)),
+        ulp: Some(ulp_distance(oracle.to_bits(), observed.to_bits())),
     }
 }
 
@@ -290,8 +325,11 @@ fn arb_gates() -> impl Strategy<Value = Vec<GateResult>> {
         Gate::Determinism,
         Gate::DeviceHost,
         Gate::Reference,
+        Gate::Copies,
+        Gate::Coverage,
+        Gate::Probe,
     ];
-    prop::sample::subsequence(all, 0..=9)
+    prop::sample::subsequence(all, 0..=12)
         .prop_flat_map(|gates| {
             let n = gates.len();
             (Just(gates), prop::collection::vec((arb_verdict(), arb_text()), n))
@@ -305,9 +343,33 @@ prop_compose! {
     fn arb_divergence()(
         prompt in arb_index(), step in arb_index(), layer in arb_index(), seam in arb_text(),
         rank in prop::option::of(arb_index()), element in any::<u64>(),
-        a in any::<u32>(), b in any::<u32>(), ulp in any::<u64>(),
+        a in any::<u32>(), b in any::<u32>(), ulp in any::<u64>(), shape in 0u8..3, src in arb_index(),
     ) -> Divergence {
-        Divergence { prompt, step, layer, seam, rank, element, oracle_bits: format!("0x{a:08x}"), observed_bits: format!("0x{b:08x}"), ulp }
+        // 0: a reproduced seam divergence, 1: not reproduced (no element), 2: a copy.
+        let reproduced = shape == 0;
+        Divergence {
+            prompt, step, layer, seam,
+            at: if shape == 2 { DivergenceAt::Copy } else { DivergenceAt::Seam },
+            src_rank: (shape == 2).then_some(src),
+            rank: if shape == 2 { Some(rank.unwrap_or(0)) } else { rank },
+            reproduced,
+            element: reproduced.then_some(element),
+            oracle_bits: reproduced.then(|| format!("0x{a:08x}")),
+            observed_bits: reproduced.then(|| format!("0x{b:08x}")),
+            ulp: reproduced.then_some(ulp),
+        }
+    }
+}
+
+prop_compose! {
+    fn arb_coverage()(count in any::<u64>(), first in prop::option::of((arb_index(), arb_index(), arb_index(), arb_text()))) -> CoverageCount {
+        CoverageCount { count, first: first.map(|(prompt, step, layer, seam)| SeamPlace { prompt, step, layer, seam }) }
+    }
+}
+
+prop_compose! {
+    fn arb_planted()(canary in "[a-z_]{1,12}", layer in arb_index(), seam in arb_text(), step in arb_index(), element in any::<u64>()) -> Planted {
+        Planted { canary, layer, seam, step, element }
     }
 }
 
@@ -365,9 +427,14 @@ prop_compose! {
         config in arb_config(),
         kernel_source_digest in arb_hex(),
         nvrtc_options in prop::collection::vec(arb_text(), 0..3),
+        subject_version in prop::option::of(arb_text().prop_filter("non-empty", |s| !s.is_empty())),
         (verdict, reason) in arb_verdict_reason(),
         gates in arb_gates(),
         engaged in prop::collection::btree_map(arb_text(), any::<u64>(), 0..4),
+        census in prop::collection::btree_map(arb_text(), any::<u64>(), 0..4),
+        coverage in prop::collection::btree_map(arb_text(), arb_coverage(), 0..3),
+        claims in prop::collection::btree_set(arb_text(), 0..3),
+        planted in prop::option::of(arb_planted()),
         first_divergence in prop::option::of(arb_divergence()),
         digests in arb_digests(),
         tokens in prop::collection::vec(prop::collection::vec(any::<u32>(), 0..6), 0..3),
@@ -376,8 +443,8 @@ prop_compose! {
         performance in arb_performance(),
     ) -> Evidence {
         Evidence {
-            config, build: BuildEvidence { kernel_source_digest, nvrtc_options }, verdict, reason, gates, engaged,
-            first_divergence, digests, token_tape_digest: token_tape_digest(&tokens), tokens, error_budget, near_ties,
+            config, build: BuildEvidence { kernel_source_digest, nvrtc_options, subject_version }, verdict, reason, gates, engaged,
+            census, coverage, claims: claims.into_iter().collect(), planted, first_divergence, digests, token_tape_digest: token_tape_digest(&tokens), tokens, error_budget, near_ties,
             performance,
         }
     }
@@ -395,8 +462,9 @@ fn arb_latency() -> impl Strategy<Value = Vec<SeamLatency>> {
 
 prop_compose! {
     fn arb_probe()(src in arb_index(), dst in arb_index(), bytes in any::<u64>(), bad_words in any::<u64>(),
-        status in prop::sample::select(vec![ProbeStatus::Ok, ProbeStatus::Corrupt, ProbeStatus::NoPeerAccess, ProbeStatus::Failed])) -> ProbeEntry {
-        ProbeEntry { src, dst, bytes, bad_words, status }
+        status in prop::sample::select(vec![ProbeStatus::Ok, ProbeStatus::Corrupt, ProbeStatus::NoPeerAccess, ProbeStatus::Failed]),
+        transport in prop::sample::select(vec![Transport::HostBounce, Transport::NativeP2p, Transport::Nccl])) -> ProbeEntry {
+        ProbeEntry { transport, src, dst, bytes, bad_words, status }
     }
 }
 

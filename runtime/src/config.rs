@@ -34,17 +34,44 @@ impl Transport {
     }
 }
 
-/// A planted defect (CANARY class): its gate must FAIL.
+/// A planted defect (CANARY class): its gate must FAIL (or, for a silent fallback, the run must
+/// be VOID).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Canary {
-    /// Flip the lowest mantissa bit of element 0 of a seam's tensor at one layer and step.
-    FlipBit { layer: usize, seam: crate::record::Seam, step: usize },
+    /// Flip the lowest mantissa bit of element `element` (a global index of the seam's logical
+    /// tensor) of a seam's tensor at one layer and step.
+    FlipBit { layer: usize, seam: crate::record::Seam, step: usize, element: usize },
     /// Row-parallel K-block partials folded in reverse order (only at TP > 1).
     ReverseKBlocks,
     /// The o_join reads the previous step's partials (a stale buffer) at every step after the first.
     StaleBuffer,
     /// A join reads a peer's buffer without waiting for its producer (device only).
     SkipFence,
+    /// The router breaks exact key ties towards the higher expert id (a twin defect; host only).
+    TieBreak,
+    /// GEMV sums and folds start from −0.0 instead of +0.0 (a twin defect; host only).
+    SignedZero,
+    /// The SwiGLU leaves its silu side unclamped (a twin defect; host only).
+    Clamp,
+    /// OPROJ_DIRECT falls back to copies while its call site still counts peer stores: the
+    /// engagement gate must find no peer store in the census (the run is VOID).
+    SilentFallback,
+    /// The attn_norm broadcast corrupts the copy to the last rank (one bit of element 0, layer
+    /// 0, step 0): the copy check must name that copy.
+    BrokenBroadcast,
+}
+
+impl Canary {
+    /// The twin defect this canary plants in the backend, if it is one.
+    pub fn twin_defect(&self) -> Option<crate::backend::defect::TwinDefect> {
+        use crate::backend::defect::TwinDefect;
+        match self {
+            Canary::TieBreak => Some(TwinDefect::RouterTiesToHigherId),
+            Canary::SignedZero => Some(TwinDefect::SumsFromNegativeZero),
+            Canary::Clamp => Some(TwinDefect::SiluUnclamped),
+            _ => None,
+        }
+    }
 }
 
 /// Explicit door values of one run (all `false` = every door at its default-off state).

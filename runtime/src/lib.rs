@@ -12,6 +12,7 @@ pub mod config;
 pub mod error;
 pub mod model;
 pub mod program;
+pub mod provenance;
 pub mod record;
 pub mod reference;
 

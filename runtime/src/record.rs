@@ -125,6 +125,30 @@ pub struct Record {
     pub backend: String,
     /// Compiler options that decided the arithmetic (empty for the host twins).
     pub build_options: Vec<String>,
+    /// What the backend carried out (`backend::census`): launches per kernel, copies per
+    /// transport and size, peer stores, … — the engagement gate's evidence.
+    pub census: BTreeMap<String, u64>,
+    /// Coverage of the special paths (`backend::coverage`), where the backend counts it (host).
+    pub coverage: Option<crate::backend::coverage::Coverage>,
+    /// `rank_digests[prompt][step][seam index][rank]`: each rank's share of a seam digest (the
+    /// wrapping sum over ranks is the seam digest), to name the rank of a divergence.
+    pub rank_digests: Vec<Vec<Vec<Vec<u64>>>>,
+    /// Cross-rank copies whose destination was checked against its source (digests at the end of
+    /// the copy's layer), and those whose destination differed.
+    pub copies_verified: u64,
+    pub copy_faults: Vec<CopyFault>,
+}
+
+/// A cross-rank copy whose destination did not equal its source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CopyFault {
+    pub prompt: usize,
+    pub step: usize,
+    pub layer: usize,
+    /// The seam whose tensor the copy moved (the copy follows that seam in program order).
+    pub seam: Seam,
+    pub src_rank: usize,
+    pub dst_rank: usize,
 }
 
 impl Record {

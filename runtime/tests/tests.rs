@@ -6,6 +6,7 @@
 mod segments;
 
 mod direct_joins;
+mod edge;
 mod graph_program;
 mod launches;
 mod model;

@@ -226,7 +226,7 @@ fn flipped_bit_is_caught_exactly_where_planted() {
             model,
             &config(tp, t, &battery, |c| {
                 c.capture = vec![key];
-                c.doors.canary = Some(Canary::FlipBit { layer, seam, step });
+                c.doors.canary = Some(Canary::FlipBit { layer, seam, step, element: 0 });
             }),
         );
         assert!(engaged(&r, "canary_flip_bit.flips") > 0, "{what}: the canary did not engage");

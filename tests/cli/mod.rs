@@ -13,3 +13,4 @@ mod resume;
 mod run_default;
 mod selftest;
 mod single_matrix;
+mod subject;

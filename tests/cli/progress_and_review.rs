@@ -103,6 +103,7 @@ fn phase_times_reach_receipts_and_the_estimate() {
         .expect_stderr(&["no run receipt"]);
 }
 
+/// One plan run as a user would run it; call it inside `machine_alone` (other tests wait).
 fn host_plan(out_dir: &Path) {
     let args = [
         "run",

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use memra_receipts::{Summary, Verdict};
+use memra_receipts::{Gate, Summary, Verdict};
 
 use crate::util::*;
 
@@ -27,17 +27,37 @@ fn default_run_passes_every_tp_and_transport_and_writes_valid_outputs() {
     let out = run(&["run", "--backend", "host", "--out", s(&out_dir), "--prompts", "2", "--gen-tokens", "3"]);
     out.expect_code(0);
 
-    // One table row per TP size × transport, each PASS.
+    // One table row per TP size × transport and model (the default model set: tiny and edge),
+    // each PASS.
     let expected: BTreeSet<(usize, String)> =
         [1, 2, 4, 8].iter().flat_map(|tp| ["host-bounce", "native-p2p"].map(|t| (*tp, t.to_string()))).collect();
     let rows = table_rows(&out.stdout);
-    assert_eq!(rows.len(), 8, "expected 8 table rows\n{}", out.transcript());
+    assert_eq!(rows.len(), 16, "expected 16 table rows (8 per model)\n{}", out.transcript());
     let seen: BTreeSet<(usize, String)> = rows.iter().map(|(_, tp, t, _)| (*tp, t.clone())).collect();
     assert_eq!(seen, expected, "table rows are not one per TP × transport\n{}", out.transcript());
     for (backend, tp, t, verdict) in &rows {
         assert_eq!((backend.as_str(), verdict.as_str()), ("host", "PASS"), "row tp{tp} {t}\n{}", out.transcript());
     }
-    out.expect_stdout(&["8 PASS"]);
+    out.expect_stdout(&["8 PASS  → ", "/edge"]);
+
+    // The edge model's receipts, in their own directory: every TP × transport, each PASS, with
+    // every path the model claims reached (the coverage gate) and the f64 reference check.
+    let edge = read_receipts(&out_dir.join("edge"));
+    assert_eq!(edge.len(), 8, "expected 8 edge receipts");
+    for (name, r) in &edge {
+        assert_eq!((r.evidence.config.model.preset.as_str(), r.evidence.verdict), ("edge", Verdict::Pass), "{name}");
+        assert!(r.evidence.claims.len() >= 10, "{name}: the edge model claims its special paths");
+        for claim in &r.evidence.claims {
+            assert!(r.evidence.coverage[claim].count > 0, "{name}: {claim} not reached");
+        }
+        for gate in [Gate::Coverage, Gate::Reference, Gate::Determinism] {
+            assert!(r.evidence.gates.iter().any(|g| g.gate == gate && g.verdict == Verdict::Pass), "{name}: {gate:?}");
+        }
+        // One rank copies nothing: the copies gate exists from TP2 on, and passes there.
+        let copies = r.evidence.gates.iter().find(|g| g.gate == Gate::Copies).map(|g| g.verdict);
+        let want = if r.evidence.config.tp > 1 { Some(Verdict::Pass) } else { None };
+        assert_eq!(copies, want, "{name}: the copies gate at TP{}", r.evidence.config.tp);
+    }
 
     // The files: 8 receipts and the matrix outputs, no leftover temporary file.
     for f in ["summary.json", "junit.xml", "latency.csv", "summary.md"] {
@@ -64,7 +84,7 @@ fn default_run_passes_every_tp_and_transport_and_writes_valid_outputs() {
     assert_eq!(configs, expected, "receipts do not cover every TP × transport once");
 
     // Every file validates against the published JSON Schema (an independent validator).
-    let receipt_schema = SchemaValidator::new("receipt-v1.schema.json");
+    let receipt_schema = SchemaValidator::new("receipt-v2.schema.json");
     for (name, _) in &receipts {
         receipt_schema.check_file(&out_dir.join(name));
     }

@@ -26,6 +26,8 @@ struct Row {
     tape: String,
     #[tabled(rename = "wall")]
     wall: String,
+    #[tabled(rename = "model")]
+    model: String,
 }
 
 fn clip(s: &str, n: usize) -> String {
@@ -37,7 +39,7 @@ fn clip(s: &str, n: usize) -> String {
 }
 
 /// One row per receipt: verdict, seams compared, the first divergence (or why it did not run),
-/// engaged doors, the token-tape digest and the wall time.
+/// engaged doors, the token-tape digest, the wall time and the model (a run may gate several).
 pub fn summary_table(receipts: &[Receipt]) -> String {
     let rows = receipts.iter().map(|r| {
         let ev = &r.evidence;
@@ -74,6 +76,7 @@ pub fn summary_table(receipts: &[Receipt]) -> String {
             engaged: if engaged.is_empty() { "-".into() } else { clip(&engaged, 40) },
             tape: ev.token_tape_digest.chars().take(12).collect(),
             wall: format!("{:.2}s", r.measurements.wall_ms / 1e3),
+            model: ev.config.model.preset.clone(),
         }
     });
     let mut t = Table::new(rows);

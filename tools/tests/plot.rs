@@ -78,11 +78,15 @@ fn receipt(cfg: RunConfigEvidence, scale: f64, started_at_unix_ms: u64, timed: b
     }
     let evidence = Evidence {
         config: cfg,
-        build: BuildEvidence { kernel_source_digest: "abcd".into(), nvrtc_options: vec![] },
+        build: BuildEvidence { kernel_source_digest: "abcd".into(), nvrtc_options: vec![], subject_version: None },
         verdict: if timed { Verdict::Pass } else { Verdict::Skip },
         reason: if timed { None } else { Some("no peer access from rank 0 to rank 1".into()) },
         gates: vec![],
         engaged: BTreeMap::new(),
+        census: BTreeMap::new(),
+        coverage: BTreeMap::new(),
+        claims: vec![],
+        planted: None,
         first_divergence: None,
         digests: SeamDigests { columns: vec![], rows: vec![] },
         tokens: vec![],

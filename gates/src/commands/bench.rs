@@ -244,7 +244,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
 
 #[allow(clippy::too_many_arguments)]
 fn performance_receipt(
-    subject: &crate::subject::Subject,
+    subject: &crate::subject::Builtin,
     record: &Record,
     backend: BackendKind,
     graph: bool,
@@ -255,6 +255,7 @@ fn performance_receipt(
     prov: Provenance,
 ) -> Result<Receipt, GateError> {
     let job = crate::job::Job {
+        subject: crate::subject::BUILTIN_NAME.to_string(),
         doors_env: if graph { BTreeMap::from([("MEMRA_STEP_TP_GRAPH".to_string(), true)]) } else { BTreeMap::new() },
         doors: memra_runtime::DoorSet { graph, ..Default::default() },
         class: crate::job::JobClass::Identity,
@@ -263,6 +264,7 @@ fn performance_receipt(
         } else {
             BTreeMap::new()
         },
+        census: Vec::new(),
         tp: 1,
         transport: Transport::HostBounce,
         backend,
@@ -285,6 +287,7 @@ fn performance_receipt(
     }
     let mut r = crate::receipt::receipt_for_record(
         prov.kernel_digest,
+        crate::subject::BUILTIN_VERSION,
         &job,
         &subject.model_evidence,
         &subject.battery,

@@ -14,6 +14,7 @@ mod probe;
 mod promote;
 mod run;
 mod selftest;
+mod subject;
 
 use crate::args::{Command, Provenance};
 use crate::error::GateError;
@@ -41,6 +42,7 @@ pub fn dispatch(command: Command, prov: Provenance) -> Result<Status, GateError>
         Command::Plot(a) => plot::plot(&a),
         Command::Promote(a) => promote::promote(&a),
         Command::Probe(a) => probe::probe(&a),
+        Command::Subject(a) => subject::subject(&a),
         Command::Version => {
             crate::say!("memra-gates {}", prov.long_version());
             Ok(Status::Passed)

@@ -7,7 +7,11 @@ use crate::error::GateError;
 use crate::promote::{load_history, promote_with, Coverage, Policy};
 
 pub fn promote(args: &PromoteArgs) -> Result<Status, GateError> {
-    let registry = crate::plan::load_registry(&args.registry)?;
+    // An external subject's doors are its manifest's (`run --subject` judged them by those).
+    let registry = match &args.subject {
+        Some(m) => crate::subject::protocol::manifest::Manifest::load(m)?.registry,
+        None => crate::plan::load_registry(&args.registry)?,
+    };
     let coverage = Coverage::parse(&args.coverage)?;
     let policy = Policy::new(args.nights, coverage)?;
     let history = load_history(&args.history)?;

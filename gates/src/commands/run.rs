@@ -1,5 +1,8 @@
 //! `memra-gates run`: a checked plan, the output directory taken, the subject generated or
 //! loaded, every job run through the gates, the receipts and matrix outputs written, a table.
+//! Without --model or --preset the plan runs the default model set: `tiny` (receipts in --out)
+//! and `edge`, built to reach every special path of the arithmetic (receipts in --out/edge, so
+//! each directory holds one model's receipts, as `promote` requires).
 //! Exit: passed, a gate failed, or an error — and never "passed" when a receipt or an output
 //! file could not be written.
 
@@ -8,6 +11,7 @@ use crate::args::{Provenance, RunArgs};
 use crate::error::GateError;
 use crate::outdir::{OutDir, Reuse};
 use crate::plan::RunPlan;
+use crate::subject::{External, Subject};
 use crate::suite::{Progress, Suite, SuiteOptions};
 use memra_receipts::schema as rs;
 use std::collections::BTreeSet;
@@ -34,68 +38,108 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     let processes = plan.dist.as_ref().map_or(1, |d| d.spec.processes);
     // Only process 0 of a distributed launch writes receipts; the others compute the same ones.
     let writer = plan.dist.as_ref().is_none_or(|d| d.spec.process == 0);
-    let out = if writer {
-        let ids: BTreeSet<String> = plan
-            .jobs
-            .iter()
-            .map(|j| memra_receipts::run_id(&crate::receipt::config_evidence(j, &plan.model.evidence, &plan.battery)))
-            .collect();
-        let reuse = match (args.resume, args.replace) {
-            (true, _) => Reuse::Resume,
-            (_, true) => Reuse::Replace,
-            _ => Reuse::Fresh,
-        };
-        Some(OutDir::take(&args.out, &ids, reuse)?)
-    } else {
-        None
-    };
-    let RunPlan { dist, backend, matrix_name, matrix, jobs, model, battery, workers, .. } = plan;
-    let model_label = format!("{} {}", model.evidence.preset, model.evidence.digest);
-    let (mut subject, generate_ms) = model.load_timed(battery, progress == Progress::Off)?;
-    if let Some(d) = &dist {
-        let fp = crate::dist::fingerprint(
-            &prov,
-            processes,
-            &matrix_name,
-            (&subject.model_evidence, &subject.battery),
-            &jobs,
-        );
-        eprintln!(
-            "memra-gates: process {} joins rendezvous {} (plan fingerprint {fp})",
-            d.spec.label(),
-            d.id_dir.display()
-        );
-        subject.dist = Some(crate::dist::join(d, &fp)?);
-    }
-    let opts = SuiteOptions {
-        out_dir: out.as_ref().map(|o| o.path().to_path_buf()),
-        resume: args.resume,
+    let RunPlan {
+        dist,
+        backend,
+        matrix_name,
+        matrix,
+        jobs,
+        model,
+        battery,
+        more_models,
         workers,
-        kernel_digest: prov.kernel_digest.to_string(),
-        progress,
-        generate_ms,
+        subject: manifest,
+        ..
+    } = plan;
+    // Each model's receipts go to their own directory (a night of receipts holds one model, as
+    // `promote` requires): the first model's to --out, every further model's (the default model
+    // set's edge model) to --out/<preset>.
+    let reuse = match (args.resume, args.replace) {
+        (true, _) => Reuse::Resume,
+        (_, true) => Reuse::Replace,
+        _ => Reuse::Fresh,
     };
-    eprintln!(
-        "memra-gates: {} configuration(s) of matrix `{matrix_name}` on {} ({} excluded), model {model_label}",
-        jobs.len(),
-        backend.name(),
-        matrix.excluded.len(),
-    );
-    let suite = Suite::new(&subject, opts)?;
-    let done = suite.run_all(&jobs);
-    if args.resume {
-        eprintln!(
-            "memra-gates: --resume kept {} complete receipt(s) and ran {} configuration(s)",
-            done.kept,
-            jobs.len() - done.kept
-        );
+    let mut subjects = Vec::new();
+    for (i, (model, battery)) in std::iter::once((model, battery)).chain(more_models).enumerate() {
+        let out = if writer {
+            let dir = if i == 0 { args.out.clone() } else { args.out.join(&model.evidence.preset) };
+            let ids: BTreeSet<String> = jobs
+                .iter()
+                .map(|j| memra_receipts::run_id(&crate::receipt::config_evidence(j, &model.evidence, &battery)))
+                .collect();
+            Some(OutDir::take(&dir, &ids, reuse)?)
+        } else {
+            None
+        };
+        subjects.push((model, battery, out));
     }
-    let Some(out) = out else {
-        let summary = rs::Summary::from_receipts(&matrix_name, &done.receipts);
-        let status = receipts_status(&done.receipts);
+    let mut receipts = Vec::new();
+    let mut dirs = Vec::new();
+    let mut write_failures = Vec::new();
+    let mut dist_label = String::new();
+    for (i, (model, battery, out)) in subjects.into_iter().enumerate() {
+        let model_label = format!("{} {}", model.evidence.preset, model.evidence.digest);
+        let (mut subject, generate_ms) = model.load_timed(battery, progress == Progress::Off)?;
+        if let (Some(d), 0) = (&dist, i) {
+            let fp = crate::dist::fingerprint(
+                &prov,
+                processes,
+                &matrix_name,
+                (&subject.model_evidence, &subject.battery),
+                &jobs,
+            );
+            eprintln!(
+                "memra-gates: process {} joins rendezvous {} (plan fingerprint {fp})",
+                d.spec.label(),
+                d.id_dir.display()
+            );
+            subject.dist = Some(crate::dist::join(d, &fp)?);
+            dist_label = d.spec.label();
+        }
+        eprintln!(
+            "memra-gates: {} configuration(s) of matrix `{matrix_name}` on {} ({} excluded), model {model_label}",
+            jobs.len(),
+            backend.name(),
+            matrix.excluded.len(),
+        );
+        let opts = SuiteOptions {
+            out_dir: out.as_ref().map(|o| o.path().to_path_buf()),
+            resume: args.resume,
+            workers,
+            kernel_digest: prov.kernel_digest.to_string(),
+            progress,
+            generate_ms,
+        };
+        // An external subject runs the jobs; the built-in runtime stays the oracle.
+        let external =
+            manifest.as_ref().map(|m| External::prepare(m.clone(), &subject, crate::env::memra_names())).transpose()?;
+        if let Some(e) = &external {
+            let m = e.manifest();
+            eprintln!("memra-gates: subject {} {} ({})", m.name, m.version, m.path.display());
+        }
+        let under_test: &dyn Subject = match &external {
+            Some(e) => e,
+            None => &subject,
+        };
+        let suite = Suite::new(&subject, under_test, opts)?;
+        let done = suite.run_all(&jobs);
+        if args.resume {
+            eprintln!(
+                "memra-gates: --resume kept {} complete receipt(s) and ran {} configuration(s) of model {}",
+                done.kept,
+                done.receipts.len() - done.kept,
+                subject.model_evidence.preset
+            );
+        }
+        write_failures.extend(done.write_failures);
+        dirs.push((out, done.receipts.clone()));
+        receipts.extend(done.receipts);
+    }
+    if !writer {
+        let summary = rs::Summary::from_receipts(&matrix_name, &receipts);
+        let status = receipts_status(&receipts);
         crate::say!(
-            "memra-gates: process {}: {} (receipts are written by process 0); exit {}",
-            subject.dist.as_ref().map(|d| d.spec.label()).unwrap_or_default(),
+            "memra-gates: process {dist_label}: {} (receipts are written by process 0); exit {}",
             summary.counts.one_line(),
             match &status {
                 Ok(Status::Passed) => 0,
@@ -104,29 +148,36 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
             }
         );
         return status;
-    };
-    crate::say!("{}", memra_tools::table::summary_table(&done.receipts));
-    if !done.write_failures.is_empty() {
+    }
+    crate::say!("{}", memra_tools::table::summary_table(&receipts));
+    if !write_failures.is_empty() {
         // A summary would list receipts that are not beside it: the matrix outputs are not
         // written, and stale ones of an earlier run of this plan are removed.
         let mut failed: Vec<(std::path::PathBuf, String)> =
-            done.write_failures.into_iter().map(|w| (w.path, w.error)).collect();
+            write_failures.into_iter().map(|w| (w.path, w.error)).collect();
         failed.sort();
-        for name in crate::outdir::MATRIX_OUTPUTS {
-            let _ = std::fs::remove_file(out.path().join(name));
+        let first = dirs.first().and_then(|d| d.0.as_ref()).map(|o| o.path().to_path_buf()).unwrap_or_default();
+        for (out, _) in &dirs {
+            let Some(out) = out else { continue };
+            for name in crate::outdir::MATRIX_OUTPUTS {
+                let _ = std::fs::remove_file(out.path().join(name));
+            }
+            failed.push((
+                out.path().join("summary.json"),
+                "not written (nor junit.xml, latency.csv, summary.md): it would describe receipts that are not there"
+                    .into(),
+            ));
         }
-        failed.push((
-            out.path().join("summary.json"),
-            "not written (nor junit.xml, latency.csv, summary.md): it would describe receipts that are not there"
-                .into(),
-        ));
-        return Err(GateError::ReceiptsNotWritten { dir: out.path().to_path_buf(), failed });
+        return Err(GateError::ReceiptsNotWritten { dir: first, failed });
     }
-    let (summary, mut failed) = out.write_outputs(&matrix_name, &done.receipts);
-    crate::say!("{}  → {}", summary.counts.one_line(), out.path().display());
-    if !failed.is_empty() {
-        failed.sort();
-        return Err(GateError::ReceiptsNotWritten { dir: out.path().to_path_buf(), failed });
+    for (out, dir_receipts) in &dirs {
+        let Some(out) = out else { continue };
+        let (summary, mut failed) = out.write_outputs(&matrix_name, dir_receipts);
+        crate::say!("{}  → {}", summary.counts.one_line(), out.path().display());
+        if !failed.is_empty() {
+            failed.sort();
+            return Err(GateError::ReceiptsNotWritten { dir: out.path().to_path_buf(), failed });
+        }
     }
-    receipts_status(&done.receipts)
+    receipts_status(&receipts)
 }

@@ -1,8 +1,13 @@
-//! `memra-gates selftest`: every canary's gate must FAIL, at the place its defect predicts; and a
-//! NUMERIC-CLASS door that turns out bit-identical is reported (its class may be mislabeled).
+//! `memra-gates selftest`: every canary, at every TP size and transport the backend offers, must
+//! be caught at the place its defect predicts; the f64 reference check must pass on the model
+//! and fail on a model with a planted error; and a NUMERIC-CLASS door that turns out
+//! bit-identical is reported (its class may be mislabeled).
 //!
-//! The expected first divergence of each canary is derived from the canary's own definition
-//! (where it plants the defect), never from a previous run.
+//! The expected place of each canary is derived from the canary's own definition (where it plants
+//! the defect) — for the twin defects, from where the oracle first reached the defect's path (the
+//! receipt's coverage) — never from a previous run. The flip canary's element is seeded
+//! (`--flip-seed`) and recorded in its receipt (`planted`). selftest runs the `edge` model unless
+//! a model is given: it reaches every special path, so every canary has something to catch.
 
 use super::Status;
 use crate::args::{Provenance, SelftestArgs};
@@ -10,43 +15,161 @@ use crate::error::GateError;
 use crate::matrix::{self, MatrixKind};
 use crate::outdir::{OutDir, Reuse};
 use crate::plan::{self, ModelPlan};
-use crate::registry::{self, DoorClass};
-use crate::subject::RunSpec;
+use crate::registry::{self, DoorClass, TP_SIZES};
+use crate::subject::{Builtin, RunSpec, Subject};
 use crate::suite::{Progress, Suite, SuiteOptions};
-use memra_receipts::schema::{Gate, Verdict};
+use memra_receipts::schema::{DivergenceAt, Evidence, Gate, Verdict};
+use memra_runtime::backend::coverage;
 use memra_runtime::record::Seam;
 use memra_runtime::{Canary, Transport};
 use std::collections::BTreeSet;
 
-/// Where a canary's defect must first show: (prompt, step, layer, seam).
-pub fn expected_divergence(c: &Canary) -> Option<(usize, usize, usize, Seam)> {
-    match *c {
-        Canary::FlipBit { layer, seam, step } => Some((0, step, layer, seam)),
-        // The reversed fold changes the first o_join it touches.
-        Canary::ReverseKBlocks => Some((0, 0, 0, Seam::OJoin)),
-        // The first step has no previous step: the stale read shows at step 1.
-        Canary::StaleBuffer => Some((0, 1, 0, Seam::OJoin)),
-        // A race: any divergence (identity or determinism) catches it.
-        Canary::SkipFence => None,
+/// Where a canary's defect must show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expected {
+    /// The first divergence: (prompt, step, layer, seam), the element where the canary names one,
+    /// and for a broken copy its (source, destination) ranks.
+    At { place: (usize, usize, usize, Seam), element: Option<u64>, copy: Option<(usize, usize)> },
+    /// A race: any divergence, or a failed determinism gate.
+    Any,
+    /// A silent fallback: the identity holds, and the engagement gate makes the run VOID naming
+    /// this door.
+    Void(&'static str),
+    /// The battery never reaches the defect's path, so nothing can show (the canary is MISSED).
+    Unreached(String),
+}
+
+/// The first place the oracle reached any of `paths` (the receipt's coverage).
+fn first_reach(ev: &Evidence, paths: &[&str]) -> Expected {
+    let first = paths
+        .iter()
+        .filter_map(|p| ev.coverage.get(*p).and_then(|c| c.first.clone()))
+        .filter_map(|f| Seam::parse(&f.seam).map(|s| (f.prompt, f.step, f.layer, s)))
+        .min_by_key(|&(p, s, l, seam)| (p, s, l, seam));
+    match first {
+        Some(place) => Expected::At { place, element: None, copy: None },
+        None => Expected::Unreached(format!("the battery never reaches {}", paths.join(" / "))),
     }
+}
+
+/// Where canary `c` must first show in a run at `tp` whose receipt evidence is `ev`.
+pub fn expected(c: &Canary, tp: usize, ev: &Evidence) -> Expected {
+    let at = |place| Expected::At { place, element: None, copy: None };
+    match *c {
+        Canary::FlipBit { layer, seam, step, element } => {
+            Expected::At { place: (0, step, layer, seam), element: Some(element as u64), copy: None }
+        }
+        // The reversed fold changes the first o_join it touches.
+        Canary::ReverseKBlocks => at((0, 0, 0, Seam::OJoin)),
+        // The first step has no previous step: the stale read shows at step 1.
+        Canary::StaleBuffer => at((0, 1, 0, Seam::OJoin)),
+        Canary::SkipFence => Expected::Any,
+        Canary::TieBreak => first_reach(ev, &[coverage::TIE_IN_TOPK, coverage::TIE_AT_BOUNDARY]),
+        Canary::SignedZero => first_reach(ev, &[coverage::NEGATIVE_ZERO_SUMS]),
+        Canary::Clamp => first_reach(ev, &["swiglu.clamp_silu.routed", "swiglu.clamp_silu.shared"]),
+        Canary::SilentFallback => Expected::Void("oproj_direct"),
+        // The copy of layer 0's attn_norm to the last rank, at step 0.
+        Canary::BrokenBroadcast => {
+            Expected::At { place: (0, 0, 0, Seam::AttnNorm), element: None, copy: Some((0, tp - 1)) }
+        }
+    }
+}
+
+/// Whether the receipt shows the canary caught where expected.
+fn caught(expected: &Expected, ev: &Evidence) -> bool {
+    let failed = |gate| ev.gates.iter().any(|g| g.gate == gate && g.verdict == Verdict::Fail);
+    let d = ev.first_divergence.as_ref();
+    match expected {
+        Expected::At { place: (p, s, l, seam), element, copy } => d.is_some_and(|d| {
+            let here = d.prompt == *p && d.step == *s && d.layer == *l && d.seam == seam.name();
+            let elem = element.is_none_or(|e| d.reproduced && d.element == Some(e));
+            let copied = match copy {
+                Some((src, dst)) => d.at == DivergenceAt::Copy && d.src_rank == Some(*src) && d.rank == Some(*dst),
+                None => d.at == DivergenceAt::Seam,
+            };
+            failed(Gate::Identity) && here && elem && copied
+        }),
+        Expected::Any => failed(Gate::Identity) || failed(Gate::Determinism),
+        Expected::Void(door) => {
+            ev.verdict == Verdict::Void
+                && ev
+                    .gates
+                    .iter()
+                    .any(|g| g.gate == Gate::Engagement && g.verdict == Verdict::Void && g.detail.contains(door))
+                && ev.gates.iter().any(|g| g.gate == Gate::Identity && g.verdict == Verdict::Pass)
+        }
+        Expected::Unreached(_) => false,
+    }
+}
+
+fn describe(e: &Expected) -> String {
+    match e {
+        Expected::At { place: (p, s, l, seam), element, copy } => {
+            let mut t = format!("L{l}.{} p{p} s{s}", seam.name());
+            if let Some(e) = element {
+                t += &format!(" [{e}]");
+            }
+            if let Some((a, b)) = copy {
+                t += &format!(" copy r{a}→r{b}");
+            }
+            t
+        }
+        Expected::Any => "any divergence".into(),
+        Expected::Void(door) => format!("VOID: {door} not witnessed"),
+        Expected::Unreached(why) => format!("unreachable: {why}"),
+    }
+}
+
+/// The flip canary's element: the `seed`-th held element of its seam (splitmix64 of the seed,
+/// modulo the elements some rank holds).
+fn seeded_element(config: &memra_runtime::model::ModelConfig, seam: Seam, seed: u64) -> Result<usize, GateError> {
+    let ranges = memra_runtime::program::payloads::seam_elements(config, seam)?;
+    let total: usize = ranges.iter().map(|r| r.len()).sum();
+    let mut n = (memra_kernels::twins::digest::splitmix64(seed) % total.max(1) as u64) as usize;
+    for r in ranges {
+        if n < r.len() {
+            return Ok(r.start + n);
+        }
+        n -= r.len();
+    }
+    Ok(0)
 }
 
 pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateError> {
     let registry = plan::load_registry(&None)?;
     let req = plan::door_request(&registry, &[])?;
     let backend = plan::resolve_backend(&args.backend, req.require_gpu(&registry))?;
-    // TP2: the reversed K-block fold needs more than one rank.
-    let canaries = matrix::enumerate(&registry, &MatrixKind::Canaries, &[2], &[Transport::HostBounce], &[backend])?;
-    let mut jobs = plan::jobs_of(&registry, &canaries, &req, 1)?;
-    if let Some(id) = &args.disarm {
-        let job = jobs
-            .iter_mut()
-            .find(|j| j.doors.canary.map(|c| registry::canary_id(&c)) == Some(id.as_str()))
-            .ok_or_else(|| GateError::usage(format!("--disarm {id}: no such canary in this selftest")))?;
-        eprintln!("memra-gates: selftest with canary {id} DISARMED (its defect is not planted)");
-        job.doors.canary = None;
+    let transports: Vec<Transport> = match backend {
+        registry::BackendKind::Host => vec![Transport::HostBounce, Transport::NativeP2p],
+        registry::BackendKind::Cuda => Transport::ALL.to_vec(),
+    };
+    let canaries = matrix::enumerate(&registry, &MatrixKind::Canaries, &TP_SIZES, &transports, &[backend])?;
+    let mut jobs = plan::jobs_of(&registry, &canaries, &req, 1, None)?;
+    let mut model_args = args.model.clone();
+    if model_args.model.is_none() && model_args.preset.is_none() {
+        model_args.preset = Some("edge".to_string());
     }
-    let model = ModelPlan::from_args(&args.model)?;
+    let model = ModelPlan::from_args(&model_args)?;
+    for job in jobs.iter_mut() {
+        if let Some(Canary::FlipBit { layer, seam, step, .. }) = job.doors.canary {
+            let element = match req.canary_flip_at(&registry).and_then(|a| a.element) {
+                Some(e) => e,
+                None => seeded_element(&model.config, seam, args.flip_seed)?,
+            };
+            job.doors.canary = Some(Canary::FlipBit { layer, seam, step, element });
+        }
+    }
+    if let Some(id) = &args.disarm {
+        let mut found = false;
+        for job in jobs.iter_mut().filter(|j| j.doors.canary.map(|c| registry::canary_id(&c)) == Some(id.as_str())) {
+            job.doors.canary = None;
+            found = true;
+        }
+        if !found {
+            return Err(GateError::usage(format!("--disarm {id}: no such canary in this selftest")));
+        }
+        eprintln!("memra-gates: selftest with canary {id} DISARMED (its defect is not planted)");
+    }
     let battery = plan::battery_for(&model.config, 1, Some(args.prompts), None)?;
     let ids: BTreeSet<String> = jobs
         .iter()
@@ -62,7 +185,7 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
         progress: Progress::Off,
         generate_ms,
     };
-    let suite = Suite::new(&subject, opts)?;
+    let suite = Suite::new(&subject, &subject, opts)?;
     let done = suite.run_all(&jobs);
     let (_, mut failed) = out.write_outputs("selftest", &done.receipts);
     failed.extend(done.write_failures.into_iter().map(|w| (w.path, w.error)));
@@ -73,40 +196,107 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
 
     let mut all_caught = true;
     let mut ran = 0;
-    crate::say!("{:<26} {:<16} {:<28} {:<40}", "canary", "verdict", "expected first divergence", "observed");
+    let mut reference = BTreeSet::new();
+    crate::say!("{:<24} {:<16} {:<14} {:<38} observed", "canary", "configuration", "verdict", "expected");
     for (job, r) in jobs.iter().zip(&receipts) {
         let ev = &r.evidence;
-        let name = job.engagement.keys().next().cloned().unwrap_or_default();
+        let name = job.engagement.keys().find(|k| k.starts_with("canary_")).cloned().unwrap_or_default();
+        let config = format!("tp{} {}", job.tp, job.transport.name());
         if ev.verdict == Verdict::NotApplicable {
-            crate::say!("{name:<26} {:<16} {:<28} {}", "NOT-APPLICABLE", "-", ev.reason.clone().unwrap_or_default());
+            crate::say!(
+                "{name:<24} {config:<16} {:<14} {:<38} {}",
+                "NOT-APPLICABLE",
+                "-",
+                ev.reason.clone().unwrap_or_default()
+            );
             continue;
         }
         ran += 1;
-        let canary = registry
-            .to_door_set(&BTreeSet::from([name.clone()]), req.canary_flip_at(&registry))
-            .ok()
-            .and_then(|d| d.canary);
-        let expected = canary.as_ref().and_then(expected_divergence);
-        let observed = ev.first_divergence.as_ref();
-        let identity_failed = ev.gates.iter().any(|g| g.gate == Gate::Identity && g.verdict == Verdict::Fail);
-        let determinism_failed = ev.gates.iter().any(|g| g.gate == Gate::Determinism && g.verdict == Verdict::Fail);
-        let caught = match (expected, observed) {
-            (Some((p, s, l, seam)), Some(d)) => {
-                identity_failed && d.prompt == p && d.step == s && d.layer == l && d.seam == seam.name()
-            }
-            (Some(_), None) => false,
-            (None, _) => identity_failed || determinism_failed,
+        if let Some(g) = ev.gates.iter().find(|g| g.gate == Gate::Reference) {
+            reference.insert((g.verdict, g.detail.clone()));
+        }
+        // The canary as planted (a disarmed job has none: its definition still says where to look).
+        let canary = job.doors.canary.or_else(|| {
+            registry
+                .to_door_set(&BTreeSet::from([name.clone()]), req.canary_flip_at(&registry))
+                .ok()
+                .and_then(|d| d.canary)
+        });
+        let exp = canary.map(|c| expected(&c, job.tp, ev)).unwrap_or(Expected::Unreached("no canary".into()));
+        let ok = caught(&exp, ev);
+        all_caught &= ok;
+        let obs = match &ev.first_divergence {
+            Some(d) => d.short(),
+            None => format!("{}: {}", ev.verdict, ev.reason.clone().unwrap_or("no divergence".into())),
         };
-        all_caught &= caught;
-        let exp = expected.map(|(p, s, l, seam)| format!("L{l}.{} p{p} s{s}", seam.name())).unwrap_or("any".into());
-        let obs = observed.map(|d| d.short()).unwrap_or_else(|| ev.reason.clone().unwrap_or("no divergence".into()));
-        crate::say!("{name:<26} {:<16} {exp:<28} {obs}", if caught { "CAUGHT" } else { "MISSED" });
+        crate::say!(
+            "{name:<24} {config:<16} {:<14} {:<38} {obs}",
+            if ok { "CAUGHT" } else { "MISSED" },
+            describe(&exp)
+        );
     }
     if ran == 0 {
         return Err(GateError::NothingToTest("selftest ran no canary: nothing was tested".into()));
     }
+    let reference_ok = reference_checks(&suite, &subject, &reference);
+    numeric_mislabel_warnings(&registry, backend, &suite, &subject)?;
+    if all_caught && reference_ok {
+        crate::say!("selftest: every canary was caught");
+        Ok(Status::Passed)
+    } else {
+        crate::say!("selftest: FAILED — a planted defect went unnoticed");
+        Ok(Status::Failed)
+    }
+}
 
-    // NUMERIC-CLASS doors that change nothing may be mislabeled.
+/// The f64 reference gate of the receipts must pass (one result for the model and battery), and
+/// the reference check itself must fail on a model with a planted 1 % error in layer 0's output
+/// projection (its negative control).
+fn reference_checks(suite: &Suite, subject: &Builtin, seen: &BTreeSet<(Verdict, String)>) -> bool {
+    let passed = seen.len() == 1 && seen.iter().all(|(v, _)| *v == Verdict::Pass);
+    for (v, detail) in seen {
+        crate::say!("{:<24} {:<16} {:<14} {detail}", "reference (f64)", "oracle", v.as_str());
+    }
+    let mut model = subject.model.clone();
+    if let memra_runtime::model::Matrix::Bf16 { bits, .. } = &mut model.layers[0].wo {
+        for b in bits.iter_mut() {
+            let v = memra_kernels::formats::bf16_to_f32(*b) * 1.01;
+            *b = memra_kernels::formats::bf16_from_f32(v);
+        }
+    }
+    let oracle = suite.oracle();
+    let caught = match memra_runtime::reference::reference_run(&model, &subject.battery, &oracle.tokens, None) {
+        Ok(reference) => {
+            let mut spec = RunSpec::oracle(registry::BackendKind::Host, memra_runtime::ExpertFormat::E4m3);
+            spec.capture = crate::gate::all_keys_of_prompt(oracle, 0);
+            match subject.run(spec) {
+                Ok(record) => !memra_runtime::reference::compare(
+                    &reference,
+                    &record,
+                    memra_runtime::reference::REFERENCE_REL_BOUND,
+                )
+                .passed(),
+                Err(_) => false,
+            }
+        }
+        Err(_) => false,
+    };
+    crate::say!(
+        "{:<24} {:<16} {:<14} the f64 reference of a model with layer 0's o_proj scaled by 1.01 must disagree",
+        "reference canary",
+        "oracle",
+        if caught { "CAUGHT" } else { "MISSED" }
+    );
+    passed && caught
+}
+
+/// NUMERIC-CLASS doors that change nothing may be mislabeled.
+fn numeric_mislabel_warnings(
+    registry: &registry::Registry,
+    backend: registry::BackendKind,
+    suite: &Suite,
+    subject: &Builtin,
+) -> Result<(), GateError> {
     for door in registry.doors().iter().filter(|d| d.class == DoorClass::Numeric && d.backends.contains(&backend)) {
         let tp = if door.tp.contains(&1) { 1 } else { door.tp.allowed.first().copied().unwrap_or(2) };
         let transport = if door.transports.contains(&Transport::HostBounce) {
@@ -117,23 +307,17 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
         let doors = registry.to_door_set(&BTreeSet::from([door.id.clone()]), None)?;
         let mut spec = RunSpec::oracle(backend, memra_runtime::ExpertFormat::E4m3);
         (spec.tp, spec.transport, spec.doors, spec.forced) = (tp, transport, doors, Some(suite.oracle()));
-        match subject.run(spec) {
+        match subject.run_canonical(spec) {
             Ok(r) if r.digests == suite.oracle().digests => {
                 crate::say!(
-                    "{:<26} WARNING: bit-identical to the oracle at TP{tp} {}: its NUMERIC class may be mislabeled",
+                    "{:<24} WARNING: bit-identical to the oracle at TP{tp} {}: its NUMERIC class may be mislabeled",
                     door.id,
                     transport.name()
                 );
             }
-            Ok(_) => crate::say!("{:<26} changes arithmetic as its NUMERIC class says", door.id),
-            Err(e) => crate::say!("{:<26} could not run: {e}", door.id),
+            Ok(_) => crate::say!("{:<24} changes arithmetic as its NUMERIC class says", door.id),
+            Err(e) => crate::say!("{:<24} could not run: {e}", door.id),
         }
     }
-    if all_caught {
-        crate::say!("selftest: every canary was caught");
-        Ok(Status::Passed)
-    } else {
-        crate::say!("selftest: FAILED — a planted defect went unnoticed");
-        Ok(Status::Failed)
-    }
+    Ok(())
 }

@@ -1,35 +1,40 @@
 //! Configurations resolved into jobs: the runtime's door values, the class of gate with its
 //! budgets, the engagement counters, the class baseline, and the NOT-APPLICABLE rules that depend
 //! on where the plan runs (transports without meaning there, configurations that cannot span the
-//! processes of a distributed launch).
+//! processes of a distributed launch, configurations outside an external subject's manifest).
 
 use crate::env::DoorRequest;
 use crate::error::GateError;
-use crate::job::{Job, JobClass};
+use crate::job::{CensusDecl, Job, JobClass};
 use crate::matrix::{Configuration, MatrixPlan};
 use crate::registry::{BackendKind, Door, DoorClass, FlipAt, Registry};
+use crate::subject::protocol::manifest::{Manifest, SubjectClass};
+use crate::subject::BUILTIN_NAME;
 use memra_receipts::schema::Verdict;
-use memra_runtime::Transport;
+use memra_runtime::{DoorSet, Transport};
 use std::collections::BTreeMap;
 
 /// Resolve configurations into jobs. With `processes` > 1 (a run over several processes),
-/// configurations that cannot span them are NOT-APPLICABLE with the rule (`dist::rule`).
+/// configurations that cannot span them are NOT-APPLICABLE with the rule (`dist::rule`); with an
+/// external `subject`, so are those outside its manifest.
 pub fn jobs_of(
     registry: &Registry,
     plan: &MatrixPlan,
     req: &DoorRequest,
     processes: usize,
+    subject: Option<&Manifest>,
 ) -> Result<Vec<Job>, GateError> {
     let flip = req.canary_flip_at(registry);
     let mut jobs = Vec::new();
     for c in &plan.legal {
         let not_run = crate::dist::rule(c, processes)
             .map(|r| (Verdict::NotApplicable, r))
-            .or_else(|| transport_not_applicable(c, processes));
-        jobs.push(job_of(registry, c, flip, not_run)?);
+            .or_else(|| transport_not_applicable(c, processes))
+            .or_else(|| subject.and_then(|m| m.not_applicable(c)).map(|r| (Verdict::NotApplicable, r)));
+        jobs.push(job_of(registry, c, flip, not_run, subject)?);
     }
     for n in &plan.not_applicable {
-        jobs.push(job_of(registry, &n.config, flip, Some((Verdict::NotApplicable, n.reason.clone())))?);
+        jobs.push(job_of(registry, &n.config, flip, Some((Verdict::NotApplicable, n.reason.clone())), subject)?);
     }
     Ok(jobs)
 }
@@ -61,56 +66,100 @@ fn transport_not_applicable(c: &Configuration, processes: usize) -> Option<(Verd
 }
 
 /// The gate class of a door set: CANARY if it plants a defect, NUMERIC with the widest budget of
-/// its NUMERIC doors, else identity.
-fn class_of(doors: &[&Door]) -> JobClass {
+/// its NUMERIC doors and of a NUMERIC-class subject, else identity.
+fn class_of(doors: &[&Door], subject: Option<&SubjectClass>) -> JobClass {
     if doors.iter().any(|d| d.is_canary()) {
         return JobClass::Canary;
     }
     let numeric: Vec<&&Door> = doors.iter().filter(|d| d.class == DoorClass::Numeric).collect();
+    let (subject_budget, subject_identity) = match subject {
+        Some(SubjectClass::Numeric { budget, class_identity }) => (Some(budget), *class_identity),
+        _ => (None, true),
+    };
     let budget = numeric
         .iter()
         .filter_map(|d| d.error_budget.as_ref())
+        .chain(subject_budget)
         .map(|b| (b.near_tie_margin, b.max_rel_error))
         .reduce(|a, b| (a.0.max(b.0), a.1.max(b.1)));
     match budget {
         Some((margin, rel)) => JobClass::Numeric {
             margin_budget: margin as f32,
             rel_budget: rel,
-            class_identity: numeric.iter().all(|d| d.gate.has_class_identity()),
+            class_identity: subject_identity && numeric.iter().all(|d| d.gate.has_class_identity()),
         },
         None => JobClass::Identity,
     }
 }
 
-/// One configuration as a job.
+/// One configuration as a job (of the built-in runtime, or of an external `subject`).
 pub fn job_of(
     registry: &Registry,
     c: &Configuration,
     flip: Option<FlipAt>,
     not_run: Option<(Verdict, String)>,
+    subject: Option<&Manifest>,
 ) -> Result<Job, GateError> {
     let doors: Vec<&Door> = c
         .doors
         .iter()
         .map(|id| registry.door(id).ok_or_else(|| GateError::usage(format!("door `{id}` is not in the registry"))))
         .collect::<Result<_, _>>()?;
+    // The class baseline runs the whole door set, so every door's TP and transport rules
+    // bind it, not only the NUMERIC doors' (a peer-store door cannot run at TP1 or over
+    // host-bounce); an external subject's manifest binds it too.
+    let mut baseline_tp = doors.iter().filter_map(|d| d.tp.allowed.iter().min().copied()).max().unwrap_or(1);
+    let mut baseline_transport = doors
+        .iter()
+        .filter(|d| !d.transports.contains(&Transport::HostBounce))
+        .find_map(|d| d.transports.allowed.first().copied())
+        .unwrap_or(Transport::HostBounce);
+    if let Some(m) = subject {
+        let every = |tp: usize, t: Transport| doors.iter().all(|d| d.tp.contains(&tp) && d.transports.contains(&t));
+        let mut tps: Vec<usize> = m.tp.iter().copied().filter(|tp| *tp >= baseline_tp).collect();
+        tps.sort_unstable();
+        let transports = || std::iter::once(Transport::HostBounce).chain(m.transports.iter().copied());
+        if let Some((tp, t)) = tps
+            .into_iter()
+            .flat_map(|tp| transports().map(move |t| (tp, t)))
+            .find(|(tp, t)| m.transports.contains(t) && every(*tp, *t))
+        {
+            (baseline_tp, baseline_transport) = (tp, t);
+        }
+    }
+    // Each door's census is compared with the same configuration without it and without the
+    // doors of the set that require it (they cannot run without it).
+    let census = doors
+        .iter()
+        .map(|d| {
+            let off: Vec<&str> = c
+                .doors
+                .iter()
+                .filter(|id| !registry.closure_of([id.as_str()]).contains(&d.id))
+                .map(String::as_str)
+                .collect();
+            let off_vars = off.iter().filter_map(|id| registry.door(id)).map(|d| (d.env.clone(), true)).collect();
+            Ok(CensusDecl {
+                door: d.id.clone(),
+                changes: d.census.clone(),
+                off: registry.to_door_set(&off, flip)?,
+                off_vars,
+            })
+        })
+        .collect::<Result<Vec<_>, GateError>>()?;
     Ok(Job {
+        subject: subject.map_or(BUILTIN_NAME, |m| m.name.as_str()).to_string(),
         doors_env: doors.iter().map(|d| (d.env.clone(), true)).collect(),
-        doors: c.door_set(registry, flip)?,
-        class: class_of(&doors),
+        census,
+        // A subject's own doors have no field in the built-in runtime's door values.
+        doors: if subject.is_none_or(|m| m.builtin_doors) { c.door_set(registry, flip)? } else { DoorSet::default() },
+        class: class_of(&doors, subject.map(|m| &m.class)),
         engagement: doors.iter().map(|d| (d.id.clone(), d.engagement.clone())).collect::<BTreeMap<_, _>>(),
         tp: c.tp,
         transport: c.transport,
         backend: c.backend,
-        // The class baseline runs the whole door set, so every door's TP and transport rules
-        // bind it, not only the NUMERIC doors' (a peer-store door cannot run at TP1 or over
-        // host-bounce).
-        baseline_tp: doors.iter().filter_map(|d| d.tp.allowed.iter().min().copied()).max().unwrap_or(1),
-        baseline_transport: doors
-            .iter()
-            .filter(|d| !d.transports.contains(&Transport::HostBounce))
-            .find_map(|d| d.transports.allowed.first().copied())
-            .unwrap_or(Transport::HostBounce),
+        baseline_tp,
+        baseline_transport,
         not_run,
     })
 }
@@ -126,10 +175,10 @@ mod tests {
         let reg = Registry::builtin().unwrap();
         let mut c = Configuration::baseline(4, Transport::NativeP2p, BackendKind::Host);
         c.doors = ["qkv_fused", "oproj_direct"].iter().map(|s| s.to_string()).collect();
-        let job = job_of(&reg, &c, None, None).unwrap();
+        let job = job_of(&reg, &c, None, None, None).unwrap();
         assert_eq!((job.baseline_tp, job.baseline_transport), (2, Transport::NativeP2p));
         c.doors = ["qkv_fused"].iter().map(|s| s.to_string()).collect();
-        let job = job_of(&reg, &c, None, None).unwrap();
+        let job = job_of(&reg, &c, None, None, None).unwrap();
         assert_eq!((job.baseline_tp, job.baseline_transport), (1, Transport::HostBounce));
     }
 }

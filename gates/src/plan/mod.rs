@@ -18,6 +18,7 @@ use crate::error::GateError;
 use crate::job::Job;
 use crate::matrix::{self, Configuration, MatrixKind, MatrixPlan};
 use crate::registry::{BackendKind, Registry};
+use crate::subject::protocol::manifest::Manifest;
 use memra_runtime::{Battery, Transport};
 
 /// Load the registry named on the command line, or the built-in one.
@@ -87,15 +88,29 @@ pub struct RunPlan {
     pub jobs: Vec<Job>,
     pub model: ModelPlan,
     pub battery: Battery,
+    /// Further subjects every job also runs on, after the first: the default model set adds the
+    /// `edge` model (built to reach every special path) when no model or preset is named.
+    pub more_models: Vec<(ModelPlan, Battery)>,
     /// Parallel host jobs.
     pub workers: usize,
+    /// The external subject under test (`--subject`); `None`: the built-in runtime.
+    pub subject: Option<Manifest>,
 }
 
 impl RunPlan {
     /// Check every flag of `run` (and the environment's doors and settings).
     pub fn from_args(args: &RunArgs) -> Result<RunPlan, GateError> {
-        let registry = load_registry(&args.registry)?;
+        // An external subject brings its own doors: its manifest's registry is the plan's.
+        let subject = args.subject.as_deref().map(Manifest::load).transpose()?;
+        let registry = match &subject {
+            Some(m) => m.registry.clone(),
+            None => load_registry(&args.registry)?,
+        };
         let request = door_request(&registry, &args.doors)?;
+        if let Some(m) = &subject {
+            let distributed = args.process.is_some() || request.settings.contains_key(crate::registry::PROCESS);
+            check_subject_flags(args, distributed, m)?;
+        }
         let dist = crate::dist::dist_plan(args, &request, &registry)?;
         let workers = match args.jobs {
             Some(0) => {
@@ -111,7 +126,7 @@ impl RunPlan {
         let backend = resolve_backend(&args.backend, request.require_gpu(&registry))?;
         let (matrix_name, matrix) = run_matrix(&registry, args, &request, backend, &transports)?;
         let processes = dist.as_ref().map_or(1, |d| d.spec.processes);
-        let jobs = jobs_of(&registry, &matrix, &request, processes)?;
+        let jobs = jobs_of(&registry, &matrix, &request, processes, subject.as_ref())?;
         if jobs.is_empty() {
             return Err(GateError::NothingToTest(format!(
                 "matrix `{matrix_name}` selects no configuration: nothing would be tested"
@@ -119,8 +134,47 @@ impl RunPlan {
         }
         let model = ModelPlan::from_args(&args.model)?;
         let battery = battery_for(&model.config, args.battery_seed, args.prompts, args.gen_tokens)?;
-        Ok(RunPlan { registry, request, dist, backend, matrix_name, matrix, jobs, model, battery, workers })
+        // The default model set (no --model, no --preset, one process, the built-in runtime): tiny,
+        // then edge. An external subject runs the model it is given, once.
+        let mut more_models = Vec::new();
+        if args.model.model.is_none() && args.model.preset.is_none() && dist.is_none() && subject.is_none() {
+            let mut edge = args.model.clone();
+            edge.preset = Some("edge".to_string());
+            let edge = ModelPlan::from_args(&edge)?;
+            let battery = battery_for(&edge.config, args.battery_seed, args.prompts, args.gen_tokens)?;
+            more_models.push((edge, battery));
+        }
+        Ok(RunPlan {
+            registry,
+            request,
+            dist,
+            backend,
+            matrix_name,
+            matrix,
+            jobs,
+            model,
+            battery,
+            more_models,
+            workers,
+            subject,
+        })
     }
+}
+
+/// Flags that have no meaning for an external subject, refused with the reason.
+fn check_subject_flags(args: &RunArgs, distributed: bool, m: &Manifest) -> Result<(), GateError> {
+    let who = format!("--subject {}", m.path.display());
+    if distributed {
+        return Err(GateError::usage(format!(
+            "{who} with --process (or MEMRA_PROCESS): a run over several processes spreads the built-in runtime's ranks; an external subject runs its own ranks in the one process gates starts per run"
+        )));
+    }
+    if args.model.cuda_reserve_gib != 0.0 {
+        return Err(GateError::usage(format!(
+            "{who} with --cuda-reserve-gib: the planted crowded device is the built-in runtime's fault injection; an external subject allocates its own memory"
+        )));
+    }
+    Ok(())
 }
 
 /// The matrix of a `run`: a named matrix filtered by explicit requests, or (without --matrix)

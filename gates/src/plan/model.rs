@@ -6,7 +6,7 @@
 
 use crate::args::ModelArgs;
 use crate::error::GateError;
-use crate::subject::Subject;
+use crate::subject::Builtin;
 use memra_receipts::fnv1a64;
 use memra_receipts::schema::ModelEvidence;
 use memra_runtime::model::{format, gen, Model, ModelConfig};
@@ -128,7 +128,7 @@ impl ModelPlan {
     }
 
     /// [`ModelPlan::load`], timed (milliseconds), with a line before and after unless `quiet`.
-    pub fn load_timed(self, battery: Battery, quiet: bool) -> Result<(Subject, f64), GateError> {
+    pub fn load_timed(self, battery: Battery, quiet: bool) -> Result<(Builtin, f64), GateError> {
         if !quiet {
             eprintln!("memra-gates: model: {} …", self.describe());
         }
@@ -141,14 +141,14 @@ impl ModelPlan {
         Ok((subject, ms))
     }
 
-    /// Generate (or take) the model and make the subject.
-    pub fn load(self, battery: Battery) -> Result<Subject, GateError> {
+    /// Generate (or take) the model and make the built-in runtime that decodes it.
+    pub fn load(self, battery: Battery) -> Result<Builtin, GateError> {
         let mut model = match self.source {
             ModelSource::File(m) => *m,
             ModelSource::Generated { config, seed } => gen::generate(&config, seed)?,
         };
         model.config.max_positions = self.config.max_positions;
-        Ok(Subject {
+        Ok(Builtin {
             model,
             model_evidence: self.evidence,
             battery,

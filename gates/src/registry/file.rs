@@ -1,15 +1,15 @@
 //! The door registry's file format: its one definition, its reader, and its one writer (the
 //! defaults block that `memra-gates promote` updates in place). The rules a parsed file must
-//! satisfy are in [`super::validate`].
+//! satisfy are in the registry's `validate` module.
 //!
-//! # Format, `schema_version = 1`
+//! # Format, `schema_version = 2`
 //!
-//! A TOML file with `schema_version = 1` at the top, one `[[door]]` table per door and one
+//! A TOML file with `schema_version = 2` at the top, one `[[door]]` table per door and one
 //! `[[setting]]` table per tool setting that shares the `MEMRA_` prefix. Unknown fields and any
 //! other schema version are rejected.
 //!
 //! ```toml
-//! schema_version = 1
+//! schema_version = 2
 //!
 //! [[door]]
 //! id = "oproj_tail"                 # lower snake case; the runtime DoorSet field of the same name
@@ -18,7 +18,9 @@
 //! default = false                   # the value when nothing sets it (promotion flips it)
 //! changes = "the o_join fold is deferred into the ffn_norm kernel (same operands, same order)"
 //! gate = "identity"                 # identity | argmax_tape+class_identity+error_budget | argmax_tape+error_budget
-//! engagement = "oproj_tail.fused_joins"   # record counter `<id>.<what>` proving the mechanism ran
+//! engagement = "oproj_tail.fused_joins"   # the program's call-site counter `<id>.<what>` (detail only)
+//! census = [ { counter = "launch.fold_add_rmsnorm", change = "appears" },
+//!            { counter = "launch.add_rmsnorm", change = "fewer" } ]
 //! seams = ["o_join", "ffn_norm"]    # seams the mechanism touches (docs/DESIGN.md §3.2 names)
 //! tp = { allowed = [2, 4, 8], why = "inherits oproj_direct's TP sizes" }
 //! transports = { allowed = ["native-p2p"], why = "the deferred partials are peer stores" }
@@ -32,7 +34,7 @@
 //!
 //! [[setting]]
 //! env = "MEMRA_REQUIRE_GPU"
-//! format = "bool01"                 # bool01 | layer:seam:step | process (P/N) | path | seconds | count
+//! format = "bool01"                 # bool01 | layer:seam:step | process (P/N) | path | seconds | count | backend | tp | transport
 //! default = "0"
 //! meaning = "1 turns GPU-test skips into failures"
 //! ```
@@ -58,6 +60,23 @@
 //!   whose oracle top-1 minus top-2 logit is at or below it is a near-tie.
 //! - CANARY doors are default-off; `engagement` starts with `<id>.` and is unique.
 //! - a setting's `default` parses under its `format`.
+//!
+//! # The census expression (`census`, [`super::census`])
+//! `census` lists what the door must change in the backend's census (what it really issued,
+//! `memra_runtime::backend::census`) against the same configuration with the door off (and the
+//! doors of the set that require it); the engagement gate runs that configuration and checks
+//! every entry, and the run is VOID when one does not hold. Each entry is
+//! `{ counter = C, change = X }`:
+//! - `C` is a census counter, `<family>.<detail>` (`launch.fold_reverse`, `copy.native-p2p.4096`,
+//!   `doorbell`), or a prefix ending in the segment `*` that sums every counter under it
+//!   (`peer_store.*`, `copy.native-p2p.*`); the families are `launch`, `peer_store`, `copy`,
+//!   `copy_after`, `unfenced_copy`, `packed_copy`, `all_reduce`, `graph_replay`, `doorbell`,
+//!   `merged_launch` and `defect`;
+//! - `X` is `more` (on > off), `fewer` (on < off), `appears` (off = 0 < on) or `vanishes`
+//!   (off > 0 = on).
+//!
+//! Rules: at least one entry per door; each entry once; the counter well formed (segments not
+//! empty, a known family, `*` only as the whole last segment).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -66,8 +85,9 @@ use serde::Deserialize;
 
 use super::{DoorClass, DoorGate, Registry, RegistryError, SettingFormat};
 
-/// The registry format version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 1;
+/// The registry format version this build reads and writes (2: every door declares its census
+/// change).
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The built-in registry (`gates/doors.toml`), embedded at build time.
 pub const BUILTIN_REGISTRY: &str = include_str!("../../doors.toml");
@@ -94,6 +114,7 @@ pub(super) struct RawDoor {
     #[serde(default)]
     pub(super) gate_why: Option<String>,
     pub(super) engagement: String,
+    pub(super) census: Vec<RawCensus>,
     pub(super) seams: Vec<String>,
     pub(super) tp: RawAllowed<usize>,
     pub(super) transports: RawAllowed<String>,
@@ -114,6 +135,13 @@ pub(super) struct RawAllowed<T> {
     pub(super) allowed: Vec<T>,
     #[serde(default)]
     pub(super) why: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCensus {
+    pub(super) counter: String,
+    pub(super) change: super::census::Change,
 }
 
 #[derive(Deserialize)]
@@ -157,6 +185,16 @@ impl Registry {
 
     /// Parse and validate registry text; `origin` names it in error messages.
     pub fn from_toml_str(text: &str, origin: &str) -> Result<Registry, RegistryError> {
+        Registry::parse(text, origin, false)
+    }
+
+    /// The registry of an external subject (`crate::subject::protocol::manifest`): the same
+    /// format and rules, except that it may declare no door at all.
+    pub fn for_subject(text: &str, origin: &str) -> Result<Registry, RegistryError> {
+        Registry::parse(text, origin, true)
+    }
+
+    fn parse(text: &str, origin: &str, allow_no_door: bool) -> Result<Registry, RegistryError> {
         let parse_err = |message: String| RegistryError::Parse {
             origin: origin.to_string(),
             what: format!("door registry (schema_version {SCHEMA_VERSION})"),
@@ -183,7 +221,7 @@ impl Registry {
         }
         let raw: RawFile = toml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
         debug_assert_eq!(raw.schema_version, SCHEMA_VERSION);
-        super::validate::validate(raw, origin)
+        super::validate::validate(raw, origin, allow_no_door)
     }
 }
 

@@ -3,13 +3,15 @@
 //! and nothing about a door lives only in a comment (docs/DESIGN.md §4.1).
 //!
 //! - this module: the validated types ([`Registry`], [`Door`], …) and their queries;
-//! - [`file`]: the file format (`schema_version = 1`), documented there with an example, its
+//! - [`file`](mod@file): the file format (`schema_version = 2`), documented there with an example, its
 //!   reader and the one writer of the file (the defaults block that `promote` updates);
-//! - [`validate`]: the rules a registry must satisfy;
-//! - [`settings`]: the tool's own `MEMRA_*` settings;
-//! - [`door_set`]: the mapping onto the runtime's explicit [`DoorSet`](memra_runtime::DoorSet);
+//! - `validate`: the rules a registry must satisfy;
+//! - [`census`]: a door's declared census change and its evaluation;
+//! - `settings`: the tool's own `MEMRA_*` settings;
+//! - `door_set`: the mapping onto the runtime's explicit [`DoorSet`](memra_runtime::DoorSet);
 //! - [`view`]: `memra-gates doors` (table and JSON).
 
+pub mod census;
 mod door_set;
 mod error;
 pub mod file;
@@ -30,6 +32,7 @@ pub use memra_kernels::grid::TP_SIZES;
 pub use memra_runtime::backend::BackendKind;
 pub use settings::{
     FlipAt, Setting, SettingFormat, SettingValue, CANARY_FLIP_AT, DIST_TIMEOUT_S, NCCL_ID_DIR, PROCESS, REQUIRE_GPU,
+    SUBJECT_BACKEND, SUBJECT_BATTERY, SUBJECT_MODEL, SUBJECT_PROTOCOL, SUBJECT_TAPE, SUBJECT_TP, SUBJECT_TRANSPORT,
 };
 
 /// What a door claims about the numbers (docs/DESIGN.md §4.2).
@@ -136,6 +139,8 @@ pub struct Door {
     pub gate: DoorGate,
     pub gate_why: Option<String>,
     pub engagement: String,
+    /// The census changes the door must cause against the same configuration with it off.
+    pub census: Vec<census::CensusChange>,
     pub seams: Vec<Seam>,
     pub tp: Allowed<usize>,
     pub transports: Allowed<Transport>,

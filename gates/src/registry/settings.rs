@@ -28,14 +28,25 @@ pub enum SettingFormat {
     /// A whole number of things (e.g. devices), 0 or more (empty: the default).
     #[serde(rename = "count")]
     Count,
+    /// A backend name: `host` or `cuda` (empty: none).
+    #[serde(rename = "backend")]
+    Backend,
+    /// A TP size of the canonical grid: 1, 2, 4 or 8 (empty: none).
+    #[serde(rename = "tp")]
+    Tp,
+    /// A transport name: `host-bounce`, `native-p2p` or `nccl` (empty: none).
+    #[serde(rename = "transport")]
+    Transport,
 }
 
-/// Where the flip-bit canary plants its defect.
+/// Where the flip-bit canary plants its defect: a layer, seam and step, and the flat element
+/// index of the seam's tensor (0 unless given; selftest seeds one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FlipAt {
     pub layer: usize,
     pub seam: Seam,
     pub step: usize,
+    pub element: Option<usize>,
 }
 
 /// A parsed setting value.
@@ -47,6 +58,9 @@ pub enum SettingValue {
     Path(std::path::PathBuf),
     Seconds(u64),
     Count(u64),
+    Backend(memra_runtime::backend::BackendKind),
+    Tp(usize),
+    Transport(memra_runtime::Transport),
 }
 
 const BOOL01_RULE: &str = "use 1 (on), 0 or empty (off)";
@@ -60,6 +74,9 @@ impl SettingFormat {
             SettingFormat::Path => "path",
             SettingFormat::Seconds => "seconds",
             SettingFormat::Count => "count",
+            SettingFormat::Backend => "backend",
+            SettingFormat::Tp => "tp",
+            SettingFormat::Transport => "transport",
         }
     }
 
@@ -77,8 +94,12 @@ impl SettingFormat {
                     return Ok(None);
                 }
                 let parts: Vec<&str> = value.split(':').collect();
-                let [layer, seam, step] = parts[..] else {
-                    return Err(bad("use LAYER:SEAM:STEP, e.g. 0:o_join:3".to_string()));
+                let (layer, seam, step, element) = match parts[..] {
+                    [layer, seam, step] => (layer, seam, step, None),
+                    [layer, seam, step, element] => (layer, seam, step, Some(element)),
+                    _ => {
+                        return Err(bad("use LAYER:SEAM:STEP[:ELEMENT], e.g. 0:o_join:3 or 0:o_join:3:17".to_string()))
+                    }
                 };
                 let number = |what: &str, s: &str| {
                     s.parse::<usize>()
@@ -90,7 +111,8 @@ impl SettingFormat {
                     let names: Vec<&str> = Seam::LAYER.iter().chain(Seam::HEAD.iter()).map(|s| s.name()).collect();
                     bad(format!("SEAM {seam:?} is unknown; the seams are {}", names.join(", ")))
                 })?;
-                Ok(Some(SettingValue::FlipAt(FlipAt { layer, seam, step })))
+                let element = element.map(|e| number("ELEMENT", e)).transpose()?;
+                Ok(Some(SettingValue::FlipAt(FlipAt { layer, seam, step, element })))
             }
             _ if value.is_empty() => Ok(None),
             SettingFormat::Process => memra_runtime::backend::dist::ProcessSpec::parse(value)
@@ -105,6 +127,20 @@ impl SettingFormat {
                 Ok(n) if value.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(SettingValue::Count(n))),
                 _ => Err(bad("use a whole number (0 or more)".to_string())),
             },
+            SettingFormat::Backend => match value {
+                "host" => Ok(Some(SettingValue::Backend(memra_runtime::backend::BackendKind::Host))),
+                "cuda" => Ok(Some(SettingValue::Backend(memra_runtime::backend::BackendKind::Cuda))),
+                _ => Err(bad("use host or cuda".to_string())),
+            },
+            SettingFormat::Tp => match value.parse::<usize>() {
+                Ok(n) if memra_kernels::grid::is_tp_size(n) && value.bytes().all(|b| b.is_ascii_digit()) => {
+                    Ok(Some(SettingValue::Tp(n)))
+                }
+                _ => Err(bad("use a TP size of the canonical grid: 1, 2, 4 or 8".to_string())),
+            },
+            SettingFormat::Transport => memra_runtime::Transport::parse(value)
+                .map(|t| Some(SettingValue::Transport(t)))
+                .map_err(|_| bad("use host-bounce, native-p2p or nccl".to_string())),
         }
     }
 }
@@ -130,3 +166,12 @@ pub const NCCL_ID_DIR: &str = "MEMRA_NCCL_ID_DIR";
 pub const DIST_TIMEOUT_S: &str = "MEMRA_DIST_TIMEOUT_S";
 /// Env name of the setting that places the flip-bit canary.
 pub const CANARY_FLIP_AT: &str = "MEMRA_CANARY_FLIP_AT";
+/// Env names of the subject protocol (docs/subject-protocol.md): what `memra-gates` tells a
+/// subject process about the run it must perform.
+pub const SUBJECT_PROTOCOL: &str = "MEMRA_SUBJECT_PROTOCOL";
+pub const SUBJECT_BACKEND: &str = "MEMRA_SUBJECT_BACKEND";
+pub const SUBJECT_TP: &str = "MEMRA_SUBJECT_TP";
+pub const SUBJECT_TRANSPORT: &str = "MEMRA_SUBJECT_TRANSPORT";
+pub const SUBJECT_MODEL: &str = "MEMRA_SUBJECT_MODEL";
+pub const SUBJECT_BATTERY: &str = "MEMRA_SUBJECT_BATTERY";
+pub const SUBJECT_TAPE: &str = "MEMRA_SUBJECT_TAPE";

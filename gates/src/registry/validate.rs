@@ -18,6 +18,8 @@
 //!   door's own TP1 host-bounce run, docs/DESIGN.md §4.2).
 //! - `error_budget` is present exactly on NUMERIC-CLASS doors; its numbers are finite and > 0.
 //! - CANARY doors are default-off; `engagement` starts with `<id>.` and is unique.
+//! - `census` declares at least one change, each once, each counter well formed (a census family,
+//!   no empty segment, `*` only as the whole last segment; `super::census::counter_rule`).
 //! - a setting's `default` parses under its `format`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,7 +27,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use memra_runtime::config::Transport;
 use memra_runtime::record::Seam;
 
-use super::file::{RawAllowed, RawBudget, RawDoor, RawFile, RawLink, RawSetting};
+use super::census::{counter_rule, CensusChange};
+use super::file::{RawAllowed, RawBudget, RawCensus, RawDoor, RawFile, RawLink, RawSetting};
 use super::{
     Allowed, BackendKind, Door, DoorClass, DoorGate, ErrorBudget, Link, Registry, RegistryError, Setting, TP_SIZES,
 };
@@ -73,8 +76,9 @@ impl Checker<'_> {
     }
 }
 
-/// Validate a parsed registry file; `origin` names it in messages.
-pub(super) fn validate(raw: RawFile, origin: &str) -> Result<Registry, RegistryError> {
+/// Validate a parsed registry file; `origin` names it in messages. `allow_no_door`: a subject's
+/// registry (docs/subject-protocol.md) may hold no door — the subject's baseline is still gated.
+pub(super) fn validate(raw: RawFile, origin: &str, allow_no_door: bool) -> Result<Registry, RegistryError> {
     let mut ck = Checker {
         origin,
         errors: Vec::new(),
@@ -82,13 +86,13 @@ pub(super) fn validate(raw: RawFile, origin: &str) -> Result<Registry, RegistryE
         by_id: BTreeMap::new(),
         engagements: BTreeSet::new(),
     };
-    if raw.door.is_empty() {
+    if raw.door.is_empty() && !allow_no_door {
         ck.fail("door", "[]", "a registry declares at least one door");
     }
     let mut doors = Vec::new();
     for rd in &raw.door {
         let index = doors.len();
-        doors.push(check_door(&mut ck, rd, index));
+        doors.push(check_door(&mut ck, rd, index, allow_no_door));
     }
     let settings: Vec<Setting> = raw.setting.iter().map(|rs| check_setting(&mut ck, rs)).collect();
     ck.flush()?;
@@ -105,12 +109,19 @@ pub(super) fn validate(raw: RawFile, origin: &str) -> Result<Registry, RegistryE
     Ok(registry)
 }
 
-/// One door's own fields (everything that does not need the other doors).
-fn check_door(ck: &mut Checker, rd: &RawDoor, index: usize) -> Door {
+/// One door's own fields (everything that does not need the other doors). In a subject's
+/// registry (`subject`) a door's census may also count in its own family (`<id>.…`, the
+/// subject's census: docs/subject-protocol.md).
+fn check_door(ck: &mut Checker, rd: &RawDoor, index: usize, subject: bool) -> Door {
     let id = rd.id.clone();
     let at = |field: &str| format!("door {id:?} {field}");
     check_names(ck, rd, index);
     let seams = check_seams(ck, &at("seams"), &rd.seams);
+    let mut families = memra_runtime::backend::census::FAMILIES.to_vec();
+    if subject {
+        families.push(&id);
+    }
+    let census = check_census(ck, &at("census"), &rd.census, &families);
     let tp = check_tp(ck, &at("tp"), &rd.tp);
     let transports = check_transports(ck, &at("transports"), &rd.transports);
     let (backends, not_applicable) = check_backends(ck, &id, rd);
@@ -126,6 +137,7 @@ fn check_door(ck: &mut Checker, rd: &RawDoor, index: usize) -> Door {
         gate: rd.gate,
         gate_why: rd.gate_why.clone(),
         engagement: rd.engagement.clone(),
+        census,
         seams,
         tp: Allowed { allowed: tp, why: rd.tp.why.clone() },
         transports: Allowed { allowed: transports, why: rd.transports.why.clone() },
@@ -180,6 +192,24 @@ fn check_seams(ck: &mut Checker, at: &str, names: &[String]) -> Vec<Seam> {
         ck.fail(at, "[]", "a door touches at least one seam (engagement is checked there)");
     }
     seams
+}
+
+fn check_census(ck: &mut Checker, at: &str, raw: &[RawCensus], families: &[&str]) -> Vec<CensusChange> {
+    let mut out: Vec<CensusChange> = Vec::new();
+    for r in raw {
+        let c = CensusChange { counter: r.counter.clone(), change: r.change };
+        if let Some(rule) = counter_rule(&r.counter, families) {
+            ck.fail(at, format!("{:?}", r.counter), rule);
+        } else if out.contains(&c) {
+            ck.fail(at, format!("{:?} {}", r.counter, r.change.name()), "a census change is declared once");
+        } else {
+            out.push(c);
+        }
+    }
+    if raw.is_empty() {
+        ck.fail(at, "[]", "a door declares the census change it causes (how else would its engagement be witnessed?)");
+    }
+    out
 }
 
 fn check_tp(ck: &mut Checker, at: &str, raw: &RawAllowed<usize>) -> Vec<usize> {

@@ -1,18 +1,21 @@
-//! How one job becomes a verdict: the byte-integrity probe where a transport needs it, two runs
-//! of the configuration (the second for determinism, with captures where the error budget needs
-//! them), the gates every run gets, then the gates of its class, and localisation of a failure.
-//! A fault never aborts the matrix: it becomes an ERROR receipt.
+//! How one job becomes a verdict: the byte-integrity probe where the job crosses ranks (`probe`),
+//! two identical runs of the configuration (the second for the determinism of the evidence
+//! itself; NUMERIC jobs capture prompt 0 in both, for the error budget), the gates every run gets
+//! — determinism, non-triviality, engagement witnessed by the census (`census`), the copy checks,
+//! coverage of the model's claims, the f64 reference (`reference`), device-host on CUDA — then
+//! the gates of its class, and the location of any failure (`locate`). A fault never aborts the
+//! matrix: it becomes an ERROR receipt.
 
 use super::{format_of, Phase, Suite};
-use crate::gate::{self, FirstDivergence, Outcome};
+use crate::gate::{self, Outcome};
 use crate::job::{Job, JobClass};
 use crate::receipt::{now_ms, Evaluation};
 use crate::subject::RunSpec;
 use memra_receipts::schema::{Gate, GateResult, Verdict};
 use memra_receipts::Receipt;
 use memra_runtime::backend::BackendKind;
-use memra_runtime::record::Record;
-use memra_runtime::{ExpertFormat, Transport};
+use memra_runtime::record::{CaptureKey, Record};
+use memra_runtime::ExpertFormat;
 use std::time::Instant;
 
 /// A gate's result for the receipt: a failure reads as `fail_as` (FAIL, or VOID for engagement).
@@ -36,6 +39,9 @@ impl Suite<'_> {
         if let Some((v, reason)) = &job.not_run {
             ev.verdict = *v;
             ev.reason = Some(reason.clone());
+        } else if let Some(reason) = super::shape_rules::not_applicable(job, &self.runtime.model.config) {
+            ev.verdict = Verdict::NotApplicable;
+            ev.reason = Some(reason);
         } else {
             self.activities.begin(self.config_evidence(job).label());
             self.gate_job(job, &mut ev);
@@ -44,19 +50,22 @@ impl Suite<'_> {
         self.receipt(job, ev, started, t0.elapsed().as_secs_f64() * 1e3, times)
     }
 
-    fn spec<'r>(&self, job: &Job, forced: Option<&'r Record>) -> RunSpec<'r> {
+    fn spec<'r>(&self, job: &Job, forced: Option<&'r Record>, capture: &[CaptureKey]) -> RunSpec<'r> {
         RunSpec {
             backend: job.backend,
             tp: job.tp,
             transport: job.transport,
             doors: job.doors,
+            door_vars: job.doors_env.clone(),
             format: format_of(job),
             forced,
-            capture: vec![],
+            capture: capture.to_vec(),
         }
     }
 
     fn gate_job(&self, job: &Job, ev: &mut Evaluation) {
+        ev.coverage = self.oracle.coverage.clone();
+        ev.claims = self.claims();
         if !self.probe_gate(job, ev) {
             return;
         }
@@ -66,27 +75,26 @@ impl Suite<'_> {
             Err(e) => return ev.error_text(format!("the oracle run failed: {e}")),
         };
         let forced = if numeric { Some(&oracle) } else { None };
-        let first = match self.run_as(Phase::Run, self.spec(job, forced)) {
+        // Both runs are identical (NUMERIC jobs capture prompt 0 in both, for the error budget),
+        // so the determinism gate can compare their evidence byte for byte.
+        let capture = if numeric { gate::all_keys_of_prompt(&oracle, 0) } else { Vec::new() };
+        let first = match self.subject_as(Phase::Run, self.spec(job, forced, &capture)) {
             Ok(r) => r,
-            Err(e) => return ev.error(e),
+            Err(e) => return ev.failed(e.verdict(), e.reason()),
         };
         if numeric {
             self.keep_class_baseline(job, &first);
         }
-        // The determinism re-run also carries full captures of prompt 0 for the error budget.
-        let mut again = self.spec(job, forced);
-        if numeric {
-            again.capture = gate::all_keys_of_prompt(&first, 0);
-        }
-        let second = match self.run_as(Phase::Run, again) {
+        self.keep_census(job, &first, forced, &capture);
+        let second = match self.subject_as(Phase::Run, self.spec(job, forced, &capture)) {
             Ok(r) => r,
-            Err(e) => return ev.error(e),
+            Err(e) => return ev.failed(e.verdict(), e.reason()),
         };
-        self.common_gates(job, &first, &second, ev);
+        self.common_gates(job, &first, &second, (forced, &capture), ev);
         let done = match job.class {
             JobClass::Identity | JobClass::Canary => self.identity_gate(job, &first, ev),
             JobClass::Numeric { margin_budget, rel_budget, class_identity } => {
-                self.numeric_gates(job, &oracle, &first, &second, (margin_budget, rel_budget, class_identity), ev)
+                self.numeric_gates(job, &oracle, &first, (margin_budget, rel_budget, class_identity), ev)
             }
         };
         if done {
@@ -95,46 +103,48 @@ impl Suite<'_> {
         }
     }
 
-    /// The native-P2P byte-integrity probe (docs/DESIGN.md §3.5). Returns false when the job
-    /// cannot go on: no peer access (SKIP) or corrupt copies (ERROR).
-    fn probe_gate(&self, job: &Job, ev: &mut Evaluation) -> bool {
-        if !(job.transport == Transport::NativeP2p && job.tp > 1) {
-            return true;
-        }
-        let results = match self.probe(job.backend, job.tp) {
-            Ok(r) => r,
-            Err(e) => {
-                ev.error_text(format!("the native-P2P byte-integrity probe could not run: {e}"));
-                return false;
-            }
-        };
-        ev.probe = results.clone();
-        if let Some(p) = results.iter().find(|p| p.no_peer_access.is_some()) {
-            ev.verdict = Verdict::Skip;
-            ev.reason = Some(format!(
-                "no peer access from rank {} to rank {}: {}",
-                p.src,
-                p.dst,
-                p.no_peer_access.clone().unwrap_or_default()
-            ));
-            return false;
-        }
-        if let Some(p) = results.iter().find(|p| p.bad_words > 0) {
-            ev.error_text(format!(
-                "the byte-integrity probe found {} wrong words copying {} bytes from rank {} to rank {}: peer copies are corrupt here",
-                p.bad_words, p.bytes, p.src, p.dst
-            ));
-            return false;
-        }
-        true
-    }
-
-    /// Determinism, non-triviality, engagement, and on CUDA the device-host gate.
-    fn common_gates(&self, job: &Job, first: &Record, second: &Record, ev: &mut Evaluation) {
-        ev.gates.push(gate_result(Gate::Determinism, &gate::determinism(first, second), Verdict::Fail));
+    /// Determinism, non-triviality, engagement, copies, coverage, the f64 reference, and on CUDA
+    /// the device-host gate (for a subject that claims the canonical program's bits).
+    fn common_gates(
+        &self,
+        job: &Job,
+        first: &Record,
+        second: &Record,
+        (forced, capture): (Option<&Record>, &[CaptureKey]),
+        ev: &mut Evaluation,
+    ) {
+        let evidence = |r: &Record| crate::record_evidence::sections(r);
+        ev.gates.push(gate_result(
+            Gate::Determinism,
+            &gate::determinism(&evidence(first), &evidence(second)),
+            Verdict::Fail,
+        ));
         ev.gates.push(gate_result(Gate::NonTriviality, &gate::non_triviality(first), Verdict::Fail));
-        ev.gates.push(gate_result(Gate::Engagement, &gate::engagement(first, &job.engagement), Verdict::Void));
-        if job.backend == BackendKind::Cuda {
+        let engagement = self.engagement_gate(job, first, forced, capture);
+        ev.gates.push(gate_result(Gate::Engagement, &engagement, Verdict::Void));
+        // One rank copies nothing: no copies gate at TP1 (an absent gate, never a vacuous pass).
+        // At TP ≥ 2 the built-in runtime verifies its copies, so verifying none is a failure; an
+        // external subject that reports no copies (an optional tape key) gets no copies gate.
+        if job.tp > 1 {
+            let reported = first.copies_verified > 0 || !first.copy_faults.is_empty();
+            if reported || self.subject.name() == crate::subject::BUILTIN_NAME {
+                ev.gates.push(gate_result(Gate::Copies, &gate::copies(first), Verdict::Fail));
+            }
+        }
+        let claims = self.claims();
+        let claims: Vec<&str> = claims.iter().map(String::as_str).collect();
+        // A host run counts its own coverage; where it is held to identity it must reach what the
+        // oracle reached (a NUMERIC door may legitimately take another path).
+        let own = (job.backend == BackendKind::Host && !matches!(job.class, JobClass::Numeric { .. }))
+            .then_some(first.coverage.as_ref())
+            .flatten();
+        ev.gates.push(gate_result(
+            Gate::Coverage,
+            &gate::coverage(&claims, self.oracle.coverage.as_ref(), own),
+            Verdict::Fail,
+        ));
+        ev.gates.push(gate_result(Gate::Reference, &self.reference_gate(), Verdict::Fail));
+        if job.backend == BackendKind::Cuda && self.subject.exact() {
             let dh = match self.cuda_baseline() {
                 Err(e) => Outcome::Fail(e),
                 Ok(c) => match gate::first_digest_divergence(&self.oracle, &c) {
@@ -149,8 +159,8 @@ impl Suite<'_> {
         }
     }
 
-    /// Identity with the reference (host oracle or CUDA TP1), localised on failure. Returns false
-    /// when the job ended in ERROR.
+    /// Identity with the reference (host oracle or CUDA TP1) — every seam digest, and every
+    /// cross-rank copy — located on failure. Returns false when the job ended in ERROR.
     fn identity_gate(&self, job: &Job, first: &Record, ev: &mut Evaluation) -> bool {
         let reference = match self.reference_for(job) {
             Ok(r) => r,
@@ -159,14 +169,15 @@ impl Suite<'_> {
                 return false;
             }
         };
-        let outcome = match gate::first_digest_divergence(&reference, first) {
+        let outcome = match gate::first_difference(&reference, first) {
             Err(structure) => Outcome::Fail(structure),
             Ok(None) if steps(first) == 0 => Outcome::Fail("no decode step was compared".to_string()),
             Ok(None) => {
                 Outcome::Pass(format!("{} steps × {} seams bit-identical", steps(first), first.seams_per_step()))
             }
             Ok(Some(mut d)) => {
-                d.element = self.localise(job, &d);
+                let reference = RunSpec::oracle(job.backend, ExpertFormat::E4m3);
+                self.locate(&mut d, first, reference, self.spec(job, None, &[]));
                 let text = format!("first divergence at {}", d.describe());
                 ev.divergence = Some(d);
                 Outcome::Fail(text)
@@ -177,13 +188,13 @@ impl Suite<'_> {
     }
 
     /// Argmax tape, class identity (where the door's gate has it and this run is not the class
-    /// baseline itself) and the error budget. Returns false when the job ended in ERROR.
+    /// baseline itself; located like identity) and the error budget. Returns false when the job
+    /// ended in ERROR.
     fn numeric_gates(
         &self,
         job: &Job,
         oracle: &Record,
         first: &Record,
-        second: &Record,
         (margin_budget, rel_budget, class_identity): (f32, f64, bool),
         ev: &mut Evaluation,
     ) -> bool {
@@ -196,14 +207,24 @@ impl Suite<'_> {
         if class_identity && !job.is_class_baseline() {
             let class = match self.class_baseline(job, oracle) {
                 Err(e) => Outcome::Fail(e),
-                Ok(base) => match gate::first_digest_divergence(&base, first) {
+                Ok(base) => match gate::first_difference(&base, first) {
                     Err(structure) => Outcome::Fail(structure),
                     Ok(None) => Outcome::Pass(format!(
                         "bit-identical to the door's TP{} {} class baseline",
                         job.baseline_tp,
                         job.baseline_transport.name()
                     )),
-                    Ok(Some(d)) => Outcome::Fail(format!("differs from the class baseline first at {}", d.describe())),
+                    Ok(Some(mut d)) => {
+                        let baseline = RunSpec {
+                            tp: job.baseline_tp,
+                            transport: job.baseline_transport,
+                            ..self.spec(job, Some(oracle), &[])
+                        };
+                        self.locate(&mut d, first, baseline, self.spec(job, Some(oracle), &[]));
+                        let text = format!("differs from the class baseline first at {}", d.describe());
+                        ev.divergence = Some(d);
+                        Outcome::Fail(text)
+                    }
                 },
             };
             ev.gates.push(gate_result(Gate::ClassIdentity, &class, Verdict::Fail));
@@ -215,7 +236,7 @@ impl Suite<'_> {
                 return false;
             }
         };
-        let (errors, flips) = gate::error_budget(&captured, second);
+        let (errors, flips) = gate::error_budget(&captured, first);
         let worst = errors.iter().map(|e| e.max_rel).fold(0.0f64, f64::max);
         let bitwise = errors.iter().all(|e| e.max_ulp == 0);
         let outcome =
@@ -232,42 +253,5 @@ impl Suite<'_> {
         ev.gates.push(gate_result(Gate::ErrorBudget, &outcome, Verdict::Fail));
         ev.errors = errors;
         true
-    }
-
-    /// Re-run the job with a full capture of the divergent seam and compare it with the
-    /// reference's capture (the reference run captures every seam of that step once, kept for
-    /// every other job that diverges there).
-    fn localise(&self, job: &Job, d: &FirstDivergence) -> Option<gate::Element> {
-        let key = d.key();
-        let reference = self.localise_reference(job.backend, d.prompt, d.step)?;
-        let run = self
-            .run_as(
-                Phase::Run,
-                RunSpec {
-                    backend: job.backend,
-                    tp: job.tp,
-                    transport: job.transport,
-                    doors: job.doors,
-                    format: ExpertFormat::E4m3,
-                    forced: None,
-                    capture: vec![key],
-                },
-            )
-            .ok()?;
-        gate::localise(reference.captures.get(&key)?, run.captures.get(&key)?)
-    }
-
-    /// The reference run of `backend` (TP1 host-bounce, defaults) with every seam of (prompt,
-    /// step) captured, computed once.
-    fn localise_reference(&self, backend: BackendKind, prompt: usize, step: usize) -> Option<Record> {
-        let mut refs = self.localise_refs.lock().expect("localisation lock");
-        refs.entry((backend, prompt, step))
-            .or_insert_with(|| {
-                let mut spec = RunSpec::oracle(backend, ExpertFormat::E4m3);
-                spec.capture =
-                    gate::all_keys_of_prompt(&self.oracle, prompt).into_iter().filter(|k| k.step == step).collect();
-                self.run_as(Phase::Oracle, spec).ok()
-            })
-            .clone()
     }
 }

@@ -1,29 +1,41 @@
 //! Running jobs through the gates (docs/DESIGN.md §4.2, §5): the oracles and caches one plan
-//! shares ([`Suite`]), how one job is evaluated (`evaluate`), how a list of jobs is scheduled
-//! over workers with resume and progress (`schedule`), and where the time goes (`phases`).
+//! shares ([`Suite`]), how one job is evaluated (`evaluate`), and how a list of jobs is
+//! scheduled over workers with resume and progress (`schedule`). The gates that need runs of
+//! their own live beside: the census baselines of engagement (`census`), the localisation of a
+//! failure (`locate`), the byte-integrity probe (`probe`) and the f64 reference check, once per
+//! model and battery (`reference`); where the time goes is `phases`.
 //!
 //! Nothing is computed twice per plan: every reference record (the host oracle, the CUDA TP1
-//! baseline, NVFP4 and captured oracles, class baselines, localisation references) is computed
-//! once and kept, and every run goes through the subject's pool of prepared backends.
+//! baseline, NVFP4 and captured oracles, class and census baselines, the f64 reference check) is
+//! computed once and kept, a class baseline job's own run serves as its class's baseline, and
+//! every run of the built-in runtime goes through its pool of prepared backends.
 //!
 //! A job arrives resolved against the registry (`crate::job`), so nothing here reads doors.toml.
+//! The jobs run on a `&dyn` [`Subject`]; the oracles always run on the built-in runtime
+//! ([`Builtin`]), whatever the subject under test is (docs/DESIGN.md §10).
 
+mod census;
 mod evaluate;
+mod locate;
 mod phases;
+mod probe;
+mod reference;
 mod schedule;
+mod shape_rules;
 
 pub use phases::{Phase, PhaseTimes};
+pub use probe::probe_sizes;
 pub use schedule::{clock, Progress, SuiteRun, WriteFailure};
 
 use crate::gate;
 use crate::job::Job;
 use crate::receipt::{self, Evaluation};
-use crate::subject::{RunSpec, Subject};
+use crate::subject::{Builtin, RunSpec, Subject, SubjectError};
 use memra_receipts::schema as rs;
 use memra_receipts::Receipt;
-use memra_runtime::backend::{open, BackendKind, ProbeResult, PROBE_SIZES_BYTES};
+use memra_runtime::backend::{BackendKind, ProbeResult};
 use memra_runtime::record::Record;
-use memra_runtime::{DoorSet, ExpertFormat, RuntimeError, Transport};
+use memra_runtime::{ExpertFormat, RuntimeError, Transport};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -46,41 +58,40 @@ pub struct SuiteOptions {
 
 /// The oracles and caches shared by every job of one suite.
 pub struct Suite<'a> {
-    subject: &'a Subject,
+    /// The built-in runtime on the plan's model and battery: every oracle runs here.
+    runtime: &'a Builtin,
+    /// What the jobs run on (the built-in runtime itself, or an external subject).
+    subject: &'a dyn Subject,
     opts: SuiteOptions,
     /// TP1, host-bounce, every door at default, host backend.
     oracle: Record,
     /// The CUDA TP1 host-bounce default run, when any job runs on CUDA.
     cuda_baseline: Mutex<Option<Result<Record, String>>>,
-    /// NUMERIC-CLASS class baselines: (doors, backend) → TP1 host-bounce teacher-forced record.
-    class_baselines: Mutex<HashMap<(DoorSet, BackendKind), Result<Record, String>>>,
+    /// NUMERIC-CLASS class baselines: (door variables, backend) → the door set's teacher-forced
+    /// record at its baseline TP and transport.
+    class_baselines: Mutex<HashMap<ClassKey, Result<Record, String>>>,
     /// The oracle with full captures of prompt 0 (error budgets), per expert format.
     oracle_captured: Mutex<HashMap<ExpertFormat, Record>>,
     /// The canonical program on NVFP4 expert banks (the oracle of NVFP4 doors).
     nvfp4_oracle: Mutex<Option<Result<Record, String>>>,
-    /// The byte-integrity probe per (backend, TP), run once before the first native-P2P job.
+    /// The byte-integrity probe per (backend, TP, transport), run once before the first job
+    /// over that transport at that TP size.
     probes: Mutex<ProbeCache>,
-    /// Localisation references: (backend, prompt, step) → the reference run with every seam of
-    /// that step captured.
-    localise_refs: Mutex<HashMap<(BackendKind, usize, usize), Option<Record>>>,
+    /// Census of each configuration with a door off (`census`).
+    census_baselines: Mutex<HashMap<census::BaselineKey, Result<memra_runtime::backend::census::Census, String>>>,
+    /// The f64 reference check of the oracle record, once per suite (`reference`).
+    reference: Mutex<Option<gate::Outcome>>,
     /// Milliseconds the host oracle took (receipts' `phase_plan_oracle_ms`).
     oracle_ms: f64,
     /// What each worker is doing, and the phase times of its job.
     activities: phases::Activities,
 }
 
-/// Probe results per (backend, TP size).
-type ProbeCache = HashMap<(BackendKind, usize), Result<Vec<ProbeResult>, String>>;
+/// A class baseline's key: the door variables of the set, and the backend.
+type ClassKey = (Vec<String>, BackendKind);
 
-/// Probe sizes: docs/DESIGN.md §3.5's ladder on devices; on the host backend the 64 MiB rung is
-/// left out (arena-to-arena copies are plain memcpy, and 56 ordered pairs × 64 MiB would dominate
-/// a CI run) — the receipt lists exactly the sizes probed.
-pub fn probe_sizes(backend: BackendKind) -> &'static [usize] {
-    match backend {
-        BackendKind::Cuda => &PROBE_SIZES_BYTES,
-        BackendKind::Host => &PROBE_SIZES_BYTES[..3],
-    }
-}
+/// Probe results per (backend, TP size, transport).
+type ProbeCache = HashMap<(BackendKind, usize, Transport), Result<Vec<ProbeResult>, String>>;
 
 /// The expert format a job's doors imply (NVFP4_EP2 runs on NVFP4 banks).
 fn format_of(job: &Job) -> ExpertFormat {
@@ -92,13 +103,13 @@ fn format_of(job: &Job) -> ExpertFormat {
 }
 
 impl<'a> Suite<'a> {
-    /// Build the suite: computes the host oracle once.
-    pub fn new(subject: &'a Subject, opts: SuiteOptions) -> Result<Suite<'a>, RuntimeError> {
+    /// Build the suite: computes the host oracle once, on the built-in runtime.
+    pub fn new(runtime: &'a Builtin, subject: &'a dyn Subject, opts: SuiteOptions) -> Result<Suite<'a>, RuntimeError> {
         if opts.progress != Progress::Off {
             eprintln!("memra-gates: oracle: host TP1 host-bounce, every door at default …");
         }
         let t = std::time::Instant::now();
-        let (oracle, times) = subject.run_timed(RunSpec::oracle(BackendKind::Host, ExpertFormat::E4m3), &|_| {})?;
+        let (oracle, times) = runtime.run_timed(RunSpec::oracle(BackendKind::Host, ExpertFormat::E4m3), &|_| {})?;
         let oracle_ms = t.elapsed().as_secs_f64() * 1e3;
         if opts.progress != Progress::Off {
             eprintln!(
@@ -109,9 +120,9 @@ impl<'a> Suite<'a> {
             );
         }
         Ok(Suite {
-            localise_refs: Mutex::new(HashMap::new()),
             oracle_ms,
             activities: phases::Activities::default(),
+            runtime,
             subject,
             opts,
             oracle,
@@ -120,6 +131,8 @@ impl<'a> Suite<'a> {
             oracle_captured: Mutex::new(HashMap::new()),
             nvfp4_oracle: Mutex::new(None),
             probes: Mutex::new(HashMap::new()),
+            census_baselines: Mutex::new(HashMap::new()),
+            reference: Mutex::new(None),
         })
     }
 
@@ -127,10 +140,15 @@ impl<'a> Suite<'a> {
         &self.oracle
     }
 
+    /// The coverage paths the subject's model claims (`memra_runtime::model::edge::claims_of`).
+    pub fn claims(&self) -> Vec<String> {
+        memra_runtime::model::edge::claims_of(&self.runtime.model.config.preset).iter().map(|s| s.to_string()).collect()
+    }
+
     fn cuda_baseline(&self) -> Result<Record, String> {
         let mut slot = self.cuda_baseline.lock().expect("cuda baseline lock");
         slot.get_or_insert_with(|| {
-            self.run_as(Phase::Oracle, RunSpec::oracle(BackendKind::Cuda, ExpertFormat::E4m3))
+            self.subject_as(Phase::Oracle, RunSpec::oracle(BackendKind::Cuda, ExpertFormat::E4m3))
                 .map_err(|e| e.to_string())
         })
         .clone()
@@ -144,7 +162,7 @@ impl<'a> Suite<'a> {
             ExpertFormat::Nvfp4 => {
                 let mut slot = self.nvfp4_oracle.lock().expect("nvfp4 oracle lock");
                 slot.get_or_insert_with(|| {
-                    self.run_as(Phase::Oracle, RunSpec::oracle(BackendKind::Host, ExpertFormat::Nvfp4))
+                    self.runtime_as(Phase::Oracle, RunSpec::oracle(BackendKind::Host, ExpertFormat::Nvfp4))
                         .map_err(|e| e.to_string())
                 })
                 .clone()
@@ -152,54 +170,68 @@ impl<'a> Suite<'a> {
         }
     }
 
+    /// The class baselines' key of `job`'s door set.
+    fn class_key(job: &Job) -> ClassKey {
+        (job.doors_env.keys().cloned().collect(), job.backend)
+    }
+
     fn class_baseline(&self, job: &Job, oracle: &Record) -> Result<Record, String> {
-        let key = (job.doors, job.backend);
+        let key = Self::class_key(job);
         if let Some(r) = self.class_baselines.lock().expect("baseline lock").get(&key) {
             return r.clone();
         }
-        let r = self.run_as(Phase::Oracle, Self::class_baseline_spec(job, oracle)).map_err(|e| e.to_string());
-        self.class_baselines.lock().expect("baseline lock").insert(key, r.clone());
-        r
-    }
-
-    /// The run that is the class baseline of `job`'s door set (teacher-forced by `oracle`).
-    fn class_baseline_spec<'r>(job: &Job, oracle: &'r Record) -> RunSpec<'r> {
-        RunSpec {
+        let spec = RunSpec {
             backend: job.backend,
             tp: job.baseline_tp,
             transport: job.baseline_transport,
             doors: job.doors,
+            door_vars: job.doors_env.clone(),
             format: format_of(job),
             forced: Some(oracle),
             capture: vec![],
-        }
+        };
+        let r = self.subject_as(Phase::Oracle, spec).map_err(|e| e.to_string());
+        self.class_baselines.lock().expect("baseline lock").insert(key, r.clone());
+        r
     }
 
     /// A class baseline job's own first run IS the class baseline (the same configuration, forced
-    /// by the same oracle): kept, so the other jobs of its class do not run it again. (The
-    /// baseline job gets no class-identity gate, so nothing compares the record with itself.)
+    /// by the same oracle; its prompt-0 captures change no digest): kept, so the other jobs of its
+    /// class do not run it again. (The baseline job gets no class-identity gate, so nothing
+    /// compares the record with itself.)
     fn keep_class_baseline(&self, job: &Job, first: &Record) {
         if job.is_class_baseline() {
-            self.class_baselines
-                .lock()
-                .expect("baseline lock")
-                .entry((job.doors, job.backend))
-                .or_insert_with(|| Ok(first.clone()));
+            self.class_baselines.lock().expect("baseline lock").entry(Self::class_key(job)).or_insert_with(|| {
+                let mut r = first.clone();
+                r.captures.clear();
+                Ok(r)
+            });
         }
     }
 
-    /// Run `spec` on the subject with this thread's job in `phase` (upload while the pool places
-    /// weights).
-    fn run_as(&self, phase: Phase, spec: RunSpec) -> Result<Record, RuntimeError> {
+    /// Run `spec` on the subject under test with this thread's job in `phase` (in the upload
+    /// phase while a prepared backend is being made).
+    fn subject_as(&self, phase: Phase, spec: RunSpec) -> Result<Record, SubjectError> {
+        self.in_phase(phase, |uploading| self.subject.run_observed(spec, uploading))
+    }
+
+    /// Run `spec` on the built-in runtime (the oracles) with this thread's job in `phase`.
+    fn runtime_as(&self, phase: Phase, spec: RunSpec) -> Result<Record, RuntimeError> {
+        self.in_phase(phase, |uploading| self.runtime.run_timed(spec, uploading).map(|(r, _)| r))
+    }
+
+    /// `f` with this thread's job in `phase` (upload while `f` says it uploads), then back in the
+    /// phase it was in.
+    fn in_phase<T>(&self, phase: Phase, f: impl FnOnce(&dyn Fn(bool)) -> T) -> T {
         let before = self.activities.enter(phase);
         let acts = &self.activities;
-        let r = self.subject.run_timed(spec, &|uploading| {
+        let r = f(&|uploading| {
             acts.enter(if uploading { Phase::Upload } else { phase });
         });
         if let Some(p) = before {
             self.activities.enter(p);
         }
-        r.map(|(record, _)| record)
+        r
     }
 
     fn oracle_captured(&self, format: ExpertFormat) -> Result<Record, RuntimeError> {
@@ -209,7 +241,7 @@ impl<'a> Suite<'a> {
         }
         let mut spec = RunSpec::oracle(BackendKind::Host, format);
         spec.capture = gate::all_keys_of_prompt(&self.oracle, 0);
-        let r = self.run_as(Phase::Oracle, spec)?;
+        let r = self.runtime_as(Phase::Oracle, spec)?;
         slot.insert(format, r.clone());
         Ok(r)
     }
@@ -222,29 +254,9 @@ impl<'a> Suite<'a> {
         }
     }
 
-    fn probe(&self, backend: BackendKind, tp: usize) -> Result<Vec<ProbeResult>, String> {
-        let before = self.activities.enter(Phase::Probe);
-        let r = self.probe_once(backend, tp);
-        if let Some(p) = before {
-            self.activities.enter(p);
-        }
-        r
-    }
-
-    fn probe_once(&self, backend: BackendKind, tp: usize) -> Result<Vec<ProbeResult>, String> {
-        let mut probes = self.probes.lock().expect("probe lock");
-        probes
-            .entry((backend, tp))
-            .or_insert_with(|| {
-                let mut b = open(backend, tp).map_err(|e| e.to_string())?;
-                b.probe(Transport::NativeP2p, probe_sizes(backend)).map_err(|e| e.to_string())
-            })
-            .clone()
-    }
-
     /// The evidence of a job's configuration (its run identity).
     pub fn config_evidence(&self, job: &Job) -> rs::RunConfigEvidence {
-        receipt::config_evidence(job, &self.subject.model_evidence, &self.subject.battery)
+        receipt::config_evidence(job, &self.runtime.model_evidence, &self.runtime.battery)
     }
 
     fn receipt(
@@ -255,9 +267,10 @@ impl<'a> Suite<'a> {
         wall_ms: f64,
         times: Option<PhaseTimes>,
     ) -> Receipt {
-        let s = self.subject;
+        let s = self.runtime;
         let mut r = receipt::build_receipt(
             &self.opts.kernel_digest,
+            self.subject.version(),
             job,
             &s.model_evidence,
             &s.battery,
@@ -265,7 +278,8 @@ impl<'a> Suite<'a> {
             started_at_unix_ms,
             wall_ms,
         );
-        // Where the time went: the plan's one-off work, and this job's phases (jobs that ran).
+        // Where the time went (volatile measurements, never evidence): the plan's one-off work,
+        // and this job's phases (jobs that ran).
         let extra = &mut r.measurements.extra;
         extra.insert(Phase::Generate.key(), self.opts.generate_ms);
         extra.insert("phase_plan_oracle_ms".into(), self.oracle_ms);

@@ -84,13 +84,14 @@ fn describe_now(n: &super::phases::Now) -> String {
 }
 
 /// The order jobs run in: grouped by backend, TP, the doors that decide the stored weights and
-/// the backend options (stable, so job order is kept inside a group).
+/// the backend options, smaller door sets first inside a group (a job's gated run is the census
+/// baseline of its supersets); stable, so job order is kept otherwise.
 fn run_order(jobs: &[Job]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&i| {
         let j = &jobs[i];
         let d = &j.doors;
-        (j.backend, j.tp, d.f32_mirror, d.w8, d.step_ep, d.nvfp4_ep2, d.rank0_merge)
+        (j.backend, j.tp, d.f32_mirror, d.w8, d.step_ep, d.nvfp4_ep2, d.rank0_merge, j.doors_env.len())
     });
     order
 }

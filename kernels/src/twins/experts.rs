@@ -76,9 +76,19 @@ pub fn gate_up_act(
     limit: Option<f32>,
     act: &mut [f32],
 ) {
+    let (g, u) = gate_up_rows(gate, up, x, scales);
+    assert_eq!(act.len(), g.len(), "gate_up_act: act has {} values, the expert {} rows", act.len(), g.len());
+    for ((a, &gv), &uv) in act.iter_mut().zip(&g).zip(&u) {
+        *a = swiglu_c(gv, uv, limit);
+    }
+}
+
+/// The first half of [`gate_up_act`]: the gate and up rows `(g, u)` of one expert, NVFP4
+/// per-matrix scales applied once after each fold — the SwiGLU's operands, so a caller can see
+/// which clamps they reach before applying `swiglu_c`.
+pub fn gate_up_rows(gate: &MatrixView, up: &MatrixView, x: &[f32], scales: Option<(f32, f32)>) -> (Vec<f32>, Vec<f32>) {
     let rows = gate.out_features;
     assert_eq!(up.out_features, rows, "gate_up_act: gate has {rows} rows, up {}", up.out_features);
-    assert_eq!(act.len(), rows, "gate_up_act: act has {} values, the expert {rows} rows", act.len());
     let (mut g, mut u) = (vec![0.0f32; rows], vec![0.0f32; rows]);
     gemv_rows(gate, x, &mut g);
     gemv_rows(up, x, &mut u);
@@ -90,9 +100,7 @@ pub fn gate_up_act(
             *v = *v * su;
         }
     }
-    for ((a, &gv), &uv) in act.iter_mut().zip(&g).zip(&u) {
-        *a = swiglu_c(gv, uv, limit);
-    }
+    (g, u)
 }
 
 /// Canonical fold of one slot's `n_parts` partial vectors (`[part][width]`) from +0.0 in part

@@ -268,6 +268,28 @@ fn partial(m: &MatrixView, luts: &Luts, r: usize, k: usize, x: &[f32]) -> f32 {
     }
 }
 
+/// The value row `r`, column `c` of the view contributes to its in-block dot product: BF16
+/// widened, F32 as is, E4M3 `decode(code)` (its block scale multiplies the block's dot, so it is
+/// left out), NVFP4 `e2m1 · ue4m3`. Every product of a dot is `weight_value(r, c) * x[c]`, so a
+/// caller can see which dots consist of −0.0 products only (the signed-zero path: the +0.0 start
+/// of every canonical sum decides the sign of such a dot, docs/DESIGN.md §3.4).
+///
+/// Panics on an index outside the view.
+pub fn weight_value(m: &MatrixView, r: usize, c: usize) -> f32 {
+    assert!(r < m.out_features && c < m.in_features, "weight_value: ({r}, {c}) outside the view");
+    let e = r * m.in_features + c;
+    let luts = luts();
+    match m.w {
+        WeightRef::F32(v) => v[e],
+        WeightRef::Bf16(b) => bf16_to_f32(b[e]),
+        WeightRef::E4m3 { codes, .. } => luts.e4m3[codes[e] as usize],
+        WeightRef::Nvfp4 { packed, scales } => {
+            let nib = (packed[e / 2] >> ((e & 1) * 4)) & 0xF;
+            luts.e2m1[nib as usize] * luts.ue4m3[scales[e / NVFP4_GROUP] as usize]
+        }
+    }
+}
+
 /// Partials of every row of the view over each of its K-blocks: `out[k * rows + r]` for
 /// k in 0..in/kblock_width, `x.len() == view.in_features`.
 ///

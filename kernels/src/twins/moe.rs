@@ -41,6 +41,20 @@ pub fn router_topk_device_variant(
     route(logits, bias, k, normalize, scaling, sigmoid_device_variant, TieBreak::HigherId)
 }
 
+/// The arithmetic of the CANARY `MEMRA_CANARY_TIE_BREAK` (a planted defect, run by the host
+/// backend only): exactly [`router_topk`] except that exact key ties go to the HIGHER expert id.
+/// It differs from the canonical router only on a step with an exact tie that decides a slot, so
+/// a battery without such ties cannot tell the two apart.
+pub fn router_topk_ties_high(
+    logits: &[f32],
+    bias: &[f32],
+    k: usize,
+    normalize: bool,
+    scaling: f32,
+) -> (Vec<u32>, Vec<f32>) {
+    route(logits, bias, k, normalize, scaling, sigmoid_c, TieBreak::HigherId)
+}
+
 /// Sigmoid of the DEV_ROUTER variant, written through the tanh identity
 /// `sigmoid(x) = 0.5 · (1 + tanh(x/2))` with `tanh(x/2) = (1 − E) / (1 + E)`, `E = exp_c(−x)`,
 /// for x ≥ 0; for x < 0 (where `1 + tanh` would cancel) `e / (1 + e)` with `e = exp_c(x)`.

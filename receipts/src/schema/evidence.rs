@@ -27,14 +27,31 @@ pub struct Evidence {
     /// `"oproj_direct.peer_stores"`): how many times the door's mechanism ran. Older spellings
     /// `"MEMRA_X"` / `"MEMRA_X@seam"` are also accepted by readers.
     /// (per seam it touches). A door counts as engaged when any of its counters is > 0.
+    /// Call-site counters: detail, they decide nothing (the census does).
     pub engaged: BTreeMap<String, u64>,
+    /// The census of the gated run: what the backend carried out, counted where it called the
+    /// driver or its host arena (`"launch.<kernel>"`, `"copy.<transport>.<bytes>"`,
+    /// `"peer_store.<kernel>"`, …; `memra_runtime::backend::census`). The engagement gate
+    /// compares it with the census of the same configuration with each door off. Empty in
+    /// receipts read from schema version 1.
+    pub census: BTreeMap<String, u64>,
+    /// Coverage of the special paths of docs/DESIGN.md §3.2 by this run's model and battery, as
+    /// the host oracle counted them (`memra_runtime::backend::coverage`): path → count and the
+    /// first place reached. Empty when no coverage was counted (and in version 1 receipts).
+    pub coverage: BTreeMap<String, CoverageCount>,
+    /// The paths the model claims its battery reaches (the coverage gate checks each), sorted.
+    pub claims: Vec<String>,
+    /// Where the run's canary planted its defect, when the place is chosen per run (the flip
+    /// canary's seeded element).
+    #[serde(deserialize_with = "required")]
+    pub planted: Option<Planted>,
     /// The first place this run differed from its reference, if it did (docs/DESIGN.md §4.2).
     #[serde(deserialize_with = "required")]
     pub first_divergence: Option<Divergence>,
     pub digests: SeamDigests,
     /// Token tape: `tokens[prompt][step]`, the argmax token of each decode step.
     pub tokens: Vec<Vec<u32>>,
-    /// [`token_tape_digest`] of `tokens`; the reader checks that they agree.
+    /// [`token_tape_digest`](crate::identity::token_tape_digest) of `tokens`; the reader checks that they agree.
     pub token_tape_digest: String,
     /// Per-seam error against the oracle (NUMERIC-CLASS doors; empty otherwise).
     pub error_budget: Vec<SeamError>,
@@ -45,14 +62,14 @@ pub struct Evidence {
     pub performance: Option<PerformanceClaim>,
 }
 
-/// The configuration of a run: the input of [`run_id`]. Nothing volatile may go here.
+/// The configuration of a run: the input of [`run_id`](crate::identity::run_id). Nothing volatile may go here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfigEvidence {
     /// What ran: `"memra-runtime"` for the built-in runtime, or an external engine's name (docs/DESIGN.md §10).
     pub subject: String,
     pub backend: Backend,
-    /// Tensor-parallel size, one of [`TP_SIZES`].
+    /// Tensor-parallel size, one of [`TP_SIZES`](crate::schema::TP_SIZES).
     pub tp: usize,
     pub transport: Transport,
     /// Doors set explicitly for this run: environment variable → on (`true`) / off (`false`).
@@ -69,7 +86,7 @@ impl RunConfigEvidence {
     /// Human-readable run name used in tables, JUnit and CSV:
     /// `"<subject>/<preset> <backend> tp<N> <transport> <doors>"`, where doors are `+NAME` (on) and
     /// `-NAME` (off) without the `MEMRA_` prefix, in key order, or `defaults` when none is set.
-    /// Not unique by itself (the oracle and digests are not in it); [`run_id`] is.
+    /// Not unique by itself (the oracle and digests are not in it); [`run_id`](crate::identity::run_id) is.
     pub fn label(&self) -> String {
         let doors = if self.doors.is_empty() {
             "defaults".to_string()
@@ -150,6 +167,13 @@ pub struct BuildEvidence {
     pub kernel_source_digest: String,
     /// NVRTC options in the order they were passed; empty on the host backend.
     pub nvrtc_options: Vec<String>,
+    /// The version of the subject that produced the numbers (docs/DESIGN.md §10): the built-in
+    /// runtime's crate version, or the version an external engine's manifest declares (and its
+    /// tape repeats). Not part of the run identity, so `diff` pairs the runs of two versions of
+    /// one engine. Absent (`None`, not written) in receipts from builds before the subject
+    /// protocol; every receipt written now has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject_version: Option<String>,
 }
 
 /// One gate's outcome.
@@ -184,6 +208,12 @@ pub enum Gate {
     DeviceHost,
     /// The canonical program agrees with the plain f64 reference within its bound (docs/DESIGN.md §3.4).
     Reference,
+    /// Every cross-rank copy's destination equals its source (schema version 2).
+    Copies,
+    /// Every path the model claims was reached by its battery (schema version 2).
+    Coverage,
+    /// The byte-integrity probe of the run's transport found every word (schema version 2).
+    Probe,
 }
 
 impl Gate {
@@ -198,11 +228,17 @@ impl Gate {
             Gate::Determinism => "determinism",
             Gate::DeviceHost => "device_host",
             Gate::Reference => "reference",
+            Gate::Copies => "copies",
+            Gate::Coverage => "coverage",
+            Gate::Probe => "probe",
         }
     }
 }
 
-/// The first element at which a run differed from its reference (docs/DESIGN.md §4.2).
+/// Where a run first differed from its reference (docs/DESIGN.md §4.2): always the prompt, step,
+/// layer and seam (from the digests); the rank whose part differed; and the element when a
+/// re-run with a full capture of that seam reproduced the difference (`reproduced`; when it did
+/// not, the difference depends on timing — a race is likely — and no element is named).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Divergence {
@@ -210,38 +246,93 @@ pub struct Divergence {
     pub step: usize,
     pub layer: usize,
     pub seam: String,
-    /// The rank whose buffer differed, when the seam is rank-local (e.g. `o_proj` partials).
+    /// What differed: the seam's tensor, or a cross-rank copy of it (destination ≠ source).
+    pub at: DivergenceAt,
+    /// The copy's source rank (`at` = `copy` only).
+    #[serde(deserialize_with = "required")]
+    pub src_rank: Option<usize>,
+    /// The rank whose part differed (a copy's destination rank), when the evidence names one.
     #[serde(deserialize_with = "required")]
     pub rank: Option<usize>,
+    /// Whether a re-run with a full capture reproduced the difference; the element fields are
+    /// present exactly when it did.
+    pub reproduced: bool,
     /// Flat element index within the seam's tensor.
-    pub element: u64,
-    /// `"0x"` + 8 lowercase hex digits: the reference's `f32::to_bits()` ([`f32_bits_hex`]).
-    pub oracle_bits: String,
+    #[serde(deserialize_with = "required")]
+    pub element: Option<u64>,
+    /// `"0x"` + 8 lowercase hex digits: the reference's `f32::to_bits()` ([`f32_bits_hex`](crate::identity::f32_bits_hex)).
+    #[serde(deserialize_with = "required")]
+    pub oracle_bits: Option<String>,
     /// Same for the observed value.
-    pub observed_bits: String,
-    /// Distance in units in the last place between the two values (see [`ulp_distance`]).
-    pub ulp: u64,
+    #[serde(deserialize_with = "required")]
+    pub observed_bits: Option<String>,
+    /// Distance in units in the last place between the two values (see [`ulp_distance`](memra_kernels::grid::ulp_distance)).
+    #[serde(deserialize_with = "required")]
+    pub ulp: Option<u64>,
+}
+
+/// What a [`Divergence`] found different.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DivergenceAt {
+    /// The seam's digest.
+    Seam,
+    /// A cross-rank copy of the seam's tensor: its destination's digest differs from its source's.
+    Copy,
 }
 
 impl Divergence {
-    /// One line for tables: `L3.o_join p0 s5 r2 [1234] 0x3f800000→0x3f800001 (1 ulp)`.
+    /// One line for tables: `L3.o_join p0 s5 r2 [1234] 0x3f800000→0x3f800001 (1 ulp)`,
+    /// `L0.attn_norm p0 s0 copy r0→r1`, or `L1.experts p0 s3 r1 (not reproduced: race likely)`.
     pub fn short(&self) -> String {
         let rank = self.rank.map(|r| format!(" r{r}")).unwrap_or_default();
-        format!(
-            "{} p{} s{}{rank} [{}] {}→{} ({} ulp)",
-            seam_column(self.layer, &self.seam),
-            self.prompt,
-            self.step,
-            self.element,
-            self.oracle_bits,
-            self.observed_bits,
-            self.ulp
-        )
+        let place = format!("{} p{} s{}", seam_column(self.layer, &self.seam), self.prompt, self.step);
+        if self.at == DivergenceAt::Copy {
+            let src = self.src_rank.map(|r| format!("r{r}")).unwrap_or_else(|| "?".into());
+            let dst = self.rank.map(|r| format!("r{r}")).unwrap_or_else(|| "?".into());
+            return format!("{place} copy {src}→{dst}");
+        }
+        match (self.element, &self.oracle_bits, &self.observed_bits, self.ulp) {
+            (Some(e), Some(o), Some(b), Some(u)) => format!("{place}{rank} [{e}] {o}→{b} ({u} ulp)"),
+            _ => format!("{place}{rank} (not reproduced: race likely)"),
+        }
     }
 }
 
+/// How often a special path was reached, and the first place (in program order).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoverageCount {
+    pub count: u64,
+    #[serde(deserialize_with = "required")]
+    pub first: Option<SeamPlace>,
+}
+
+/// A place in the program: prompt, step, layer, seam.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeamPlace {
+    pub prompt: usize,
+    pub step: usize,
+    pub layer: usize,
+    pub seam: String,
+}
+
+/// Where a canary planted its defect (the flip canary's seeded element).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Planted {
+    /// The canary's door id.
+    pub canary: String,
+    pub layer: usize,
+    pub seam: String,
+    pub step: usize,
+    /// Flat element index within the seam's tensor.
+    pub element: u64,
+}
+
 /// The layer × seam × token digest table. A digest is order-independent (wrapping sum over
-/// elements of splitmix64 of (element index, f32 bits), docs/DESIGN.md §5), written with [`digest_hex`].
+/// elements of splitmix64 of (element index, f32 bits), docs/DESIGN.md §5), written with [`digest_hex`](crate::identity::digest_hex).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SeamDigests {
@@ -267,7 +358,7 @@ pub struct DigestRow {
 pub struct SeamError {
     pub layer: usize,
     pub seam: String,
-    /// Largest [`ulp_distance`] over all elements and steps.
+    /// Largest [`ulp_distance`](memra_kernels::grid::ulp_distance) over all elements and steps.
     pub max_ulp: u64,
     /// Largest `|observed − oracle| / |oracle|` (elements whose oracle value is 0 count with
     /// `|observed|`); finite.

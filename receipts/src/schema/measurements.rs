@@ -20,7 +20,8 @@ pub struct Measurements {
     /// Device description (name, driver, memory) on the CUDA backend.
     #[serde(deserialize_with = "required")]
     pub device: Option<String>,
-    /// The byte-integrity probe run before native-P2P runs (docs/DESIGN.md §3.5); empty otherwise.
+    /// The byte-integrity probe of the run's transport, run before any run at TP > 1
+    /// (docs/DESIGN.md §3.5); empty otherwise.
     pub p2p_probe: Vec<ProbeEntry>,
     /// Start of the run, milliseconds since the Unix epoch.
     pub started_at_unix_ms: u64,
@@ -113,6 +114,8 @@ impl LatencyStats {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProbeEntry {
+    /// The transport probed (schema version 1 probed native-p2p only).
+    pub transport: super::Transport,
     /// Source device index.
     pub src: usize,
     /// Destination device index.

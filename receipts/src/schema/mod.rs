@@ -1,42 +1,57 @@
-//! The receipt format, schema version 1: the one place that defines what a receipt file contains.
+//! The receipt format, schema version 2: the one place that defines what a receipt file contains.
 //!
 //! A receipt is the durable evidence of one run (one configuration of subject, backend, TP size,
 //! transport and doors, checked against the oracle). Nightly CI, `memra-gates diff`, the plots and
 //! `memra-gates promote` all read receipts written months earlier by other builds, so the format is
-//! defined here once, versioned, published as a JSON Schema (`receipts/schema/receipt-v1.schema.json`,
-//! `receipts/schema/summary-v1.schema.json`) and read strictly: unknown fields, missing fields and
-//! unknown schema versions are errors, never guesses.
+//! defined here once, versioned, published as a JSON Schema (`receipts/schema/receipt-v2.schema.json`,
+//! `receipts/schema/summary-v1.schema.json`; version 1's `receipts/schema/receipt-v1.schema.json`
+//! stays published) and read strictly: unknown fields, missing fields and unknown schema versions
+//! are errors, never guesses. Version 1 receipts are still read (`v1`: converted on reading, and
+//! read-only); this build writes version 2.
 //!
 //! # Shape
 //!
 //! ```text
 //! Receipt                      one file per run: <dir>/run-<run_id>.json
-//! ├─ schema_version            always 1 for this module; readers check it before anything else
+//! ├─ schema_version            2 for what this build writes (1 for a receipt read from version 1)
 //! ├─ kind                      "run" | "performance"
 //! ├─ run_id                    run_id(&evidence.config): 16 hex digits, pairs runs across receipt sets
 //! ├─ evidence                  DETERMINISTIC: the same configuration on the same build gives
 //! │  │                         byte-identical evidence (no clocks, no host names, no timings)
 //! │  ├─ config                 what was asked for (the input of run_id)
-//! │  ├─ build                  what numerics were compiled (kernel digest, NVRTC options)
+//! │  ├─ build                  what numerics were compiled (build digest, NVRTC options)
 //! │  ├─ verdict, reason        PASS | FAIL | VOID | SKIP | NOT-APPLICABLE | ERROR, and why
 //! │  ├─ gates                  one verdict per gate that ran
-//! │  ├─ engaged                engagement counters ("<door_id>.<what>" → count, as named in doors.toml)
+//! │  ├─ engaged                call-site counters ("<door_id>.<what>" → count, as named in doors.toml)
+//! │  ├─ census                 what the backend carried out (v2; the engagement gate's evidence)
+//! │  ├─ coverage, claims       special paths reached by the model and battery, and those it claims (v2)
+//! │  ├─ planted                where a canary planted its defect, when chosen per run (v2)
 //! │  ├─ first_divergence       where the run first differed from its reference, if it did
 //! │  ├─ digests                layer × seam × token digest table
 //! │  ├─ tokens, token_tape_digest
 //! │  ├─ error_budget, near_ties   NUMERIC-CLASS evidence
 //! │  └─ performance            only in "performance" receipts
-//! └─ measurements              VOLATILE: latencies per layer × seam, wall time, host, device, P2P probe
+//! └─ measurements              VOLATILE: latencies per layer × seam, wall time, host, device, byte-integrity probe
 //! ```
 //!
-//! A matrix run also writes one [`Summary`] (`<dir>/summary.json`, kind `"summary"`).
+//! A matrix run also writes one [`Summary`] (`<dir>/summary.json`, kind `"summary"`, its own
+//! schema version [`SUMMARY_SCHEMA_VERSION`]).
+//!
+//! # Version 2 (this build) against version 1
+//!
+//! - `evidence.census`, `evidence.coverage`, `evidence.claims`, `evidence.planted` are new;
+//! - `first_divergence` always names prompt, step, layer and seam, says whether it is a seam or a
+//!   cross-rank copy (`at`, `src_rank`), and names the element only when a capture re-run
+//!   reproduced it (`reproduced`; the element fields are `null` otherwise);
+//! - the gates `copies`, `coverage` and `probe` are new;
+//! - a probe entry names its `transport` (version 1 probed native-p2p only).
 //!
 //! # Conventions
 //!
 //! - Digests and bit patterns are lowercase hex strings: seam digests and `token_tape_digest` are
-//!   exactly 16 digits (a `u64`, see [`digest_hex`]); model, battery and kernel digests are any
+//!   exactly 16 digits (a `u64`, see [`digest_hex`](crate::identity::digest_hex)); model, battery and kernel digests are any
 //!   non-empty even number of digits (e.g. SHA-256); element bit patterns are `"0x"` + 8 digits
-//!   (an `f32`'s `to_bits()`, see [`f32_bits_hex`]).
+//!   (an `f32`'s `to_bits()`, see [`f32_bits_hex`](crate::identity::f32_bits_hex)).
 //! - Every field is always present; an absent optional value is `null`, an empty list is `[]`.
 //! - Indices (`prompt`, `step`, `layer`, `rank`) count from 0. `step` is the index in the prompt's
 //!   token tape (the n-th generated token), in the digest table, the first divergence and near-ties.
@@ -55,20 +70,20 @@
 //!
 //! # Example
 //!
-//! A complete receipt of a TP2 native-P2P run with two doors (`receipts/schema/example-run-v1.json`;
+//! A complete receipt of a TP2 native-P2P run with two doors (`receipts/schema/example-run-v2.json`;
 //! a test checks that it reads strictly, writes back byte-identically and validates against the
 //! published JSON Schema):
 //!
 //! ```json
-#![doc = include_str!("../../schema/example-run-v1.json")]
+#![doc = include_str!("../../schema/example-run-v2.json")]
 //! ```
 //!
 //! Reading and checking it:
 //!
 //! ```
 //! use memra_receipts::{json, Verdict};
-//! let text = include_str!("../../schema/example-run-v1.json");
-//! let receipt = json::parse_receipt(text.as_bytes(), "example-run-v1.json".as_ref()).unwrap();
+//! let text = include_str!("../../schema/example-run-v2.json");
+//! let receipt = json::parse_receipt(text.as_bytes(), "example-run-v2.json".as_ref()).unwrap();
 //! assert_eq!(receipt.evidence.verdict, Verdict::Pass);
 //! assert_eq!(receipt.run_id, memra_receipts::run_id(&receipt.evidence.config));
 //! assert_eq!(json::to_canonical_json(&receipt).unwrap(), text);
@@ -81,13 +96,21 @@ use serde::{Deserialize, Deserializer, Serialize};
 mod evidence;
 mod measurements;
 mod summary;
+pub(crate) mod v1;
 
 pub use evidence::*;
 pub use measurements::*;
 pub use summary::*;
 
-/// The schema version this module defines, and the only one this build reads.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The receipt schema version this module defines and this build writes.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The receipt schema versions this build reads: version 1 receipts are converted on reading
+/// (`v1`) and are read-only.
+pub const READ_VERSIONS: [u32; 2] = [1, 2];
+
+/// The schema version of matrix summaries (their shape is unchanged since version 1).
+pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
 
 /// The TP sizes a run may have (docs/DESIGN.md §3.4): the canonical grid's, defined once.
 pub use memra_kernels::grid::TP_SIZES;
@@ -110,10 +133,10 @@ where
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Receipt {
-    /// Always [`SCHEMA_VERSION`].
+    /// [`SCHEMA_VERSION`] for what this build writes; 1 for a receipt read from version 1.
     pub schema_version: u32,
     pub kind: ReceiptKind,
-    /// [`run_id`] of `evidence.config`; the reader checks that they agree.
+    /// [`run_id`](crate::identity::run_id) of `evidence.config`; the reader checks that they agree.
     pub run_id: String,
     pub evidence: Evidence,
     pub measurements: Measurements,

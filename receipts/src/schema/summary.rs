@@ -5,13 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::{required, Divergence, Receipt, Verdict, SCHEMA_VERSION};
+use super::{required, Divergence, Receipt, Verdict, SUMMARY_SCHEMA_VERSION};
 
 /// The summary a matrix run writes beside its receipts (`summary.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Summary {
-    /// Always [`SCHEMA_VERSION`].
+    /// Always [`SUMMARY_SCHEMA_VERSION`].
     pub schema_version: u32,
     pub kind: SummaryKind,
     /// Matrix name as given on the command line (`"all"`, `"smoke"`).
@@ -129,7 +129,7 @@ impl Summary {
         rows.sort_by(|a, b| a.run_id.cmp(&b.run_id));
         let verdicts: Vec<Verdict> = rows.iter().map(|r| r.verdict).collect();
         Summary {
-            schema_version: SCHEMA_VERSION,
+            schema_version: SUMMARY_SCHEMA_VERSION,
             kind: SummaryKind::Summary,
             matrix: matrix.into(),
             counts: VerdictCounts::tally(verdicts.iter().copied()),

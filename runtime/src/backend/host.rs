@@ -10,6 +10,9 @@
 //! No deadlock is possible: every receive waits for a send that was queued earlier in the single
 //! issue order of the driver thread, and a send never waits.
 
+use super::census::{kernel_of, shard_format, Census, CensusCounter};
+use super::coverage::{self, Coverage, SeamPoint};
+use super::defect::{self, TwinDefect};
 use super::host_rows;
 use super::{
     Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, ProbeResult, RowOrder, Slice, WeightId,
@@ -32,6 +35,18 @@ struct Arena {
     groups: Vec<(usize, Vec<Option<GroupEntry>>)>,
     marks_ns: Vec<u64>,
     epoch: Instant,
+    /// Coverage counters of the ops this rank ran (`coverage`), and the E4M3 code statistics of
+    /// each weight, computed on first use.
+    coverage: Coverage,
+    code_stats: Vec<Option<(u64, u64, u64)>>,
+}
+
+/// What an op's execution observes besides its operands: where the program was when it was
+/// issued (coverage's first places) and the planted twin defect, if any.
+#[derive(Debug, Clone, Copy)]
+struct Observe {
+    at: Option<SeamPoint>,
+    defect: Option<TwinDefect>,
 }
 
 type Command = Box<dyn FnOnce(&mut Arena) + Send>;
@@ -41,8 +56,15 @@ struct RankWorker {
     thread: Option<JoinHandle<()>>,
     /// Driver-side copy of buffer lengths, so slices are checked before anything is queued.
     buf_lens: Vec<usize>,
-    n_weights: usize,
-    n_groups: usize,
+    /// Driver-side storage names of the rank's weights and expert groups (census kernel names).
+    weight_formats: Vec<&'static str>,
+    group_formats: Vec<&'static str>,
+}
+
+impl RankWorker {
+    fn n_weights(&self) -> usize {
+        self.weight_formats.len()
+    }
 }
 
 /// CPU ranks as threads with private arenas.
@@ -55,6 +77,13 @@ pub struct HostBackend {
     staging_pool: Arc<Mutex<Vec<Vec<f32>>>>,
     digests: Arc<Mutex<Vec<u64>>>,
     n_tickets: usize,
+    /// What was issued (the census), where the program is, and the planted defect.
+    census: CensusCounter,
+    position: Option<SeamPoint>,
+    defect: Option<TwinDefect>,
+    /// Fault injection ([`HostBackend::corrupt_copies_up_to`]): cross-rank copies of at most this
+    /// many bytes arrive with the lowest bit of their first element flipped.
+    corrupt_up_to_bytes: usize,
 }
 
 impl HostBackend {
@@ -72,6 +101,8 @@ impl HostBackend {
                         groups: Vec::new(),
                         marks_ns: Vec::new(),
                         epoch: Instant::now(),
+                        coverage: coverage::empty(),
+                        code_stats: Vec::new(),
                     };
                     for cmd in rx {
                         cmd(&mut arena);
@@ -82,8 +113,8 @@ impl HostBackend {
                 queue: Some(tx),
                 thread: Some(thread),
                 buf_lens: Vec::new(),
-                n_weights: 0,
-                n_groups: 0,
+                weight_formats: Vec::new(),
+                group_formats: Vec::new(),
             });
         }
         Ok(HostBackend {
@@ -93,6 +124,10 @@ impl HostBackend {
             staging_pool: Arc::new(Mutex::new(Vec::new())),
             digests: Arc::new(Mutex::new(Vec::new())),
             n_tickets: 0,
+            census: CensusCounter::new(n_ranks),
+            position: None,
+            defect: None,
+            corrupt_up_to_bytes: 0,
         })
     }
 
@@ -136,16 +171,16 @@ impl HostBackend {
             self.check_slice(at, s, name)?;
         }
         match op {
-            Op::GemvRows { w, .. } | Op::GemvPartials { w, .. } if *w as usize >= self.ranks[rank].n_weights => {
+            Op::GemvRows { w, .. } | Op::GemvPartials { w, .. } if *w as usize >= self.ranks[rank].n_weights() => {
                 Err(RuntimeError::Config(format!("{name}: weight {w} does not exist on rank {rank}")))
             }
-            Op::GemvRowsBatch { items, .. } if items.iter().any(|i| i.0 as usize >= self.ranks[rank].n_weights) => {
+            Op::GemvRowsBatch { items, .. } if items.iter().any(|i| i.0 as usize >= self.ranks[rank].n_weights()) => {
                 Err(RuntimeError::Config(format!("{name}: a weight of {items:?} does not exist on rank {rank}")))
             }
             Op::ExpertGateUp { group, .. }
             | Op::ExpertDown { group, .. }
             | Op::FoldSlots { scales: Some(group), .. }
-                if *group as usize >= self.ranks[rank].n_groups =>
+                if *group as usize >= self.ranks[rank].group_formats.len() =>
             {
                 Err(RuntimeError::Config(format!("{name}: expert group {group} does not exist on rank {rank}")))
             }
@@ -160,6 +195,39 @@ impl HostBackend {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Fault injection: from now on every cross-rank copy of at most `bytes` bytes arrives with the
+    /// lowest bit of its first element flipped — a transport that breaks small payloads (route
+    /// ids, one rank's share of a row) while every large copy is intact. 0 turns it off.
+    pub fn corrupt_copies_up_to(&mut self, bytes: usize) {
+        self.corrupt_up_to_bytes = bytes;
+    }
+
+    /// The census name of `op`'s kernel on `rank` (checked ops only).
+    fn kernel(&self, rank: usize, op: &Op) -> String {
+        let w = &self.ranks[rank];
+        kernel_of(
+            op,
+            |id| w.weight_formats.get(id as usize).copied().unwrap_or("unknown"),
+            |g| w.group_formats.get(g as usize).copied().unwrap_or("unknown"),
+        )
+    }
+
+    /// The planted defect as it applies to `op` (counted in the census when it does).
+    fn defect_for(&mut self, op: &Op) -> Option<TwinDefect> {
+        let d = self.defect?;
+        let applies = match d {
+            TwinDefect::RouterTiesToHigherId => matches!(op, Op::Router { device_variant: false, .. }),
+            TwinDefect::SumsFromNegativeZero => {
+                matches!(op, Op::GemvRows { .. } | Op::GemvRowsBatch { .. } | Op::GemvPartials { .. } | Op::Fold { .. })
+            }
+            TwinDefect::SiluUnclamped => matches!(op, Op::ExpertGateUp { .. }),
+        };
+        if applies {
+            self.census.mechanism(&format!("defect.{}", d.name()), 1);
+        }
+        applies.then_some(d)
     }
 
     /// Wait until every rank has executed everything queued so far.
@@ -316,26 +384,63 @@ fn slot_weights(
         .unwrap_or(0)
 }
 
+/// Count the E4M3 codes of weights an expert GEMV reads (statistics computed once per weight).
+fn note_codes(a: &mut Arena, weights: &[WeightId], at: Option<SeamPoint>) {
+    for &w in weights {
+        let i = w as usize;
+        if a.code_stats.len() <= i {
+            a.code_stats.resize(i + 1, None);
+        }
+        let (n, max, sub) = *a.code_stats[i].get_or_insert_with(|| coverage::e4m3_code_stats(&a.weights[i]));
+        coverage::note(&mut a.coverage, coverage::E4M3_CODES, at, n);
+        coverage::note(&mut a.coverage, coverage::E4M3_MAX_CODES, at, max);
+        coverage::note(&mut a.coverage, coverage::E4M3_SUBNORMAL_CODES, at, sub);
+    }
+}
+
+/// A canonical GEMV's sums of −0.0 products only (`partials`: K-block partials): counted, and
+/// turned into −0.0 when the sums-from-−0.0 defect is planted.
+fn observe_gemv(a: &mut Arena, w: WeightId, x: &[f32], out: &mut [f32], partials: bool, obs: Observe) {
+    let at = coverage::negative_zero_sums(&a.weights[w as usize].view(), x, out, partials);
+    coverage::note(&mut a.coverage, coverage::NEGATIVE_ZERO_SUMS, obs.at, at.len() as u64);
+    if obs.defect == Some(TwinDefect::SumsFromNegativeZero) {
+        defect::negate_zero_sums(out, &at);
+    }
+}
+
 /// The grouped expert ops: the per-slot twins of `kernels/cuda/experts.cu`.
-fn execute_experts(a: &mut Arena, op: Op) {
+fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
     match op {
         Op::ExpertGateUp { group, route, first_slot, slots, x, limit, act, act_pitch } => {
             let ids = read_slice(a, route).to_vec();
             let xv = read_slice(a, x).to_vec();
+            // The slots' GEMVs on all cores where they are large (`host_rows`); what the SwiGLU
+            // reaches is counted and applied in slot order on this rank's thread.
             let arena = &*a;
             let work = slot_weights(arena, group, &ids, first_slot, slots, |e| e.gate);
-            let outs = host_rows::per_slot(slots, 2 * work, |j| {
+            let rows = host_rows::per_slot(slots, 2 * work, |j| {
                 let e = slot_group_entry(arena, group, &ids, first_slot + j)?;
-                let (g, u) = (&arena.weights[e.gate as usize], &arena.weights[e.up as usize]);
-                let mut o = vec![0.0f32; g.out_features];
+                let (gw, uw) = (&arena.weights[e.gate as usize], &arena.weights[e.up as usize]);
                 let scales = e.nvfp4_scales.map(|[sg, su, _]| (sg, su));
-                host_rows::gate_up_act(g, u, &xv, scales, limit, &mut o);
-                Some(o)
+                Some((e, host_rows::gate_up_rows(gw, uw, &xv, scales)))
             });
-            for (j, o) in outs.into_iter().enumerate() {
-                if let Some(o) = o {
-                    write_slice(a, Slice::new(act.buf, act.offset + j * act_pitch, o.len()), &o);
-                }
+            for (j, slot) in rows.into_iter().enumerate() {
+                let s = first_slot + j;
+                let Some((e, (g, u))) = slot else { continue };
+                let shared = s >= ids.len();
+                let (silu, high, low) = coverage::swiglu_clamps(&g, &u, limit);
+                let cov = &mut a.coverage;
+                coverage::note(cov, &coverage::swiglu_path("elements", shared), obs.at, g.len() as u64);
+                coverage::note(cov, &coverage::swiglu_path("clamp_silu", shared), obs.at, silu);
+                coverage::note(cov, &coverage::swiglu_path("clamp_up_high", shared), obs.at, high);
+                coverage::note(cov, &coverage::swiglu_path("clamp_up_low", shared), obs.at, low);
+                note_codes(a, &[e.gate, e.up], obs.at);
+                let swiglu = match obs.defect {
+                    Some(TwinDefect::SiluUnclamped) => defect::swiglu_silu_unclamped,
+                    _ => memra_kernels::canon::swiglu_c,
+                };
+                let o: Vec<f32> = g.iter().zip(&u).map(|(&gv, &uv)| swiglu(gv, uv, limit)).collect();
+                write_slice(a, Slice::new(act.buf, act.offset + j * act_pitch, o.len()), &o);
             }
         }
         Op::ExpertDown { group, route, first_slot, slots, act, act_pitch, out, out_pitch } => {
@@ -349,12 +454,12 @@ fn execute_experts(a: &mut Arena, op: Op) {
                 let n = if d.in_features == 0 { 0 } else { d.in_features / d.kblock_width * d.out_features };
                 let mut o = vec![0.0f32; n];
                 host_rows::gemv_partials(d, xv, &mut o);
-                Some(o)
+                Some((e, o))
             });
-            for (j, o) in outs.into_iter().enumerate() {
-                if let Some(o) = o {
-                    write_slice(a, Slice::new(out.buf, out.offset + j * out_pitch, o.len()), &o);
-                }
+            for (j, slot) in outs.into_iter().enumerate() {
+                let Some((e, o)) = slot else { continue };
+                note_codes(a, &[e.down], obs.at);
+                write_slice(a, Slice::new(out.buf, out.offset + j * out_pitch, o.len()), &o);
             }
         }
         Op::FoldSlots { route, first_slot, slots, parts, parts_pitch, n_parts, owner, scales, out } => {
@@ -416,28 +521,40 @@ fn digest_group(a: &Arena, parts: &[DigestPart]) -> u64 {
 
 /// Run one op's host twin on an arena. Inputs are copied out first, so an op may read and write
 /// the same buffer (distinct or identical ranges) exactly like an in-place kernel would.
-fn execute(a: &mut Arena, op: Op) {
+fn execute(a: &mut Arena, op: Op, obs: Observe) {
     match op {
         Op::GemvRows { w, x, out, order } => {
             let xv = read_slice(a, x).to_vec();
             let mut o = vec![0.0f32; out.len];
-            host_rows::gemv_rows(&a.weights[w as usize], &xv, order == RowOrder::Tree, &mut o);
+            let shard = &a.weights[w as usize];
+            host_rows::gemv_rows(shard, &xv, order == RowOrder::Tree, &mut o);
+            // Only the canonical order's sums are observed (W8 and the tree are NUMERIC doors).
+            if shard.w8_view().is_none() && order == RowOrder::Canonical {
+                observe_gemv(a, w, &xv, &mut o, false, obs);
+            }
             write_slice(a, out, &o);
         }
         Op::GemvRowsBatch { items, x } => {
             for (w, out) in items {
-                execute(a, Op::GemvRows { w, x, out, order: RowOrder::Canonical });
+                execute(a, Op::GemvRows { w, x, out, order: RowOrder::Canonical }, obs);
             }
         }
         Op::GemvPartials { w, x, out } => {
             let xv = read_slice(a, x).to_vec();
             let mut o = vec![0.0f32; out.len];
-            host_rows::gemv_partials(&a.weights[w as usize], &xv, &mut o);
+            let shard = &a.weights[w as usize];
+            host_rows::gemv_partials(shard, &xv, &mut o);
+            if shard.w8_view().is_none() {
+                observe_gemv(a, w, &xv, &mut o, true, obs);
+            }
             write_slice(a, out, &o);
         }
         Op::Fold { parts, n_parts, reverse, out } => {
             let mut o = vec![0.0f32; out.len];
             gemv::fold_partials(read_slice(a, parts), n_parts, out.len, reverse, &mut o);
+            if obs.defect == Some(TwinDefect::SumsFromNegativeZero) {
+                defect::fold_from_negative_zero(read_slice(a, parts), n_parts, &mut o);
+            }
             write_slice(a, out, &o);
         }
         Op::Add { a: x, b, out } => {
@@ -488,11 +605,18 @@ fn execute(a: &mut Arena, op: Op) {
             write_slice(a, out, &o);
         }
         Op::Router { logits, bias, k, normalize, scaling, out, device_variant } => {
+            let (lv, bv) = (read_slice(a, logits), read_slice(a, bias));
             let (ids, weights) = if device_variant {
-                moe::router_topk_device_variant(read_slice(a, logits), read_slice(a, bias), k, normalize, scaling)
+                moe::router_topk_device_variant(lv, bv, k, normalize, scaling)
+            } else if obs.defect == Some(TwinDefect::RouterTiesToHigherId) {
+                moe::router_topk_ties_high(lv, bv, k, normalize, scaling)
             } else {
-                moe::router_topk(read_slice(a, logits), read_slice(a, bias), k, normalize, scaling)
+                moe::router_topk(lv, bv, k, normalize, scaling)
             };
+            let (in_topk, boundary) = coverage::router_ties(lv, bv, &ids);
+            coverage::note(&mut a.coverage, coverage::ROUTER_CALLS, obs.at, 1);
+            coverage::note(&mut a.coverage, coverage::TIE_IN_TOPK, obs.at, u64::from(in_topk));
+            coverage::note(&mut a.coverage, coverage::TIE_AT_BOUNDARY, obs.at, u64::from(boundary));
             let o: Vec<f32> = ids.iter().map(|i| f32::from_bits(*i)).chain(weights).collect();
             write_slice(a, out, &o);
         }
@@ -568,7 +692,7 @@ fn execute(a: &mut Arena, op: Op) {
         | Op::FoldSlots { .. }
         | Op::FoldCombine { .. }
         | Op::SelectSlots { .. }
-        | Op::CombineOwned { .. }) => execute_experts(a, op),
+        | Op::CombineOwned { .. }) => execute_experts(a, op, obs),
     }
 }
 
@@ -587,19 +711,22 @@ impl Backend for HostBackend {
 
     fn upload_weight_owned(&mut self, rank: usize, shard: MatrixShard) -> Result<WeightId> {
         self.check_rank(rank)?;
+        let format = shard_format(&shard);
         self.submit(rank, Box::new(move |a: &mut Arena| a.weights.push(shard)))?;
         let w = &mut self.ranks[rank];
-        w.n_weights += 1;
-        Ok((w.n_weights - 1) as WeightId)
+        w.weight_formats.push(format);
+        Ok((w.weight_formats.len() - 1) as WeightId)
     }
 
     fn checkpoint(&self) -> Option<super::Checkpoint> {
         Some(super::Checkpoint { buffers: self.ranks.iter().map(|r| r.buf_lens.len()).collect() })
     }
 
-    /// Every rank drops its buffers from the checkpoint on and its timing marks; the digest
-    /// tickets restart at 0. Queued behind the rank's earlier work, so nothing in flight reads a
-    /// dropped buffer; the barrier makes the rewind complete before the next run issues anything.
+    /// Every rank drops its buffers from the checkpoint on, its timing marks and its coverage
+    /// counters; the digest tickets restart at 0, and the census, the program position and any
+    /// planted defect are forgotten (all of them belong to the run, none to the upload). Queued
+    /// behind the rank's earlier work, so nothing in flight reads a dropped buffer; the barrier
+    /// makes the rewind complete before the next run issues anything.
     fn rewind(&mut self, to: &super::Checkpoint) -> Result<()> {
         if to.buffers.len() != self.ranks.len() {
             return Err(RuntimeError::Config(format!(
@@ -623,6 +750,7 @@ impl Backend for HostBackend {
                 Box::new(move |a: &mut Arena| {
                     a.bufs.truncate(keep);
                     a.marks_ns.clear();
+                    a.coverage = coverage::empty();
                 }),
             )?;
         }
@@ -635,6 +763,9 @@ impl Backend for HostBackend {
             })?
             .clear();
         self.n_tickets = 0;
+        self.census = CensusCounter::new(self.ranks.len());
+        self.position = None;
+        self.defect = None;
         Ok(())
     }
 
@@ -683,7 +814,10 @@ impl Backend for HostBackend {
 
     fn launch(&mut self, rank: usize, op: Op) -> Result<()> {
         self.check_op(rank, &op)?;
-        self.submit(rank, Box::new(move |a: &mut Arena| execute(a, op)))
+        let kernel = self.kernel(rank, &op);
+        self.census.launch(rank, kernel);
+        let obs = Observe { at: self.position, defect: self.defect_for(&op) };
+        self.submit(rank, Box::new(move |a: &mut Arena| execute(a, op, obs)))
     }
 
     fn copy(&mut self, transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
@@ -692,12 +826,37 @@ impl Backend for HostBackend {
         if src.len != dst.len {
             return Err(RuntimeError::Config(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
         }
+        if transport == Transport::Nccl && src_rank != dst_rank {
+            return Err(RuntimeError::Config(
+                "the host backend has no NCCL: the nccl transport needs CUDA devices, one per rank".into(),
+            ));
+        }
+        self.census.copy(transport, src_rank, dst_rank, src.len);
         if src_rank == dst_rank {
             return self.submit(
                 src_rank,
                 Box::new(move |a: &mut Arena| {
                     let v = read_slice(a, src).to_vec();
                     write_slice(a, dst, &v);
+                }),
+            );
+        }
+        if src.len * 4 <= self.corrupt_up_to_bytes && src.len > 0 {
+            let (inner_tx, inner_rx) = channel::<Vec<f32>>();
+            self.submit(
+                src_rank,
+                Box::new(move |a: &mut Arena| {
+                    let mut v = read_slice(a, src).to_vec();
+                    v[0] = f32::from_bits(v[0].to_bits() ^ 1);
+                    let _ = inner_tx.send(v);
+                }),
+            )?;
+            return self.submit(
+                dst_rank,
+                Box::new(move |a: &mut Arena| {
+                    if let Ok(v) = inner_rx.recv() {
+                        write_slice(a, dst, &v);
+                    }
                 }),
             );
         }
@@ -764,13 +923,16 @@ impl Backend for HostBackend {
             ));
         }
         self.check_op_at(rank, &op, out_rank)?;
+        let kernel = self.kernel(rank, &op);
+        self.census.peer_store(rank, kernel);
+        let obs = Observe { at: self.position, defect: self.defect_for(&op) };
         let (tx, rx) = channel::<Vec<f32>>();
         self.submit(
             rank,
             Box::new(move |a: &mut Arena| {
                 let scratch = a.bufs.len();
                 a.bufs.push(vec![0.0; target.len]);
-                execute(a, op.with_store_target(Slice::new(scratch as BufId, 0, target.len)));
+                execute(a, op.with_store_target(Slice::new(scratch as BufId, 0, target.len)), obs);
                 let _ = tx.send(a.bufs.pop().unwrap_or_default());
             }),
         )?;
@@ -844,7 +1006,7 @@ impl Backend for HostBackend {
 
     fn register_experts(&mut self, rank: usize, experts: usize, entries: &[Option<GroupEntry>]) -> Result<GroupId> {
         self.check_rank(rank)?;
-        let n_weights = self.ranks[rank].n_weights;
+        let n_weights = self.ranks[rank].n_weights();
         for (e, en) in entries.iter().enumerate() {
             if let Some(en) = en {
                 if let Some(w) = [en.gate, en.up, en.down].into_iter().find(|w| *w as usize >= n_weights) {
@@ -854,11 +1016,13 @@ impl Backend for HostBackend {
                 }
             }
         }
+        let w = &self.ranks[rank];
+        let format = entries.iter().flatten().map(|e| w.weight_formats[e.gate as usize]).next().unwrap_or("empty");
         let entries = entries.to_vec();
         self.submit(rank, Box::new(move |a: &mut Arena| a.groups.push((experts, entries))))?;
         let w = &mut self.ranks[rank];
-        w.n_groups += 1;
-        Ok((w.n_groups - 1) as GroupId)
+        w.group_formats.push(format);
+        Ok((w.group_formats.len() - 1) as GroupId)
     }
 
     fn mark(&mut self) -> Result<()> {
@@ -887,5 +1051,42 @@ impl Backend for HostBackend {
 
     fn probe(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>> {
         super::run_probe(self, transport, sizes_bytes)
+    }
+
+    fn census(&self) -> Census {
+        self.census.counts()
+    }
+
+    /// Every rank's coverage counters, summed (after the rank has run everything queued).
+    fn coverage(&mut self) -> Result<Option<Coverage>> {
+        let mut replies = Vec::new();
+        for r in 0..self.ranks.len() {
+            let (tx, rx) = sync_channel::<Coverage>(1);
+            self.submit(
+                r,
+                Box::new(move |a: &mut Arena| {
+                    let _ = tx.send(a.coverage.clone());
+                }),
+            )?;
+            replies.push(rx);
+        }
+        let mut total = coverage::empty();
+        for (r, rx) in replies.into_iter().enumerate() {
+            let c = rx.recv().map_err(|_| RuntimeError::Device {
+                location: format!("host rank {r}"),
+                detail: "the rank thread died before reporting its coverage (a kernel twin panicked)".into(),
+            })?;
+            coverage::merge(&mut total, &c);
+        }
+        Ok(Some(total))
+    }
+
+    fn note_position(&mut self, at: SeamPoint) {
+        self.position = Some(at);
+    }
+
+    fn plant(&mut self, d: TwinDefect) -> Result<()> {
+        self.defect = Some(d);
+        Ok(())
     }
 }

@@ -8,7 +8,7 @@
 //! hand-off costs more than it saves).
 
 use crate::model::matrix::MatrixShard;
-use memra_kernels::twins::{experts, gemv, w8};
+use memra_kernels::twins::{gemv, w8};
 use rayon::prelude::*;
 
 /// Weights (rows × columns) from which one launch is split over the pool.
@@ -76,20 +76,27 @@ pub(crate) fn gemv_partials(shard: &MatrixShard, x: &[f32], out: &mut [f32]) {
     }
 }
 
-/// One expert slot's gate/up/SwiGLU rows (`experts::gate_up_act`), rows split when large.
-pub(crate) fn gate_up_act(
+/// One expert slot's gate and up rows `(g, u)` (`experts::gate_up_rows`: each GEMV, then the NVFP4
+/// per-matrix scales), rows split when large.
+pub(crate) fn gate_up_rows(
     gate: &MatrixShard,
     up: &MatrixShard,
     x: &[f32],
     scales: Option<(f32, f32)>,
-    limit: Option<f32>,
-    act: &mut [f32],
-) {
-    let (g, u) = (gate.view(), up.view());
-    split_rows(act, gate.in_features, |r0, o| {
-        let rows = r0..r0 + o.len();
-        experts::gate_up_act(&g.rows(rows.clone()), &u.rows(rows), x, scales, limit, o)
-    });
+) -> (Vec<f32>, Vec<f32>) {
+    let (gv, uv) = (gate.view(), up.view());
+    let (mut g, mut u) = (vec![0.0f32; gate.out_features], vec![0.0f32; up.out_features]);
+    split_rows(&mut g, gate.in_features, |r0, o| gemv::gemv_rows(&gv.rows(r0..r0 + o.len()), x, o));
+    split_rows(&mut u, up.in_features, |r0, o| gemv::gemv_rows(&uv.rows(r0..r0 + o.len()), x, o));
+    if let Some((sg, su)) = scales {
+        for v in g.iter_mut() {
+            *v *= sg;
+        }
+        for v in u.iter_mut() {
+            *v *= su;
+        }
+    }
+    (g, u)
 }
 
 /// Run `f(j)` for every slot `j` in `0..slots`, results in slot order: in parallel when the
@@ -167,10 +174,11 @@ mod tests {
             }
         }
         let (g, u) = (e4m3.whole(), e4m3.shard_rows(0..rows));
-        let (mut got, mut want) = (vec![0.0f32; rows], vec![0.0f32; rows]);
-        gate_up_act(&g, &u, &x, None, Some(7.0), &mut got);
-        experts::gate_up_act(&g.view(), &u.view(), &x, None, Some(7.0), &mut want);
-        assert_eq!(bits(&got), bits(&want), "gate_up_act");
+        for scales in [None, Some((0.75f32, 1.5f32))] {
+            let (got_g, got_u) = gate_up_rows(&g, &u, &x, scales);
+            let (want_g, want_u) = memra_kernels::twins::experts::gate_up_rows(&g.view(), &u.view(), &x, scales);
+            assert_eq!((bits(&got_g), bits(&got_u)), (bits(&want_g), bits(&want_u)), "gate_up_rows {scales:?}");
+        }
     }
 
     #[test]

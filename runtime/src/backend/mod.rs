@@ -8,7 +8,10 @@
 //!
 //! Every [`Op`] is one kernel; its arithmetic is the host twin's in `memra_kernels::twins`.
 
+pub mod census;
+pub mod coverage;
 pub mod cuda;
+pub mod defect;
 pub mod dist;
 pub mod host;
 mod host_rows;
@@ -563,6 +566,36 @@ pub trait Backend {
         Vec::new()
     }
 
+    /// The census of everything issued since the backend was opened ([`census`]): counted where
+    /// the driver or the host arena is called. A backend that keeps none reports an empty census,
+    /// and then no door can be witnessed on it (its runs are VOID).
+    fn census(&self) -> census::Census {
+        census::Census::new()
+    }
+
+    /// The coverage counters of the ops run so far ([`coverage`]); `None` where the backend does
+    /// not count them (the CUDA kernels do not).
+    fn coverage(&mut self) -> Result<Option<coverage::Coverage>> {
+        Ok(None)
+    }
+
+    /// Where the program is (the seam whose work follows), for the first-reach places of the
+    /// coverage counters. Backends that do not count coverage ignore it.
+    fn note_position(&mut self, at: coverage::SeamPoint) {
+        let _ = at;
+    }
+
+    /// Plant a twin defect (a CANARY of [`defect`]) in every later op it affects. The default
+    /// refuses: a backend whose kernels cannot carry the defect must never run the canary as the
+    /// canonical arithmetic, which would make it pass silently.
+    fn plant(&mut self, d: defect::TwinDefect) -> Result<()> {
+        Err(crate::RuntimeError::Config(format!(
+            "{}: this backend cannot plant the twin defect {} (the canary runs on the host backend)",
+            self.describe(),
+            d.name()
+        )))
+    }
+
     /// The compiler options that decided the kernels' arithmetic (NVRTC options on CUDA,
     /// starting with the architecture); empty where the host twins run.
     fn build_options(&self) -> Vec<String> {
@@ -584,8 +617,10 @@ pub(crate) fn check_rank(rank: usize, n: usize) -> Result<()> {
     }
 }
 
-/// The probe sizes of docs/DESIGN.md §3.5.
-pub const PROBE_SIZES_BYTES: [usize; 4] = [16 << 10, 64 << 10, 1 << 20, 64 << 20];
+/// The probe's ladder of sizes (docs/DESIGN.md §3.5): from one 4-byte word up, odd word counts
+/// (3, 9, 257, 4097 words) that no power-of-two fast path covers, then 16 KiB to 64 MiB. The
+/// gates add the model's real copy payloads (`program::payloads::copy_payload_bytes`).
+pub const PROBE_SIZES_BYTES: [usize; 9] = [4, 12, 36, 1028, 16388, 16 << 10, 64 << 10, 1 << 20, 64 << 20];
 
 /// Word `i` of the probe pattern for (src, dst): hashed so a shifted, truncated or stale copy
 /// cannot match by accident.

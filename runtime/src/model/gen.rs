@@ -85,7 +85,13 @@ pub fn generate(config: &ModelConfig, seed: u64) -> Result<Model, crate::Runtime
         });
     }
     let lm_head = next();
-    Ok(Model { config: config.clone(), embed, layers, final_norm: norm(names::FINAL_NORM, hidden), lm_head })
+    let mut model =
+        Model { config: config.clone(), embed, layers, final_norm: norm(names::FINAL_NORM, hidden), lm_head };
+    // The `edge` preset's weights are built on purpose from the generated ones (`model::edge`).
+    if config.preset == "edge" {
+        super::edge::shape(&mut model, seed)?;
+    }
+    Ok(model)
 }
 
 /// One matrix to generate.

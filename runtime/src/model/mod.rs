@@ -1,6 +1,7 @@
 //! The Step-like MoE decoder model: configuration, presets, weights, deterministic generation,
 //! and the safetensors file format (defined, versioned and documented in `format`).
 
+pub mod edge;
 pub mod format;
 pub mod gen;
 pub mod matrix;

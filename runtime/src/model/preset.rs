@@ -11,6 +11,7 @@
 //! | `tiny` (CI default) | 1024 | 2 | 8 / 8 | 8 | 2 | 1024 | 1024 | 1024 | 64 |
 //! | `small` | 2048 | 4 | 16 / 8 | 32 | 4 | 1024 | 1024 | 8192 | 64 |
 //! | `step` (performance shapes) | 4096 | caller's | 32 / 8 | 288 | 8 | 1280 | 1280 | 32768 | 256 |
+//! | `edge` (special paths; `model::edge`) | 256 | 2 | 8 / 8 | 8 | 2 | 256 | 128 | 256 | 64 |
 //!
 //! Scalars, the same for every preset: `eps` 1e-6, `rope_theta` 10000, `swiglu_limit` 7.0,
 //! `route_scale` 2.5, `route_norm` true. `route_scale` is Step's 2.5 on the small presets too:
@@ -46,7 +47,7 @@ pub struct ModelConfig {
 }
 
 /// The preset names, in the order error messages list them.
-pub const PRESETS: [&str; 3] = ["tiny", "small", "step"];
+pub const PRESETS: [&str; 4] = ["tiny", "small", "step", "edge"];
 
 /// Canonical chunks of a column-parallel projection and of a TP-sharded head set (docs/DESIGN.md §3.4).
 const CANONICAL_CHUNKS: usize = 8;
@@ -66,6 +67,10 @@ impl ModelConfig {
             "tiny" => (1024, Some(2), 8, 8, 8, 2, 1024, 1024, 1024, 64),
             "small" => (2048, Some(4), 16, 8, 32, 4, 1024, 1024, 8192, 64),
             "step" => (4096, None, 32, 8, 288, 8, 1280, 1280, 32768, 256),
+            // Built to reach every special path (`model::edge`): small, and its widths give
+            // TP-sharded routed experts at TP2, expert-parallel ones at TP4 and TP8, and a shared
+            // expert of one K-block (whole on rank 0 at TP > 1).
+            "edge" => (256, Some(2), 8, 8, 8, 2, 256, 128, 256, 64),
             other => {
                 return Err(RuntimeError::Config(format!(
                     "model preset `{other}` is unknown; the presets are {}",

@@ -3,6 +3,7 @@
 //! direct-join doors (OPROJ_DIRECT, MOE_DIRECT), where a peer's last kernel of a join stores its
 //! output straight into the root's buffer (a peer store) and nothing is copied.
 
+use super::copies::broadcast;
 use super::{Ctx, Part};
 use crate::backend::{JoinFence, Op, RowOrder, Slice};
 use crate::config::{Canary, Transport};
@@ -28,15 +29,6 @@ pub(super) fn store_to_root(
         ctx.count(counter);
         Ok(())
     }
-}
-
-/// Root → every other rank (the replicated rows of attn_norm and ffn_norm).
-pub(super) fn broadcast(ctx: &mut Ctx, src: Slice, dst: impl Fn(&super::buffers::RankBuffers) -> Slice) -> Result<()> {
-    for r in 1..ctx.p.tp {
-        let d = dst(&ctx.buf.ranks[r]);
-        ctx.b.copy(ctx.cfg.transport, 0, src, r, d)?;
-    }
-    Ok(())
 }
 
 /// The attention half of layer `l` at the device-held position; with GRAPH on a step that reads
@@ -66,14 +58,14 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     let order = if ctx.cfg.doors.qkv_fused { RowOrder::Tree } else { RowOrder::Canonical };
 
     // attn_norm: root normalizes the residual stream, then replicates it.
-    ctx.begin()?;
+    ctx.begin(l, Seam::AttnNorm)?;
     let normed0 = ctx.buf.ranks[0].normed;
     ctx.b.launch(0, Op::RmsNorm { x: root.x, w: lay.attn_norm(ctx.w.params[0], l), eps, out: normed0 })?;
     ctx.seam(l, Seam::AttnNorm, &Ctx::root_part(normed0))?;
-    broadcast(ctx, normed0, |rb| rb.normed)?;
+    broadcast(ctx, Seam::AttnNorm, normed0, |rb| rb.normed)?;
 
     // qkv: column-parallel, each rank its chunks of whole heads.
-    ctx.begin()?;
+    ctx.begin(l, Seam::Qkv)?;
     let mut parts: Vec<Part> = Vec::new();
     for r in 0..tp {
         let (rb, h) = (ctx.buf.ranks[r].clone(), ctx.w.layers[l][r].clone());
@@ -103,7 +95,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     // rope: per-head q/k norm + RoPE into q_r / k_r, and K/V appended to this rank's cache, in
     // one launch at the device-held position (`rb.pos`), so a captured step replays unchanged
     // at every position.
-    ctx.begin()?;
+    ctx.begin(l, Seam::Rope)?;
     let max_len = ctx.model.config.max_positions;
     let mut parts: Vec<Part> = Vec::new();
     for r in 0..tp {
@@ -134,7 +126,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     ctx.seam(l, Seam::Rope, &parts)?;
 
     // attn: decode attention over pos + 1 cached positions, gated per head.
-    ctx.begin()?;
+    ctx.begin(l, Seam::Attn)?;
     let mut parts: Vec<Part> = Vec::new();
     for r in 0..tp {
         let rb = ctx.buf.ranks[r].clone();
@@ -148,7 +140,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     ctx.seam(l, Seam::Attn, &parts)?;
 
     // o_proj: each rank's canonical K-block partials of the row-parallel output projection.
-    ctx.begin()?;
+    ctx.begin(l, Seam::OProj)?;
     // SkipFence canary: a peer's partials are copied to the root without waiting for their
     // producer — the race a missing fence opens (o_join reads them).
     let skip_fence = ctx.cfg.doors.canary == Some(Canary::SkipFence) && tp > 1;
@@ -156,7 +148,10 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     // by peer stores), so the o_join moves nothing. Not when a canary needs the rank-local
     // producer buffer: skip_fence copies it unfenced, and a stale step must leave the previous
     // step's partials in the root's buffer.
-    let direct = ctx.cfg.doors.oproj_direct && !skip_fence && !ctx.stale();
+    // SilentFallback canary: the mechanism falls back to the copy path while the call site still
+    // counts peer stores below — the census, not the counter, must expose it.
+    let fallback = ctx.cfg.doors.canary == Some(Canary::SilentFallback) && ctx.cfg.doors.oproj_direct;
+    let direct = ctx.cfg.doors.oproj_direct && !skip_fence && !ctx.stale() && !fallback;
     // The root writes its own partials in place in `opart_all` (nothing to copy) — except where
     // the rank-local buffer matters: NCCL_ALLREDUCE folds it locally, and the stale-buffer canary
     // must leave the previous step's partials in the root's buffer.
@@ -170,7 +165,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         if skip_fence && r != 0 {
             // Issued before its producer: with no fence, nothing stops the copy from running
             // first, and on a fast device that is what it does — so the defect shows every time.
-            ctx.b.copy_unfenced(ctx.cfg.transport, r, rb.opart, 0, at)?;
+            ctx.copy_unfenced(Seam::OProj, r, rb.opart, 0, at)?;
             ctx.count("canary_skip_fence.skipped_fences");
         }
         let op = Op::GemvPartials { w: wo, x: rb.attn, out: rb.opart };
@@ -184,6 +179,9 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         } else {
             ctx.b.launch(r, op)?;
             parts.push((r, rb.opart, base));
+            if fallback && r != 0 {
+                ctx.count("oproj_direct.peer_stores");
+            }
         }
         if ctx.cfg.doors.w8 {
             ctx.count("w8.int8_gemvs");
@@ -193,7 +191,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
 
     // o_join: partials moved to the root (already there under OPROJ_DIRECT), reduced in
     // canonical order (or deferred into the ffn_norm kernel by OPROJ_TAIL).
-    ctx.begin()?;
+    ctx.begin(l, Seam::OJoin)?;
     let g = ctx.p.o_kblocks;
     if ctx.cfg.doors.nccl_allreduce {
         // NCCL_ALLREDUCE (NUMERIC, o_join only; the moe_join stays canonical): each rank folds
@@ -224,7 +222,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
             if skip_fence && r != 0 {
                 continue; // already copied, unfenced, in the o_proj seam
             }
-            ctx.b.copy(ctx.cfg.transport, r, src, 0, dst)?;
+            ctx.copy(Seam::OProj, r, src, 0, dst)?;
         }
     }
     let reverse = ctx.cfg.doors.canary == Some(Canary::ReverseKBlocks) && tp > 1;
@@ -255,7 +253,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     ctx.seam(l, Seam::OJoin, &Ctx::root_part(root.ojoin))?;
 
     // ffn_norm: residual add + RMSNorm.
-    ctx.begin()?;
+    ctx.begin(l, Seam::FfnNorm)?;
     let xin0 = ctx.buf.ranks[0].xin;
     if !ctx.cfg.doors.oproj_tail {
         ctx.b.launch(0, Op::AddRmsNorm { x: root.x, a: root.ojoin, w: ffn_w, eps, h: root.h, out: xin0 })?;

@@ -6,8 +6,10 @@
 //! the parts back as a full capture. Timing marks bracket each seam's compute on every rank.
 
 pub mod buffers;
+mod copies;
 mod layer;
 mod moe;
+pub mod payloads;
 pub mod placement;
 pub mod pool;
 mod prepared;
@@ -15,6 +17,7 @@ pub mod weights;
 
 pub use prepared::{prepare, Layout, Prepared};
 
+use crate::backend::coverage::SeamPoint;
 use crate::backend::{Backend, DigestPart, Op, RowOrder, Slice};
 use crate::config::{Canary, RunConfig, Timing};
 use crate::error::RuntimeError;
@@ -60,9 +63,14 @@ pub(crate) struct Ctx<'a> {
     pub w: Uploaded,
     pub buf: Buffers,
     pub record: Record,
-    /// (seam index in the row, digest tickets) queued during the current step; a seam's value
-    /// is the wrapping sum over all its entries' tickets.
-    pending: Vec<(usize, Vec<usize>)>,
+    /// (seam index in the row, rank, digest tickets) queued during the current step; a seam's
+    /// value is the wrapping sum over all its entries' tickets. Indices past the row are the two
+    /// sides of a copy check (`copies.rs`).
+    pending: Vec<(usize, usize, Vec<usize>)>,
+    /// Cross-rank copies of this step whose destinations are checked (`copies.rs`).
+    checks: Vec<copies::CopyCheck>,
+    /// The layer being issued (the head: `n_layers`).
+    layer: usize,
     /// Digest parts of the seams closed since the last flush: (seam index, rank, part).
     batch: Vec<(usize, usize, DigestPart)>,
     /// Intervals timed this step: (what, first mark, second mark), marks counted per rank.
@@ -82,8 +90,11 @@ impl Ctx<'_> {
         Ok(self.marks - 1)
     }
 
-    /// Mark the start of a seam's compute on every rank (per-seam timing only).
-    pub fn begin(&mut self) -> Result<()> {
+    /// Mark the start of seam `seam`'s compute of layer `layer`: the backend learns where the
+    /// program is (coverage's first places), and every rank gets a timing mark (per-seam timing).
+    pub fn begin(&mut self, layer: usize, seam: Seam) -> Result<()> {
+        self.layer = layer;
+        self.b.note_position(SeamPoint { prompt: self.prompt, step: self.step, layer, seam });
         if self.cfg.timing == Timing::Seams {
             self.seam_start = Some(self.mark()?);
         }
@@ -126,7 +137,7 @@ impl Ctx<'_> {
                 continue;
             }
             let tickets = self.b.digest_batch(rank, &groups)?;
-            self.pending.extend(idxs.into_iter().zip(tickets));
+            self.pending.extend(idxs.into_iter().zip(tickets).map(|(idx, t)| (idx, rank, t)));
         }
         Ok(())
     }
@@ -146,12 +157,20 @@ impl Ctx<'_> {
             let end = self.mark()?;
             self.timed.push((Timed::Seam(idx), start, end));
         }
-        if let Some(Canary::FlipBit { layer: cl, seam: cs, step: st }) = self.cfg.doors.canary {
+        if let Some(Canary::FlipBit { layer: cl, seam: cs, step: st, element }) = self.cfg.doors.canary {
             if cl == layer && cs == seam && st == self.step {
-                let (rank, s, _) = self.resolve_parts(parts)?.into_iter().find(|p| p.2 == 0).ok_or_else(|| {
-                    RuntimeError::Config(format!("seam {} has no part holding element 0", seam.name()))
-                })?;
-                self.b.launch(rank, Op::FlipLowBit { x: s })?;
+                let e = element as u64;
+                let (rank, s, base) = self
+                    .resolve_parts(parts)?
+                    .into_iter()
+                    .find(|p| p.2 <= e && e < p.2 + p.1.len as u64)
+                    .ok_or_else(|| {
+                        RuntimeError::Config(format!(
+                            "the flip canary's element {element} of seam {} (layer {layer}) is held by no rank:                              choose an element of the seam's logical tensor (program::payloads::seam_elements)",
+                            seam.name()
+                        ))
+                    })?;
+                self.b.launch(rank, Op::FlipLowBit { x: s.sub((e - base) as usize, 1) })?;
                 self.record.bump("canary_flip_bit.flips");
             }
         }
@@ -288,6 +307,9 @@ pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepare
     let w = prepared.uploaded.clone();
     let buf = buffers::allocate(b, c, &p, model.layers.len())?;
     let n_layers = model.layers.len();
+    if let Some(d) = cfg.doors.canary.and_then(|c| c.twin_defect()) {
+        b.plant(d)?;
+    }
     let mut record = Record { n_layers, backend: b.describe(), build_options: b.build_options(), ..Record::default() };
     record.timings_ns = vec![Vec::new(); n_layers * Seam::LAYER.len() + Seam::HEAD.len()];
     record.layer_timings_ns = vec![Vec::new(); n_layers + 1];
@@ -300,6 +322,8 @@ pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepare
         buf,
         record,
         pending: Vec::new(),
+        checks: Vec::new(),
+        layer: 0,
         batch: Vec::new(),
         timed: Vec::new(),
         marks: 0,
@@ -319,6 +343,8 @@ pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepare
             *ctx.record.engaged.entry(counter).or_insert(0) += n;
         }
     }
+    ctx.record.census = ctx.b.census();
+    ctx.record.coverage = ctx.b.coverage()?;
     Ok(ctx.record)
 }
 
@@ -366,6 +392,7 @@ fn decode_prompt(ctx: &mut Ctx, prompt: usize) -> Result<()> {
     let mut generated: Vec<u32> = Vec::new();
     let mut top2 = Vec::new();
     let mut digests = Vec::new();
+    let mut rank_digests = Vec::new();
     ctx.prompt = prompt;
     for step in 0..steps {
         ctx.step = step;
@@ -382,11 +409,9 @@ fn decode_prompt(ctx: &mut Ctx, prompt: usize) -> Result<()> {
         };
         decode_step(ctx, token, step)?;
         let got = ctx.b.collect()?;
-        // Seam digests: wrapping sum of the parts' digests.
-        let mut row = vec![0u64; ctx.record.seams_per_step()];
-        for (idx, tickets) in ctx.pending.drain(..) {
-            row[idx] = tickets.iter().fold(row[idx], |acc, t| acc.wrapping_add(got.digests[*t]));
-        }
+        // Seam digests: wrapping sum of the parts' digests (per rank, and over ranks); copy
+        // checks: each side's sum, compared.
+        let (row, ranks) = copies::settle(ctx, &got.digests, prompt, step);
         // Timing: for each interval, the slowest rank's (end − begin).
         for (what, start, end) in ctx.timed.drain(..) {
             let dur =
@@ -398,6 +423,7 @@ fn decode_prompt(ctx: &mut Ctx, prompt: usize) -> Result<()> {
         }
         ctx.marks = 0;
         digests.push(row);
+        rank_digests.push(ranks);
         if step + 1 >= n_prompt {
             let logits = ctx.b.read(0, ctx.buf.root.logits)?;
             let amax = ctx.b.read(0, ctx.buf.root.amax)?[0].to_bits();
@@ -406,6 +432,7 @@ fn decode_prompt(ctx: &mut Ctx, prompt: usize) -> Result<()> {
         }
     }
     ctx.record.digests.push(digests);
+    ctx.record.rank_digests.push(rank_digests);
     ctx.record.tokens.push(generated);
     ctx.record.top2.push(top2);
     Ok(())
@@ -478,11 +505,11 @@ fn head(ctx: &mut Ctx) -> Result<()> {
     let r = ctx.buf.root.clone();
     let params = ctx.w.params[0];
     ctx.layer_begin()?;
-    ctx.begin()?;
+    ctx.begin(n, Seam::FinalNorm)?;
     let w = ctx.w.param_layout.final_norm(params);
     ctx.b.launch(0, Op::RmsNorm { x: r.x, w, eps, out: r.fnorm })?;
     ctx.seam(n, Seam::FinalNorm, &Ctx::root_part(r.fnorm))?;
-    ctx.begin()?;
+    ctx.begin(n, Seam::Logits)?;
     ctx.b.launch(0, Op::GemvRows { w: ctx.w.lm_head, x: r.fnorm, out: r.logits, order: RowOrder::Canonical })?;
     ctx.b.launch(0, Op::Argmax { x: r.logits, out: r.amax })?;
     ctx.seam(n, Seam::Logits, &Ctx::root_part(r.logits))?;

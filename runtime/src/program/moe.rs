@@ -13,7 +13,8 @@
 //! MOE_DIRECT on whole experts stores each slot from its owner and counts each such store, so
 //! that door alone reads the route on the host (`Ctx::host_routes`) and issues per-slot launches.
 
-use super::layer::{broadcast, store_to_root};
+use super::copies::broadcast;
+use super::layer::store_to_root;
 use super::placement::ExpertMode;
 use super::Ctx;
 use crate::backend::{DigestPart, JoinFence, Op, OwnedSlots, OwnerRule, Packed, RowOrder, SlotOwner};
@@ -31,11 +32,11 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
 
     // ROUTES_PRESTAGE: the expert input is broadcast before the router runs.
     if doors.routes_prestage {
-        broadcast(ctx, xin0, |rb| rb.xin)?;
+        broadcast(ctx, Seam::FfnNorm, xin0, |rb| rb.xin)?;
         ctx.count("routes_prestage.early_broadcasts");
     }
     // router: root GEMV + sigmoid top-k.
-    ctx.begin()?;
+    ctx.begin(l, Seam::Router)?;
     let router_w = ctx.w.layers[l][0].router.expect("the root holds the router");
     ctx.b.launch(0, Op::GemvRows { w: router_w, x: xin0, out: root.router_logits, order: RowOrder::Canonical })?;
     ctx.b.launch(
@@ -57,10 +58,10 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     // The route ids to every rank (bytes), then the expert input unless prestaged.
     for r in 1..tp {
         let dst = ctx.buf.ranks[r].route.sub(0, k);
-        ctx.b.copy(ctx.cfg.transport, 0, root.route.sub(0, k), r, dst)?;
+        ctx.copy(Seam::Router, 0, root.route.sub(0, k), r, dst)?;
     }
     if !doors.routes_prestage {
-        broadcast(ctx, xin0, |rb| rb.xin)?;
+        broadcast(ctx, Seam::FfnNorm, xin0, |rb| rb.xin)?;
     }
     let host_ids = if ctx.host_routes() { Some(read_ids(ctx, l)?) } else { None };
     experts(ctx, l, host_ids.as_deref())?;
@@ -117,7 +118,7 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let (routed_direct, shared_direct) = (doors.moe_direct && routed_sharded, doors.moe_direct && shared_sharded);
     let (g_r, g_s) = (ctx.p.down_kblocks, ctx.p.shared_kblocks);
     let rule = rank_rule(ctx);
-    ctx.begin()?;
+    ctx.begin(l, Seam::Experts)?;
     let mut parts: Vec<(usize, DigestPart)> = Vec::new();
     for r in 0..tp {
         let Some(group) = ctx.w.layers[l][r].group else { continue };
@@ -265,7 +266,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let (g_r, g_s) = (ctx.p.down_kblocks, ctx.p.shared_kblocks);
     let nvfp4 = ctx.cfg.nvfp4_experts();
     let root_route = root.route.sub(0, k);
-    ctx.begin()?;
+    ctx.begin(l, Seam::MoeJoin)?;
     let sharded: Vec<bool> = (0..slots).map(|s| if s < k { routed_sharded } else { shared_sharded }).collect();
     // TP-sharded partials reach the root (already there under MOE_DIRECT).
     if doors.bulk_p2p && !direct {
@@ -277,7 +278,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             for r in 1..tp {
                 let src = ctx.buf.ranks[r].epart.sub(s * stride, gl * hidden);
                 let dst = root.epart_all.sub(s * stride + r * gl * hidden, gl * hidden);
-                ctx.b.copy(ctx.cfg.transport, r, src, 0, dst)?;
+                ctx.copy(Seam::Experts, r, src, 0, dst)?;
             }
         }
     }
@@ -373,7 +374,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                     let region = slots * hidden;
                     for r in 1..tp {
                         let src = ctx.buf.ranks[r].ey.sub(0, k * hidden);
-                        ctx.b.copy(ctx.cfg.transport, r, src, 0, root.ey_all.sub(r * region, k * hidden))?;
+                        ctx.copy(Seam::MoeJoin, r, src, 0, root.ey_all.sub(r * region, k * hidden))?;
                     }
                     let op = Op::SelectSlots {
                         route: root_route,
@@ -399,7 +400,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             let r = owner % tp;
             let rb = ctx.buf.ranks[r].clone();
             let acc = rb.esum.sub(owner * hidden, hidden);
-            ctx.b.copy(ctx.cfg.transport, 0, weights, r, rb.rw.sub(0, k))?;
+            ctx.copy(Seam::MoeJoin, 0, weights, r, rb.rw.sub(0, k))?;
             let op = Op::CombineOwned {
                 route: rb.route.sub(0, k),
                 owner: SlotOwner { rule: parity, want: owner as u32 },
@@ -408,13 +409,13 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                 out: acc,
             };
             ctx.b.launch(r, op)?;
-            ctx.b.copy(ctx.cfg.transport, r, acc, 0, root.rank_sums.sub(owner * hidden, hidden))?;
+            ctx.copy(Seam::MoeJoin, r, acc, 0, root.rank_sums.sub(owner * hidden, hidden))?;
         }
         ctx.b.launch(
             0,
             Op::Add { a: root.rank_sums.sub(0, hidden), b: root.rank_sums.sub(hidden, hidden), out: routed },
         )?;
-        ctx.b.copy(ctx.cfg.transport, 0, root.y.sub(k * hidden, hidden), 0, shared)?;
+        ctx.copy(Seam::MoeJoin, 0, root.y.sub(k * hidden, hidden), 0, shared)?;
     } else {
         ctx.b.launch(0, Op::CombineShared { y: root.y, w: weights, out: root.moe })?;
     }
@@ -426,7 +427,7 @@ fn residual(ctx: &mut Ctx, l: usize) -> Result<()> {
     let hidden = ctx.model.config.hidden;
     let root = ctx.buf.root.clone();
     let (routed, shared) = (root.moe.sub(0, hidden), root.moe.sub(hidden, hidden));
-    ctx.begin()?;
+    ctx.begin(l, Seam::Residual)?;
     ctx.b.launch(0, Op::ResidualAdd { h: root.h, a: routed, b: shared, sum: root.moe_sum, out: root.x })?;
     ctx.seam(l, Seam::Residual, &Ctx::root_part(root.x))
 }
@@ -458,10 +459,10 @@ fn bulk_move_partials(ctx: &mut Ctx, sharded: &[bool]) -> Result<()> {
             let src = ctx.buf.ranks[r].epart.sub(first * stride, len);
             let dst = root_parts.sub(first * stride + r * len, len);
             if n == 1 {
-                ctx.b.copy(ctx.cfg.transport, r, src, 0, dst)?;
+                ctx.copy(Seam::Experts, r, src, 0, dst)?;
             } else {
                 let p = Packed { src, src_pitch: stride, dst, dst_pitch: stride, blocks: n };
-                ctx.b.copy_packed(ctx.cfg.transport, r, 0, p)?;
+                ctx.copy_packed(Seam::Experts, r, 0, p)?;
             }
         }
     }

@@ -47,7 +47,17 @@ impl Placement {
         check_tp(tp)?;
         let c: &ModelConfig = &model.config;
         let o_kblocks = model.layers[0].wo.kblocks()?;
-        let down_kblocks = model.layers[0].experts[0].down.kblocks()?;
+        // NVFP4 banks cut the routed down projection into 16-value groups, not 128-column
+        // scale blocks, so their K-block count can differ from the E4M3 bank's (width 256: 8,
+        // not 2); the shared expert stays E4M3.
+        let down_kblocks = if nvfp4 {
+            memra_kernels::twins::gemv::canonical_kblocks(
+                memra_kernels::twins::gemv::WeightFormat::Nvfp4,
+                model.layers[0].experts[0].down.in_features(),
+            )?
+        } else {
+            model.layers[0].experts[0].down.kblocks()?
+        };
         let shared_kblocks = model.layers[0].shared.down.kblocks()?;
         if !c.kv_heads.is_multiple_of(tp) || !c.q_heads.is_multiple_of(tp) {
             return Err(RuntimeError::Config(format!(

@@ -11,15 +11,12 @@
 //! one GPU run says exactly what is wrong. Without a device every test reads `ignored (reason)`;
 //! with `MEMRA_REQUIRE_GPU=1` that is a failure (`harness.rs`).
 
-use memra_kernels::formats::E4M3_BLOCK;
-use memra_kernels::twins::digest::{digest_f32, splitmix64};
-use memra_runtime::backend::cuda::{CudaOptions, GemvLayout, PlacementPolicy};
+use memra_kernels::twins::digest::digest_f32;
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{Backend, DigestPart, GroupEntry, Op, OwnedSlots, OwnerRule, RowOrder, Slice, SlotOwner};
-use memra_runtime::model::matrix::{MatrixShard, ShardData};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::record::Record;
-use memra_runtime::{program, Battery, DoorSet, ExpertFormat, RunConfig, RuntimeError, Transport};
+use memra_runtime::{program, Battery, DoorSet, ExpertFormat, RunConfig, Transport};
 
 use crate::harness::{cuda_backend, GpuTest, Ran, Skip};
 
@@ -39,184 +36,7 @@ pub fn tests() -> Vec<GpuTest> {
     ]
 }
 
-const FAST: CudaOptions = CudaOptions {
-    placement: PlacementPolicy::Auto,
-    gemv_layout: GemvLayout::Fast,
-    reserve_bytes: 0,
-    rank0_on_default_stream: false,
-};
-const ROW_MAJOR: CudaOptions = CudaOptions { gemv_layout: GemvLayout::RowMajor, ..FAST };
-const CO_RESIDENT: CudaOptions = CudaOptions { placement: PlacementPolicy::CoResident, ..FAST };
-const EPS: f32 = 1e-6;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(1);
-        splitmix64(self.0)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn unit(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    /// Mostly `unit() * scale`, sometimes ±0.0 or a subnormal.
-    fn mixed(&mut self, scale: f32) -> f32 {
-        match self.below(64) {
-            0 => -0.0,
-            1 => 0.0,
-            2 => f32::from_bits(1 + self.below(0x7F_FFFF) as u32),
-            _ => self.unit() * scale,
-        }
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.mixed(scale)).collect()
-    }
-}
-
-fn e4m3(rng: &mut Rng, rows: usize, cols: usize, kw: usize, row0: usize, nan_codes: bool) -> MatrixShard {
-    let codes = (0..rows * cols)
-        .map(|_| {
-            let c = rng.below(256) as u8;
-            if c & 0x7F == 0x7F && !nan_codes {
-                c ^ 0x01
-            } else {
-                c
-            }
-        })
-        .collect();
-    let scale_rows = (row0 + rows - 1) / E4M3_BLOCK - row0 / E4M3_BLOCK + 1;
-    let scales = (0..scale_rows * (cols / E4M3_BLOCK))
-        .map(|_| f32::from_bits(0x3A80_0000 + rng.below(0x0500_0000) as u32))
-        .collect();
-    MatrixShard {
-        out_features: rows,
-        in_features: cols,
-        kblock_width: kw,
-        data: ShardData::E4m3 { codes, scales, row0 },
-    }
-}
-
-fn nvfp4(rng: &mut Rng, rows: usize, cols: usize, kw: usize) -> MatrixShard {
-    let packed = (0..rows * cols / 2).map(|_| rng.below(256) as u8).collect();
-    let scales = (0..rows * cols / 16).map(|_| rng.below(0x7F) as u8).collect();
-    MatrixShard {
-        out_features: rows,
-        in_features: cols,
-        kblock_width: kw,
-        data: ShardData::Nvfp4 { packed, scales, global_scale: 1.0 },
-    }
-}
-
-/// Buffers, weights, expert groups, ops, and the slices compared after the ops ran.
-struct Case {
-    label: String,
-    bufs: Vec<Vec<f32>>,
-    weights: Vec<MatrixShard>,
-    groups: Vec<(usize, Vec<Option<GroupEntry>>)>,
-    ops: Vec<Op>,
-    outputs: Vec<Slice>,
-    nan_equal: bool,
-}
-
-impl Case {
-    fn new(label: impl Into<String>) -> Case {
-        Case {
-            label: label.into(),
-            bufs: Vec::new(),
-            weights: Vec::new(),
-            groups: Vec::new(),
-            ops: Vec::new(),
-            outputs: Vec::new(),
-            nan_equal: false,
-        }
-    }
-    fn buf(&mut self, data: Vec<f32>) -> Slice {
-        let s = Slice::new(self.bufs.len() as u32, 0, data.len());
-        self.bufs.push(data);
-        s
-    }
-    /// An output buffer, poisoned so that an element a kernel failed to write shows.
-    fn out(&mut self, len: usize) -> Slice {
-        let s = self.buf(vec![f32::from_bits(0x7FC0_0001); len]);
-        self.outputs.push(s);
-        s
-    }
-    fn weight(&mut self, w: MatrixShard) -> u32 {
-        self.weights.push(w);
-        (self.weights.len() - 1) as u32
-    }
-    fn ids(&mut self, ids: &[u32]) -> Slice {
-        self.buf(ids.iter().map(|i| f32::from_bits(*i)).collect())
-    }
-}
-
-fn run_case(b: &mut dyn Backend, c: &Case) -> Result<Vec<Vec<f32>>, RuntimeError> {
-    for data in &c.bufs {
-        let id = b.alloc(0, data.len())?;
-        b.write(0, Slice::new(id, 0, data.len()), data)?;
-    }
-    for w in &c.weights {
-        b.upload_weight(0, w)?;
-    }
-    for (experts, entries) in &c.groups {
-        b.register_experts(0, *experts, entries)?;
-    }
-    for op in &c.ops {
-        b.launch(0, op.clone())?;
-    }
-    c.outputs.iter().map(|s| b.read(0, *s)).collect()
-}
-
-/// Count of mismatching elements and the first one, or None.
-fn compare(host: &[Vec<f32>], dev: &[Vec<f32>], nan_equal: bool) -> Option<String> {
-    let (mut bad, mut first, mut total) = (0usize, None, 0usize);
-    for (o, (h, d)) in host.iter().zip(dev).enumerate() {
-        total += h.len();
-        for (i, (a, b)) in h.iter().zip(d).enumerate() {
-            if a.to_bits() != b.to_bits() && !(nan_equal && a.is_nan() && b.is_nan()) {
-                bad += 1;
-                first.get_or_insert(format!(
-                    "output {o} element {i}: host {:#010x} ({a:e}) device {:#010x} ({b:e})",
-                    a.to_bits(),
-                    b.to_bits()
-                ));
-            }
-        }
-    }
-    first.map(|f| format!("{bad} of {total} elements differ; first: {f}"))
-}
-
-/// The host twins run every case first (so the cases themselves are exercised on any machine),
-/// then CUDA with each option set.
-fn check_cases(kernel: &str, cases: Vec<Case>, option_sets: &[CudaOptions]) -> Ran {
-    let wants: Vec<Vec<Vec<f32>>> = cases
-        .iter()
-        .map(|c| {
-            let mut host = HostBackend::new(1).expect("host backend");
-            run_case(&mut host, c).unwrap_or_else(|e| panic!("{kernel} {}: host run failed: {e}", c.label))
-        })
-        .collect();
-    cuda_backend(1, FAST)?;
-    let mut failures = Vec::new();
-    for (c, want) in cases.iter().zip(&wants) {
-        for opts in option_sets {
-            let mut dev = cuda_backend(1, *opts)?;
-            let layout = format!("{:?}", opts.gemv_layout);
-            match run_case(&mut dev, c) {
-                Err(e) => failures.push(format!("{kernel} {} [{layout}]: CUDA run failed: {e}", c.label)),
-                Ok(got) => match compare(want, &got, c.nan_equal) {
-                    None => println!("ok {kernel} {} [{layout}]", c.label),
-                    Some(msg) => failures.push(format!("{kernel} {} [{layout}]: {msg}", c.label)),
-                },
-            }
-        }
-    }
-    assert!(failures.is_empty(), "{} mismatching case(s):\n{}", failures.len(), failures.join("\n"));
-    Ok(())
-}
+use crate::cases::*;
 
 // ---------------------------------------------------------------- kernels
 
@@ -291,10 +111,6 @@ fn router_and_argmax_at_step_shapes_match_twins() -> Ran {
     check_cases("router/argmax", cases, &[FAST])
 }
 
-fn bf16_shard(rng: &mut Rng, rows: usize, cols: usize, kw: usize) -> MatrixShard {
-    let bits = (0..rows * cols).map(|_| memra_kernels::formats::bf16_from_f32(rng.mixed(0.5))).collect();
-    MatrixShard { out_features: rows, in_features: cols, kblock_width: kw, data: ShardData::Bf16(bits) }
-}
 
 /// The qkv seam's four projections in one launch, and single GEMVs whose few rows get a smaller
 /// rows-per-block (router 288 × 4096, k 1024 × 4096): the same bits as one launch each.
@@ -426,17 +242,17 @@ fn add_group(c: &mut Case, rng: &mut Rng, g: &GroupSpec, held: impl Fn(usize) ->
         let (gate, up, down, scales) = if g.nvfp4 && !shared {
             let s = Some([1.5f32, 0.75, 3.0]);
             (
-                nvfp4(rng, g.rows, g.cols, g.kw),
-                nvfp4(rng, g.rows, g.cols, g.kw),
-                nvfp4(rng, g.cols, g.rows, g.down_kw),
+                nvfp4_shard(rng, g.rows, g.cols, g.kw),
+                nvfp4_shard(rng, g.rows, g.cols, g.kw),
+                nvfp4_shard(rng, g.cols, g.rows, g.down_kw),
                 s,
             )
         } else {
             let nan = g.nan_codes_in == Some(e);
             (
-                e4m3(rng, g.rows, g.cols, g.kw, g.row0, nan),
-                e4m3(rng, g.rows, g.cols, g.kw, g.row0, false),
-                e4m3(rng, g.cols, g.rows, g.down_kw, 0, false),
+                e4m3_shard(rng, g.rows, g.cols, g.kw, g.row0, nan),
+                e4m3_shard(rng, g.rows, g.cols, g.kw, g.row0, false),
+                e4m3_shard(rng, g.cols, g.rows, g.down_kw, 0, false),
                 None,
             )
         };
@@ -763,9 +579,9 @@ fn grouped_experts_bandwidth_report() -> Ran {
     let mut entries = Vec::new();
     let mut bytes = 0usize;
     for _ in 0..=experts {
-        let g = b.upload_weight(0, &e4m3(&mut rng, rows, cols, 512, 0, false)).unwrap();
-        let u = b.upload_weight(0, &e4m3(&mut rng, rows, cols, 512, 0, false)).unwrap();
-        let d = b.upload_weight(0, &e4m3(&mut rng, cols, rows, 640, 0, false)).unwrap();
+        let g = b.upload_weight(0, &e4m3_shard(&mut rng, rows, cols, 512, 0, false)).unwrap();
+        let u = b.upload_weight(0, &e4m3_shard(&mut rng, rows, cols, 512, 0, false)).unwrap();
+        let d = b.upload_weight(0, &e4m3_shard(&mut rng, cols, rows, 640, 0, false)).unwrap();
         entries.push(Some(GroupEntry { gate: g, up: u, down: d, nvfp4_scales: None }));
     }
     let group = b.register_experts(0, experts, &entries).unwrap();

@@ -28,7 +28,9 @@ macro_rules! gpu_modules {
     };
 }
 
-gpu_modules![cuda_kernels, cuda_direct, cuda_graph, cuda_step, harness_checks];
+mod cases;
+
+gpu_modules![cuda_kernels, cuda_direct, cuda_graph, cuda_step, cuda_gates, harness_checks];
 
 fn main() -> ExitCode {
     let args = libtest_mimic::Arguments::from_args();

@@ -48,6 +48,8 @@ pub(crate) struct DeviceGroup {
     /// Extents of a routed slot (entries below `experts`) and of a shared slot.
     routed: Extents,
     shared: Extents,
+    /// Storage of the entries (census kernel names: `expert_gate_up.<format>`).
+    pub format: &'static str,
 }
 
 impl DeviceGroup {
@@ -74,6 +76,37 @@ impl DeviceGroup {
             need = need.max(j * pitch + e);
         }
         Ok(need)
+    }
+}
+
+impl DeviceGroup {
+    /// The launch of a grouped expert op over `slots` slots whose largest matrix has `rows` rows
+    /// of `nk` K-blocks: the grid (row blocks × slots), the table arguments (entries, experts,
+    /// route length, first slot) and the rows per block; `None` when there is nothing to do.
+    fn slot_launch(
+        &self,
+        what: &str,
+        (rows, nk): (usize, usize),
+        slots: usize,
+        route_len: usize,
+        first_slot: usize,
+    ) -> Result<Option<(LaunchConfig, [i32; 4], i32)>> {
+        if slots == 0 || rows == 0 {
+            return Ok(None);
+        }
+        let rpb = rows_per_block(what, nk)?;
+        let c = LaunchConfig {
+            grid_dim: (rows.div_ceil(rpb) as u32, i32_of(what, "slots", slots)? as u32, 1),
+            block_dim: (GEMV_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [
+            i32_of(what, "entries", self.n_entries)?,
+            i32_of(what, "experts", self.experts)?,
+            i32_of(what, "route", route_len)?,
+            i32_of(what, "first_slot", first_slot)?,
+        ];
+        Ok(Some((c, args, rpb as i32)))
     }
 }
 
@@ -223,8 +256,12 @@ impl CudaBackend {
         rows_per_block("expert_down", max_down_nk.max(1))?;
         let ctx = self.ctx_of(rank).clone();
         let table = DeviceBuffer::from_host(&ctx, &self.ranks[rank].stream, &words, "expert group table")?;
+        let ws = &self.ranks[rank].weights;
+        let format =
+            entries.iter().flatten().find_map(|en| ws.get(en.gate as usize)).map_or("empty", |w| w.kind.suffix());
         let r = &mut self.ranks[rank];
         r.groups.push(DeviceGroup {
+            format,
             table,
             n_entries: entries.len(),
             experts,
@@ -283,23 +320,13 @@ impl CudaBackend {
                 if act.len < need {
                     return Err(shape_err(what, format!("act holds {} values, the slots need {need}", act.len)));
                 }
-                if slots == 0 || g.max_rows == 0 {
+                let Some((c, [ne, ex, k, fs], rpb_i)) =
+                    g.slot_launch(what, (g.max_rows, g.max_nk), slots, route.len, first_slot)?
+                else {
                     return Ok(());
-                }
-                let rpb = rows_per_block(what, g.max_nk)?;
-                let c = LaunchConfig {
-                    grid_dim: (g.max_rows.div_ceil(rpb) as u32, i32_of(what, "slots", slots)? as u32, 1),
-                    block_dim: (GEMV_THREADS, 1, 1),
-                    shared_mem_bytes: 0,
                 };
-                let (ne, ex, k, fs) = (
-                    i32_of(what, "entries", g.n_entries)?,
-                    i32_of(what, "experts", g.experts)?,
-                    i32_of(what, "route", route.len)?,
-                    i32_of(what, "first_slot", first_slot)?,
-                );
-                let (has, lim, pitch, rpb_i) =
-                    (limit.is_some() as i32, limit.unwrap_or(0.0), i32_of(what, "act pitch", act_pitch)?, rpb as i32);
+                let (has, lim, pitch) =
+                    (limit.is_some() as i32, limit.unwrap_or(0.0), i32_of(what, "act pitch", act_pitch)?);
                 launch!(self, rank, "expert_gate_up_f32", c, tp, ne, ex, rp, k, fs, xp, has, lim, ap, pitch, rpb_i)
             }
             Op::ExpertDown { group, route, first_slot, slots, act, act_pitch, out, out_pitch } => {
@@ -319,23 +346,12 @@ impl CudaBackend {
                         format!("act holds {} values (need {need_a}), out {} (need {need_o})", act.len, out.len),
                     ));
                 }
-                if slots == 0 || g.max_down_rows == 0 {
+                let Some((c, [ne, ex, k, fs], rpb_i)) =
+                    g.slot_launch(what, (g.max_down_rows, g.max_down_nk), slots, route.len, first_slot)?
+                else {
                     return Ok(());
-                }
-                let rpb = rows_per_block(what, g.max_down_nk)?;
-                let c = LaunchConfig {
-                    grid_dim: (g.max_down_rows.div_ceil(rpb) as u32, i32_of(what, "slots", slots)? as u32, 1),
-                    block_dim: (GEMV_THREADS, 1, 1),
-                    shared_mem_bytes: 0,
                 };
-                let (ne, ex, k, fs) = (
-                    i32_of(what, "entries", g.n_entries)?,
-                    i32_of(what, "experts", g.experts)?,
-                    i32_of(what, "route", route.len)?,
-                    i32_of(what, "first_slot", first_slot)?,
-                );
-                let (ap_i, op_i, rpb_i) =
-                    (i32_of(what, "act pitch", act_pitch)?, i32_of(what, "out pitch", out_pitch)?, rpb as i32);
+                let (ap_i, op_i) = (i32_of(what, "act pitch", act_pitch)?, i32_of(what, "out pitch", out_pitch)?);
                 launch!(self, rank, "expert_down_f32", c, tp, ne, ex, rp, k, fs, ap, ap_i, op_ptr, op_i, rpb_i)
             }
             Op::FoldSlots { route, first_slot, slots, parts, parts_pitch, n_parts, owner, scales, out } => {

@@ -38,6 +38,7 @@ pub use probe::{
     DeviceInfo,
 };
 
+use super::census::{kernel_of, Census, CensusCounter};
 use super::{Backend, BufId, Collected, JoinFence, Op, Packed, ProbeResult, Slice, WeightId};
 use crate::config::Transport;
 use crate::error::RuntimeError;
@@ -164,6 +165,9 @@ pub struct CudaBackend {
     tickets: Vec<(usize, usize)>,
     /// Launches since the last collect (for fault locations).
     launches: usize,
+    /// What was issued (`backend::census`), counted as the host backend counts it, where each
+    /// call reaches the driver (a replayed segment's calls are not issued, so not counted).
+    census: CensusCounter,
 }
 
 impl CudaBackend {
@@ -230,12 +234,23 @@ impl CudaBackend {
             opts,
             tickets: Vec::new(),
             launches: 0,
+            census: CensusCounter::new(n_ranks),
             merged_launches: 0,
             packed_copies: 0,
             doorbells_rung: 0,
             bells: direct::BellState::Untried,
             _reserved: reserved,
         })
+    }
+
+    /// The census name of `op`'s kernel on `rank` (`census::kernel_of`, as the host names it).
+    fn kernel(&self, rank: usize, op: &Op) -> String {
+        let r = &self.ranks[rank];
+        kernel_of(
+            op,
+            |w| r.weights.get(w as usize).map_or("unknown", |w| w.kind.suffix()),
+            |g| r.groups.get(g as usize).map_or("unknown", |g| g.format),
+        )
     }
 
     /// Device ordinal of every rank.
@@ -374,14 +389,12 @@ impl Drop for CudaBackend {
     }
 }
 
-// SAFETY: a `CudaBackend` is only ever used through `&mut self` (or `&self` for reads of its own
-// fields), so two threads never call into it at once; it may move to another thread between
-// calls (a pool hands a prepared backend to whichever worker runs the next configuration).
-// Nothing it does depends on the calling thread: every driver call binds the rank's context on
-// the calling thread first (cudarc's calls bind internally, the raw calls here call
-// `bind_to_thread`), stream captures use the relaxed mode and open and close within one run, and
-// its raw handles — NCCL communicators, captured graphs, mapped doorbell words — are owned by it,
-// valid from any thread of the process, and released in `Drop` after every stream is drained.
+// A `CudaBackend` may move to another thread between calls (a pool hands a prepared backend to
+// whichever worker runs the next configuration), never be called from two at once.
+// SAFETY: it is only used through `&mut self` (or `&self` for reads of its own fields); every
+// driver call binds the rank's context on the calling thread first (cudarc binds internally, the
+// raw calls here call `bind_to_thread`), captures use the relaxed mode within one run, and its raw
+// handles (NCCL communicators, graphs, doorbell words) are process-wide, released in `Drop`.
 unsafe impl Send for CudaBackend {}
 
 impl Backend for CudaBackend {
@@ -391,7 +404,7 @@ impl Backend for CudaBackend {
 
     /// Drains every stream, drops the captured graphs (they reference buffers about to be freed),
     /// frees the buffers from the checkpoint on, zeroes every digest slot and resets the marks,
-    /// tickets and engagement counters. Weights, expert groups, NCCL communicators, staging and
+    /// tickets, engagement counters and the census. Weights, expert groups, NCCL communicators, staging and
     /// doorbells stay (doorbell tickets only ever grow).
     fn rewind(&mut self, to: &crate::backend::Checkpoint) -> Result<()> {
         self.no_open_segment("rewind")?;
@@ -427,6 +440,9 @@ impl Backend for CudaBackend {
         }
         self.tickets.clear();
         (self.launches, self.merged_launches, self.packed_copies, self.doorbells_rung) = (0, 0, 0, 0);
+        // The census counts what a run issues (uploads are not counted): the next run's starts
+        // from nothing, as on a fresh backend.
+        self.census = CensusCounter::new(self.ranks.len());
         Ok(())
     }
 
@@ -447,6 +463,14 @@ impl Backend for CudaBackend {
             out.push(("fence_memops.doorbells".to_string(), self.doorbells_rung));
         }
         out
+    }
+
+    fn census(&self) -> Census {
+        let mut c = self.census.clone();
+        c.mechanism("graph_replay", self.graphs.replays);
+        c.mechanism("doorbell", self.doorbells_rung);
+        c.mechanism("merged_launch", self.merged_launches);
+        c.counts()
     }
 
     fn segment_begin(&mut self, key: u64) -> Result<()> {
@@ -561,6 +585,8 @@ impl Backend for CudaBackend {
         if rank == 0 && self.opts.rank0_on_default_stream {
             self.merged_launches += 1;
         }
+        let kernel = self.kernel(rank, &op);
+        self.census.launch(rank, kernel);
         self.launch_op(rank, &op)
     }
 
@@ -568,6 +594,7 @@ impl Backend for CudaBackend {
         if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: true })? {
             return Ok(());
         }
+        self.census.copy(transport, src_rank, dst_rank, src.len);
         self.copy_slices(transport, src_rank, src, dst_rank, dst)
     }
 
@@ -582,6 +609,7 @@ impl Backend for CudaBackend {
         if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: false })? {
             return Ok(());
         }
+        self.census.unfenced_copy(transport, src.len);
         self.copy_unfenced_slices(transport, src_rank, src, dst_rank, dst)
     }
 
@@ -596,6 +624,8 @@ impl Backend for CudaBackend {
         if !self.graph_gate(|| Call::PeerStore { rank, op: op.clone(), out_rank, fence })? {
             return Ok(());
         }
+        let kernel = self.kernel(rank, &op);
+        self.census.peer_store(rank, kernel);
         self.peer_store(rank, &op, out_rank, fence)
     }
 
@@ -603,6 +633,7 @@ impl Backend for CudaBackend {
         if !self.graph_gate(|| Call::Packed { transport, src_rank, dst_rank, packed: p })? {
             return Ok(());
         }
+        self.census.packed_copy(transport, p.blocks, p.src.len);
         self.copy_packed_blocks(transport, src_rank, dst_rank, p)
     }
 
@@ -610,6 +641,7 @@ impl Backend for CudaBackend {
         if !self.graph_gate(|| Call::AllReduce { parts: parts.to_vec(), out_rank, out })? {
             return Ok(());
         }
+        self.census.all_reduce(out.len);
         self.nccl_all_reduce_sum(parts, out_rank, out)
     }
 

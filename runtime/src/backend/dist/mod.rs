@@ -25,6 +25,7 @@ pub use layout::{split_rule, ProcessLayout, ProcessSpec};
 pub use rendezvous::Rendezvous;
 pub use watchdog::Watchdog;
 
+use super::census::{kernel_of, shard_format, Census, CensusCounter, MECHANISMS};
 use super::{Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, Op, ProbeResult, Slice, WeightId};
 use crate::config::Transport;
 use crate::error::RuntimeError;
@@ -69,6 +70,14 @@ pub struct DistBackend<B: Backend, M: Mover<B>> {
     /// summed at each collect): a mechanism such as RANK0_MERGE runs in one process only, yet
     /// every process gates the run.
     engaged: Vec<(String, u64)>,
+    /// The census of the program's calls, counted here for every global rank (every process sees
+    /// every call, so each counts the single-process census), the storage names of every rank's
+    /// weights and groups for the kernel names, and the inner backends' mechanism counters
+    /// (`census::MECHANISMS`) summed over the processes at each collect.
+    census: CensusCounter,
+    weight_formats: Vec<Vec<&'static str>>,
+    group_formats: Vec<Vec<&'static str>>,
+    mechanisms: Vec<(String, u64)>,
 }
 
 impl<B: Backend, M: Mover<B>> DistBackend<B, M> {
@@ -82,6 +91,7 @@ impl<B: Backend, M: Mover<B>> DistBackend<B, M> {
                 layout.ranks_per_process()
             )));
         }
+        let tp = layout.tp;
         Ok(DistBackend {
             next_buf: vec![0; layout.tp],
             next_weight: vec![0; layout.tp],
@@ -93,6 +103,10 @@ impl<B: Backend, M: Mover<B>> DistBackend<B, M> {
             tickets: Vec::new(),
             marks: 0,
             engaged: Vec::new(),
+            census: CensusCounter::new(tp),
+            weight_formats: vec![Vec::new(); tp],
+            group_formats: vec![Vec::new(); tp],
+            mechanisms: Vec::new(),
         })
     }
 
@@ -178,6 +192,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
             }
         }
         self.next_weight[rank] += 1;
+        self.weight_formats[rank].push(shard_format(shard));
         Ok(id)
     }
 
@@ -220,6 +235,13 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
 
     fn launch(&mut self, rank: usize, op: Op) -> Result<()> {
         self.check_rank(rank)?;
+        let (wf, gf) = (&self.weight_formats[rank], &self.group_formats[rank]);
+        let kernel = kernel_of(
+            &op,
+            |w| wf.get(w as usize).copied().unwrap_or("unknown"),
+            |g| gf.get(g as usize).copied().unwrap_or("unknown"),
+        );
+        self.census.launch(rank, kernel);
         match self.layout.local(rank) {
             Some(l) => self.watched("launch", &format!("rank {rank}"), |s| s.inner.launch(l, op)),
             None => Ok(()),
@@ -233,6 +255,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
             return Err(RuntimeError::Config(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
         }
         let ranks = format!("rank {src_rank} → rank {dst_rank}");
+        self.census.copy(transport, src_rank, dst_rank, src.len);
         match (self.layout.local(src_rank), self.layout.local(dst_rank)) {
             (Some(s), Some(d)) => self.watched("copy", &ranks, |b| b.inner.copy(transport, s, src, d, dst)),
             (Some(s), None) => self.watched("send", &ranks, |b| {
@@ -298,6 +321,9 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
             }
         }
         self.next_group[rank] += 1;
+        let wf = &self.weight_formats[rank];
+        let format = entries.iter().flatten().find_map(|e| wf.get(e.gate as usize).copied()).unwrap_or("empty");
+        self.group_formats[rank].push(format);
         Ok(id)
     }
 
@@ -314,11 +340,16 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
             // One word per ticket, then `n_marks` per global rank; each word is written by
             // exactly one process and is 0 in the others, so the sum is exact.
             let counters = crate::backend::BACKEND_COUNTERS;
-            let mut words = vec![0u64; n_tickets + tp * n_marks + counters.len()];
+            let n_mech = MECHANISMS.len();
+            let mut words = vec![0u64; n_tickets + tp * n_marks + counters.len() + n_mech];
             let inner_counts = s.inner.engagement();
             for (i, name) in counters.iter().enumerate() {
                 words[n_tickets + tp * n_marks + i] =
                     inner_counts.iter().filter(|(n, _)| n == name).map(|(_, v)| *v).sum();
+            }
+            let inner_census = s.inner.census();
+            for (i, name) in MECHANISMS.iter().enumerate() {
+                words[n_tickets + tp * n_marks + counters.len() + i] = inner_census.get(*name).copied().unwrap_or(0);
             }
             if let Some((n, _)) = inner_counts.iter().find(|(n, _)| !counters.contains(&n.as_str())) {
                 return Err(RuntimeError::Config(format!(
@@ -345,13 +376,20 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
                 let (m, b) = s.mover();
                 m.sum_u64(b, &words)?
             };
-            let sent = n_tickets + tp * n_marks + counters.len();
+            let sent = n_tickets + tp * n_marks + counters.len() + n_mech;
             if words.len() != sent {
                 return Err(RuntimeError::Config(format!("the mover returned {} words for {sent} sent", words.len())));
             }
+            let base = n_tickets + tp * n_marks;
             s.engaged = counters
                 .iter()
-                .zip(&words[n_tickets + tp * n_marks..])
+                .zip(&words[base..base + counters.len()])
+                .filter(|(_, v)| **v > 0)
+                .map(|(n, v)| (n.to_string(), *v))
+                .collect();
+            s.mechanisms = MECHANISMS
+                .iter()
+                .zip(&words[base + counters.len()..])
                 .filter(|(_, v)| **v > 0)
                 .map(|(n, v)| (n.to_string(), *v))
                 .collect();
@@ -372,6 +410,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
         if self.layout.spec.processes > 1 {
             return Err(self.refuse("MEMRA_NCCL_ALLREDUCE (NCCL's own all-reduce)"));
         }
+        self.census.all_reduce(out.len);
         self.inner.all_reduce_sum(parts, out_rank, out)
     }
 
@@ -386,11 +425,22 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
         if self.layout.spec.processes > 1 {
             return Err(self.refuse("the skip_fence canary's unfenced copy"));
         }
+        self.census.unfenced_copy(transport, src.len);
         self.inner.copy_unfenced(transport, src_rank, src, dst_rank, dst)
     }
 
     fn engagement(&self) -> Vec<(String, u64)> {
         self.engaged.clone()
+    }
+
+    /// The program's calls as counted here, plus the inner backends' mechanism counters summed
+    /// over every process at the last collect.
+    fn census(&self) -> Census {
+        let mut c = self.census.clone();
+        for (name, n) in &self.mechanisms {
+            c.mechanism(name, *n);
+        }
+        c.counts()
     }
 
     fn build_options(&self) -> Vec<String> {

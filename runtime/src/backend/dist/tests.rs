@@ -61,6 +61,14 @@ fn assert_same(tp: usize, n: usize, want: &Record, got: &Record, p: usize) {
     let bits = |r: &Record| r.top2.iter().flatten().map(|(a, b)| (a.to_bits(), b.to_bits())).collect::<Vec<_>>();
     assert_eq!(bits(got), bits(want), "{what}: top-2 logits");
     assert_eq!(got.engaged, want.engaged, "{what}: engagement");
+    // The census counted at the program's calls in every process is the single process's.
+    assert_eq!(got.census, want.census, "{what}: census");
+    assert_eq!(
+        (got.copies_verified, &got.copy_faults),
+        (want.copies_verified, &want.copy_faults),
+        "{what}: copy checks"
+    );
+    assert_eq!(got.rank_digests, want.rank_digests, "{what}: per-rank digest shares");
     assert_eq!(got.captures, want.captures, "{what}: captures");
     assert_eq!(
         got.timings_ns.iter().map(|t| t.len()).collect::<Vec<_>>(),
@@ -95,6 +103,10 @@ fn a_mover_that_corrupts_one_word_makes_the_records_differ() {
     for (p, r) in got.into_iter().enumerate() {
         let r = r.unwrap();
         assert_ne!(r.digests, want.digests, "process {p}: the corrupted word must show in the digests");
+        // And the copy check names the copy that carried it (its destination differs from its
+        // source), in every process.
+        let f = r.copy_faults.first().unwrap_or_else(|| panic!("process {p}: no copy fault"));
+        assert_eq!((f.src_rank, f.dst_rank), (0, 1), "process {p}: {f:?}");
         // Both processes see the same (wrong) record: the digests come from one collective.
         let first = want.digests.iter().flatten().zip(r.digests.iter().flatten()).position(|(a, b)| a != b);
         assert!(first.is_some(), "process {p}");

@@ -1,17 +1,26 @@
-//! The subject a plan gates: the model and battery every job decodes, and how one configuration
-//! of the built-in runtime is run on it (docs/DESIGN.md §10: the built-in runtime is one subject;
-//! the gates only ever see the [`Record`] it produces). Runs in this process share a pool of
-//! prepared backends: the weights are uploaded once per backend, options and layout.
+//! The built-in runtime as a subject, in this process: the model and battery every job of a plan
+//! decodes, and how one configuration of the canonical program runs on them. It is also the
+//! oracle of every plan, whatever subject is under test (docs/DESIGN.md §4.2, §10). Runs in this
+//! process share a pool of prepared backends: the weights are uploaded once per backend, options
+//! and layout (docs/DESIGN.md §8).
 
+use super::{RunSpec, Subject, SubjectError};
 use memra_receipts::ModelEvidence;
 use memra_runtime::backend::{BackendKind, OpenOptions};
 use memra_runtime::model::Model;
 use memra_runtime::program::pool::{Pool, RunTimes};
-use memra_runtime::record::{CaptureKey, Record};
-use memra_runtime::{Battery, DoorSet, ExpertFormat, RunConfig, RuntimeError, Transport};
+use memra_runtime::record::Record;
+use memra_runtime::{Battery, RunConfig, RuntimeError, Transport};
 
-/// The model and battery every job decodes.
-pub struct Subject {
+/// The name of the built-in runtime in receipts (`evidence.config.subject`).
+pub const BUILTIN_NAME: &str = "memra-runtime";
+/// The version of the built-in runtime in receipts (`evidence.build.subject_version`): the
+/// workspace's crate version. `scripts/subjects/builtin.toml` declares the same, so the built-in
+/// runtime run through the protocol writes identical evidence.
+pub const BUILTIN_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The model and battery every job decodes, and the built-in runtime that decodes them.
+pub struct Builtin {
     pub model: Model,
     pub model_evidence: ModelEvidence,
     pub battery: Battery,
@@ -24,48 +33,20 @@ pub struct Subject {
     pub pool: Pool,
 }
 
-/// One configuration of a run: where, how wide, over what, with which doors and expert format;
-/// teacher-forced by a record's tokens when given; with full captures of `capture`.
-#[derive(Debug, Clone)]
-pub struct RunSpec<'r> {
-    pub backend: BackendKind,
-    pub tp: usize,
-    pub transport: Transport,
-    pub doors: DoorSet,
-    pub format: ExpertFormat,
-    pub forced: Option<&'r Record>,
-    pub capture: Vec<CaptureKey>,
-}
-
-impl RunSpec<'_> {
-    /// TP1, host-bounce, every door at default, on `backend`: the oracle's configuration.
-    pub fn oracle(backend: BackendKind, format: ExpertFormat) -> RunSpec<'static> {
-        RunSpec {
-            backend,
-            tp: 1,
-            transport: Transport::HostBounce,
-            doors: DoorSet::default(),
-            format,
-            forced: None,
-            capture: Vec::new(),
-        }
-    }
-}
-
-impl Subject {
+impl Builtin {
     /// Whether a run of (backend, transport) spans the processes of a distributed launch; every
     /// other run (oracles, TP1 baselines, reference re-runs) stays inside this process.
     pub fn spans_processes(&self, backend: BackendKind, transport: Transport) -> bool {
         self.dist.is_some() && backend == BackendKind::Cuda && transport == Transport::Nccl
     }
 
-    /// Run one configuration of the built-in runtime on this subject.
-    pub fn run(&self, spec: RunSpec) -> Result<Record, RuntimeError> {
+    /// Run one configuration of the canonical program on this model and battery.
+    pub fn run_canonical(&self, spec: RunSpec) -> Result<Record, RuntimeError> {
         self.run_timed(spec, &|_| {}).map(|(r, _)| r)
     }
 
-    /// [`Subject::run`], with the time spent uploading weights (0 when a prepared backend was
-    /// reused) and running; `uploading(true)` / `uploading(false)` bracket an upload.
+    /// [`Builtin::run_canonical`], with the time spent uploading weights (0 when a prepared
+    /// backend was reused) and running; `uploading(true)` / `uploading(false)` bracket an upload.
     pub fn run_timed(&self, spec: RunSpec, uploading: &dyn Fn(bool)) -> Result<(Record, RunTimes), RuntimeError> {
         let mut cfg = RunConfig::new(spec.tp, spec.transport, self.battery.clone())?;
         cfg.doors = spec.doors;
@@ -83,5 +64,23 @@ impl Subject {
             }
             _ => self.pool.run_observed(&self.model, &cfg, spec.backend, &opts, uploading),
         }
+    }
+}
+
+impl Subject for Builtin {
+    fn name(&self) -> &str {
+        BUILTIN_NAME
+    }
+    fn version(&self) -> &str {
+        BUILTIN_VERSION
+    }
+    fn exact(&self) -> bool {
+        true
+    }
+    fn run(&self, spec: RunSpec) -> Result<Record, SubjectError> {
+        Ok(self.run_canonical(spec)?)
+    }
+    fn run_observed(&self, spec: RunSpec, uploading: &dyn Fn(bool)) -> Result<Record, SubjectError> {
+        Ok(self.run_timed(spec, uploading)?.0)
     }
 }

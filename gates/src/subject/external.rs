@@ -1,0 +1,325 @@
+//! An external subject: an engine started as a child process for every run, speaking the subject
+//! protocol (`super::protocol`). This module is the gates' side of one start: the battery file,
+//! the environment, the time limit (the process group is killed past it), the exit status, and
+//! the strict reading of the tape into a record. Whatever goes wrong becomes a [`SubjectError`]
+//! with the verdict it earns (ERROR, or VOID for an engagement the census does not back), so the
+//! matrix goes on and nothing unproven reads as PASS.
+
+use super::protocol::battery::BatteryFile;
+use super::protocol::manifest::{Manifest, SubjectClass};
+use super::protocol::tape::{self, DoorState, Expect};
+use super::protocol::PROTOCOL_VERSION;
+use super::{Builtin, RunSpec, Subject, SubjectError};
+use crate::error::GateError;
+use crate::registry::{
+    SUBJECT_BACKEND, SUBJECT_BATTERY, SUBJECT_MODEL, SUBJECT_PROTOCOL, SUBJECT_TAPE, SUBJECT_TP, SUBJECT_TRANSPORT,
+};
+use memra_receipts::schema::Verdict;
+use memra_runtime::model::ModelConfig;
+use memra_runtime::record::Record;
+use memra_runtime::{Battery, Canary, ExpertFormat};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Lines of a failed subject's output quoted in the receipt.
+const TAIL_LINES: usize = 8;
+
+/// An engine outside this process, started once per run.
+pub struct External {
+    manifest: Manifest,
+    config: ModelConfig,
+    battery: Battery,
+    /// A private directory for the model, battery files, tapes and logs; removed on drop.
+    work: PathBuf,
+    model_path: PathBuf,
+    /// This executable (the `{memra_gates}` placeholder).
+    gates_exe: PathBuf,
+    /// `MEMRA_*` variables of this process, removed from every subject's environment.
+    inherited: Vec<String>,
+    next: AtomicUsize,
+}
+
+impl External {
+    /// Prepare the subject of `manifest` for the plan's model and battery (held by `runtime`):
+    /// a private work directory and the model file every start reads. `inherited` are the
+    /// `MEMRA_*` names of this process's environment (`crate::env::memra_names`).
+    pub fn prepare(manifest: Manifest, runtime: &Builtin, inherited: Vec<String>) -> Result<External, GateError> {
+        let work = private_dir()?;
+        let model_path = work.join("model.safetensors");
+        memra_runtime::model::format::save(&runtime.model, &model_path)?;
+        let gates_exe = std::env::current_exe()
+            .map_err(|e| GateError::usage(format!("cannot find this executable for {{memra_gates}}: {e}")))?;
+        Ok(External {
+            manifest,
+            config: runtime.model.config.clone(),
+            battery: runtime.battery.clone(),
+            work,
+            model_path,
+            gates_exe,
+            inherited,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn who(&self) -> String {
+        format!("subject {} {}", self.manifest.name, self.manifest.version)
+    }
+
+    fn error(&self, reason: String) -> SubjectError {
+        SubjectError::Failed { verdict: Verdict::Error, reason }
+    }
+
+    /// Every door of the subject, on or off in this run; a door the run asks for that the
+    /// subject does not have is refused (the plan never builds one).
+    fn door_states(&self, spec: &RunSpec) -> Result<Vec<DoorState>, SubjectError> {
+        let doors = self.manifest.registry.doors();
+        if let Some((env, _)) = spec.door_vars.iter().find(|(env, on)| **on && !doors.iter().any(|d| d.env == **env)) {
+            return Err(
+                self.error(format!("{}: the run asks for door {env}, which the manifest does not list", self.who()))
+            );
+        }
+        Ok(doors
+            .iter()
+            .map(|d| DoorState {
+                env: d.env.clone(),
+                counter: d.engagement.clone(),
+                on: spec.door_vars.get(&d.env).copied().unwrap_or(false),
+            })
+            .collect())
+    }
+
+    /// The command of one start: argv with placeholders expanded, the protocol's environment.
+    fn command(&self, spec: &RunSpec, doors: &[DoorState], battery: &Path, tape: &Path) -> Command {
+        let dir = self.manifest.dir().display().to_string();
+        let exe = self.gates_exe.display().to_string();
+        let expand = |a: &String| a.replace("{manifest_dir}", &dir).replace("{memra_gates}", &exe);
+        let argv: Vec<String> = self.manifest.command.iter().map(expand).collect();
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]).stdin(Stdio::null());
+        for name in &self.inherited {
+            cmd.env_remove(name);
+        }
+        cmd.env(SUBJECT_PROTOCOL, PROTOCOL_VERSION.to_string())
+            .env(SUBJECT_BACKEND, spec.backend.name())
+            .env(SUBJECT_TP, spec.tp.to_string())
+            .env(SUBJECT_TRANSPORT, spec.transport.name())
+            .env(SUBJECT_MODEL, &self.model_path)
+            .env(SUBJECT_BATTERY, battery)
+            .env(SUBJECT_TAPE, tape);
+        for d in doors {
+            cmd.env(&d.env, if d.on { "1" } else { "0" });
+        }
+        if let Some(Canary::FlipBit { layer, seam, step, element }) = spec.doors.canary {
+            cmd.env(crate::registry::CANARY_FLIP_AT, format!("{layer}:{}:{step}:{element}", seam.name()));
+        }
+        // Its own process group: a kill at the time limit reaches whatever it started.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        cmd
+    }
+
+    /// Start, wait (at most the time limit), and read the tape of one run.
+    fn start_and_read(&self, spec: &RunSpec, files: &RunFiles) -> Result<Record, SubjectError> {
+        if spec.format == ExpertFormat::Nvfp4 && !spec.doors.nvfp4_ep2 {
+            return Err(self.error(format!(
+                "{}: the protocol carries no expert format; NVFP4 banks come only with a door",
+                self.who()
+            )));
+        }
+        let doors = self.door_states(spec)?;
+        let forced = spec.forced.map(|r| r.tokens.as_slice());
+        let battery = BatteryFile::new(&self.battery, forced, &spec.capture);
+        std::fs::write(&files.battery, battery.to_json())
+            .map_err(|e| self.error(format!("cannot write the battery file {}: {e}", files.battery.display())))?;
+        let log = std::fs::File::create(&files.log)
+            .map_err(|e| self.error(format!("cannot create the log {}: {e}", files.log.display())))?;
+        let log2 =
+            log.try_clone().map_err(|e| self.error(format!("cannot share the log {}: {e}", files.log.display())))?;
+        let mut cmd = self.command(spec, &doors, &files.battery, &files.tape);
+        cmd.stdout(log).stderr(log2);
+        let mut child = cmd.spawn().map_err(|e| {
+            self.error(format!(
+                "{}: cannot start {:?} (manifest {}): {e}",
+                self.who(),
+                self.manifest.command,
+                self.manifest.path.display()
+            ))
+        })?;
+        let limit = self.manifest.time_limit;
+        let status = match wait_at_most(&mut child, limit) {
+            Ok(Some(status)) => status,
+            Ok(None) => {
+                return Err(self.error(format!(
+                    "{} did not finish within its time limit of {}s (time_limit_s of its manifest): killed{}",
+                    self.who(),
+                    limit.as_secs(),
+                    tail(&files.log)
+                )))
+            }
+            Err(e) => return Err(self.error(format!("{}: waiting for it failed: {e}", self.who()))),
+        };
+        if !status.success() {
+            return Err(self.error(format!("{} {}{}", self.who(), describe_exit(status), tail(&files.log))));
+        }
+        let bytes = std::fs::read(&files.tape).map_err(|e| {
+            self.error(format!(
+                "{} exited 0 but wrote no tape at {} ({e}){}",
+                self.who(),
+                files.tape.display(),
+                tail(&files.log)
+            ))
+        })?;
+        let expect = Expect {
+            subject: &self.manifest.name,
+            version: &self.manifest.version,
+            config: &self.config,
+            battery: &self.battery,
+            capture: &spec.capture,
+            doors: &doors,
+        };
+        tape::read(&bytes, &expect).map_err(|e| {
+            let reason = match &e {
+                tape::TapeError::Reported(r) => r.clone(),
+                tape::TapeError::Malformed(r) => format!("the tape of {}: {r}", self.who()),
+                tape::TapeError::Unbacked(r) => r.clone(),
+            };
+            SubjectError::Failed { verdict: e.verdict(), reason }
+        })
+    }
+}
+
+/// The files of one start.
+struct RunFiles {
+    battery: PathBuf,
+    tape: PathBuf,
+    log: PathBuf,
+}
+
+impl Subject for External {
+    fn name(&self) -> &str {
+        &self.manifest.name
+    }
+    fn version(&self) -> &str {
+        &self.manifest.version
+    }
+    fn exact(&self) -> bool {
+        self.manifest.class == SubjectClass::Exact
+    }
+    fn run(&self, spec: RunSpec) -> Result<Record, SubjectError> {
+        let n = self.next.fetch_add(1, Ordering::SeqCst);
+        let files = RunFiles {
+            battery: self.work.join(format!("run-{n}.battery.json")),
+            tape: self.work.join(format!("run-{n}.tape.safetensors")),
+            log: self.work.join(format!("run-{n}.log")),
+        };
+        let result = self.start_and_read(&spec, &files);
+        for f in [&files.battery, &files.tape, &files.log] {
+            let _ = std::fs::remove_file(f);
+        }
+        result
+    }
+}
+
+impl Drop for External {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.work);
+    }
+}
+
+/// A fresh directory under the system's temporary directory, for this process only.
+fn private_dir() -> Result<PathBuf, GateError> {
+    let base = std::env::temp_dir();
+    for n in 0..1000 {
+        let dir = base.join(format!("memra-subject-{}-{n}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(GateError::usage(format!(
+                    "cannot create a work directory for the subject in {}: {e}",
+                    base.display()
+                )))
+            }
+        }
+    }
+    Err(GateError::usage(format!(
+        "cannot create a work directory for the subject in {}: every name is taken",
+        base.display()
+    )))
+}
+
+/// Wait for `child` at most `limit`; past it, kill its process group and return `None`.
+fn wait_at_most(child: &mut Child, limit: Duration) -> std::io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            kill_group(child);
+            child.wait()?;
+            return Ok(None);
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// SIGKILL to the child's process group (it leads one: `process_group(0)`), then to the child.
+fn kill_group(child: &mut Child) {
+    #[cfg(unix)]
+    {
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &format!("-{}", child.id())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    let _ = child.kill();
+}
+
+/// "exited with status 3", "was ended by signal 11".
+fn describe_exit(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exited with status {code}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return format!("was ended by signal {sig}");
+        }
+    }
+    format!("ended ({status})")
+}
+
+/// `; its output ends: "…" | "…"` — the last lines of a run's log, or nothing when it is empty.
+fn tail(log: &Path) -> String {
+    let text = std::fs::read(log).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    let lines: Vec<String> = text
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let clean: String = l.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+            if clean.chars().count() > 200 {
+                clean.chars().take(199).collect::<String>() + "…"
+            } else {
+                clean
+            }
+        })
+        .collect();
+    if lines.is_empty() {
+        return "; it printed nothing".to_string();
+    }
+    let from = lines.len().saturating_sub(TAIL_LINES);
+    format!("; its output ends: {}", lines[from..].iter().map(|l| format!("{l:?}")).collect::<Vec<_>>().join(" | "))
+}

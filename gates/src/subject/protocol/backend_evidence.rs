@@ -1,0 +1,123 @@
+//! The optional backend evidence of a tape (protocol 1, `memra.tape` keys `backend_census`,
+//! `coverage`, `copies`): what a subject's backend itself witnessed, beyond the counters of
+//! `census`. The built-in runtime writes all three, so a plan run through the protocol gives the
+//! same receipt evidence as the same plan run in process (`scripts/subjects/check-identity.sh`);
+//! an engine that does not count these leaves them out, and its `census` is then its census.
+//!
+//! - `backend_census`: counter name → count of what the backend issued (launches per kernel,
+//!   copies per transport and size, peer stores, …: `memra_runtime::backend::census`). The
+//!   engagement gate compares it with the same configuration's run with the door off.
+//! - `coverage`: special path → `{"count": n, "first": [prompt, step, layer, "seam"] | null}`.
+//! - `copies`: `{"verified": n, "faults": [[prompt, step, layer, "seam", src_rank, dst_rank], …]}`
+//!   — cross-rank copies checked against their source, and those that arrived different.
+
+use memra_runtime::backend::coverage::{Coverage, PathCount, SeamPoint};
+use memra_runtime::record::{CopyFault, Record, Seam};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A place in the program on the tape: prompt, step, layer, seam name.
+type WirePlace = (usize, usize, usize, String);
+
+/// One special path's count and first place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WirePath {
+    pub count: u64,
+    pub first: Option<WirePlace>,
+}
+
+/// Cross-rank copies checked, and the faults: (prompt, step, layer, seam, src rank, dst rank).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireCopies {
+    pub verified: u64,
+    pub faults: Vec<(usize, usize, usize, String, usize, usize)>,
+}
+
+/// The three optional keys of `memra.tape` (fields of [`TapeMeta`](super::tape::TapeMeta)).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BackendEvidence {
+    pub backend_census: Option<BTreeMap<String, u64>>,
+    pub coverage: Option<BTreeMap<String, WirePath>>,
+    pub copies: Option<WireCopies>,
+}
+
+fn seam_of(name: &str, what: &str) -> Result<Seam, String> {
+    Seam::parse(name).ok_or_else(|| format!("{what}: {name:?} is not a seam name (docs/DESIGN.md §3.2)"))
+}
+
+impl BackendEvidence {
+    /// What a record's backend witnessed.
+    pub fn of(record: &Record) -> BackendEvidence {
+        let place = |p: &SeamPoint| (p.prompt, p.step, p.layer, p.seam.name().to_string());
+        BackendEvidence {
+            backend_census: Some(record.census.clone()),
+            coverage: record.coverage.as_ref().map(|c| {
+                c.iter()
+                    .map(|(k, v)| (k.clone(), WirePath { count: v.count, first: v.first.as_ref().map(place) }))
+                    .collect()
+            }),
+            copies: Some(WireCopies {
+                verified: record.copies_verified,
+                faults: record
+                    .copy_faults
+                    .iter()
+                    .map(|f| (f.prompt, f.step, f.layer, f.seam.name().to_string(), f.src_rank, f.dst_rank))
+                    .collect(),
+            }),
+        }
+    }
+
+    /// Put this evidence into `record` (whose `engaged` already holds the tape's `census`): the
+    /// record's census is `backend_census` when given, else the subject's `census`. A seam name
+    /// that is not a seam, or a place past the run, is the error returned.
+    pub fn apply(&self, record: &mut Record, layers: usize) -> Result<(), String> {
+        record.census = self.backend_census.clone().unwrap_or_else(|| record.engaged.clone());
+        let check_layer = |layer: usize, what: &str| {
+            if layer > layers {
+                Err(format!("{what}: layer {layer} is past the model's {layers} layers (and the head at {layers})"))
+            } else {
+                Ok(())
+            }
+        };
+        if let Some(c) = &self.coverage {
+            let mut coverage = Coverage::new();
+            for (path, w) in c {
+                let what = format!("`coverage` of {path:?}");
+                let first = match &w.first {
+                    Some((prompt, step, layer, seam)) => {
+                        check_layer(*layer, &what)?;
+                        Some(SeamPoint { prompt: *prompt, step: *step, layer: *layer, seam: seam_of(seam, &what)? })
+                    }
+                    None => None,
+                };
+                if (w.count == 0) != first.is_none() {
+                    return Err(format!("{what}: a first place is given exactly when the count is > 0"));
+                }
+                coverage.insert(path.clone(), PathCount { count: w.count, first });
+            }
+            record.coverage = Some(coverage);
+        }
+        if let Some(c) = &self.copies {
+            record.copies_verified = c.verified;
+            record.copy_faults = c
+                .faults
+                .iter()
+                .map(|(prompt, step, layer, seam, src_rank, dst_rank)| {
+                    check_layer(*layer, "`copies.faults`")?;
+                    let seam = seam_of(seam, "`copies.faults`")?;
+                    Ok(CopyFault {
+                        prompt: *prompt,
+                        step: *step,
+                        layer: *layer,
+                        seam,
+                        src_rank: *src_rank,
+                        dst_rank: *dst_rank,
+                    })
+                })
+                .collect::<Result<_, String>>()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,136 @@
+//! The gates of issue 11 as pure functions, each with its negative control: engagement decided by
+//! the census against the door-off census (a silent fallback that still counts at its call site
+//! is VOID), the first difference in program order (a broken copy before the seam that consumes
+//! it), the rank of a divergence from per-rank digest shares, the determinism of the evidence
+//! bytes, and the coverage of a model's claims.
+
+use std::collections::BTreeMap;
+
+use memra_gating::gate::{self, Outcome};
+use memra_gating::job::CensusDecl;
+use memra_gating::record_evidence;
+use memra_gating::registry::census::{CensusChange, Change};
+use memra_kernels::twins::digest::digest_u32;
+use memra_runtime::backend::coverage::{self, PathCount, SeamPoint};
+use memra_runtime::record::{Capture, CaptureKey, CopyFault, Record, Seam};
+use memra_runtime::DoorSet;
+
+fn census(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+fn decl(door: &str, changes: &[(&str, Change)]) -> CensusDecl {
+    CensusDecl {
+        door: door.to_string(),
+        changes: changes.iter().map(|(c, ch)| CensusChange { counter: c.to_string(), change: *ch }).collect(),
+        off: DoorSet::default(),
+        off_vars: BTreeMap::new(),
+    }
+}
+
+/// One layer, one prompt of `steps` steps, every digest `d`, `tp` ranks sharing it (rank 0 holds
+/// it all).
+fn record(steps: usize, tp: usize, d: u64) -> Record {
+    let mut r = Record { n_layers: 1, ..Record::default() };
+    let per = r.seams_per_step();
+    r.digests = vec![vec![vec![d; per]; steps]];
+    r.rank_digests =
+        vec![vec![(0..per).map(|_| (0..tp).map(|k| if k == 0 { d } else { 0 }).collect()).collect(); steps]];
+    r.tokens = vec![vec![1, 2]];
+    r.top2 = vec![vec![(2.0, 1.0), (3.0, 1.0)]];
+    r
+}
+
+#[test]
+fn engagement_is_decided_by_the_census_not_by_call_site_counters() {
+    let d =
+        decl("oproj_direct", &[("peer_store.gemv_partials.*", Change::Appears), ("copy.native-p2p.*", Change::Fewer)]);
+    let off = census(&[("copy.native-p2p.4096", 10)]);
+    let on = census(&[("copy.native-p2p.4096", 8), ("peer_store.gemv_partials.bf16", 2)]);
+    assert!(gate::engagement(&on, &[(&d, Ok(off.clone()))]).passed());
+    // The silent fallback: the same census as with the door off (whatever its call site counted).
+    let o = gate::engagement(&off, &[(&d, Ok(off.clone()))]);
+    assert!(!o.passed());
+    assert!(o.detail().contains("oproj_direct") && o.detail().contains("appears (0 → 0)"), "{}", o.detail());
+    // A baseline that could not run is not a pass either.
+    assert!(!gate::engagement(&on, &[(&d, Err("boom".into()))]).passed());
+    // One failed change of several is enough.
+    let partial = census(&[("copy.native-p2p.4096", 10), ("peer_store.gemv_partials.bf16", 2)]);
+    assert!(!gate::engagement(&partial, &[(&d, Ok(off))]).passed());
+    assert!(gate::engagement(&on, &[]).passed(), "no door: nothing to witness");
+}
+
+#[test]
+fn a_broken_copy_is_the_first_difference_before_its_consumer() {
+    let oracle = record(2, 2, 7);
+    let mut run = record(2, 2, 7);
+    // The consumer (qkv) differs at step 0, and the attn_norm copy to rank 1 arrived wrong.
+    let qkv = Record::seam_index(1, 0, Seam::Qkv);
+    run.digests[0][0][qkv] = 8;
+    run.copy_faults.push(CopyFault { prompt: 0, step: 0, layer: 0, seam: Seam::AttnNorm, src_rank: 0, dst_rank: 1 });
+    let d = gate::first_difference(&oracle, &run).unwrap().unwrap();
+    assert_eq!((d.seam, d.copy_from, d.rank), (Seam::AttnNorm, Some(0), Some(1)));
+    assert!(d.describe().contains("copy r0→r1"), "{}", d.describe());
+    // A copy after the first differing seam does not come first.
+    let mut later = record(2, 2, 7);
+    later.digests[0][0][qkv] = 8;
+    later.copy_faults.push(CopyFault { prompt: 0, step: 0, layer: 0, seam: Seam::OProj, src_rank: 1, dst_rank: 0 });
+    let d = gate::first_difference(&oracle, &later).unwrap().unwrap();
+    assert_eq!((d.seam, d.copy_from), (Seam::Qkv, None));
+    // The copies gate: a fault fails; copies verified without a fault pass; none verified fails
+    // (unchecked copies are no evidence).
+    let mut checked = oracle.clone();
+    checked.copies_verified = 12;
+    assert!(!gate::copies(&later).passed() && gate::copies(&checked).passed());
+    assert!(!gate::copies(&oracle).passed(), "no copy verified: nothing witnessed");
+    assert_eq!(gate::first_difference(&oracle, &oracle.clone()).unwrap(), None);
+}
+
+#[test]
+fn the_rank_comes_from_the_digest_shares() {
+    // A seam of 4 elements: rank 0 holds [0, 2), rank 1 holds [2, 4).
+    let reference = Capture { bits: vec![1, 2, 3, 4], owners: vec![(0, 0, 4)] };
+    let owners = [(0, 0, 2), (1, 2, 2)];
+    let key = CaptureKey { prompt: 0, step: 0, layer: 0, seam: Seam::Attn };
+    let mut run = record(1, 2, 0);
+    let idx = Record::seam_index(1, 0, Seam::Attn);
+    run.rank_digests[0][0][idx] = vec![digest_u32(&[1, 2], 0), digest_u32(&[3, 5], 2)];
+    assert_eq!(gate::ranks_differing(&run, key, &reference, &owners), vec![1]);
+    run.rank_digests[0][0][idx] = vec![digest_u32(&[1, 2], 0), digest_u32(&[3, 4], 2)];
+    assert_eq!(gate::ranks_differing(&run, key, &reference, &owners), Vec::<usize>::new());
+    // Not reproduced: the location still names layer, seam, step and rank, and says so.
+    let d = gate::FirstDivergence { rank: Some(1), ..gate::FirstDivergence::at_seam(0, 3, 0, Seam::Attn) };
+    assert!(d.describe().contains("r1") && d.describe().contains("race is likely"), "{}", d.describe());
+}
+
+#[test]
+fn determinism_compares_the_evidence_bytes() {
+    let a = record(2, 1, 7);
+    let same = gate::determinism(&record_evidence::sections(&a), &record_evidence::sections(&a.clone()));
+    assert!(same.passed(), "{}", same.detail());
+    // Equal digests and tokens, but a census that moved between the runs (a volatile value).
+    let mut b = a.clone();
+    b.census.insert("launch.rmsnorm".into(), 3);
+    let o = gate::determinism(&record_evidence::sections(&a), &record_evidence::sections(&b));
+    assert!(matches!(&o, Outcome::Fail(d) if d.contains("census")), "{o:?}");
+    let mut c = a.clone();
+    c.top2[0][1].1 = 1.5;
+    assert!(!gate::determinism(&record_evidence::sections(&a), &record_evidence::sections(&c)).passed());
+}
+
+#[test]
+fn coverage_fails_a_claim_that_was_not_reached() {
+    let at = Some(SeamPoint { prompt: 0, step: 0, layer: 0, seam: Seam::Router });
+    let mut reached = coverage::empty();
+    coverage::note(&mut reached, coverage::TIE_IN_TOPK, at, 3);
+    let claims = [coverage::TIE_IN_TOPK];
+    assert!(gate::coverage(&claims, Some(&reached), Some(&reached)).passed());
+    let o = gate::coverage(&[coverage::TIE_AT_BOUNDARY], Some(&reached), None);
+    assert!(!o.passed() && o.detail().contains(coverage::TIE_AT_BOUNDARY), "{}", o.detail());
+    // The run's own count matters where it has one.
+    let mut own = reached.clone();
+    own.insert(coverage::TIE_IN_TOPK.into(), PathCount::default());
+    assert!(!gate::coverage(&claims, Some(&reached), Some(&own)).passed());
+    assert!(!gate::coverage(&claims, None, None).passed(), "no coverage counted: no claim can pass");
+    assert!(gate::coverage(&[], None, None).passed(), "a model that claims nothing");
+}

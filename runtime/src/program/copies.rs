@@ -1,0 +1,140 @@
+//! Every cross-rank copy of the program, verified: the copy is issued, and its source (on the
+//! source rank) and its destination (on the destination rank) join the layer's batched digest
+//! as the two sides of a *copy check*. When the step's digests come back, a destination whose
+//! digest differs from its source's is a [`CopyFault`] in the record, named by the copy (the
+//! seam whose tensor it moved, the ranks, the step) — so a broken broadcast or a racy copy is
+//! located at the copy, not at the seam that later consumes the wrong bytes.
+//!
+//! Both sides are digested at the end of the copy's layer, with the same global base, so they
+//! agree exactly when the destination holds the source's bytes; the program never overwrites a
+//! copy's source or destination later in the same layer (every seam tensor and every joined
+//! buffer lives until the layer ends), so the check reads what the copy moved.
+
+use super::Ctx;
+use crate::backend::{DigestPart, Packed, Slice};
+use crate::record::{CopyFault, Seam};
+use crate::Result;
+
+/// One checked copy of the current step.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CopyCheck {
+    layer: usize,
+    seam: Seam,
+    src_rank: usize,
+    dst_rank: usize,
+}
+
+impl Ctx<'_> {
+    /// Copy `src` of `src_rank` to `dst` of `dst_rank` over the run's transport, and check the
+    /// destination when the ranks differ. `seam`: the seam whose tensor moves.
+    pub fn copy(&mut self, seam: Seam, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
+        self.b.copy(self.cfg.transport, src_rank, src, dst_rank, dst)?;
+        self.check_copy(seam, (src_rank, DigestPart::plain(src, 0)), (dst_rank, DigestPart::plain(dst, 0)));
+        Ok(())
+    }
+
+    /// The skip-fence canary's copy (no producer fence), checked like any other.
+    pub fn copy_unfenced(
+        &mut self,
+        seam: Seam,
+        src_rank: usize,
+        src: Slice,
+        dst_rank: usize,
+        dst: Slice,
+    ) -> Result<()> {
+        self.b.copy_unfenced(self.cfg.transport, src_rank, src, dst_rank, dst)?;
+        self.check_copy(seam, (src_rank, DigestPart::plain(src, 0)), (dst_rank, DigestPart::plain(dst, 0)));
+        Ok(())
+    }
+
+    /// One packed copy of `p.blocks` blocks, every block checked (block i with base i·len on
+    /// both sides).
+    pub fn copy_packed(&mut self, seam: Seam, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
+        self.b.copy_packed(self.cfg.transport, src_rank, dst_rank, p)?;
+        let len = p.src.len;
+        let side = |s: Slice, pitch: usize| DigestPart {
+            src: s,
+            blocks: p.blocks,
+            pitch,
+            base: 0,
+            base_pitch: len as u64,
+            owned: None,
+        };
+        self.check_copy(seam, (src_rank, side(p.src, p.src_pitch)), (dst_rank, side(p.dst, p.dst_pitch)));
+        Ok(())
+    }
+
+    fn check_copy(&mut self, seam: Seam, src: (usize, DigestPart), dst: (usize, DigestPart)) {
+        if !self.cfg.digests || src.0 == dst.0 {
+            return;
+        }
+        let i = self.checks.len();
+        self.checks.push(CopyCheck { layer: self.layer, seam, src_rank: src.0, dst_rank: dst.0 });
+        let n = self.record.seams_per_step();
+        self.batch.push((n + 2 * i, src.0, src.1));
+        self.batch.push((n + 2 * i + 1, dst.0, dst.1));
+    }
+}
+
+/// Settle one step's digest tickets: the seam row (wrapping sum over ranks), each rank's share
+/// per seam, and the copy checks (faults go into the record).
+pub(crate) fn settle(ctx: &mut Ctx, digests: &[u64], prompt: usize, step: usize) -> (Vec<u64>, Vec<Vec<u64>>) {
+    let n = ctx.record.seams_per_step();
+    let tp = ctx.p.tp;
+    let mut row = vec![0u64; n];
+    let mut ranks = vec![vec![0u64; tp]; n];
+    let mut sides = vec![(0u64, 0u64); ctx.checks.len()];
+    for (idx, rank, tickets) in ctx.pending.drain(..) {
+        let v = tickets.iter().fold(0u64, |acc, t| acc.wrapping_add(digests[*t]));
+        if idx < n {
+            row[idx] = row[idx].wrapping_add(v);
+            ranks[idx][rank] = ranks[idx][rank].wrapping_add(v);
+        } else {
+            let side = &mut sides[(idx - n) / 2];
+            if (idx - n).is_multiple_of(2) {
+                side.0 = side.0.wrapping_add(v);
+            } else {
+                side.1 = side.1.wrapping_add(v);
+            }
+        }
+    }
+    for (c, (src, dst)) in ctx.checks.drain(..).zip(sides) {
+        ctx.record.copies_verified += 1;
+        if src != dst {
+            ctx.record.copy_faults.push(CopyFault {
+                prompt,
+                step,
+                layer: c.layer,
+                seam: c.seam,
+                src_rank: c.src_rank,
+                dst_rank: c.dst_rank,
+            });
+        }
+    }
+    (row, ranks)
+}
+
+/// Root → every other rank (the replicated rows of attn_norm and ffn_norm), each copy checked.
+/// The broken-broadcast canary corrupts the copy to the last rank at layer 0, step 0.
+pub(super) fn broadcast(
+    ctx: &mut Ctx,
+    seam: Seam,
+    src: Slice,
+    dst: impl Fn(&super::buffers::RankBuffers) -> Slice,
+) -> Result<()> {
+    let tp = ctx.p.tp;
+    for r in 1..tp {
+        let d = dst(&ctx.buf.ranks[r]);
+        ctx.copy(seam, 0, src, r, d)?;
+        let broken = ctx.cfg.doors.canary == Some(crate::config::Canary::BrokenBroadcast)
+            && r == tp - 1
+            && ctx.layer == 0
+            && ctx.step == 0
+            && seam == Seam::AttnNorm;
+        if broken {
+            ctx.b.launch(r, crate::backend::Op::FlipLowBit { x: d.sub(0, 1) })?;
+            ctx.count("canary_broken_broadcast.corrupted_copies");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! The program half of the build evidence (docs/DESIGN.md §5): the runtime sources that decide
+//! the arithmetic beside the kernels and their twins — the canonical program's order of
+//! operations (`program/`), how the host backend maps each op onto its twin, how weights are
+//! sharded and mirrored (`model/matrix.rs`) and how the generated presets' weights are made
+//! (`model/gen.rs`, `model/edge.rs`: a generated model's identity is its configuration and seed,
+//! so the generator is part of what a receipt must name). The binary's stamp
+//! (`MG_BUILD_KERNEL_DIGEST`, every receipt's `kernel_source_digest`) is
+//! `memra_kernels::sources::build_digest` of these texts, so a changed twin or program changes
+//! the evidence of every receipt.
+//!
+//! The root package's `build.rs` compiles this very file (`#[path]`), so the stamp and
+//! [`build_digest`] are computed from one list.
+
+/// (workspace-relative path, text) of every runtime source that decides the arithmetic.
+pub const PROGRAM_SOURCES: [(&str, &str); 15] = [
+    ("runtime/src/program/mod.rs", include_str!("program/mod.rs")),
+    ("runtime/src/program/layer.rs", include_str!("program/layer.rs")),
+    ("runtime/src/program/moe.rs", include_str!("program/moe.rs")),
+    ("runtime/src/program/copies.rs", include_str!("program/copies.rs")),
+    ("runtime/src/program/buffers.rs", include_str!("program/buffers.rs")),
+    ("runtime/src/program/placement.rs", include_str!("program/placement.rs")),
+    ("runtime/src/program/weights.rs", include_str!("program/weights.rs")),
+    ("runtime/src/program/payloads.rs", include_str!("program/payloads.rs")),
+    ("runtime/src/program/prepared.rs", include_str!("program/prepared.rs")),
+    ("runtime/src/program/pool.rs", include_str!("program/pool.rs")),
+    ("runtime/src/backend/host.rs", include_str!("backend/host.rs")),
+    ("runtime/src/backend/host_rows.rs", include_str!("backend/host_rows.rs")),
+    ("runtime/src/model/matrix.rs", include_str!("model/matrix.rs")),
+    ("runtime/src/model/gen.rs", include_str!("model/gen.rs")),
+    ("runtime/src/model/edge.rs", include_str!("model/edge.rs")),
+];
+
+/// The build digest of this build: kernels, twins and [`PROGRAM_SOURCES`].
+pub fn build_digest() -> String {
+    memra_kernels::sources::build_digest(&PROGRAM_SOURCES)
+}
+
+/// The build digest of the source tree at `root` (a workspace checkout): the same files read from
+/// disk — the kernels (`kernels/cuda/`), the twins (`kernels/src/`) and [`PROGRAM_SOURCES`]'s
+/// paths — so a copy of the tree with one changed byte can be compared with this build.
+pub fn tree_digest(root: &std::path::Path) -> std::io::Result<String> {
+    use memra_kernels::sources::{build_digest_of, concat_sources, source_files, twin_files};
+    let read = |rel: String| std::fs::read_to_string(root.join(&rel));
+    let cuda: Vec<(&str, String)> =
+        source_files().map(|f| Ok((f, read(format!("kernels/cuda/{f}"))?))).collect::<std::io::Result<_>>()?;
+    let twins: Vec<(&str, String)> =
+        twin_files().map(|f| Ok((f, read(format!("kernels/{f}"))?))).collect::<std::io::Result<_>>()?;
+    let program: Vec<(&str, String)> =
+        PROGRAM_SOURCES.iter().map(|(p, _)| Ok((*p, read(p.to_string())?))).collect::<std::io::Result<_>>()?;
+    let text = concat_sources(cuda.iter().map(|(n, t)| (*n, t.as_str())));
+    let twins: Vec<(&str, &str)> = twins.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    let program: Vec<(&str, &str)> = program.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    Ok(build_digest_of(&text, &twins, &program))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new file of the program must join the digest: every `program/*.rs` is listed.
+    #[test]
+    fn every_program_file_is_covered() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/program");
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            let path = format!("runtime/src/program/{name}");
+            assert!(PROGRAM_SOURCES.iter().any(|(p, _)| *p == path), "{path} is not in PROGRAM_SOURCES");
+        }
+    }
+
+    #[test]
+    fn the_tree_digest_of_this_checkout_is_this_build_digest() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        assert_eq!(tree_digest(root).unwrap(), build_digest());
+    }
+}

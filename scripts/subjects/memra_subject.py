@@ -1,0 +1,231 @@
+"""The engine side of the memra-gates subject protocol, version 1, in plain Python.
+
+docs/subject-protocol.md is the protocol; this module is one way to speak it without a
+dependency (standard library only): read the run from the environment, read the battery file,
+read safetensors files (the model), compute the seam digest, and write the tape. Copy it into an
+engine, or import it: scripts/subjects/torch_subject.py does.
+
+    run = Run.from_env()                      # MEMRA_SUBJECT_* and the door variables, checked
+    battery = run.battery()                   # prompts, gen_tokens, forced_tokens, capture
+    tape = Tape(run, layers)                  # collects what the run produced
+    tape.digest(prompt, step, layer, "qkv", d)  # … for every seam of every step
+    tape.tokens(prompt, tokens, top2)
+    tape.capture(prompt, step, layer, "o_join", bits)  # for each requested capture
+    tape.census["my_door.fast_paths"] = 12   # what the subject counted
+    tape.write()                              # or: Tape.write_error(run, "out of memory")
+"""
+
+import json
+import os
+import struct
+
+PROTOCOL = 1
+LAYER_SEAMS = ["attn_norm", "qkv", "rope", "attn", "o_proj", "o_join", "ffn_norm", "router",
+               "experts", "moe_join", "residual"]
+HEAD_SEAMS = ["final_norm", "logits"]
+MASK64 = (1 << 64) - 1
+
+
+class ProtocolError(Exception):
+    """The environment or a file breaks the protocol: the subject cannot run."""
+
+
+def seam_columns(layers):
+    """The digest columns of a tape: L{l}.{seam} for every layer seam, then the head seams."""
+    cols = ["L%d.%s" % (l, s) for l in range(layers) for s in LAYER_SEAMS]
+    return cols + ["L%d.%s" % (layers, s) for s in HEAD_SEAMS]
+
+
+def splitmix64(x):
+    """The splitmix64 finalizer on a Python int (wrapping at 64 bits)."""
+    z = (x + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def digest_bits(bits, base=0):
+    """The seam digest (docs/DESIGN.md §5) of 32-bit patterns whose first element has global
+    index `base`: the wrapping 64-bit sum of splitmix64((index << 32) | bits)."""
+    acc = 0
+    for i, b in enumerate(bits):
+        acc = (acc + splitmix64(((base + i) << 32) | (b & 0xFFFFFFFF))) & MASK64
+    return acc
+
+
+def f32_bits(values):
+    """The f32 bit patterns of Python floats (rounded to f32)."""
+    return list(struct.unpack("<%dI" % len(values), struct.pack("<%df" % len(values), *values)))
+
+
+class Run:
+    """One start of the subject: what the environment says (docs/subject-protocol.md)."""
+
+    def __init__(self, env):
+        def need(name):
+            if name not in env or env[name] == "":
+                raise ProtocolError("%s is not set: this program is started by memra-gates "
+                                    "(run --subject MANIFEST)" % name)
+            return env[name]
+        if need("MEMRA_SUBJECT_PROTOCOL") != str(PROTOCOL):
+            raise ProtocolError("MEMRA_SUBJECT_PROTOCOL=%s: this subject speaks protocol %d"
+                                % (env["MEMRA_SUBJECT_PROTOCOL"], PROTOCOL))
+        self.backend = need("MEMRA_SUBJECT_BACKEND")
+        if self.backend not in ("host", "cuda"):
+            raise ProtocolError("MEMRA_SUBJECT_BACKEND=%s: host or cuda" % self.backend)
+        self.tp = int(need("MEMRA_SUBJECT_TP"))
+        self.transport = need("MEMRA_SUBJECT_TRANSPORT")
+        self.model = need("MEMRA_SUBJECT_MODEL")
+        self.battery_path = need("MEMRA_SUBJECT_BATTERY")
+        self.tape_path = need("MEMRA_SUBJECT_TAPE")
+        self.env = env
+        self.subject = None
+        self.version = None
+
+    @staticmethod
+    def from_env():
+        return Run(dict(os.environ))
+
+    def door(self, name):
+        """A door variable: True for "1", False for "0" or unset; anything else is an error."""
+        v = self.env.get(name, "")
+        if v not in ("", "0", "1"):
+            raise ProtocolError("%s=%r is not a door value (1, 0 or empty)" % (name, v))
+        return v == "1"
+
+    def battery(self):
+        """The battery file, checked: prompts, gen_tokens, forced_tokens (or None), capture."""
+        with open(self.battery_path) as f:
+            b = json.load(f)
+        if b.get("format") != "memra-battery" or b.get("version") != 1:
+            raise ProtocolError("battery file %s: format %r version %r, expected memra-battery 1"
+                                % (self.battery_path, b.get("format"), b.get("version")))
+        known = {"format", "version", "prompts", "gen_tokens", "forced_tokens", "capture"}
+        if set(b) != known:
+            raise ProtocolError("battery file fields %s, expected %s" % (sorted(b), sorted(known)))
+        return b
+
+
+def steps_of(prompt, gen_tokens):
+    """Decode steps of a prompt: every prompt token, then every generated token but the last."""
+    return len(prompt) + gen_tokens - 1
+
+
+# ---- safetensors ---------------------------------------------------------------------------
+
+DTYPE_SIZE = {"F32": 4, "U32": 4, "U64": 8, "BF16": 2, "F8_E4M3": 1, "I32": 4, "I64": 8, "U8": 1}
+
+
+def read_safetensors(path):
+    """(metadata dict, {name: (dtype, shape, bytes)}) of a safetensors file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {}) or {}
+    body = data[8 + n:]
+    tensors = {}
+    for name, info in header.items():
+        a, b = info["data_offsets"]
+        tensors[name] = (info["dtype"], info["shape"], body[a:b])
+    return meta, tensors
+
+
+def write_safetensors(path, tensors, metadata):
+    """Write {name: (dtype, shape, bytes)} with string metadata; the header is padded with spaces
+    to a multiple of 8 bytes, data in name order."""
+    header = {"__metadata__": metadata}
+    offset = 0
+    names = sorted(tensors)
+    for name in names:
+        dtype, shape, raw = tensors[name]
+        count = 1
+        for d in shape:
+            count *= d
+        if count * DTYPE_SIZE[dtype] != len(raw):
+            raise ProtocolError("tensor %s: %d bytes for %s %s" % (name, len(raw), dtype, shape))
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    tmp = path + ".partial"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for name in names:
+            f.write(tensors[name][2])
+    os.replace(tmp, path)
+
+
+# ---- the tape ------------------------------------------------------------------------------
+
+class Tape:
+    """What one run produced, written as a memra-tape version 1 file."""
+
+    def __init__(self, run, subject, version, layers, battery):
+        self.run, self.subject, self.version, self.layers = run, subject, version, layers
+        self.columns = seam_columns(layers)
+        self.index = {c: i for i, c in enumerate(self.columns)}
+        self.gen = battery["gen_tokens"]
+        self.steps = [steps_of(p, self.gen) for p in battery["prompts"]]
+        self.digests = [[[0] * len(self.columns) for _ in range(s)] for s in self.steps]
+        self.timings = [[[0] * len(self.columns) for _ in range(s)] for s in self.steps]
+        self.timed = False
+        self.token_tape = [None] * len(self.steps)
+        self.top2 = [None] * len(self.steps)
+        self.captures = {}
+        self.census = {}
+        self.engaged_doors = []
+        self.backend = ""
+        self.build_options = []
+
+    def digest(self, prompt, step, layer, seam, value, ns=None):
+        """The digest of one seam at one step (an int < 2^64), and optionally its time."""
+        i = self.index["L%d.%s" % (layer, seam)]
+        self.digests[prompt][step][i] = value & MASK64
+        if ns is not None:
+            self.timed = True
+            self.timings[prompt][step][i] = int(ns)
+
+    def tokens(self, prompt, tokens, top2):
+        """The generated tokens of a prompt and, per token, its step's (top-1, top-2) logits."""
+        self.token_tape[prompt] = [int(t) for t in tokens]
+        self.top2[prompt] = [(float(a), float(b)) for a, b in top2]
+
+    def capture(self, prompt, step, layer, seam, bits):
+        """A requested capture: the seam's whole logical tensor as 32-bit patterns (bytes or ints)."""
+        raw = bits if isinstance(bits, (bytes, bytearray)) else struct.pack("<%dI" % len(bits), *bits)
+        self.captures["capture.p%d.s%d.L%d.%s" % (prompt, step, layer, seam)] = bytes(raw)
+
+    def write(self):
+        tensors = {}
+        s = len(self.columns)
+        for p, steps in enumerate(self.steps):
+            flat = [d for row in self.digests[p] for d in row]
+            tensors["p%d.digests" % p] = ("U64", [steps, s], struct.pack("<%dQ" % len(flat), *flat))
+            toks = self.token_tape[p] or []
+            tensors["p%d.tokens" % p] = ("U32", [len(toks)], struct.pack("<%dI" % len(toks), *toks))
+            pairs = [v for ab in (self.top2[p] or []) for v in ab]
+            tensors["p%d.top2" % p] = ("F32", [len(pairs) // 2, 2], struct.pack("<%df" % len(pairs), *pairs))
+            if self.timed:
+                flat = [t for row in self.timings[p] for t in row]
+                tensors["p%d.timings_ns" % p] = ("U64", [steps, s], struct.pack("<%dQ" % len(flat), *flat))
+        for name, raw in self.captures.items():
+            tensors[name] = ("F32", [len(raw) // 4], raw)
+        meta = {
+            "subject": self.subject, "subject_version": self.version, "layers": self.layers,
+            "seams": self.columns, "engaged_doors": self.engaged_doors,
+            "census": {k: int(v) for k, v in self.census.items()}, "backend": self.backend,
+            "build_options": self.build_options, "capture_owners": {}, "error": None,
+        }
+        write_safetensors(self.run.tape_path, tensors, tape_metadata(meta))
+
+    @staticmethod
+    def write_error(run, subject, version, reason):
+        """A tape that reports a run the subject could not complete (ERROR with this reason)."""
+        meta = {"subject": subject, "subject_version": version, "error": reason}
+        write_safetensors(run.tape_path, {}, tape_metadata(meta))
+
+
+def tape_metadata(meta):
+    return {"memra.format": "memra-tape", "memra.format_version": "1", "memra.tape": json.dumps(meta)}
