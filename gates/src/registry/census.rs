@@ -51,12 +51,11 @@ pub struct CensusChange {
 }
 
 impl CensusChange {
-    /// The counter's value in `census`: exact, or summed over a `prefix.*` pattern.
+    /// The counter's value in `census`: exact, or summed over a `prefix.*` pattern; a sum of
+    /// terms (`a + b`) adds the terms' values — one mechanism that issues different kernels in
+    /// different door combinations is witnessed by the sum of them.
     pub fn value(&self, census: &BTreeMap<String, u64>) -> u64 {
-        match self.counter.strip_suffix('*') {
-            Some(prefix) => census.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| *v).sum(),
-            None => census.get(&self.counter).copied().unwrap_or(0),
-        }
+        self.counter.split('+').map(|term| term_value(term.trim(), census)).sum()
     }
 
     /// The declaration against two censuses: `Ok(detail)` when it holds, `Err(detail)` otherwise.
@@ -71,9 +70,29 @@ impl CensusChange {
     }
 }
 
-/// Why a counter pattern is not well formed, or `None`: `<family>[.<detail>…]` with a family of
-/// `families`, non-empty segments, and `*` only as a whole last segment.
+fn term_value(term: &str, census: &BTreeMap<String, u64>) -> u64 {
+    match term.strip_suffix('*') {
+        Some(prefix) => census.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| *v).sum(),
+        None => census.get(term).copied().unwrap_or(0),
+    }
+}
+
+/// Why a counter expression is not well formed, or `None`: one or more terms joined by ` + `,
+/// each `<family>[.<detail>…]` with a family of `families`, non-empty segments, and `*` only as
+/// a whole last segment; no term twice.
 pub fn counter_rule(counter: &str, families: &[&str]) -> Option<String> {
+    let terms: Vec<&str> = counter.split('+').map(str::trim).collect();
+    if terms.len() > 1 {
+        let distinct: std::collections::BTreeSet<&str> = terms.iter().copied().collect();
+        if distinct.len() != terms.len() {
+            return Some("a sum names each counter once".into());
+        }
+        return terms.iter().find_map(|t| term_rule(t, families).map(|r| format!("term {t:?}: {r}")));
+    }
+    term_rule(counter, families)
+}
+
+fn term_rule(counter: &str, families: &[&str]) -> Option<String> {
     let segments: Vec<&str> = counter.split('.').collect();
     if segments.iter().any(|s| s.is_empty()) {
         return Some("a counter is dot-separated segments, none of them empty".into());
@@ -103,6 +122,9 @@ mod tests {
         assert_eq!(c("copy.*", Change::More).value(&census), 6);
         assert_eq!(c("copy.local.8", Change::More).value(&census), 1);
         assert_eq!(c("peer_store.*", Change::More).value(&census), 0);
+        // A sum adds its terms (a pattern and an exact counter here).
+        assert_eq!(c("copy.native-p2p.* + copy.local.8", Change::More).value(&census), 6);
+        assert_eq!(c("copy.local.8 + peer_store.x", Change::More).value(&census), 1);
         assert!(Change::Appears.holds(0, 1) && !Change::Appears.holds(1, 2));
         assert!(Change::Vanishes.holds(3, 0) && !Change::Vanishes.holds(3, 1));
         assert!(Change::Fewer.holds(3, 1) && !Change::Fewer.holds(1, 1));
@@ -117,6 +139,10 @@ mod tests {
         assert_eq!(counter_rule("launch.fold", &f), None);
         assert_eq!(counter_rule("copy.native-p2p.*", &f), None);
         assert_eq!(counter_rule("doorbell", &f), None);
+        assert_eq!(counter_rule("launch.select_slots + copy.native-p2p.*", &f), None);
+        assert!(counter_rule("launch.a + launch.a", &f).is_some(), "a term twice");
+        assert!(counter_rule("launch.a + launches.b", &f).is_some(), "an unknown family in a term");
+        assert!(counter_rule("launch.a + ", &f).is_some(), "an empty term");
         assert!(counter_rule("launches.fold", &f).is_some());
         assert!(counter_rule("launch..x", &f).is_some());
         assert!(counter_rule("launch.fo*", &f).is_some());

@@ -71,12 +71,15 @@
 //!   `doorbell`), or a prefix ending in the segment `*` that sums every counter under it
 //!   (`peer_store.*`, `copy.native-p2p.*`); the families are `launch`, `peer_store`, `copy`,
 //!   `copy_after`, `unfenced_copy`, `packed_copy`, `all_reduce`, `graph_replay`, `doorbell`,
-//!   `merged_launch` and `defect`;
+//!   `merged_launch` and `defect`; or a sum of such terms, `C1 + C2`, when one mechanism issues
+//!   different kernels in different door combinations (`launch.select_slots +
+//!   peer_store.fold_slots`: expert-parallel owners select on the root, or store each slot
+//!   straight into it under MOE_DIRECT);
 //! - `X` is `more` (on > off), `fewer` (on < off), `appears` (off = 0 < on) or `vanishes`
 //!   (off > 0 = on).
 //!
 //! Rules: at least one entry per door; each entry once; the counter well formed (segments not
-//! empty, a known family, `*` only as the whole last segment).
+//! empty, a known family, `*` only as the whole last segment; in a sum, each term once).
 
 use std::collections::BTreeMap;
 use std::path::Path;
