@@ -68,6 +68,8 @@ selftest_args="${NIGHTLY_SELFTEST_ARGS:-}"
 bench_args="${NIGHTLY_BENCH_ARGS:-}"
 matrix_args="${NIGHTLY_MATRIX_ARGS:-}"
 while [ $# -gt 0 ]; do
+    case "$1" in -h | --help) usage ;; esac
+    [ $# -ge 2 ] || { echo "nightly.sh: $1 needs a value" >&2; exit 2; }
     case "$1" in
         --backend) backend="$2" ;;
         --matrix) matrix="$2" ;;
@@ -83,10 +85,8 @@ while [ $# -gt 0 ]; do
         --selftest-args) selftest_args="$2" ;;
         --bench-args) bench_args="$2" ;;
         --matrix-args) matrix_args="$2" ;;
-        -h | --help) usage ;;
         *) echo "nightly.sh: unknown option \`$1\` (--help lists them)" >&2; exit 2 ;;
     esac
-    [ $# -ge 2 ] || { echo "nightly.sh: $1 needs a value" >&2; exit 2; }
     shift 2
 done
 case "$backend" in
@@ -107,6 +107,8 @@ if [ "$backend" = cuda ]; then
         mapfile -t gpus < <(nvidia-smi --query-gpu=index --format=csv,noheader)
     fi
     [ "${#gpus[@]}" -gt 0 ] || { echo "nightly.sh: --backend cuda, but no GPU is listed (nvidia-smi, CUDA_VISIBLE_DEVICES)" >&2; exit 2; }
+    # One shard per GPU, unless one shard of the matrix is asked for (it sees every GPU).
+    [ -n "$only_shard" ] && shards="${shards:-1}"
     shards="${shards:-${#gpus[@]}}"
     [ -n "$bench_args" ] || bench_args="--preset step --layers 2"
 else
