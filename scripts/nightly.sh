@@ -4,7 +4,7 @@
 # `bench` on the device, `diff` against the previous night, `plot --history` and `promote
 # --history` over the last nights. Everything lands in ONE folder, NIGHTS/NAME:
 #
-#   all/            --matrix all receipts of `tiny` (shards merged by hard links), all/edge/ of `edge`
+#   matrix/         the matrix's receipts of `tiny` (shards merged by hard links), matrix/edge/ of `edge`
 #   shards/I/       each shard's own run outputs (summary.json, summary.md, junit.xml, latency.csv)
 #   step/           the step-shape receipts          selftest/  the canaries' receipts and summary
 #   bench/          the performance receipt          diff/      <set>.md against the previous night
@@ -18,14 +18,15 @@
 #
 # Options (flag, or the environment variable beside it):
 #   --backend cuda|host   NIGHTLY_BACKEND   default cuda
-#   --shards N            NIGHTLY_SHARDS    --matrix all split into N concurrent processes. CUDA:
+#   --matrix M            NIGHTLY_MATRIX    the door matrix (default all; any `run --matrix` value)
+#   --shards N            NIGHTLY_SHARDS    the matrix split into N concurrent processes. CUDA:
 #                                           default the number of GPUs; shard I sees GPUs
 #                                           I*G..I*G+G-1 (G = GPUs / N), and a TP above G runs
 #                                           co-resident on its shard's first GPU (set --shards 1 to
 #                                           give TP8 eight distinct GPUs). Host: default 1 (one
 #                                           process already uses every core); N > 1 splits the
 #                                           cores (--jobs cores/N).
-#   --shard I/N           NIGHTLY_SHARD     run only shard I of N of --matrix all (a partial night,
+#   --shard I/N           NIGHTLY_SHARD     run only shard I of N of the matrix (a partial night,
 #                                           e.g. CI's smoke, or one runner of several)
 #   --bin PATH            NIGHTLY_BIN       a memra-gates binary (default: cargo build --release)
 #   --nights DIR          NIGHTLY_DIR       where nights live (default: nights)
@@ -41,7 +42,7 @@
 #   --bench-args "…"      NIGHTLY_BENCH_ARGS   bench arguments, or `skip` (default CUDA: --preset
 #                                           step --layers 2; host: --allow-host --no-torch
 #                                           --steps 4 --warmup 1)
-#   --matrix-args "…"     NIGHTLY_MATRIX_ARGS  extra arguments of every --matrix all shard
+#   --matrix-args "…"     NIGHTLY_MATRIX_ARGS  extra arguments of every matrix shard
 # A skipped step is reported as skipped, with the option that skipped it.
 set -euo pipefail
 export LC_ALL=C # night names compare and sort bytewise
@@ -53,6 +54,7 @@ usage() {
     exit 2
 }
 backend="${NIGHTLY_BACKEND:-cuda}"
+matrix="${NIGHTLY_MATRIX:-all}"
 shards="${NIGHTLY_SHARDS:-}"
 only_shard="${NIGHTLY_SHARD:-}"
 bin="${NIGHTLY_BIN:-}"
@@ -66,8 +68,11 @@ selftest_args="${NIGHTLY_SELFTEST_ARGS:-}"
 bench_args="${NIGHTLY_BENCH_ARGS:-}"
 matrix_args="${NIGHTLY_MATRIX_ARGS:-}"
 while [ $# -gt 0 ]; do
+    case "$1" in -h | --help) usage ;; esac
+    [ $# -ge 2 ] || { echo "nightly.sh: $1 needs a value" >&2; exit 2; }
     case "$1" in
         --backend) backend="$2" ;;
+        --matrix) matrix="$2" ;;
         --shards) shards="$2" ;;
         --shard) only_shard="$2" ;;
         --bin) bin="$2" ;;
@@ -80,10 +85,8 @@ while [ $# -gt 0 ]; do
         --selftest-args) selftest_args="$2" ;;
         --bench-args) bench_args="$2" ;;
         --matrix-args) matrix_args="$2" ;;
-        -h | --help) usage ;;
         *) echo "nightly.sh: unknown option \`$1\` (--help lists them)" >&2; exit 2 ;;
     esac
-    [ $# -ge 2 ] || { echo "nightly.sh: $1 needs a value" >&2; exit 2; }
     shift 2
 done
 case "$backend" in
@@ -104,6 +107,8 @@ if [ "$backend" = cuda ]; then
         mapfile -t gpus < <(nvidia-smi --query-gpu=index --format=csv,noheader)
     fi
     [ "${#gpus[@]}" -gt 0 ] || { echo "nightly.sh: --backend cuda, but no GPU is listed (nvidia-smi, CUDA_VISIBLE_DEVICES)" >&2; exit 2; }
+    # One shard per GPU, unless one shard of the matrix is asked for (it sees every GPU).
+    [ -n "$only_shard" ] && shards="${shards:-1}"
     shards="${shards:-${#gpus[@]}}"
     [ -n "$bench_args" ] || bench_args="--preset step --layers 2"
 else
@@ -138,7 +143,7 @@ write_report() {
     trap - EXIT
     local prev_arg=()
     [ -n "${prev:-}" ] && prev_arg=(--previous "$prev")
-    if ! python3 "$root/scripts/nightly_report.py" "$night" --backend "$backend" --shards "$shards" \
+    if ! python3 "$root/scripts/nightly_report.py" "$night" --backend "$backend" --matrix "$matrix" --shards "$shards" \
         ${only_shard:+--shard "$only_shard"} "${prev_arg[@]}" --history "${history_dirs_file:-}" >"$night/report.md"; then
         echo "nightly.sh: the report could not be written ($night/report.md)" >&2
         rc=1
@@ -186,8 +191,9 @@ fi
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 "$bin" --version >"$night/version.txt" 2>&1 || true
 
-# 2. --matrix all, sharded. Shard I writes shards/I (tiny) and shards/I/edge; the receipts are
-#    then linked into all/ and all/edge/, one directory per model as diff/plot/promote read them.
+# 2. The matrix (all by default), sharded. Shard I writes shards/I (tiny) and shards/I/edge; the
+#    receipts are then linked into matrix/ and matrix/edge/, one directory per model as diff, plot
+#    and promote read them.
 read -r -a mx_extra <<<"$matrix_args"
 run_shard() { # I N DIR [devices]
     local i="$1" n="$2" dir="$3" devs="${4:-}" jobs=()
@@ -197,10 +203,10 @@ run_shard() { # I N DIR [devices]
         jobs=(--jobs "$(( cores / n > 0 ? cores / n : 1 ))")
     fi
     if [ -n "$devs" ]; then
-        CUDA_VISIBLE_DEVICES="$devs" "$bin" run --matrix all --backend "$backend" --shard "$i/$n" "${jobs[@]}" \
+        CUDA_VISIBLE_DEVICES="$devs" "$bin" run --matrix "$matrix" --backend "$backend" --shard "$i/$n" "${jobs[@]}" \
             --out "$dir" "${mx_extra[@]}"
     else
-        "$bin" run --matrix all --backend "$backend" --shard "$i/$n" "${jobs[@]}" --out "$dir" "${mx_extra[@]}"
+        "$bin" run --matrix "$matrix" --backend "$backend" --shard "$i/$n" "${jobs[@]}" --out "$dir" "${mx_extra[@]}"
     fi
 }
 link_receipts() { # FROM TO: hard links (a copy across file systems) of FROM's receipts in TO
@@ -223,34 +229,34 @@ matrix_all() {
             if [ "$backend" = cuda ]; then
                 devs=$(IFS=,; echo "${gpus[*]:$(( i * per )):$per}")
             fi
-            run_shard "$i" "$shards" "$night/shards/$i" "$devs" >"$night/logs/matrix-all-shard$i.log" 2>&1 &
+            run_shard "$i" "$shards" "$night/shards/$i" "$devs" >"$night/logs/matrix-shard$i.log" 2>&1 &
             pids+=("$!")
         done
         for i in "${!pids[@]}"; do
             local code=0
             wait "${pids[$i]}" || code=$?
             if [ "$code" -ne 0 ]; then
-                echo "shard $i/$shards failed (exit $code): logs/matrix-all-shard$i.log"
-                tail -5 "$night/logs/matrix-all-shard$i.log"
+                echo "shard $i/$shards failed (exit $code): logs/matrix-shard$i.log"
+                tail -5 "$night/logs/matrix-shard$i.log"
                 [ "$code" -gt "$rc" ] && rc=$code
             fi
         done
     fi
     # Merge: every shard's receipts of each model into one directory per model.
-    mkdir -p "$night/all"
+    mkdir -p "$night/matrix"
     local d
     for d in "$night"/shards/*/; do
         [ -d "$d" ] || continue
-        link_receipts "$d" "$night/all" || rc=2
+        link_receipts "$d" "$night/matrix" || rc=2
         local sub
         for sub in "$d"*/; do
             [ -d "$sub" ] || continue
-            link_receipts "$sub" "$night/all/$(basename "$sub")" || rc=2
+            link_receipts "$sub" "$night/matrix/$(basename "$sub")" || rc=2
         done
     done
     return "$rc"
 }
-step matrix-all matrix_all
+step matrix matrix_all
 
 # 3. The step shape: the engine's real decode shape, every TP size and transport.
 if [ "$step_args" = skip ]; then
@@ -279,7 +285,7 @@ earlier=()
 while IFS= read -r d; do
     [ "$d" = "$name" ] && continue
     [[ "$d" < "$name" ]] || continue
-    compgen -G "$nights/$d/all/run-*.json" >/dev/null && earlier+=("$nights/$d")
+    compgen -G "$nights/$d/matrix/run-*.json" >/dev/null && earlier+=("$nights/$d")
 done < <(ls -1 "$nights" | sort)
 prev=""
 [ "${#earlier[@]}" -gt 0 ] && prev="${earlier[-1]}"
@@ -289,11 +295,11 @@ window=("${earlier[@]:$from}" "$night")
 history_dirs_file="$night/logs/history.txt"
 printf '%s\n' "${window[@]}" >"$history_dirs_file"
 
-# The receipt sets a night compares: tiny (all/), each further model of the default set
-# (all/<preset>/) and the step run (step/).
+# The receipt sets a night compares: tiny (matrix/), each further model of the default set
+# (matrix/<preset>/) and the step run (step/).
 sets=()
-[ -d "$night/all" ] && sets+=(all)
-for d in "$night"/all/*/; do [ -d "$d" ] && sets+=("all/$(basename "$d")"); done
+[ -d "$night/matrix" ] && sets+=(matrix)
+for d in "$night"/matrix/*/; do [ -d "$d" ] && sets+=("matrix/$(basename "$d")"); done
 [ -d "$night/step" ] && sets+=(step)
 setname() { echo "${1//\//-}"; }
 has_receipts() { compgen -G "$1/run-*.json" >/dev/null; }

@@ -68,10 +68,10 @@ def read_steps(night):
 def sets_of(night):
     """The receipt sets of a night, in report order."""
     out = []
-    if os.path.isdir(os.path.join(night, "all")):
-        out.append("all")
-        for d in sorted(glob.glob(os.path.join(night, "all", "*", ""))):
-            out.append("all/" + os.path.basename(os.path.dirname(d)))
+    if os.path.isdir(os.path.join(night, "matrix")):
+        out.append("matrix")
+        for d in sorted(glob.glob(os.path.join(night, "matrix", "*", ""))):
+            out.append("matrix/" + os.path.basename(os.path.dirname(d)))
     for s in ["step", "selftest", "bench"]:
         if os.path.isdir(os.path.join(night, s)):
             out.append(s)
@@ -82,6 +82,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("night")
     ap.add_argument("--backend", default="?")
+    ap.add_argument("--matrix", default="all")
     ap.add_argument("--shards", default="?")
     ap.add_argument("--shard", default="")
     ap.add_argument("--previous", default="")
@@ -104,7 +105,7 @@ def main():
     if os.path.exists(vf):
         with open(vf) as fh:
             version = (fh.read().strip().splitlines() or [""])[0]
-    matrix = f"shard {a.shard} of --matrix all" if a.shard else f"--matrix all in {a.shards} shard(s)"
+    matrix = f"shard {a.shard} of --matrix {a.matrix}" if a.shard else f"--matrix {a.matrix} in {a.shards} shard(s)"
     w(f"- backend **{a.backend}**, {matrix}; binary: `{version or 'unknown'}`")
     w(f"- previous night: {('`' + os.path.basename(a.previous) + '`') if a.previous else 'none (first night: no diff)'}")
     window = []
@@ -234,7 +235,7 @@ def main():
     w("")
     w(f"Night folder: `{night}`")
     w("")
-    for sub, what in [("all", "--matrix all receipts (tiny; further models in all/<preset>/)"),
+    for sub, what in [("matrix", f"--matrix {a.matrix} receipts (tiny; further models in matrix/<preset>/)"),
                       ("shards", "each shard's run outputs (summary.json, summary.md, junit.xml, latency.csv)"),
                       ("step", "step-shape run"), ("selftest", "canaries"), ("bench", "performance receipt"),
                       ("diff", "diff against the previous night"), ("plots", "plot --history, one folder per set"),

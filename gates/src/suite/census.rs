@@ -90,3 +90,64 @@ impl Suite<'_> {
         gate::engagement(&run.census, &baselines)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::JobClass;
+    use std::collections::BTreeMap;
+
+    fn job(doors: DoorSet, vars: &[&str]) -> Job {
+        Job {
+            subject: crate::subject::BUILTIN_NAME.to_string(),
+            doors_env: vars.iter().map(|v| (v.to_string(), true)).collect(),
+            doors,
+            class: JobClass::Identity,
+            engagement: BTreeMap::new(),
+            census: Vec::new(),
+            tp: 2,
+            transport: Transport::HostBounce,
+            backend: BackendKind::Host,
+            baseline_tp: 1,
+            baseline_transport: Transport::HostBounce,
+            not_run: None,
+        }
+    }
+
+    fn tape(t: u32) -> Record {
+        Record { tokens: vec![vec![t, t + 1]], ..Record::default() }
+    }
+
+    /// The key is the whole run specification: the subset job's own run is exactly the baseline
+    /// its superset asks for, and a different forced tape, captures, format or door set is another
+    /// key (one key, one run).
+    #[test]
+    fn a_baseline_key_is_one_run_specification() {
+        let with_ep = DoorSet { step_ep: true, ..DoorSet::default() };
+        let superset = job(DoorSet { oproj_direct: true, ..with_ep }, &["MEMRA_STEP_EP", "MEMRA_OPROJ_DIRECT"]);
+        let subset = job(with_ep, &["MEMRA_STEP_EP"]);
+        let off_vars: BTreeMap<String, bool> = BTreeMap::from([("MEMRA_STEP_EP".to_string(), true)]);
+        let (a, b) = (tape(3), tape(4));
+        let cap = [CaptureKey { prompt: 0, step: 0, layer: 0, seam: memra_runtime::record::Seam::LAYER[0] }];
+        let asked =
+            |forced, capture: &[CaptureKey]| key(&superset, with_ep, &off_vars, ExpertFormat::E4m3, forced, capture);
+        let own = |forced, capture: &[CaptureKey]| {
+            key(&subset, subset.doors, &subset.doors_env, ExpertFormat::E4m3, forced, capture)
+        };
+        assert_eq!(asked(None, &[]), own(None, &[]));
+        assert_eq!(asked(Some(&a), &cap), own(Some(&a), &cap));
+        assert_ne!(asked(Some(&a), &cap), own(Some(&b), &cap), "another forced tape is another run");
+        assert_ne!(asked(Some(&a), &[]), own(Some(&a), &cap), "captures are part of the run");
+        assert_ne!(asked(None, &[]), own(Some(&a), &[]), "a forced run is not a free one");
+        assert_ne!(
+            asked(None, &[]),
+            key(&subset, subset.doors, &subset.doors_env, ExpertFormat::Nvfp4, None, &[]),
+            "the expert storage is part of the run"
+        );
+        assert_ne!(asked(None, &[]), own_key_of(&superset), "the superset's own run is not its baseline");
+    }
+
+    fn own_key_of(j: &Job) -> BaselineKey {
+        key(j, j.doors, &j.doors_env, ExpertFormat::E4m3, None, &[])
+    }
+}
