@@ -26,6 +26,17 @@ pub enum RuntimeError {
     /// (a file that never appeared, or one published for another plan).
     #[error("rendezvous {path}: {detail}")]
     Rendezvous { path: PathBuf, detail: String },
+    /// A distributed call (NCCL between processes) ran past its time limit: a peer process died,
+    /// stopped or runs another plan. The call itself never returns, so this reaches the binary's
+    /// [`OverrunHook`](crate::backend::dist::watchdog::OverrunHook), which decides how the
+    /// process ends.
+    #[error(
+        "{process}: `{call}` has not returned after {:.0} s (timeout {:.0} s): a peer process died, stopped or runs \
+         another plan",
+        .ran.as_secs_f64(),
+        .limit.as_secs_f64()
+    )]
+    Watchdog { process: String, call: String, ran: std::time::Duration, limit: std::time::Duration },
     /// An I/O failure on a named path.
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },

@@ -682,9 +682,19 @@ pub fn open_with(kind: BackendKind, ranks: usize, o: &OpenOptions) -> Result<Box
 /// This process's part of a TP `tp` run spread over processes with the `nccl` transport: a
 /// [`dist::DistBackend`] over a CUDA backend of the local ranks and an NCCL communicator over all
 /// ranks, made from the next id of `rendezvous` (published by process 0, awaited by the others).
-/// Every call runs under a watchdog that ends the process with status 2, naming the call, once a
-/// call takes longer than the rendezvous timeout (a peer that died would otherwise hang NCCL).
+/// Every call runs under a watchdog that hands a [`RuntimeError::Watchdog`](crate::RuntimeError),
+/// naming the call, to the binary's [`dist::watchdog::OverrunHook`] once a call takes longer than
+/// the rendezvous timeout (a peer that died would otherwise hang NCCL); without an installed hook
+/// the run is refused before any work.
 pub fn open_distributed(tp: usize, rendezvous: &mut dist::Rendezvous, o: &OpenOptions) -> Result<Box<dyn Backend>> {
+    let end_process = dist::watchdog::overrun_hook().ok_or_else(|| {
+        crate::RuntimeError::Config(
+            "a run over several processes needs the binary's overrun hook (backend::dist::install_overrun_hook): \
+             a distributed call that never returns can only be ended by ending the process, which is the binary's \
+             decision"
+                .into(),
+        )
+    })?;
     let spec = rendezvous.spec();
     let layout = dist::ProcessLayout::new(tp, spec).map_err(crate::RuntimeError::Config)?;
     // The id is taken first, so a process whose backend fails still stays in step with the
@@ -702,10 +712,7 @@ pub fn open_distributed(tp: usize, rendezvous: &mut dist::Rendezvous, o: &OpenOp
     let watchdog = dist::Watchdog::start(
         format!("process {}", spec.label()),
         rendezvous.timeout(),
-        Box::new(|msg| {
-            eprintln!("memra-gates: error: {msg}");
-            cuda::exit_now(2)
-        }),
+        Box::new(move |overrun| end_process(overrun)),
     );
     let mover = {
         let r = layout.local_ranks();

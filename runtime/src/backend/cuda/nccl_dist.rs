@@ -12,7 +12,8 @@
 //! words: NaN payloads and signed zeros included.
 //!
 //! NCCL itself never times out a peer that died: the caller (`dist::DistBackend`) runs every call
-//! under a watchdog, which calls [`exit_now`] once a call overruns its limit.
+//! under a watchdog, which hands an overrun to the binary's hook; the binary ends the process with
+//! [`exit_now`].
 
 use super::memory::DeviceBuffer;
 use super::nccl::{describe_error, library, Lib, UniqueId, UNIQUE_ID_BYTES};
@@ -41,7 +42,9 @@ pub fn nccl_unique_id() -> Result<Vec<u8>> {
 }
 
 /// End the process at once with `code`, without atexit handlers or destructors: after a peer
-/// died, CUDA's and NCCL's teardown could wait forever on a kernel that spins for that peer.
+/// died, CUDA's and NCCL's teardown could wait forever on a kernel that spins for that peer. The
+/// library never calls it; it is the binary's tool for its overrun hook
+/// (`backend::dist::install_overrun_hook`), here because it needs `unsafe`.
 pub fn exit_now(code: i32) -> ! {
     #[cfg(unix)]
     {

@@ -13,8 +13,9 @@
 //! between threads on the host backend (`memory::MemoryMover`, for tests).
 //!
 //! A dead or stuck peer would leave NCCL waiting forever: every call into the backend runs under
-//! a [`Watchdog`] that ends the process once one call has taken longer than the timeout, naming
-//! the process, the ranks and the call.
+//! a [`Watchdog`] that, once one call has taken longer than the timeout, hands the overrun (naming
+//! the process, the ranks and the call) to the binary's [`watchdog::OverrunHook`], which ends the
+//! process.
 
 pub mod layout;
 pub mod memory;

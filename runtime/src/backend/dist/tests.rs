@@ -237,3 +237,15 @@ fn backend_counted_engagement_is_the_whole_launchs_in_every_process() {
         assert_eq!(got.digests, want.digests, "process {p}");
     }
 }
+
+#[test]
+fn a_run_over_processes_is_refused_without_the_binarys_overrun_hook() {
+    // No test of this crate installs the hook. Without it nothing could end a process whose NCCL
+    // call hangs, so the run must be refused before any work (the rendezvous directory is never
+    // read: it does not exist).
+    assert!(watchdog::overrun_hook().is_none());
+    let spec = ProcessSpec::parse("0/2").unwrap();
+    let mut rendezvous = Rendezvous::new("/nonexistent/memra-rendezvous", spec, "plan", Duration::from_secs(1));
+    let e = crate::backend::open_distributed(2, &mut rendezvous, &Default::default()).err().expect("refused");
+    assert!(e.to_string().contains("overrun hook"), "{e}");
+}
