@@ -107,7 +107,7 @@ fn gemv_cases(seed: u64, orders: &[&str]) -> Vec<Case> {
             // the host twin keeps the quiet NaN its decode produced (0x7FC00000) while NVIDIA
             // GPUs return the canonical NaN (0x7FFFFFFF), so these cases compare "both NaN" as
             // equal. Only these: every other case compares bits, and no real model has NaN
-            // codes (the loader rejects an F8_E4M3 code 0x7F/0xFF, `model/format.rs`).
+            // codes (the loader rejects an F8_E4M3 code 0x7F/0xFF, `model/format/mod.rs`).
             c.nan_equal = nan_codes;
             let w = c.weight(shard.clone());
             let x = c.buf(rng.vec(cols, 4.0));

@@ -21,13 +21,14 @@
 //! never a silent eager fallback, so a replay is exactly the captured kernel and copy sequence.
 //! Replays are counted as the door's engagement (`graph.replays`).
 
+use super::driver;
 use super::memory::{driver_err, PinnedBuffer};
 use super::CudaBackend;
 use crate::backend::{JoinFence, Op, Packed, Slice};
 use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::Result;
-use cudarc::driver::{sys as dsys, CudaEvent, CudaGraph, CudaStream};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaStream};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -306,7 +307,7 @@ impl CudaBackend {
             if let Some((origin, _)) = &self.graphs.origin {
                 // A failed capture invalidates the whole sequence; ending it returns every joined
                 // stream to normal mode. The error (if any) is the one already being reported.
-                let _ = origin.end_capture(dsys::CUgraphInstantiate_flags(0));
+                let _ = origin.end_capture(driver::CUgraphInstantiate_flags(0));
             }
         }
         self.graphs.segments.remove(&a.key);
@@ -325,7 +326,7 @@ impl CudaBackend {
             while self.ranks[r].mark_events.len() < marks_need[r] {
                 let ev = self
                     .ctx_of(r)
-                    .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .new_event(Some(driver::CUevent_flags::CU_EVENT_DEFAULT))
                     .map_err(|e| self.fault(r, "graph timing event", e))?;
                 self.ranks[r].mark_events.push(ev);
             }
@@ -374,7 +375,7 @@ impl CudaBackend {
         // Relaxed: other threads of the process (host rank workers, other tests) may make calls
         // that the stricter modes would refuse; this capture itself allocates nothing.
         origin
-            .begin_capture(dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .begin_capture(driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
             .map_err(|e| self.fault(0, "graph capture begin", e))?;
         self.ranks_after_origin("graph capture fork")
     }
@@ -384,7 +385,7 @@ impl CudaBackend {
         self.origin_after_ranks("graph capture join")?;
         let (origin, _) = self.origin()?;
         origin
-            .end_capture(dsys::CUgraphInstantiate_flags(0))
+            .end_capture(driver::CUgraphInstantiate_flags(0))
             .map_err(|e| self.fault(0, "graph capture end", e))?
             .ok_or_else(|| RuntimeError::Config("graph capture produced no graph".into()))
     }
@@ -395,9 +396,9 @@ impl CudaBackend {
         let r = &self.ranks[rank];
         let ev = &r.mark_events[slot];
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "timing mark", e))?;
-        let external = dsys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32;
+        let external = driver::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32;
         // SAFETY: the event and the stream are live objects of this rank's context.
-        unsafe { dsys::cuEventRecordWithFlags(ev.cu_event(), r.stream.cu_stream(), external) }
+        unsafe { driver::cuEventRecordWithFlags(ev.cu_event(), r.stream.cu_stream(), external) }
             .result()
             .map_err(|e| self.fault(rank, "timing mark in graph capture", e))
     }

@@ -20,6 +20,7 @@
 
 mod compile;
 mod direct;
+mod driver;
 mod graph;
 use graph::Call;
 mod launch;
@@ -45,7 +46,7 @@ use crate::error::RuntimeError;
 use crate::model::matrix::MatrixShard;
 use crate::Result;
 use compile::Kernels;
-use cudarc::driver::{result as dresult, sys as dsys, CudaContext, CudaEvent, CudaStream};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 use memory::{driver_err, DeviceBuffer, DeviceWeight};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -277,7 +278,7 @@ impl CudaBackend {
     }
 
     /// Device address of a slice after checking it lies inside its buffer.
-    pub(crate) fn slice_ptr(&self, rank: usize, s: Slice, what: &str) -> Result<dsys::CUdeviceptr> {
+    pub(crate) fn slice_ptr(&self, rank: usize, s: Slice, what: &str) -> Result<driver::CUdeviceptr> {
         self.check_rank(rank)?;
         match self.ranks[rank].bufs.get(s.buf as usize) {
             Some((b, len)) if s.offset + s.len <= *len => Ok(b.ptr() + (s.offset * 4) as u64),
@@ -298,7 +299,7 @@ impl CudaBackend {
     }
 
     /// A driver error at `location` on `rank`: drain every stream, then report it.
-    pub(crate) fn fault(&self, rank: usize, location: &str, e: dresult::DriverError) -> RuntimeError {
+    pub(crate) fn fault(&self, rank: usize, location: &str, e: driver::DriverError) -> RuntimeError {
         self.drain();
         RuntimeError::Device {
             location: format!(
@@ -355,7 +356,7 @@ impl CudaBackend {
 
     /// The next zeroed digest slot on `rank` and its address: the open graph segment's region in a
     /// capture or replay pass, else the step's next running slot (a new chunk when needed).
-    fn digest_slot(&mut self, rank: usize) -> Result<(usize, dsys::CUdeviceptr)> {
+    fn digest_slot(&mut self, rank: usize) -> Result<(usize, driver::CUdeviceptr)> {
         let slot = match self.graphs.segment_digest_slot(rank) {
             Some(s) => s,
             None => {
@@ -498,7 +499,7 @@ impl Backend for CudaBackend {
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "write", e))?;
         // SAFETY: `ptr` addresses dst.len checked elements of a live buffer on this rank's
         // device; the stream is synchronized before returning, so `data` outlives the copy.
-        unsafe { dresult::memcpy_htod_async(ptr, data, r.stream.cu_stream()) }
+        unsafe { driver::memcpy_htod_async(ptr, data, r.stream.cu_stream()) }
             .map_err(|e| self.fault(rank, "write", e))?;
         r.stream.synchronize().map_err(|e| self.fault(rank, "write", e))
     }
@@ -514,7 +515,7 @@ impl Backend for CudaBackend {
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "read", e))?;
         // SAFETY: `ptr` addresses src.len checked elements on this rank's device and `out` holds
         // exactly src.len f32; the stream is synchronized before `out` is used.
-        unsafe { dresult::memcpy_dtoh_async(&mut out, ptr, r.stream.cu_stream()) }
+        unsafe { driver::memcpy_dtoh_async(&mut out, ptr, r.stream.cu_stream()) }
             .map_err(|e| self.fault(rank, "read", e))?;
         r.stream.synchronize().map_err(|e| self.fault(rank, "read", e))?;
         Ok(out)
@@ -652,7 +653,7 @@ impl Backend for CudaBackend {
             if self.ranks[i].marks_used == self.ranks[i].mark_events.len() {
                 let ev = self
                     .ctx_of(i)
-                    .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .new_event(Some(driver::CUevent_flags::CU_EVENT_DEFAULT))
                     .map_err(|e| self.fault(i, "timing mark", e))?;
                 self.ranks[i].mark_events.push(ev);
             }
@@ -682,10 +683,10 @@ impl Backend for CudaBackend {
                 r.stream.context().bind_to_thread().map_err(|e| self.fault(i, "collect digests", e))?;
                 // SAFETY: the chunk holds DIGEST_CHUNK u64 and n ≤ DIGEST_CHUNK; `vals[start..]`
                 // has n slots; the stream is synchronized before the values are read.
-                unsafe { dresult::memcpy_dtoh_async(&mut vals[start..start + n], chunk.ptr(), r.stream.cu_stream()) }
+                unsafe { driver::memcpy_dtoh_async(&mut vals[start..start + n], chunk.ptr(), r.stream.cu_stream()) }
                     .map_err(|e| self.fault(i, "collect digests", e))?;
                 // SAFETY: zeroing the same n·8 bytes of the live chunk, queued after the download.
-                unsafe { dresult::memset_d8_async(chunk.ptr(), 0, n * 8, r.stream.cu_stream()) }
+                unsafe { driver::memset_d8_async(chunk.ptr(), 0, n * 8, r.stream.cu_stream()) }
                     .map_err(|e| self.fault(i, "collect digests", e))?;
             }
             r.stream.synchronize().map_err(|e| self.fault(i, "collect digests", e))?;

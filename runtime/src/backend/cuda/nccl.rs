@@ -35,11 +35,11 @@
 //! (`memra_gating::env::keep_nccl_multicast_off`), and the GPU scripts (`scripts/gpu/libs.sh`,
 //! `check.sh`, `multi-gpu.sh`, `multiprocess.sh`) export it for the test executables.
 
+use super::driver::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t};
 use super::CudaBackend;
 use crate::backend::Slice;
 use crate::error::RuntimeError;
 use crate::Result;
-use cudarc::nccl::sys::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
 

@@ -15,6 +15,8 @@
 //! under a watchdog, which hands an overrun to the binary's hook; the binary ends the process with
 //! [`exit_now`].
 
+use super::driver;
+use super::driver::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t};
 use super::memory::DeviceBuffer;
 use super::nccl::{describe_error, library, Lib, UniqueId, UNIQUE_ID_BYTES};
 use super::CudaBackend;
@@ -22,8 +24,6 @@ use crate::backend::dist::{Mover, ProcessLayout};
 use crate::backend::Slice;
 use crate::error::RuntimeError;
 use crate::Result;
-use cudarc::driver::result as dresult;
-use cudarc::nccl::sys::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t};
 use std::ffi::{c_char, c_int, c_void};
 
 /// A fresh NCCL unique id (process 0 of a distributed run makes one per communicator).
@@ -311,7 +311,7 @@ impl Mover<CudaBackend> for NcclMover {
         r.stream.context().bind_to_thread().map_err(|e| b.fault(0, "nccl broadcast result", e))?;
         // SAFETY: `bufs[0]` holds `len` f32 on local rank 0's device, written by the broadcast
         // queued on the same stream; `out` holds `len` f32 and the stream is synchronized below.
-        unsafe { dresult::memcpy_dtoh_async(&mut out, bufs[0], r.stream.cu_stream()) }
+        unsafe { driver::memcpy_dtoh_async(&mut out, bufs[0], r.stream.cu_stream()) }
             .map_err(|e| b.fault(0, "nccl broadcast result", e))?;
         self.sync(b, &format!("ncclBroadcast of {len} words from rank {root}"))?;
         Ok(out)
@@ -333,7 +333,7 @@ impl Mover<CudaBackend> for NcclMover {
             let data: &[u64] = if l == 0 { words } else { &zeros };
             // SAFETY: the scratch holds at least len·8 bytes on this rank's device; `data` lives
             // until the streams are synchronized at the end of this function.
-            unsafe { dresult::memcpy_htod_async(p, data, r.stream.cu_stream()) }
+            unsafe { driver::memcpy_htod_async(p, data, r.stream.cu_stream()) }
                 .map_err(|e| b.fault(l, "nccl digest sum upload", e))?;
             bufs.push(p);
         }
@@ -363,7 +363,7 @@ impl Mover<CudaBackend> for NcclMover {
         r.stream.context().bind_to_thread().map_err(|e| b.fault(0, "nccl digest sum result", e))?;
         // SAFETY: `bufs[0]` holds `len` u64 written by the all-reduce queued on this stream;
         // `out` holds `len` u64 and the streams are synchronized below.
-        unsafe { dresult::memcpy_dtoh_async(&mut out, bufs[0], r.stream.cu_stream()) }
+        unsafe { driver::memcpy_dtoh_async(&mut out, bufs[0], r.stream.cu_stream()) }
             .map_err(|e| b.fault(0, "nccl digest sum result", e))?;
         self.sync(b, &call)?;
         drop(zeros);

@@ -3,10 +3,11 @@
 //! read from the route on the device) in one launch.
 
 use super::{cfg, i32_of, shape_err, DIGEST_THREADS};
+use crate::backend::cuda::driver;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::DigestPart;
 use crate::Result;
-use cudarc::driver::{sys as dsys, DeviceRepr, PushKernelArg};
+use cudarc::driver::{DeviceRepr, PushKernelArg};
 
 /// Parts per `digest_batch_f32` launch and values per grid block (digest.cu).
 const DIGEST_BATCH_MAX: usize = 32;
@@ -77,10 +78,10 @@ impl CudaBackend {
     pub(crate) fn launch_digest(
         &self,
         rank: usize,
-        xp: dsys::CUdeviceptr,
+        xp: driver::CUdeviceptr,
         n: usize,
         base: u64,
-        slot: dsys::CUdeviceptr,
+        slot: driver::CUdeviceptr,
     ) -> Result<()> {
         if n == 0 {
             return Ok(());
@@ -124,7 +125,7 @@ impl CudaBackend {
     }
 
     /// Resolve a part's addresses on `rank` (bounds checked) and its digest slot address.
-    pub(crate) fn resolve_part(&self, rank: usize, p: &DigestPart, slot: dsys::CUdeviceptr) -> Result<ResolvedPart> {
+    pub(crate) fn resolve_part(&self, rank: usize, p: &DigestPart, slot: driver::CUdeviceptr) -> Result<ResolvedPart> {
         let ptr = self.slice_ptr(rank, p.span(), "digest_batch")?;
         let ids = match p.owned {
             Some(o) => {

@@ -3,11 +3,12 @@
 //! (`kernels/cuda/gemv.cu`).
 
 use super::{cfg, i32_of, shape_err, GEMV_MAX_TASKS, GEMV_THREADS, TREE_THREADS};
+use crate::backend::cuda::driver;
 use crate::backend::cuda::memory::WeightKind;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::Slice;
 use crate::Result;
-use cudarc::driver::{result as dresult, sys as dsys, PushKernelArg};
+use cudarc::driver::PushKernelArg;
 
 /// Blocks a GEMV grid should have at least: two per SM of an H200 (132 SMs).
 const GEMV_MIN_BLOCKS: usize = 264;
@@ -45,15 +46,14 @@ impl CudaBackend {
     }
 
     /// Zero `len` f32 at `ptr` on the rank's stream.
-    fn zero(&self, rank: usize, ptr: dsys::CUdeviceptr, len: usize, what: &str) -> Result<()> {
+    fn zero(&self, rank: usize, ptr: driver::CUdeviceptr, len: usize, what: &str) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
         let r = &self.ranks[rank];
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, what, e))?;
         // SAFETY: `ptr` addresses `len` checked f32 of a live buffer on this rank's device.
-        unsafe { dresult::memset_d8_async(ptr, 0, len * 4, r.stream.cu_stream()) }
-            .map_err(|e| self.fault(rank, what, e))
+        unsafe { driver::memset_d8_async(ptr, 0, len * 4, r.stream.cu_stream()) }.map_err(|e| self.fault(rank, what, e))
     }
 
     /// `out` is a slice of `out_rank` (`rank` itself, or the root of a peer store).
