@@ -147,11 +147,11 @@ impl HostBackend {
         let lens = &self.ranks[rank].buf_lens;
         match lens.get(s.buf as usize) {
             Some(&len) if s.offset + s.len <= len => Ok(()),
-            Some(&len) => Err(RuntimeError::Config(format!(
+            Some(&len) => Err(RuntimeError::Contract(format!(
                 "{what}: slice {}+{} of buffer {} on rank {rank} exceeds its {len} elements",
                 s.offset, s.len, s.buf
             ))),
-            None => Err(RuntimeError::Config(format!("{what}: buffer {} does not exist on rank {rank}", s.buf))),
+            None => Err(RuntimeError::Contract(format!("{what}: buffer {} does not exist on rank {rank}", s.buf))),
         }
     }
 
@@ -171,17 +171,17 @@ impl HostBackend {
         }
         match op {
             Op::GemvRows { w, .. } | Op::GemvPartials { w, .. } if *w as usize >= self.ranks[rank].n_weights() => {
-                Err(RuntimeError::Config(format!("{name}: weight {w} does not exist on rank {rank}")))
+                Err(RuntimeError::Contract(format!("{name}: weight {w} does not exist on rank {rank}")))
             }
             Op::GemvRowsBatch { items, .. } if items.iter().any(|i| i.0 as usize >= self.ranks[rank].n_weights()) => {
-                Err(RuntimeError::Config(format!("{name}: a weight of {items:?} does not exist on rank {rank}")))
+                Err(RuntimeError::Contract(format!("{name}: a weight of {items:?} does not exist on rank {rank}")))
             }
             Op::ExpertGateUp { group, .. }
             | Op::ExpertDown { group, .. }
             | Op::FoldSlots { scales: Some(group), .. }
                 if *group as usize >= self.ranks[rank].group_formats.len() =>
             {
-                Err(RuntimeError::Config(format!("{name}: expert group {group} does not exist on rank {rank}")))
+                Err(RuntimeError::Contract(format!("{name}: expert group {group} does not exist on rank {rank}")))
             }
             Op::SetU32 { out: pos, .. }
             | Op::QkNormRopeAt { pos, .. }
@@ -190,7 +190,7 @@ impl HostBackend {
             | Op::RopeAppend { pos, .. }
                 if pos.len == 0 =>
             {
-                Err(RuntimeError::Config(format!("{name}: the position slice is empty; it must hold one u32")))
+                Err(RuntimeError::Contract(format!("{name}: the position slice is empty; it must hold one u32")))
             }
             _ => Ok(()),
         }
@@ -721,7 +721,7 @@ impl Backend for HostBackend {
     fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> Result<()> {
         self.check_slice(rank, dst, "write")?;
         if data.len() != dst.len {
-            return Err(RuntimeError::Config(format!("write: {} values into a slice of {}", data.len(), dst.len)));
+            return Err(RuntimeError::Contract(format!("write: {} values into a slice of {}", data.len(), dst.len)));
         }
         let data = data.to_vec();
         self.submit(rank, Box::new(move |a: &mut Arena| write_slice(a, dst, &data)))
@@ -754,12 +754,10 @@ impl Backend for HostBackend {
         self.check_slice(src_rank, src, "copy source")?;
         self.check_slice(dst_rank, dst, "copy destination")?;
         if src.len != dst.len {
-            return Err(RuntimeError::Config(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
+            return Err(RuntimeError::Contract(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
         }
         if transport == Transport::Nccl && src_rank != dst_rank {
-            return Err(RuntimeError::Config(
-                "the host backend has no NCCL: the nccl transport needs CUDA devices, one per rank".into(),
-            ));
+            return Err(no_nccl());
         }
         self.census.copy(transport, src_rank, dst_rank, src.len);
         if src_rank == dst_rank {
@@ -818,9 +816,7 @@ impl Backend for HostBackend {
                     }),
                 )
             }
-            Transport::Nccl => Err(RuntimeError::Config(
-                "the host backend has no NCCL: the nccl transport needs CUDA devices, one per rank".into(),
-            )),
+            Transport::Nccl => Err(no_nccl()),
             Transport::NativeP2p => {
                 self.submit(
                     src_rank,
@@ -848,9 +844,11 @@ impl Backend for HostBackend {
     fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
         let target = super::peer_store_target(&op, rank, out_rank)?;
         if fence == JoinFence::Doorbells {
-            return Err(RuntimeError::Config(
-                "host backend: MEMRA_FENCE_MEMOPS is NOT-APPLICABLE here (stream memory-op doorbells exist only on CUDA streams); refusing rather than running the event path under the door's name".into(),
-            ));
+            return Err(RuntimeError::Unsupported {
+                backend: "host".into(),
+                mechanism: "FENCE_MEMOPS doorbells",
+                rule: "host backend: MEMRA_FENCE_MEMOPS is NOT-APPLICABLE here (stream memory-op doorbells exist only on CUDA streams); refusing rather than running the event path under the door's name".into(),
+            });
         }
         self.check_op_at(rank, &op, out_rank)?;
         let kernel = self.kernel(rank, &op);
@@ -904,7 +902,7 @@ impl Backend for HostBackend {
                 if let Some(o) = p.owned {
                     self.check_slice(rank, o.route, "digest_batch route")?;
                     if o.first_slot + p.blocks > o.route.len {
-                        return Err(RuntimeError::Config(format!(
+                        return Err(RuntimeError::Contract(format!(
                             "digest_batch: slots {}..{} of a route of {}",
                             o.first_slot,
                             o.first_slot + p.blocks,
@@ -940,7 +938,7 @@ impl Backend for HostBackend {
         for (e, en) in entries.iter().enumerate() {
             if let Some(en) = en {
                 if let Some(w) = [en.gate, en.up, en.down].into_iter().find(|w| *w as usize >= n_weights) {
-                    return Err(RuntimeError::Config(format!(
+                    return Err(RuntimeError::Contract(format!(
                         "expert group entry {e}: weight {w} does not exist on rank {rank}"
                     )));
                 }
@@ -1018,5 +1016,14 @@ impl Backend for HostBackend {
     fn plant(&mut self, d: TwinDefect) -> Result<()> {
         self.defect = Some(d);
         Ok(())
+    }
+}
+
+/// The host backend's refusal of the nccl transport between ranks.
+fn no_nccl() -> RuntimeError {
+    RuntimeError::Unsupported {
+        backend: "host".into(),
+        mechanism: "nccl transport",
+        rule: "the host backend has no NCCL: the nccl transport needs CUDA devices, one per rank".into(),
     }
 }

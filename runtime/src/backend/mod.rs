@@ -330,7 +330,7 @@ impl Packed {
     /// Shape rules every backend checks: equal block lengths, at least one block, and pitches
     /// that keep blocks apart (a pitch below the block length would make blocks overlap).
     pub fn check(&self) -> Result<()> {
-        let rule = |detail: String| Err(crate::RuntimeError::Config(format!("packed copy: {detail}")));
+        let rule = |detail: String| Err(crate::RuntimeError::Contract(format!("packed copy: {detail}")));
         if self.src.len != self.dst.len {
             return rule(format!("source blocks of {} elements, destination blocks of {}", self.src.len, self.dst.len));
         }
@@ -351,12 +351,12 @@ impl Packed {
 /// Returns the target (a slice of `out_rank`).
 pub fn peer_store_target(op: &Op, rank: usize, out_rank: usize) -> Result<Slice> {
     if rank == out_rank {
-        return Err(crate::RuntimeError::Config(format!(
+        return Err(crate::RuntimeError::Contract(format!(
             "peer store on rank {rank} into its own memory: a peer store crosses ranks (a rank's own output is a plain launch)"
         )));
     }
     op.store_target().ok_or_else(|| {
-        crate::RuntimeError::Config(format!(
+        crate::RuntimeError::Contract(format!(
             "peer store of {op:?}: only an op with exactly one output that it does not read (gemv, fold, add, scale) can store into another rank"
         ))
     })
@@ -411,10 +411,14 @@ pub trait Backend {
             let mut tickets = Vec::new();
             for p in g {
                 if p.owned.is_some() {
-                    return Err(crate::RuntimeError::Config(format!(
-                        "{}: this backend cannot digest expert-parallel slots whose owner is read from the route",
-                        self.describe()
-                    )));
+                    return Err(crate::RuntimeError::Unsupported {
+                        backend: self.describe(),
+                        mechanism: "owner-read digests",
+                        rule: format!(
+                            "{}: this backend cannot digest expert-parallel slots whose owner is read from the route",
+                            self.describe()
+                        ),
+                    });
                 }
                 for i in 0..p.blocks {
                     tickets.push(self.digest(rank, p.block(i), p.base + i as u64 * p.base_pitch)?);
@@ -439,10 +443,10 @@ pub trait Backend {
     /// backend with NCCL has it; the default refuses.
     fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
         let _ = (parts, out_rank, out);
-        Err(crate::RuntimeError::Config(format!(
+        Err(crate::RuntimeError::Unsupported { backend: self.describe(), mechanism: "NCCL all-reduce", rule: format!(
             "{}: this backend has no NCCL all-reduce (MEMRA_NCCL_ALLREDUCE needs the CUDA backend with the nccl transport)",
             self.describe()
-        )))
+        ) })
     }
 
     /// CANARY SkipFence: like [`Backend::copy`], except that the copy does NOT wait for the source
@@ -458,10 +462,14 @@ pub trait Backend {
         dst: Slice,
     ) -> Result<()> {
         let _ = (transport, src_rank, src, dst_rank, dst);
-        Err(crate::RuntimeError::Config(format!(
-            "{}: this backend has no producer fence to skip (the skip_fence canary needs device streams)",
-            self.describe()
-        )))
+        Err(crate::RuntimeError::Unsupported {
+            backend: self.describe(),
+            mechanism: "unfenced copies",
+            rule: format!(
+                "{}: this backend has no producer fence to skip (the skip_fence canary needs device streams)",
+                self.describe()
+            ),
+        })
     }
 
     /// Direct joins (OPROJ_DIRECT, MOE_DIRECT): run `op` on `rank` with its inputs on `rank` and
@@ -473,10 +481,10 @@ pub trait Backend {
     /// vacuous.
     fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
         let _ = (rank, op, out_rank, fence);
-        Err(crate::RuntimeError::Config(format!(
+        Err(crate::RuntimeError::Unsupported { backend: self.describe(), mechanism: "peer stores", rule: format!(
             "{}: this backend has no peer stores (MEMRA_OPROJ_DIRECT / MEMRA_MOE_DIRECT need a kernel that writes into another rank's memory)",
             self.describe()
-        )))
+        ) })
     }
 
     /// BULK_P2P: move every block of `p` from `src_rank` to `dst_rank` in ONE copy over
@@ -485,10 +493,14 @@ pub trait Backend {
     /// blocks. The default refuses (never one copy per block in disguise).
     fn copy_packed(&mut self, transport: Transport, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
         let _ = (transport, src_rank, dst_rank, p);
-        Err(crate::RuntimeError::Config(format!(
-            "{}: this backend has no packed copies (MEMRA_STEP_TP_BULK_P2P needs the CUDA backend over native-p2p)",
-            self.describe()
-        )))
+        Err(crate::RuntimeError::Unsupported {
+            backend: self.describe(),
+            mechanism: "packed copies",
+            rule: format!(
+                "{}: this backend has no packed copies (MEMRA_STEP_TP_BULK_P2P needs the CUDA backend over native-p2p)",
+                self.describe()
+            ),
+        })
     }
 
     /// Bytes moved per second (read + written) by a device-to-device copy of `bytes` on rank 0,
@@ -506,15 +518,19 @@ pub trait Backend {
     /// never runs the door as the eager path.
     fn segment_begin(&mut self, key: u64) -> Result<()> {
         let _ = key;
-        Err(crate::RuntimeError::Config(format!(
-            "{}: this backend cannot capture graphs (MEMRA_STEP_TP_GRAPH needs the CUDA backend)",
-            self.describe()
-        )))
+        Err(crate::RuntimeError::Unsupported {
+            backend: self.describe(),
+            mechanism: "graph capture",
+            rule: format!(
+                "{}: this backend cannot capture graphs (MEMRA_STEP_TP_GRAPH needs the CUDA backend)",
+                self.describe()
+            ),
+        })
     }
 
     /// GRAPH: close the open segment (on a replay pass this launches the captured graph).
     fn segment_end(&mut self) -> Result<()> {
-        Err(crate::RuntimeError::Config(format!("{}: no graph segment is open", self.describe())))
+        Err(crate::RuntimeError::Contract(format!("{}: no graph segment is open", self.describe())))
     }
 
     /// GRAPH: abandon the open segment after an error (a capture in progress is discarded).
@@ -526,7 +542,11 @@ pub trait Backend {
     /// (gate/up rows = down columns). The default refuses: the grouped ops need it.
     fn register_experts(&mut self, rank: usize, experts: usize, entries: &[Option<GroupEntry>]) -> Result<GroupId> {
         let _ = (rank, experts, entries);
-        Err(crate::RuntimeError::Config(format!("{}: this backend has no expert groups", self.describe())))
+        Err(crate::RuntimeError::Unsupported {
+            backend: self.describe(),
+            mechanism: "expert groups",
+            rule: format!("{}: this backend has no expert groups", self.describe()),
+        })
     }
 
     /// Engagement counters of mechanisms the backend itself carries out (e.g. RANK0_MERGE's
@@ -558,11 +578,15 @@ pub trait Backend {
     /// refuses: a backend whose kernels cannot carry the defect must never run the canary as the
     /// canonical arithmetic, which would make it pass silently.
     fn plant(&mut self, d: defect::TwinDefect) -> Result<()> {
-        Err(crate::RuntimeError::Config(format!(
-            "{}: this backend cannot plant the twin defect {} (the canary runs on the host backend)",
-            self.describe(),
-            d.name()
-        )))
+        Err(crate::RuntimeError::Unsupported {
+            backend: self.describe(),
+            mechanism: "twin defects",
+            rule: format!(
+                "{}: this backend cannot plant the twin defect {} (the canary runs on the host backend)",
+                self.describe(),
+                d.name()
+            ),
+        })
     }
 
     /// The compiler options that decided the kernels' arithmetic (NVRTC options on CUDA,
@@ -582,7 +606,7 @@ pub(crate) fn check_rank(rank: usize, n: usize) -> Result<()> {
     if rank < n {
         Ok(())
     } else {
-        Err(crate::RuntimeError::Config(format!("rank {rank} does not exist: this backend has {n} ranks")))
+        Err(crate::RuntimeError::Contract(format!("rank {rank} does not exist: this backend has {n} ranks")))
     }
 }
 
@@ -688,7 +712,7 @@ pub fn open_with(kind: BackendKind, ranks: usize, o: &OpenOptions) -> Result<Box
 /// the run is refused before any work.
 pub fn open_distributed(tp: usize, rendezvous: &mut dist::Rendezvous, o: &OpenOptions) -> Result<Box<dyn Backend>> {
     let end_process = dist::watchdog::overrun_hook().ok_or_else(|| {
-        crate::RuntimeError::Config(
+        crate::RuntimeError::Contract(
             "a run over several processes needs the binary's overrun hook (backend::dist::install_overrun_hook): \
              a distributed call that never returns can only be ended by ending the process, which is the binary's \
              decision"
@@ -696,7 +720,7 @@ pub fn open_distributed(tp: usize, rendezvous: &mut dist::Rendezvous, o: &OpenOp
         )
     })?;
     let spec = rendezvous.spec();
-    let layout = dist::ProcessLayout::new(tp, spec).map_err(crate::RuntimeError::Config)?;
+    let layout = dist::ProcessLayout::new(tp, spec).map_err(|rule| crate::RuntimeError::Placement { tp, rule })?;
     // The id is taken first, so a process whose backend fails still stays in step with the
     // others' communicator numbering.
     let (k, id) = rendezvous.next_id(cuda::nccl_unique_id)?;
@@ -743,7 +767,7 @@ pub fn measure_copy_bandwidth<B: Backend + ?Sized>(b: &mut B, bytes: usize, reps
     ns.sort_unstable();
     let median = *ns
         .get(ns.len().saturating_sub(1) / 2)
-        .ok_or_else(|| crate::RuntimeError::Config("copy bandwidth: no timed repetition (reps = 0)".into()))?;
+        .ok_or_else(|| crate::RuntimeError::Contract("copy bandwidth: no timed repetition (reps = 0)".into()))?;
     Ok(2.0 * (n * 4) as f64 / (median.max(1) as f64 * 1e-9))
 }
 

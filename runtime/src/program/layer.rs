@@ -198,11 +198,14 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         // its own K-blocks from +0.0 into a local vector (its `xin`, free until ffn_norm), then
         // NCCL sums the TP vectors in its own order into the root's ojoin.
         if ctx.cfg.transport != Transport::Nccl || ctx.cfg.doors.oproj_tail {
-            return Err(crate::RuntimeError::Config(format!(
-                "MEMRA_NCCL_ALLREDUCE runs on an NCCL communicator and replaces the o_join fold: it needs the \
+            return Err(crate::RuntimeError::DoorRefused {
+                door: "MEMRA_NCCL_ALLREDUCE",
+                rule: format!(
+                    "MEMRA_NCCL_ALLREDUCE runs on an NCCL communicator and replaces the o_join fold: it needs the \
                  nccl transport (not {}) and cannot be combined with MEMRA_OPROJ_TAIL",
-                ctx.cfg.transport.name()
-            )));
+                    ctx.cfg.transport.name()
+                ),
+            });
         }
         let mut sums = Vec::with_capacity(tp);
         for r in 0..tp {

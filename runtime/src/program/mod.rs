@@ -161,10 +161,10 @@ impl Ctx<'_> {
                     .into_iter()
                     .find(|p| p.2 <= e && e < p.2 + p.1.len as u64)
                     .ok_or_else(|| {
-                        RuntimeError::Config(format!(
+                        RuntimeError::DoorRefused { door: "MEMRA_CANARY_FLIP_BIT", rule: format!(
                             "the flip canary's element {element} of seam {} (layer {layer}) is held by no rank:                              choose an element of the seam's logical tensor (program::payloads::seam_elements)",
                             seam.name()
-                        ))
+                        ) }
                     })?;
                 self.b.launch(rank, Op::FlipLowBit { x: s.sub((e - base) as usize, 1) })?;
                 self.record.bump("canary_flip_bit.flips");
@@ -280,7 +280,7 @@ impl Ctx<'_> {
 /// Run the whole battery of `cfg` on `b` and return the record.
 pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record> {
     if b.ranks() != cfg.tp {
-        return Err(RuntimeError::Config(format!(
+        return Err(RuntimeError::Contract(format!(
             "the backend has {} ranks but the run asks for TP {}",
             b.ranks(),
             cfg.tp
@@ -291,24 +291,33 @@ pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record
     c.validate()?;
     for (i, p) in cfg.battery.prompts.iter().enumerate() {
         if p.is_empty() {
-            return Err(RuntimeError::Config(format!("battery prompt {i} is empty: every prompt needs a token")));
+            return Err(RuntimeError::Battery {
+                prompt: Some(i),
+                rule: format!("battery prompt {i} is empty: every prompt needs a token"),
+            });
         }
         if let Some(t) = p.iter().find(|t| **t as usize >= c.vocab) {
-            return Err(RuntimeError::Config(format!(
-                "battery prompt {i} has token {t}, outside the vocabulary of {}",
-                c.vocab
-            )));
+            return Err(RuntimeError::Battery {
+                prompt: Some(i),
+                rule: format!("battery prompt {i} has token {t}, outside the vocabulary of {}", c.vocab),
+            });
         }
         let steps = cfg.battery.steps_of(i);
         if steps > c.max_positions {
-            return Err(RuntimeError::Config(format!(
-                "battery prompt {i} needs {steps} positions but the model's KV cache holds {}",
-                c.max_positions
-            )));
+            return Err(RuntimeError::Battery {
+                prompt: Some(i),
+                rule: format!(
+                    "battery prompt {i} needs {steps} positions but the model's KV cache holds {}",
+                    c.max_positions
+                ),
+            });
         }
     }
     if cfg.battery.gen_tokens == 0 {
-        return Err(RuntimeError::Config("the battery generates 0 tokens: nothing would be tested".into()));
+        return Err(RuntimeError::Battery {
+            prompt: None,
+            rule: "the battery generates 0 tokens: nothing would be tested".into(),
+        });
     }
     let p = Placement::new(model, cfg.tp, &cfg.doors, cfg.nvfp4_experts())?;
     let longest = (0..cfg.battery.prompts.len()).map(|i| cfg.battery.steps_of(i)).max().unwrap_or(1);
@@ -373,8 +382,9 @@ fn decode_prompt(ctx: &mut Ctx, prompt: usize) -> Result<()> {
         } else {
             let j = step - n_prompt;
             match &cfg.forced_tokens {
-                Some(f) => *f.get(prompt).and_then(|t| t.get(j)).ok_or_else(|| {
-                    RuntimeError::Config(format!("teacher-forced tape has no token {j} for prompt {prompt}"))
+                Some(f) => *f.get(prompt).and_then(|t| t.get(j)).ok_or_else(|| RuntimeError::Battery {
+                    prompt: Some(prompt),
+                    rule: format!("teacher-forced tape has no token {j} for prompt {prompt}"),
                 })?,
                 None => generated[j],
             }

@@ -136,40 +136,47 @@ pub fn reference_run(
 
 fn check_inputs(model: &Model, battery: &Battery, forced: &[Vec<u32>]) -> Result<()> {
     let c = &model.config;
-    let fail = |m: String| Err(RuntimeError::Config(m));
+    let fail = |prompt: Option<usize>, rule: String| Err(RuntimeError::Battery { prompt, rule });
     if c.head_dim != HEAD_DIM || model.layers.is_empty() || c.q_heads.checked_rem(c.kv_heads) != Some(0) {
-        return fail(format!(
+        let rule = format!(
             "the reference needs head_dim {HEAD_DIM}, at least one layer and whole query groups (head_dim {}, {} layers, \
              q_heads {}, kv_heads {})",
             c.head_dim,
             model.layers.len(),
             c.q_heads,
             c.kv_heads
-        ));
+        );
+        return Err(RuntimeError::ModelShape { rule });
     }
     if battery.gen_tokens == 0 {
-        return fail("the battery generates 0 tokens: nothing would be compared".into());
+        return fail(None, "the battery generates 0 tokens: nothing would be compared".into());
     }
     if forced.len() != battery.prompts.len() {
-        return fail(format!(
-            "the teacher-forced tape has {} prompts but the battery has {}",
-            forced.len(),
-            battery.prompts.len()
-        ));
+        return fail(
+            None,
+            format!(
+                "the teacher-forced tape has {} prompts but the battery has {}",
+                forced.len(),
+                battery.prompts.len()
+            ),
+        );
     }
     for (p, (prompt, f)) in battery.prompts.iter().zip(forced).enumerate() {
         if prompt.is_empty() {
-            return fail(format!("battery prompt {p} is empty: every prompt needs a token"));
+            return fail(Some(p), format!("battery prompt {p} is empty: every prompt needs a token"));
         }
         if f.len() < battery.gen_tokens - 1 {
-            return fail(format!(
-                "the teacher-forced tape of prompt {p} has {} tokens, fewer than gen_tokens − 1 = {}",
-                f.len(),
-                battery.gen_tokens - 1
-            ));
+            return fail(
+                Some(p),
+                format!(
+                    "the teacher-forced tape of prompt {p} has {} tokens, fewer than gen_tokens − 1 = {}",
+                    f.len(),
+                    battery.gen_tokens - 1
+                ),
+            );
         }
         if let Some(t) = prompt.iter().chain(&f[..battery.gen_tokens - 1]).find(|t| **t as usize >= c.vocab) {
-            return fail(format!("prompt {p} feeds token {t}, outside the vocabulary of {}", c.vocab));
+            return fail(Some(p), format!("prompt {p} feeds token {t}, outside the vocabulary of {}", c.vocab));
         }
     }
     Ok(())

@@ -19,11 +19,13 @@ pub(super) fn kblocks(m: &Matrix) -> Result<usize> {
         Matrix::E4m3 { in_features, .. } if in_features % 128 == 0 && *in_features > 0 => {
             Ok([8, 4, 2, 1].into_iter().find(|g| (in_features / 128) % g == 0).unwrap_or(1))
         }
-        other => Err(RuntimeError::Config(format!(
-            "a {:?} matrix of in_features {} has no canonical K-block count (docs/DESIGN.md §3.4)",
-            other.format(),
-            other.in_features()
-        ))),
+        other => Err(RuntimeError::ModelShape {
+            rule: format!(
+                "a {:?} matrix of in_features {} has no canonical K-block count (docs/DESIGN.md §3.4)",
+                other.format(),
+                other.in_features()
+            ),
+        }),
     }
 }
 

@@ -100,10 +100,7 @@ fn compile_program(src: &CStr, name: &CStr, options: &[String]) -> Result<Compil
         // SAFETY: as above.
         let log = unsafe { driver::nvrtc::get_program_log(prog) }.map(|l| c_chars_to_string(&l)).unwrap_or_default();
         if let Err(e) = compiled {
-            return Err(RuntimeError::Config(format!(
-                "NVRTC could not compile the kernels ({e}) with {}:\n{log}",
-                options.join(" ")
-            )));
+            return Err(RuntimeError::KernelCompile { error: e.to_string(), options: options.join(" "), log });
         }
         // SAFETY: as above; the program compiled.
         let ptx =
@@ -169,6 +166,8 @@ impl Kernels {
 
     /// A kernel by name (every name of `KERNEL_NAMES` was checked at load).
     pub(crate) fn get(&self, name: &'static str) -> Result<&CudaFunction, RuntimeError> {
-        self.functions.get(name).ok_or_else(|| RuntimeError::Config(format!("kernel `{name}` is not in KERNEL_NAMES")))
+        self.functions
+            .get(name)
+            .ok_or_else(|| RuntimeError::Contract(format!("kernel `{name}` is not in KERNEL_NAMES")))
     }
 }

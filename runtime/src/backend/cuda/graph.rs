@@ -180,7 +180,7 @@ impl CudaBackend {
                 want.map_or("nothing more".to_string(), |w| format!("`{w:?}`"))
             );
             self.segment_abort_impl();
-            return Err(RuntimeError::Config(detail));
+            return Err(RuntimeError::Contract(detail));
         }
         a.cursor += 1;
         Ok(a.pass == Pass::Capture)
@@ -189,17 +189,18 @@ impl CudaBackend {
     /// Open segment `key` (see the module doc for the passes).
     pub(crate) fn segment_begin_impl(&mut self, key: u64) -> Result<()> {
         if let Some(a) = &self.graphs.active {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "graph segment {key} opened inside segment {}: segments do not nest",
                 a.key
             )));
         }
         if self.opts.rank0_on_default_stream {
-            return Err(RuntimeError::Config(
-                "MEMRA_STEP_TP_GRAPH with MEMRA_RANK0_MERGE: rank 0 issues on the legacy default stream, which CUDA \
-                 cannot capture into a graph"
+            return Err(RuntimeError::DoorRefused {
+                door: "MEMRA_STEP_TP_GRAPH",
+                rule: "MEMRA_STEP_TP_GRAPH with MEMRA_RANK0_MERGE: rank 0 issues on the legacy default stream, which \
+                       CUDA cannot capture into a graph"
                     .into(),
-            ));
+            });
         }
         let marks_now: Vec<usize> = self.ranks.iter().map(|r| r.marks_used).collect();
         let n = self.ranks.len();
@@ -220,7 +221,7 @@ impl CudaBackend {
             }
             Some(seg) => {
                 if seg.marks_at != marks_now {
-                    return Err(RuntimeError::Config(format!(
+                    return Err(RuntimeError::Contract(format!(
                         "graph segment {key} begins at timing marks {marks_now:?} per rank, but was recorded at {:?}: \
                          the step before it changed",
                         seg.marks_at
@@ -253,13 +254,13 @@ impl CudaBackend {
     /// launch the graph.
     pub(crate) fn segment_end_impl(&mut self) -> Result<()> {
         let Some(a) = self.graphs.active.as_ref() else {
-            return Err(RuntimeError::Config("graph segment end without a begin".into()));
+            return Err(RuntimeError::Contract("graph segment end without a begin".into()));
         };
         let (key, pass, cursor) = (a.key, a.pass, a.cursor);
         let recorded = self.graphs.segments[&key].signatures.len();
         if pass != Pass::Record && cursor != recorded {
             self.segment_abort_impl();
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "graph segment {key} ended after {cursor} calls of a {pass:?} pass, but it recorded {recorded}"
             )));
         }
@@ -346,7 +347,7 @@ impl CudaBackend {
         self.graphs
             .origin
             .as_ref()
-            .ok_or_else(|| RuntimeError::Config("graph origin stream used before a capture created it".into()))
+            .ok_or_else(|| RuntimeError::Contract("graph origin stream used before a capture created it".into()))
     }
 
     /// The origin stream waits for everything queued so far on every rank.
@@ -387,7 +388,7 @@ impl CudaBackend {
         origin
             .end_capture(driver::CUgraphInstantiate_flags(0))
             .map_err(|e| self.fault(0, "graph capture end", e))?
-            .ok_or_else(|| RuntimeError::Config("graph capture produced no graph".into()))
+            .ok_or_else(|| RuntimeError::Contract("graph capture produced no graph".into()))
     }
 
     /// Record a timing mark on `rank` inside a capture: an external record becomes an event

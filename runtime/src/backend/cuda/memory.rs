@@ -37,8 +37,14 @@ impl DeviceBuffer {
         let bytes = bytes.max(1);
         ctx.bind_to_thread().map_err(|e| driver_err(what, e))?;
         // SAFETY: the context is current on this thread; the size is non-zero.
-        let ptr = unsafe { driver::malloc_sync(bytes) }
-            .map_err(|e| driver_err(format!("{what}: allocating {bytes} bytes on device {}", ctx.ordinal()), e))?;
+        let ptr = unsafe { driver::malloc_sync(bytes) }.map_err(|e| {
+            let location = format!("{what}: allocating {bytes} bytes on device {}", ctx.ordinal());
+            if e.0 == driver::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                RuntimeError::OutOfDeviceMemory { location, device: ctx.ordinal(), bytes, detail: e.to_string() }
+            } else {
+                driver_err(location, e)
+            }
+        })?;
         let buf = DeviceBuffer { ptr, ctx: ctx.clone() };
         // SAFETY: `ptr` is a live allocation of exactly `bytes` bytes in this context, and the
         // stream belongs to the same context.
@@ -157,14 +163,26 @@ pub(crate) struct DeviceWeight {
 /// errors instead of panics.
 fn check_shard(s: &MatrixShard) -> Result<()> {
     let (rows, cols, kw) = (s.out_features, s.in_features, s.kblock_width);
-    let bad = |rule: String| Err(RuntimeError::Config(format!("weight shard [{rows}, {cols}] (K-block {kw}): {rule}")));
+    let shard = format!("weight shard [{rows}, {cols}] (K-block {kw})");
+    let bad = |rule: String| Err(RuntimeError::Contract(format!("{shard}: {rule}")));
     if cols > 0 && (kw == 0 || cols % kw != 0) {
-        return bad(format!("in_features {cols} is not a whole number of K-blocks of width {kw}"));
+        let rule = format!("{shard}: in_features {cols} is not a whole number of K-blocks of width {kw}");
+        return Err(RuntimeError::ModelShape { rule });
     }
-    let n =
-        rows.checked_mul(cols).ok_or_else(|| RuntimeError::Config(format!("weight shard {rows}×{cols} overflows")))?;
+    let too_big = |value: usize| RuntimeError::Capacity {
+        what: "weight shard elements".into(),
+        value,
+        limit: i32::MAX as usize,
+        rule: format!("{shard}: more than 2^31 elements do not fit the kernels' 32-bit indices"),
+    };
+    let n = rows.checked_mul(cols).ok_or_else(|| RuntimeError::Capacity {
+        what: "weight shard elements".into(),
+        value: usize::MAX,
+        limit: i32::MAX as usize,
+        rule: format!("weight shard {rows}×{cols} overflows"),
+    })?;
     if i32::try_from(n).is_err() || i32::try_from(rows.max(cols)).is_err() {
-        return bad("more than 2^31 elements do not fit the kernels' 32-bit indices".into());
+        return Err(too_big(n.max(rows.max(cols))));
     }
     match &s.data {
         ShardData::Bf16(b) if b.len() != n => bad(format!("BF16 storage has {} values", b.len())),

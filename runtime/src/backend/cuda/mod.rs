@@ -282,11 +282,11 @@ impl CudaBackend {
         self.check_rank(rank)?;
         match self.ranks[rank].bufs.get(s.buf as usize) {
             Some((b, len)) if s.offset + s.len <= *len => Ok(b.ptr() + (s.offset * 4) as u64),
-            Some((_, len)) => Err(RuntimeError::Config(format!(
+            Some((_, len)) => Err(RuntimeError::Contract(format!(
                 "{what}: slice {}+{} of buffer {} on rank {rank} exceeds its {len} elements",
                 s.offset, s.len, s.buf
             ))),
-            None => Err(RuntimeError::Config(format!("{what}: buffer {} does not exist on rank {rank}", s.buf))),
+            None => Err(RuntimeError::Contract(format!("{what}: buffer {} does not exist on rank {rank}", s.buf))),
         }
     }
 
@@ -372,7 +372,7 @@ impl CudaBackend {
     /// Refuse a host transfer inside an open graph segment (it would synchronise a capture).
     fn no_open_segment(&self, what: &str) -> Result<()> {
         if self.graphs.open() {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "{what} inside a graph segment: a captured segment holds device work only"
             )));
         }
@@ -477,7 +477,12 @@ impl Backend for CudaBackend {
     fn alloc(&mut self, rank: usize, len: usize) -> Result<BufId> {
         self.check_rank(rank)?;
         if i32::try_from(len).is_err() {
-            return Err(RuntimeError::Config(format!("alloc of {len} elements exceeds the kernels' 32-bit sizes")));
+            return Err(RuntimeError::Capacity {
+                what: "buffer elements".into(),
+                value: len,
+                limit: i32::MAX as usize,
+                rule: format!("alloc of {len} elements exceeds the kernels' 32-bit sizes"),
+            });
         }
         let ctx = self.ctx_of(rank).clone();
         let b = DeviceBuffer::zeroed(&ctx, &self.ranks[rank].stream, len * 4, &format!("buffer on rank {rank}"))?;
@@ -490,7 +495,7 @@ impl Backend for CudaBackend {
         self.no_open_segment("write")?;
         let ptr = self.slice_ptr(rank, dst, "write")?;
         if data.len() != dst.len {
-            return Err(RuntimeError::Config(format!("write: {} values into a slice of {}", data.len(), dst.len)));
+            return Err(RuntimeError::Contract(format!("write: {} values into a slice of {}", data.len(), dst.len)));
         }
         if data.is_empty() {
             return Ok(());
@@ -560,11 +565,12 @@ impl Backend for CudaBackend {
 
     fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
         if fence == JoinFence::Doorbells && self.graphs.open() {
-            return Err(RuntimeError::Config(
-                "FENCE_MEMOPS doorbells inside a graph segment: every join rings a new ticket, and a captured graph \
-                 would replay the ticket it was captured with"
+            return Err(RuntimeError::DoorRefused {
+                door: "MEMRA_FENCE_MEMOPS",
+                rule: "FENCE_MEMOPS doorbells inside a graph segment: every join rings a new ticket, and a captured \
+                       graph would replay the ticket it was captured with"
                     .into(),
-            ));
+            });
         }
         if !self.graph_gate(|| Call::PeerStore { rank, op: op.clone(), out_rank, fence })? {
             return Ok(());

@@ -77,23 +77,27 @@ impl NcclMover {
     pub fn connect(b: &CudaBackend, layout: ProcessLayout, id: &[u8], index: usize) -> Result<NcclMover> {
         let lib = library().map_err(RuntimeError::Unavailable)?;
         if b.ranks.len() != layout.ranks_per_process() {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "{}: the CUDA backend has {} ranks",
                 layout.describe(),
                 b.ranks.len()
             )));
         }
         if b.co_resident() {
-            return Err(RuntimeError::Config(format!(
-                "{}: nccl needs one device per rank, but this process's {} ranks share {} device(s) (set CUDA_VISIBLE_DEVICES to give it {} devices)",
-                layout.describe(),
-                b.ranks.len(),
-                b.devices.len(),
-                b.ranks.len()
-            )));
+            return Err(RuntimeError::Unsupported {
+                backend: "cuda".into(),
+                mechanism: "nccl transport",
+                rule: format!(
+                    "{}: nccl needs one device per rank, but this process's {} ranks share {} device(s) (set CUDA_VISIBLE_DEVICES to give it {} devices)",
+                    layout.describe(),
+                    b.ranks.len(),
+                    b.devices.len(),
+                    b.ranks.len()
+                ),
+            });
         }
         if id.len() != UNIQUE_ID_BYTES {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "communicator {index}: the NCCL unique id has {} bytes, NCCL's has {UNIQUE_ID_BYTES}",
                 id.len()
             )));

@@ -71,7 +71,7 @@ impl CudaBackend {
         let sp = self.slice_ptr(src_rank, src, "copy source")?;
         let dp = self.slice_ptr(dst_rank, dst, "copy destination")?;
         if src.len != dst.len {
-            return Err(RuntimeError::Config(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
+            return Err(RuntimeError::Contract(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
         }
         if src.len == 0 {
             return Ok(());
@@ -79,7 +79,7 @@ impl CudaBackend {
         let bytes = src.len * 4;
         if src_rank == dst_rank {
             if src.buf == dst.buf && src.offset < dst.offset + dst.len && dst.offset < src.offset + src.len {
-                return Err(RuntimeError::Config(format!(
+                return Err(RuntimeError::Contract(format!(
                     "copy within buffer {} on rank {src_rank}: ranges {}+{} and {}+{} overlap",
                     src.buf, src.offset, src.len, dst.offset, dst.len
                 )));
@@ -141,10 +141,13 @@ impl CudaBackend {
     ) -> Result<()> {
         let what = "packed copy (bulk_p2p)";
         if transport != Transport::NativeP2p {
-            return Err(RuntimeError::Config(format!(
-                "{what} over {}: MEMRA_STEP_TP_BULK_P2P packs blocks into one device-to-device copy, which needs the native-p2p transport",
-                transport.name()
-            )));
+            return Err(RuntimeError::DoorRefused {
+                door: "MEMRA_STEP_TP_BULK_P2P",
+                rule: format!(
+                    "{what} over {}: MEMRA_STEP_TP_BULK_P2P packs blocks into one device-to-device copy, which needs the native-p2p transport",
+                    transport.name()
+                ),
+            });
         }
         p.check()?;
         let (ss, ds) = (p.src_span(), p.dst_span());
@@ -152,7 +155,7 @@ impl CudaBackend {
         let dp = self.slice_ptr(dst_rank, ds, "packed copy destination")?;
         if src_rank == dst_rank && ss.buf == ds.buf && ss.offset < ds.offset + ds.len && ds.offset < ss.offset + ss.len
         {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "{what} within buffer {} on rank {src_rank}: spans {}+{} and {}+{} overlap",
                 ss.buf, ss.offset, ss.len, ds.offset, ds.len
             )));
@@ -162,11 +165,16 @@ impl CudaBackend {
         }
         let (width, spitch, dpitch) = (p.src.len * 4, p.src_pitch * 4, p.dst_pitch * 4);
         if spitch.max(dpitch) > i32::MAX as usize {
-            return Err(RuntimeError::Config(format!(
-                "{what}: pitch of {} bytes exceeds the 2D copy's limit of {} bytes",
-                spitch.max(dpitch),
-                i32::MAX
-            )));
+            return Err(RuntimeError::Capacity {
+                what: format!("{what} pitch (bytes)"),
+                value: spitch.max(dpitch),
+                limit: i32::MAX as usize,
+                rule: format!(
+                    "{what}: pitch of {} bytes exceeds the 2D copy's limit of {} bytes",
+                    spitch.max(dpitch),
+                    i32::MAX
+                ),
+            });
         }
         // A single block has no pitch to honour: make it the block's width so the driver never
         // sees a pitch below the width.
@@ -266,13 +274,13 @@ impl CudaBackend {
         let sp = self.slice_ptr(src_rank, src, "unfenced copy source")?;
         let dp = self.slice_ptr(dst_rank, dst, "unfenced copy destination")?;
         if src.len != dst.len {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "unfenced copy of {} elements into a slice of {}",
                 src.len, dst.len
             )));
         }
         if src_rank == dst_rank {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "unfenced copy within rank {src_rank}: one stream orders its own work, there is no producer fence to skip"
             )));
         }
@@ -351,7 +359,7 @@ impl CudaBackend {
         let slot = &self.staging.rings[dd].0[slot_idx];
         let (buf, free) = match (&slot.buf, &slot.free) {
             (Some(b), Some(f)) => (b, f),
-            _ => return Err(RuntimeError::Config("host-bounce staging slot was not initialised".into())),
+            _ => return Err(RuntimeError::Contract("host-bounce staging slot was not initialised".into())),
         };
         // Source: wait until the slot's previous upload finished, then download into it.
         self.ranks[src_rank].stream.wait(free).map_err(|e| self.fault(src_rank, what, e))?;
@@ -405,7 +413,7 @@ impl CudaBackend {
     ) -> Result<()> {
         let what = "host-bounce copy (graph capture)";
         let Some(buf) = self.graphs.capture_staging(bytes).map(|b| b.ptr()) else {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "{what}: no staging buffer of {bytes} bytes was prepared for this copy"
             )));
         };

@@ -250,7 +250,7 @@ fn read_metadata(
         .map_err(|e| file_err(format!("metadata `{KEY_CONFIG}` is not a valid model configuration: {e}")))?;
     config.validate().map_err(|e| {
         let rule = match e {
-            RuntimeError::Config(msg) => msg,
+            RuntimeError::ModelShape { rule } => rule,
             other => other.to_string(),
         };
         file_err(format!("metadata `{KEY_CONFIG}` is refused: {rule}"))

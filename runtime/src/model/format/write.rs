@@ -186,7 +186,7 @@ fn mismatch(name: &str, m: &Matrix, format: &str, shape: [usize; 2]) -> RuntimeE
 fn header_bytes(config: &ModelConfig, entries: &[Entry]) -> Result<Vec<u8>, RuntimeError> {
     use serde_json::{json, Map, Value};
     let config_json = serde_json::to_string(config)
-        .map_err(|e| RuntimeError::Config(format!("model configuration cannot be written as JSON: {e}")))?;
+        .map_err(|e| RuntimeError::Contract(format!("model configuration cannot be written as JSON: {e}")))?;
     let mut header = Map::new();
     header.insert(
         "__metadata__".into(),
@@ -204,7 +204,7 @@ fn header_bytes(config: &ModelConfig, entries: &[Entry]) -> Result<Vec<u8>, Runt
         offset = end;
     }
     let mut bytes = serde_json::to_vec(&Value::Object(header))
-        .map_err(|e| RuntimeError::Config(format!("model header cannot be written as JSON: {e}")))?;
+        .map_err(|e| RuntimeError::Contract(format!("model header cannot be written as JSON: {e}")))?;
     bytes.resize(bytes.len().next_multiple_of(8), b' ');
     Ok(bytes)
 }

@@ -2,7 +2,7 @@
 //! up to `DIGEST_BATCH_MAX` parts (plain, strided, or the owned slots of expert-parallel owners
 //! read from the route on the device) in one launch.
 
-use super::{cfg, i32_of, shape_err, DIGEST_THREADS};
+use super::{capacity_err, cfg, i32_of, shape_err, DIGEST_THREADS};
 use crate::backend::cuda::driver;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::DigestPart;
@@ -70,7 +70,9 @@ pub(crate) struct ResolvedPart {
 }
 
 fn u32_of(what: &str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| shape_err("digest_batch", format!("{what} {v} does not fit 32 bits")))
+    u32::try_from(v).map_err(|_| {
+        capacity_err("digest_batch", what, v, u32::MAX as usize, format!("{what} {v} does not fit 32 bits"))
+    })
 }
 
 impl CudaBackend {

@@ -127,7 +127,7 @@ impl CudaBackend {
     ) -> Result<GroupId> {
         self.check_rank(rank)?;
         let bad =
-            |e: usize, rule: String| RuntimeError::Config(format!("expert group entry {e} on rank {rank}: {rule}"));
+            |e: usize, rule: String| RuntimeError::Contract(format!("expert group entry {e} on rank {rank}: {rule}"));
         let mut words = vec![0u32; entries.len().max(1) * ENTRY_WORDS];
         let (mut max_rows, mut cols, mut max_nk) = (0usize, None::<usize>, 0usize);
         let (mut max_down_rows, mut max_down_nk) = (0usize, 0usize);

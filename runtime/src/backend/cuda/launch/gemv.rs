@@ -2,7 +2,7 @@
 //! weight, in every storage format, and the batched row GEMV of several weights over one `x`
 //! (`kernels/cuda/gemv.cu`).
 
-use super::{cfg, i32_of, shape_err, GEMV_MAX_TASKS, GEMV_THREADS, TREE_THREADS};
+use super::{capacity_err, cfg, i32_of, shape_err, GEMV_MAX_TASKS, GEMV_THREADS, TREE_THREADS};
 use crate::backend::cuda::driver;
 use crate::backend::cuda::memory::WeightKind;
 use crate::backend::cuda::CudaBackend;
@@ -111,7 +111,13 @@ impl CudaBackend {
             return launch!(self, rank, name, cfg(rows, TREE_THREADS, 0), wp, xp, op_ptr, rows_i, cols_i, kw_i, vec_i);
         }
         if nk > GEMV_MAX_TASKS {
-            return Err(shape_err(op, format!("{nk} K-blocks exceed the kernel's {GEMV_MAX_TASKS}")));
+            return Err(capacity_err(
+                op,
+                "K-blocks",
+                nk,
+                GEMV_MAX_TASKS,
+                format!("{nk} K-blocks exceed the kernel's {GEMV_MAX_TASKS}"),
+            ));
         }
         let rpb = gemv_rows_per_block(rows, nk);
         let grid = rows.div_ceil(rpb);
@@ -168,7 +174,13 @@ impl CudaBackend {
         }
         let nk = cols / kw;
         if nk > GEMV_MAX_TASKS {
-            return Err(shape_err(op, format!("{nk} K-blocks exceed the kernel's {GEMV_MAX_TASKS}")));
+            return Err(capacity_err(
+                op,
+                "K-blocks",
+                nk,
+                GEMV_MAX_TASKS,
+                format!("{nk} K-blocks exceed the kernel's {GEMV_MAX_TASKS}"),
+            ));
         }
         let total_rows: usize = shapes.iter().map(|s| s.1).sum();
         let rpb = gemv_rows_per_block(total_rows, nk);

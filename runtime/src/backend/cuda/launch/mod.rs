@@ -43,12 +43,20 @@ fn elementwise_grid(n: usize) -> usize {
     n.div_ceil(ELEMENTWISE_THREADS as usize).clamp(1, 4096)
 }
 
+/// `op` was handed an argument its kernel was not written for: the caller broke its contract.
 fn shape_err(op: &str, rule: String) -> RuntimeError {
-    RuntimeError::Config(format!("{op}: {rule}"))
+    RuntimeError::Contract(format!("{op}: {rule}"))
+}
+
+/// `what` of `op` is `value`, past the `limit` its kernel can take.
+fn capacity_err(op: &str, what: &str, value: usize, limit: usize, rule: String) -> RuntimeError {
+    RuntimeError::Capacity { what: format!("{op} {what}"), value, limit, rule: format!("{op}: {rule}") }
 }
 
 fn i32_of(op: &str, what: &str, v: usize) -> Result<i32> {
-    i32::try_from(v).map_err(|_| shape_err(op, format!("{what} {v} does not fit a 32-bit kernel argument")))
+    i32::try_from(v).map_err(|_| {
+        capacity_err(op, what, v, i32::MAX as usize, format!("{what} {v} does not fit a 32-bit kernel argument"))
+    })
 }
 
 /// The shape rules of decode attention over `len` positions (`[q, k, v, gate, out]`, the twin's
@@ -73,8 +81,11 @@ fn attention_shape(what: &str, s: [Slice; 5], len: usize, q_heads: usize, kv_hea
         ));
     }
     if len * 4 > SMEM_LIMIT {
-        return Err(shape_err(
+        return Err(capacity_err(
             what,
+            "positions",
+            len,
+            SMEM_LIMIT / 4,
             format!("{len} positions exceed the {} scores held in shared memory", SMEM_LIMIT / 4),
         ));
     }

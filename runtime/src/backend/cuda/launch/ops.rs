@@ -21,10 +21,15 @@ use cudarc::driver::PushKernelArg;
 fn norm_smem(n: usize) -> Result<usize> {
     const MAX: usize = (48 << 10) - 1024;
     if n * 4 > MAX {
-        return Err(RuntimeError::Config(format!(
-            "rmsnorm: a row of {n} values needs {} bytes of shared memory, more than the {MAX} a block gets",
-            n * 4
-        )));
+        return Err(RuntimeError::Capacity {
+            what: "rmsnorm shared memory (bytes)".into(),
+            value: n * 4,
+            limit: MAX,
+            rule: format!(
+                "rmsnorm: a row of {n} values needs {} bytes of shared memory, more than the {MAX} a block gets",
+                n * 4
+            ),
+        });
     }
     Ok(n * 4)
 }
