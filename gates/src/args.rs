@@ -263,8 +263,9 @@ pub struct MatrixArgs {
     /// plan's duration from the receipts of earlier runs (--history).
     #[arg(long)]
     pub explain: bool,
-    /// Receipt directories of earlier runs to estimate durations from (with --explain).
-    #[arg(long, value_name = "DIR", num_args = 1..)]
+    /// Receipt directories of earlier runs (one per run, of one model and battery) to estimate
+    /// the plan's duration from (with --explain).
+    #[arg(long, value_name = "DIR", num_args = 1.., requires = "explain")]
     pub history: Vec<PathBuf>,
     /// A door registry file instead of the built-in gates/doors.toml.
     #[arg(long, value_name = "FILE")]

@@ -5,8 +5,9 @@
 use float8::F8E4M3;
 use half::bf16;
 use memra_kernels::formats::{
-    bf16_from_f32, bf16_to_f32, e2m1_decode, e2m1_encode, e4m3_block_dequant, e4m3_block_quantize, e4m3_decode,
-    e4m3_encode, ue4m3_decode, ue4m3_encode, Nvfp4Matrix, E4M3_BLOCK, E4M3_MAX, E4M3_NAN, NVFP4_GROUP,
+    bf16_from_f32, bf16_to_f32, e2m1_decode, e2m1_encode, e4m3_block_dequant, e4m3_block_quantize,
+    e4m3_block_quantize_into, e4m3_decode, e4m3_encode, e4m3_encode_branchless, ue4m3_decode, ue4m3_encode,
+    Nvfp4Matrix, E4M3_BLOCK, E4M3_MAX, E4M3_NAN, NVFP4_GROUP,
 };
 use memra_kernels::KernelError;
 use proptest::prelude::*;
@@ -674,6 +675,92 @@ fn e4m3_block_non_finite_follow_codec_policy() {
 #[should_panic(expected = "is not out_features 2 × in_features 3")]
 fn e4m3_block_quantize_rejects_wrong_length() {
     let _ = e4m3_block_quantize(&[0.0; 5], 2, 3);
+}
+
+/// The quantizer's branchless encoder is the codec: every f32 pattern of magnitude below 512
+/// (all of E4M3's rounding, its subnormals and the saturation from 448 up) — every 7th of them
+/// negative too (the sign is one bit copied by both) — and every 61st pattern beyond, both signs
+/// (large values, ±inf, NaN payloads).
+#[test]
+fn branchless_encode_equals_the_codec_on_every_pattern_that_rounds() {
+    let check = |bits: u32| {
+        let x = f32::from_bits(bits);
+        assert_eq!(e4m3_encode_branchless(x), e4m3_encode(x), "pattern {bits:#010x} ({x:e})");
+    };
+    for abs in 0..0x4400_0000u32 {
+        check(abs);
+        if abs % 7 == 0 {
+            check(abs | 0x8000_0000);
+        }
+    }
+    for abs in (0x4400_0000..=0x7FFF_FFFFu32).step_by(61).chain([0x7F80_0000, 0x7F80_0001, 0x7FC0_0000, 0x7FFF_FFFF]) {
+        check(abs);
+        check(abs | 0x8000_0000);
+    }
+}
+
+/// The block quantizer written the plain way (scales from `f32::max` over the finite `|x|`, block
+/// by block, then one code per element): the optimised `e4m3_block_quantize` must give its bytes.
+fn block_quantize_reference(w: &[f32], rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
+    let (rb, cb) = (rows.div_ceil(E4M3_BLOCK), cols.div_ceil(E4M3_BLOCK));
+    let mut scales = vec![0.0f32; rb * cb];
+    for br in 0..rb {
+        for bc in 0..cb {
+            let mut amax = 0.0f32;
+            for r in br * E4M3_BLOCK..((br + 1) * E4M3_BLOCK).min(rows) {
+                for c in bc * E4M3_BLOCK..((bc + 1) * E4M3_BLOCK).min(cols) {
+                    let x = w[r * cols + c];
+                    if x.is_finite() {
+                        amax = amax.max(x.abs());
+                    }
+                }
+            }
+            scales[br * cb + bc] = if amax == 0.0 { 1.0 } else { (amax / E4M3_MAX).max(f32::from_bits(1)) };
+        }
+    }
+    let codes = (0..rows * cols)
+        .map(|i| e4m3_encode(w[i] / scales[(i / cols / E4M3_BLOCK) * cb + (i % cols) / E4M3_BLOCK]))
+        .collect();
+    (codes, scales)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// The optimised quantizer equals the plain one on matrices with signed zeros, subnormals,
+    /// NaN, ±inf and huge values mixed in, for shapes that are not whole blocks; and quantizing
+    /// band by band (128 rows at a time, as the model generator does on several threads) gives the
+    /// same bytes as quantizing the whole matrix.
+    #[test]
+    fn block_quantize_equals_the_plain_definition_and_bands(
+        rows in 1usize..=300,
+        cols in 1usize..=300,
+        seed in any::<u64>(),
+        specials in proptest::collection::vec((any::<usize>(), 0usize..6), 0..12),
+    ) {
+        let mut w: Vec<f32> = seeded_values(seed, rows * cols).iter().map(|x| x * 3.0).collect();
+        for (at, kind) in specials {
+            w[at % (rows * cols)] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, f32::from_bits(3), 1e30][kind];
+        }
+        let (codes, scales) = e4m3_block_quantize(&w, rows, cols);
+        let (want_codes, want_scales) = block_quantize_reference(&w, rows, cols);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        prop_assert_eq!(first_diff(&bits(&scales), &bits(&want_scales)), None, "scales");
+        prop_assert_eq!(first_diff(&codes, &want_codes), None, "codes");
+        let cb = cols.div_ceil(E4M3_BLOCK);
+        let (mut band_codes, mut band_scales) = (vec![0u8; rows * cols], vec![0.0f32; scales.len()]);
+        for r0 in (0..rows).step_by(E4M3_BLOCK) {
+            let n = (rows - r0).min(E4M3_BLOCK);
+            e4m3_block_quantize_into(
+                &w[r0 * cols..(r0 + n) * cols],
+                n,
+                cols,
+                &mut band_codes[r0 * cols..(r0 + n) * cols],
+                &mut band_scales[r0 / E4M3_BLOCK * cb..][..cb],
+            );
+        }
+        prop_assert_eq!(first_diff(&band_codes, &codes), None, "band codes");
+        prop_assert_eq!(first_diff(&bits(&band_scales), &bits(&scales)), None, "band scales");
+    }
 }
 
 /// Strategy: a block E4M3 matrix built from codes and power-of-two block scales, every block holding

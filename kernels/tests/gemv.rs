@@ -352,6 +352,45 @@ fn row_shards_reproduce_full_rows() {
     }
 }
 
+/// `MatrixView::rows` (how a host splits one launch over threads): the rows and partials of
+/// sub-views — and of sub-views of sub-views, whose E4M3 scale rows start mid block — are the
+/// whole view's bits.
+#[test]
+fn sub_views_reproduce_the_whole_view() {
+    let mut rng = Rng(31);
+    for (name, m) in test_matrices(&mut rng) {
+        let x = random_x(&mut rng, m.inp);
+        let view = m.view();
+        let (whole, whole_parts) = (rows(&view, &x), partials(&view, &x));
+        let nk = m.inp / m.kw;
+        let mut cuts = vec![(0, m.out), (0, 1), (m.out - 1, m.out)];
+        for _ in 0..6 {
+            let a = rng.below(m.out);
+            cuts.push((a, a + 1 + rng.below(m.out - a)));
+        }
+        for (a, b) in cuts {
+            let sub = view.rows(a..b);
+            assert_bits_eq(&format!("{name} rows {a}..{b}"), &rows(&sub, &x), &whole[a..b]);
+            let p = partials(&sub, &x);
+            for k in 0..nk {
+                let want = &whole_parts[k * m.out + a..k * m.out + b];
+                assert_bits_eq(
+                    &format!("{name} partials {a}..{b} K-block {k}"),
+                    &p[k * (b - a)..(k + 1) * (b - a)],
+                    want,
+                );
+            }
+            let mid = (b - a) / 2;
+            let nested = sub.rows(mid..b - a);
+            assert_bits_eq(
+                &format!("{name} rows {}..{b} of {a}..{b}", a + mid),
+                &rows(&nested, &x),
+                &whole[a + mid..b],
+            );
+        }
+    }
+}
+
 /// One-hot inputs read single weights back: checks the decode tables, the E4M3 scale indexing
 /// (including a row shard that starts mid scale block) and the NVFP4 nibble order against the
 /// independent formulas.

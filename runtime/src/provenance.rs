@@ -12,7 +12,7 @@
 //! [`build_digest`] are computed from one list.
 
 /// (workspace-relative path, text) of every runtime source that decides the arithmetic.
-pub const PROGRAM_SOURCES: [(&str, &str); 12] = [
+pub const PROGRAM_SOURCES: [(&str, &str); 15] = [
     ("runtime/src/program/mod.rs", include_str!("program/mod.rs")),
     ("runtime/src/program/layer.rs", include_str!("program/layer.rs")),
     ("runtime/src/program/moe.rs", include_str!("program/moe.rs")),
@@ -21,7 +21,10 @@ pub const PROGRAM_SOURCES: [(&str, &str); 12] = [
     ("runtime/src/program/placement.rs", include_str!("program/placement.rs")),
     ("runtime/src/program/weights.rs", include_str!("program/weights.rs")),
     ("runtime/src/program/payloads.rs", include_str!("program/payloads.rs")),
+    ("runtime/src/program/prepared.rs", include_str!("program/prepared.rs")),
+    ("runtime/src/program/pool.rs", include_str!("program/pool.rs")),
     ("runtime/src/backend/host.rs", include_str!("backend/host.rs")),
+    ("runtime/src/backend/host_rows.rs", include_str!("backend/host_rows.rs")),
     ("runtime/src/model/matrix.rs", include_str!("model/matrix.rs")),
     ("runtime/src/model/gen.rs", include_str!("model/gen.rs")),
     ("runtime/src/model/edge.rs", include_str!("model/edge.rs")),

@@ -10,6 +10,7 @@ mod edge;
 mod graph_program;
 mod launches;
 mod model;
+mod prepared;
 mod reference;
 mod tp_invariance;
 mod tp_properties;

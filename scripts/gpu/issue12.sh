@@ -66,7 +66,8 @@ else
     echo "!! ncu skipped (${ncu_bin:-not found}; ${secs}s left)"
 fi
 
-run_tests cuda_kernels 120
+run_tests cuda_kernels 60
+run_tests cuda_gates 60
 run_tests cuda_graph 60
 run_tests cuda_direct 60
 run_tests harness_checks 30

@@ -24,11 +24,83 @@ fn progress_lines_reach_a_log_and_quiet_silences_them() {
         lines.iter().all(|l| l.contains("/8 done") && l.contains("FAIL/VOID/ERROR so far") && l.contains("ETA")),
         "{lines:?}"
     );
+    // The plan's one-off work is announced, and a line taken while a job runs names its phase.
+    for want in [
+        "memra-gates: model: generating the tiny preset",
+        "memra-gates: model ready in",
+        "memra-gates: oracle ready in",
+    ] {
+        assert!(out.stderr.contains(want), "no `{want}`\n{}", out.transcript());
+    }
+    let phases = [": upload ", ": oracle ", ": run ", ": probe ", ": gates "];
+    assert!(
+        lines.iter().any(|l| l.contains(" · now: memra-runtime/tiny host tp") && phases.iter().any(|p| l.contains(p))),
+        "no progress line names a running configuration and its phase: {lines:?}"
+    );
     args.push("--quiet");
     args.push("--replace");
     let out = run(&args);
     out.expect_code(0);
     assert!(!out.stderr.contains("memra-gates: progress"), "--quiet printed progress\n{}", out.transcript());
+}
+
+/// Every receipt carries where its time went, the phases add up to its wall time, a weight layout
+/// is uploaded once (the TP1 job runs on the oracle's upload), and `matrix --explain --history`
+/// turns the phases into an estimate that counts uploads once per layout.
+#[test]
+fn phase_times_reach_receipts_and_the_estimate() {
+    let dir = tempdir();
+    let out_dir = dir.path().join("r");
+    let args = ["run", "--backend", "host", "--tp", "1,2", "--transport", "host-bounce", "--prompts", "1"];
+    run(&[&args[..], &["--gen-tokens", "2", "--quiet", "--out", s(&out_dir)]].concat()).expect_code(0);
+    let receipts = read_receipts(&out_dir);
+    assert_eq!(receipts.len(), 2);
+    for (name, r) in &receipts {
+        let x = &r.measurements.extra;
+        let get = |k: &str| *x.get(k).unwrap_or_else(|| panic!("{name}: no {k} in {x:?}"));
+        assert!(get("phase_generate_ms") > 0.0 && get("phase_plan_oracle_ms") > 0.0, "{name}: {x:?}");
+        assert!(get("phase_run_ms") > 0.0 && get("phase_gates_ms") >= 0.0, "{name}: {x:?}");
+        let sum: f64 =
+            ["upload", "oracle", "run", "probe", "gates"].iter().map(|p| get(&format!("phase_{p}_ms"))).sum();
+        let wall = r.measurements.wall_ms;
+        assert!(sum <= wall + 1.0 && sum >= 0.9 * wall, "{name}: phases {sum} ms of a {wall} ms job");
+        let upload = get("phase_upload_ms");
+        match r.evidence.config.tp {
+            1 => assert_eq!(upload, 0.0, "{name}: TP1 runs on the oracle's upload"),
+            _ => assert!(upload > 0.0, "{name}: TP2 uploads its shards"),
+        }
+    }
+    // Three door sets at TP1, 2, 4: the defaults and DEV_ROUTER share a weight layout, the F32
+    // mirror has its own — 6 uploads; the defaults at TP1 and TP2 were seen, the other TP1/TP2
+    // configurations take their (backend, TP) median, TP4 the overall one.
+    let sets = dir.path().join("sets.toml");
+    std::fs::write(&sets, "schema_version = 1\nsets = [[], [\"f32_mirror\"], [\"dev_router\"]]\n").unwrap();
+    let args = ["matrix", "--matrix", s(&sets), "--backend", "host", "--tp", "1,2,4", "--transport", "host-bounce"];
+    let out = run(&[&args[..], &["--explain", "--history", s(&out_dir)]].concat());
+    out.expect_code(0);
+    assert!(
+        out.stdout.contains("9 legal")
+            && out.stdout.contains("estimated duration:")
+            && out.stdout.contains("6 weight upload(s)")
+            && out.stdout.contains("2 of 9 configurations seen before, 4 estimated from their backend and TP, 3 from"),
+        "{}",
+        out.transcript()
+    );
+    // It names what it used; with no history it says so, and a directory without receipts is refused.
+    let used = "estimate from 2 run receipt(s) of the tiny model";
+    assert!(
+        out.stdout.contains(used) && out.stdout.contains(&format!("{} (2 run receipt(s))", s(&out_dir))),
+        "{}",
+        out.stdout
+    );
+    run(&[&args[..], &["--explain"]].concat())
+        .expect_code(0)
+        .expect_stdout(&["estimated duration: not estimated", "--history"]);
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    run(&[&args[..], &["--explain", "--history", s(&empty)]].concat())
+        .expect_code(2)
+        .expect_stderr(&["no run receipt"]);
 }
 
 /// One plan run as a user would run it; call it inside `machine_alone` (other tests wait).
@@ -120,6 +192,9 @@ fn promote_counts_a_copied_night_once_and_model_mixes_are_refused() {
         .expect_code(2)
         .expect_stderr(&["mixes models", "separately"]);
     run(&["diff", s(&night), s(&other)]).expect_code(2).expect_stderr(&["no run can pair across different models"]);
+    run(&["matrix", "--explain", "--history", s(&night), s(&other)])
+        .expect_code(2)
+        .expect_stderr(&["mix 2 workloads", "one model and battery"]);
     let plots = dir.path().join("plots");
     run(&["plot", "--history", s(&night), s(&other), "--out", s(&plots)])
         .expect_code(2)

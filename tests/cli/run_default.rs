@@ -50,9 +50,13 @@ fn default_run_passes_every_tp_and_transport_and_writes_valid_outputs() {
         for claim in &r.evidence.claims {
             assert!(r.evidence.coverage[claim].count > 0, "{name}: {claim} not reached");
         }
-        for gate in [Gate::Coverage, Gate::Reference, Gate::Copies, Gate::Determinism] {
+        for gate in [Gate::Coverage, Gate::Reference, Gate::Determinism] {
             assert!(r.evidence.gates.iter().any(|g| g.gate == gate && g.verdict == Verdict::Pass), "{name}: {gate:?}");
         }
+        // One rank copies nothing: the copies gate exists from TP2 on, and passes there.
+        let copies = r.evidence.gates.iter().find(|g| g.gate == Gate::Copies).map(|g| g.verdict);
+        let want = if r.evidence.config.tp > 1 { Some(Verdict::Pass) } else { None };
+        assert_eq!(copies, want, "{name}: the copies gate at TP{}", r.evidence.config.tp);
     }
 
     // The files: 8 receipts and the matrix outputs, no leftover temporary file.

@@ -4,12 +4,14 @@
 //! `bench` reports per-seam latencies from a run with seam events (the table users see); the
 //! events and the digests themselves cost device time, so the layer's real cost is measured here
 //! with one mark pair around each layer only: `gated` (digests on, what a gate run computes) and
-//! `ungated` (digests off, the bare program). The overhead ratio is gated ÷ ungated − 1.
+//! `ungated` (digests off, the bare program). The overhead ratio is gated ÷ ungated − 1. All three
+//! runs share one backend and one upload of the weights (`program::prepare`).
 
-use memra_runtime::backend::{open, BackendKind};
+use memra_runtime::backend::Backend;
 use memra_runtime::model::Model;
+use memra_runtime::program::Prepared;
 use memra_runtime::record::Record;
-use memra_runtime::{Battery, RunConfig, Timing, Transport};
+use memra_runtime::{RunConfig, Timing};
 use std::collections::BTreeMap;
 
 /// Median whole-layer latencies (ns) per layer of the three timing runs.
@@ -38,22 +40,21 @@ pub fn layer_medians(r: &Record, warmup: usize) -> Vec<u64> {
         .collect()
 }
 
-/// The gated and ungated runs (fresh backend each, same battery and doors as the main run).
+/// The gated and ungated runs: `cfg` (the seam-timed run's configuration) with one mark pair
+/// per layer, digests on and off, on the same backend and prepared weights.
 pub fn measure(
     model: &Model,
-    battery: &Battery,
-    backend: BackendKind,
-    graph: bool,
+    cfg: &RunConfig,
+    b: &mut dyn Backend,
+    prepared: &Prepared,
     warmup: usize,
     seams_run: &Record,
 ) -> memra_runtime::Result<GatingCost> {
     let mut cost = GatingCost { seams: layer_medians(seams_run, warmup), ..GatingCost::default() };
     for digests in [true, false] {
-        let mut cfg = RunConfig::new(1, Transport::HostBounce, battery.clone())?;
-        cfg.doors.graph = graph;
+        let mut cfg = cfg.clone();
         (cfg.timing, cfg.digests) = (Timing::Layers, digests);
-        let mut b = open(backend, 1)?;
-        let r = memra_runtime::program::run(model, &cfg, b.as_mut())?;
+        let r = memra_runtime::program::run_prepared(model, &cfg, b, prepared)?;
         let m = layer_medians(&r, warmup);
         if digests {
             cost.gated = m;

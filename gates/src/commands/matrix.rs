@@ -4,10 +4,9 @@
 use super::Status;
 use crate::args::MatrixArgs;
 use crate::error::GateError;
-use crate::matrix::{self, Configuration, MatrixKind};
+use crate::matrix::{self, MatrixKind};
 use crate::plan;
-use crate::registry::{BackendKind, Registry};
-use std::collections::BTreeMap;
+use crate::registry::BackendKind;
 
 /// `--backend` values as `run` resolves them (`auto` probes for CUDA, and takes the host when
 /// there is none unless MEMRA_REQUIRE_GPU=1).
@@ -57,66 +56,7 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
     );
     if args.explain {
         crate::say!("{}", plan.explain());
-        if !args.history.is_empty() {
-            crate::say!("{}", estimate(&registry, &plan.legal, &args.history)?);
-        }
+        crate::say!("{}", super::matrix_estimate::explain(&registry, &plan.legal, &args.history)?);
     }
     Ok(Status::Passed)
-}
-
-/// The estimated duration of running `legal`, from the wall times of earlier receipts: a
-/// configuration seen before takes its median; one not seen takes the median of its (backend,
-/// TP) class, else of everything seen.
-fn estimate(registry: &Registry, legal: &[Configuration], history: &[std::path::PathBuf]) -> Result<String, GateError> {
-    let mut by_config: BTreeMap<Configuration, Vec<f64>> = BTreeMap::new();
-    for dir in history {
-        for r in super::load_receipts(dir)? {
-            if r.kind == memra_receipts::ReceiptKind::Run
-                && r.evidence.verdict != memra_receipts::Verdict::NotApplicable
-            {
-                by_config
-                    .entry(crate::receipt::configuration_of(registry, &r))
-                    .or_default()
-                    .push(r.measurements.wall_ms);
-            }
-        }
-    }
-    if by_config.is_empty() {
-        return Err(GateError::usage(format!(
-            "matrix --history: no run receipt in {} to estimate from",
-            history.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        )));
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let mut class: BTreeMap<(BackendKind, usize), Vec<f64>> = BTreeMap::new();
-    let mut all = Vec::new();
-    for (c, v) in &by_config {
-        class.entry((c.backend, c.tp)).or_default().extend(v);
-        all.extend(v);
-    }
-    let overall = median(&mut all);
-    let (mut total_ms, mut seen, mut by_class) = (0.0, 0usize, 0usize);
-    for c in legal {
-        if let Some(v) = by_config.get(c) {
-            total_ms += median(&mut v.clone());
-            seen += 1;
-        } else if let Some(v) = class.get(&(c.backend, c.tp)) {
-            total_ms += median(&mut v.clone());
-            by_class += 1;
-        } else {
-            total_ms += overall;
-        }
-    }
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    Ok(format!(
-        "estimated duration: {} of configuration time ({} of {} configurations seen before, {} estimated from their backend and TP, {} from the overall median); host configurations share {cores} core(s), CUDA ones run one at a time",
-        crate::suite::clock(total_ms / 1e3),
-        seen,
-        legal.len(),
-        by_class,
-        legal.len() - seen - by_class
-    ))
 }

@@ -8,6 +8,7 @@ mod diff;
 mod doors;
 mod gen_model;
 mod matrix;
+mod matrix_estimate;
 mod plot;
 mod probe;
 mod promote;

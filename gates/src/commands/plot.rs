@@ -15,14 +15,33 @@ fn models(receipts: &[Receipt]) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// The label of each history set: the shortest tail of its path (directory name, then parent/name,
+/// …) that tells the sets apart, so `nights/n1/all nights/n2/all` read `n1/all` and `n2/all`.
+/// Paths that are equal keep equal labels (the plot refuses a set given twice).
+fn labels(paths: &[std::path::PathBuf]) -> Vec<String> {
+    let parts: Vec<Vec<String>> = paths
+        .iter()
+        .map(|p| p.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).filter(|c| c != ".").collect())
+        .collect();
+    let longest = parts.iter().map(Vec::len).max().unwrap_or(0);
+    let tail = |k: usize| -> Vec<String> { parts.iter().map(|p| p[p.len().saturating_sub(k)..].join("/")).collect() };
+    for k in 1..=longest {
+        let l = tail(k);
+        let distinct: std::collections::BTreeSet<&String> = l.iter().collect();
+        let paths_distinct: std::collections::BTreeSet<&Vec<String>> = parts.iter().collect();
+        if distinct.len() == paths_distinct.len() {
+            return l;
+        }
+    }
+    tail(longest)
+}
+
 pub fn plot(args: &PlotArgs) -> Result<Status, GateError> {
     let files = if args.history {
-        let sets = args
-            .receipts
-            .iter()
-            .map(|p| {
-                Ok((p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), load_receipts(p)?))
-            })
+        let sets = labels(&args.receipts)
+            .into_iter()
+            .zip(&args.receipts)
+            .map(|(label, p)| Ok((label, load_receipts(p)?)))
             .collect::<Result<Vec<_>, GateError>>()?;
         let all: std::collections::BTreeSet<String> = sets.iter().flat_map(|(_, r)| models(r)).collect();
         if all.len() > 1 {
@@ -45,4 +64,19 @@ pub fn plot(args: &PlotArgs) -> Result<Status, GateError> {
         crate::say!("{}", f.display());
     }
     Ok(Status::Passed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::labels;
+    use std::path::PathBuf;
+
+    #[test]
+    fn history_labels_are_the_shortest_distinct_tails() {
+        let p = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        assert_eq!(labels(&p(&["nights/a", "nights/b"])), ["a", "b"]);
+        assert_eq!(labels(&p(&["/n/2026-01-01/all", "/n/2026-01-02/all"])), ["2026-01-01/all", "2026-01-02/all"]);
+        assert_eq!(labels(&p(&["x/n1/all/edge", "y/n1/all/edge"])), ["x/n1/all/edge", "y/n1/all/edge"]);
+        assert_eq!(labels(&p(&["./a/", "a"])), ["a", "a"], "one directory given twice stays one label");
+    }
 }

@@ -79,7 +79,7 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     let mut dist_label = String::new();
     for (i, (model, battery, out)) in subjects.into_iter().enumerate() {
         let model_label = format!("{} {}", model.evidence.preset, model.evidence.digest);
-        let mut subject = model.load(battery)?;
+        let (mut subject, generate_ms) = model.load_timed(battery, progress == Progress::Off)?;
         if let (Some(d), 0) = (&dist, i) {
             let fp = crate::dist::fingerprint(
                 &prov,
@@ -108,6 +108,7 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
             workers,
             kernel_digest: prov.kernel_digest.to_string(),
             progress,
+            generate_ms,
         };
         // An external subject runs the jobs; the built-in runtime stays the oracle.
         let external =

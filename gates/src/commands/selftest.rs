@@ -176,13 +176,14 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
         .map(|j| memra_receipts::run_id(&crate::receipt::config_evidence(j, &model.evidence, &battery)))
         .collect();
     let out = OutDir::take(&args.out, &ids, Reuse::Fresh)?;
-    let subject = model.load(battery)?;
+    let (subject, generate_ms) = model.load_timed(battery, true)?;
     let opts = SuiteOptions {
         out_dir: Some(out.path().to_path_buf()),
         resume: false,
         workers: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         kernel_digest: prov.kernel_digest.to_string(),
         progress: Progress::Off,
+        generate_ms,
     };
     let suite = Suite::new(&subject, &subject, opts)?;
     let done = suite.run_all(&jobs);

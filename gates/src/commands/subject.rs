@@ -65,6 +65,8 @@ pub fn subject(_: &SubjectArgs) -> Result<Status, GateError> {
         battery: request.battery,
         device_reserve_bytes: 0,
         dist: None,
+        // One run per process: the pool prepares the weights once and runs on them.
+        pool: memra_runtime::program::pool::Pool::new(memra_runtime::program::pool::Budget::for_this_machine()),
     };
     let forced = request.forced.map(|tokens| Record { tokens, ..Record::default() });
     let spec = RunSpec {

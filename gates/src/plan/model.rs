@@ -111,6 +111,36 @@ impl ModelPlan {
         Ok(plan)
     }
 
+    /// What [`ModelPlan::load`] will do, for progress: generate which preset, or read which file.
+    pub fn describe(&self) -> String {
+        match &self.source {
+            ModelSource::File(_) => {
+                format!("model file ({}, {} layers), validated", self.config.preset, self.config.layers)
+            }
+            ModelSource::Generated { config, seed } => format!(
+                "generating the {} preset ({} layers, seed {seed}, {:.1} GiB) on {} thread(s)",
+                config.preset,
+                config.layers,
+                model_bytes(config) as f64 / (1u64 << 30) as f64,
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            ),
+        }
+    }
+
+    /// [`ModelPlan::load`], timed (milliseconds), with a line before and after unless `quiet`.
+    pub fn load_timed(self, battery: Battery, quiet: bool) -> Result<(Builtin, f64), GateError> {
+        if !quiet {
+            eprintln!("memra-gates: model: {} …", self.describe());
+        }
+        let t = std::time::Instant::now();
+        let subject = self.load(battery)?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        if !quiet {
+            eprintln!("memra-gates: model ready in {}", crate::suite::clock(ms / 1e3));
+        }
+        Ok((subject, ms))
+    }
+
     /// Generate (or take) the model and make the built-in runtime that decodes it.
     pub fn load(self, battery: Battery) -> Result<Builtin, GateError> {
         let mut model = match self.source {
@@ -124,6 +154,7 @@ impl ModelPlan {
             battery,
             device_reserve_bytes: self.device_reserve_bytes,
             dist: None,
+            pool: memra_runtime::program::pool::Pool::new(memra_runtime::program::pool::Budget::for_this_machine()),
         })
     }
 }

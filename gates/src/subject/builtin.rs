@@ -1,11 +1,14 @@
 //! The built-in runtime as a subject, in this process: the model and battery every job of a plan
 //! decodes, and how one configuration of the canonical program runs on them. It is also the
-//! oracle of every plan, whatever subject is under test (docs/DESIGN.md §4.2, §10).
+//! oracle of every plan, whatever subject is under test (docs/DESIGN.md §4.2, §10). Runs in this
+//! process share a pool of prepared backends: the weights are uploaded once per backend, options
+//! and layout (docs/DESIGN.md §8).
 
 use super::{RunSpec, Subject, SubjectError};
 use memra_receipts::ModelEvidence;
-use memra_runtime::backend::{open_with, BackendKind, OpenOptions};
+use memra_runtime::backend::{BackendKind, OpenOptions};
 use memra_runtime::model::Model;
+use memra_runtime::program::pool::{Pool, RunTimes};
 use memra_runtime::record::Record;
 use memra_runtime::{Battery, RunConfig, RuntimeError, Transport};
 
@@ -26,6 +29,8 @@ pub struct Builtin {
     /// Set when this process is one of several that share the ranks (`--process P/N`): CUDA
     /// runs over the nccl transport then span the processes (`memra_runtime::backend::dist`).
     pub dist: Option<crate::dist::DistContext>,
+    /// Prepared backends of this model, shared by every run of the process.
+    pub pool: Pool,
 }
 
 impl Builtin {
@@ -37,20 +42,28 @@ impl Builtin {
 
     /// Run one configuration of the canonical program on this model and battery.
     pub fn run_canonical(&self, spec: RunSpec) -> Result<Record, RuntimeError> {
+        self.run_timed(spec, &|_| {}).map(|(r, _)| r)
+    }
+
+    /// [`Builtin::run_canonical`], with the time spent uploading weights (0 when a prepared
+    /// backend was reused) and running; `uploading(true)` / `uploading(false)` bracket an upload.
+    pub fn run_timed(&self, spec: RunSpec, uploading: &dyn Fn(bool)) -> Result<(Record, RunTimes), RuntimeError> {
         let mut cfg = RunConfig::new(spec.tp, spec.transport, self.battery.clone())?;
         cfg.doors = spec.doors;
         cfg.expert_format = spec.format;
         cfg.forced_tokens = spec.forced.map(|r| r.tokens.clone());
         cfg.capture = spec.capture;
         let opts = OpenOptions { device_reserve_bytes: self.device_reserve_bytes, rank0_merge: spec.doors.rank0_merge };
-        let mut b = match &self.dist {
+        match &self.dist {
             Some(d) if self.spans_processes(spec.backend, spec.transport) => {
+                let t = std::time::Instant::now();
                 let mut rendezvous = d.rendezvous.lock().unwrap_or_else(|p| p.into_inner());
-                memra_runtime::backend::open_distributed(spec.tp, &mut rendezvous, &opts)?
+                let mut b = memra_runtime::backend::open_distributed(spec.tp, &mut rendezvous, &opts)?;
+                let r = memra_runtime::program::run(&self.model, &cfg, b.as_mut())?;
+                Ok((r, RunTimes { upload_ms: 0.0, run_ms: t.elapsed().as_secs_f64() * 1e3, reused: false }))
             }
-            _ => open_with(spec.backend, spec.tp, &opts)?,
-        };
-        memra_runtime::program::run(&self.model, &cfg, b.as_mut())
+            _ => self.pool.run_observed(&self.model, &cfg, spec.backend, &opts, uploading),
+        }
     }
 }
 
@@ -66,5 +79,8 @@ impl Subject for Builtin {
     }
     fn run(&self, spec: RunSpec) -> Result<Record, SubjectError> {
         Ok(self.run_canonical(spec)?)
+    }
+    fn run_observed(&self, spec: RunSpec, uploading: &dyn Fn(bool)) -> Result<Record, SubjectError> {
+        Ok(self.run_timed(spec, uploading)?.0)
     }
 }

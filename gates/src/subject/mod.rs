@@ -106,4 +106,11 @@ pub trait Subject: Sync {
     fn exact(&self) -> bool;
     /// Run one configuration.
     fn run(&self, spec: RunSpec) -> Result<Record, SubjectError>;
+    /// [`Subject::run`], with `uploading(true)` / `uploading(false)` around any time spent placing
+    /// weights, so the suite can say where a job's time went (docs/DESIGN.md §8). A subject that
+    /// does not upload separately from running (an external engine) keeps the default.
+    fn run_observed(&self, spec: RunSpec, uploading: &dyn Fn(bool)) -> Result<Record, SubjectError> {
+        let _ = uploading;
+        self.run(spec)
+    }
 }

@@ -6,7 +6,7 @@
 //! the gates of its class, and the location of any failure (`locate`). A fault never aborts the
 //! matrix: it becomes an ERROR receipt.
 
-use super::{format_of, Suite};
+use super::{format_of, Phase, Suite};
 use crate::gate::{self, Outcome};
 use crate::job::{Job, JobClass};
 use crate::receipt::{now_ms, Evaluation};
@@ -35,6 +35,7 @@ impl Suite<'_> {
         let started = now_ms();
         let t0 = Instant::now();
         let mut ev = Evaluation::default();
+        let mut times = None;
         if let Some((v, reason)) = &job.not_run {
             ev.verdict = *v;
             ev.reason = Some(reason.clone());
@@ -42,9 +43,11 @@ impl Suite<'_> {
             ev.verdict = Verdict::NotApplicable;
             ev.reason = Some(reason);
         } else {
+            self.activities.begin(self.config_evidence(job).label());
             self.gate_job(job, &mut ev);
+            times = Some(self.activities.end());
         }
-        self.receipt(job, ev, started, t0.elapsed().as_secs_f64() * 1e3)
+        self.receipt(job, ev, started, t0.elapsed().as_secs_f64() * 1e3, times)
     }
 
     fn spec<'r>(&self, job: &Job, forced: Option<&'r Record>, capture: &[CaptureKey]) -> RunSpec<'r> {
@@ -75,11 +78,15 @@ impl Suite<'_> {
         // Both runs are identical (NUMERIC jobs capture prompt 0 in both, for the error budget),
         // so the determinism gate can compare their evidence byte for byte.
         let capture = if numeric { gate::all_keys_of_prompt(&oracle, 0) } else { Vec::new() };
-        let first = match self.subject.run(self.spec(job, forced, &capture)) {
+        let first = match self.subject_as(Phase::Run, self.spec(job, forced, &capture)) {
             Ok(r) => r,
             Err(e) => return ev.failed(e.verdict(), e.reason()),
         };
-        let second = match self.subject.run(self.spec(job, forced, &capture)) {
+        if numeric {
+            self.keep_class_baseline(job, &first);
+        }
+        self.keep_census(job, &first, forced, &capture);
+        let second = match self.subject_as(Phase::Run, self.spec(job, forced, &capture)) {
             Ok(r) => r,
             Err(e) => return ev.failed(e.verdict(), e.reason()),
         };

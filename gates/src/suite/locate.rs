@@ -7,7 +7,7 @@
 //! likely. A cross-rank copy that arrived wrong is already located at the copy (its ranks and
 //! the seam whose tensor it moved).
 
-use super::Suite;
+use super::{Phase, Suite};
 use crate::gate::{self, FirstDivergence};
 use crate::subject::RunSpec;
 use memra_runtime::backend::BackendKind;
@@ -26,12 +26,12 @@ impl Suite<'_> {
         job.capture = vec![key];
         // The host oracle is the built-in runtime's; a CUDA reference is the subject's own TP1 run.
         let reference = match reference.backend {
-            BackendKind::Host => self.runtime.run_canonical(reference).map_err(|e| e.to_string()),
-            BackendKind::Cuda => self.subject.run(reference).map_err(|e| e.to_string()),
+            BackendKind::Host => self.runtime_as(Phase::Oracle, reference).map_err(|e| e.to_string()),
+            BackendKind::Cuda => self.subject_as(Phase::Oracle, reference).map_err(|e| e.to_string()),
         };
         let Ok(reference) = reference else { return };
         let Some(reference) = reference.captures.get(&key) else { return };
-        let Ok(again) = self.subject.run(job) else { return };
+        let Ok(again) = self.subject_as(Phase::Run, job) else { return };
         let Some(captured) = again.captures.get(&key) else { return };
         d.rank = gate::ranks_differing(run, key, reference, &captured.owners).first().copied();
         let idx = Record::seam_index(run.n_layers, key.layer, key.seam);

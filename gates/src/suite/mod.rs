@@ -3,7 +3,12 @@
 //! scheduled over workers with resume and progress (`schedule`). The gates that need runs of
 //! their own live beside: the census baselines of engagement (`census`), the localisation of a
 //! failure (`locate`), the byte-integrity probe (`probe`) and the f64 reference check, once per
-//! model and battery (`reference`).
+//! model and battery (`reference`); where the time goes is `phases`.
+//!
+//! Nothing is computed twice per plan: every reference record (the host oracle, the CUDA TP1
+//! baseline, NVFP4 and captured oracles, class and census baselines, the f64 reference check) is
+//! computed once and kept, a class baseline job's own run serves as its class's baseline, and
+//! every run of the built-in runtime goes through its pool of prepared backends.
 //!
 //! A job arrives resolved against the registry (`crate::job`), so nothing here reads doors.toml.
 //! The jobs run on a `&dyn` [`Subject`]; the oracles always run on the built-in runtime
@@ -12,18 +17,20 @@
 mod census;
 mod evaluate;
 mod locate;
+mod phases;
 mod probe;
 mod reference;
 mod schedule;
 mod shape_rules;
 
+pub use phases::{Phase, PhaseTimes};
 pub use probe::probe_sizes;
 pub use schedule::{clock, Progress, SuiteRun, WriteFailure};
 
 use crate::gate;
 use crate::job::Job;
 use crate::receipt::{self, Evaluation};
-use crate::subject::{Builtin, RunSpec, Subject};
+use crate::subject::{Builtin, RunSpec, Subject, SubjectError};
 use memra_receipts::schema as rs;
 use memra_receipts::Receipt;
 use memra_runtime::backend::{BackendKind, ProbeResult};
@@ -45,6 +52,8 @@ pub struct SuiteOptions {
     pub kernel_digest: String,
     /// How progress is shown while jobs run.
     pub progress: Progress,
+    /// Milliseconds spent generating or reading the model (receipts' `phase_generate_ms`).
+    pub generate_ms: f64,
 }
 
 /// The oracles and caches shared by every job of one suite.
@@ -72,6 +81,10 @@ pub struct Suite<'a> {
     census_baselines: Mutex<HashMap<census::BaselineKey, Result<memra_runtime::backend::census::Census, String>>>,
     /// The f64 reference check of the oracle record, once per suite (`reference`).
     reference: Mutex<Option<gate::Outcome>>,
+    /// Milliseconds the host oracle took (receipts' `phase_plan_oracle_ms`).
+    oracle_ms: f64,
+    /// What each worker is doing, and the phase times of its job.
+    activities: phases::Activities,
 }
 
 /// A class baseline's key: the door variables of the set, and the backend.
@@ -92,8 +105,23 @@ fn format_of(job: &Job) -> ExpertFormat {
 impl<'a> Suite<'a> {
     /// Build the suite: computes the host oracle once, on the built-in runtime.
     pub fn new(runtime: &'a Builtin, subject: &'a dyn Subject, opts: SuiteOptions) -> Result<Suite<'a>, RuntimeError> {
-        let oracle = runtime.run_canonical(RunSpec::oracle(BackendKind::Host, ExpertFormat::E4m3))?;
+        if opts.progress != Progress::Off {
+            eprintln!("memra-gates: oracle: host TP1 host-bounce, every door at default …");
+        }
+        let t = std::time::Instant::now();
+        let (oracle, times) = runtime.run_timed(RunSpec::oracle(BackendKind::Host, ExpertFormat::E4m3), &|_| {})?;
+        let oracle_ms = t.elapsed().as_secs_f64() * 1e3;
+        if opts.progress != Progress::Off {
+            eprintln!(
+                "memra-gates: oracle ready in {} (upload {}, run {})",
+                clock(oracle_ms / 1e3),
+                clock(times.upload_ms / 1e3),
+                clock(times.run_ms / 1e3)
+            );
+        }
         Ok(Suite {
+            oracle_ms,
+            activities: phases::Activities::default(),
             runtime,
             subject,
             opts,
@@ -120,7 +148,8 @@ impl<'a> Suite<'a> {
     fn cuda_baseline(&self) -> Result<Record, String> {
         let mut slot = self.cuda_baseline.lock().expect("cuda baseline lock");
         slot.get_or_insert_with(|| {
-            self.subject.run(RunSpec::oracle(BackendKind::Cuda, ExpertFormat::E4m3)).map_err(|e| e.to_string())
+            self.subject_as(Phase::Oracle, RunSpec::oracle(BackendKind::Cuda, ExpertFormat::E4m3))
+                .map_err(|e| e.to_string())
         })
         .clone()
     }
@@ -133,8 +162,7 @@ impl<'a> Suite<'a> {
             ExpertFormat::Nvfp4 => {
                 let mut slot = self.nvfp4_oracle.lock().expect("nvfp4 oracle lock");
                 slot.get_or_insert_with(|| {
-                    self.runtime
-                        .run_canonical(RunSpec::oracle(BackendKind::Host, ExpertFormat::Nvfp4))
+                    self.runtime_as(Phase::Oracle, RunSpec::oracle(BackendKind::Host, ExpertFormat::Nvfp4))
                         .map_err(|e| e.to_string())
                 })
                 .clone()
@@ -142,25 +170,67 @@ impl<'a> Suite<'a> {
         }
     }
 
+    /// The class baselines' key of `job`'s door set.
+    fn class_key(job: &Job) -> ClassKey {
+        (job.doors_env.keys().cloned().collect(), job.backend)
+    }
+
     fn class_baseline(&self, job: &Job, oracle: &Record) -> Result<Record, String> {
-        let key = (job.doors_env.keys().cloned().collect(), job.backend);
+        let key = Self::class_key(job);
         if let Some(r) = self.class_baselines.lock().expect("baseline lock").get(&key) {
             return r.clone();
         }
-        let r = self
-            .subject
-            .run(RunSpec {
-                backend: job.backend,
-                tp: job.baseline_tp,
-                transport: job.baseline_transport,
-                doors: job.doors,
-                door_vars: job.doors_env.clone(),
-                format: format_of(job),
-                forced: Some(oracle),
-                capture: vec![],
-            })
-            .map_err(|e| e.to_string());
+        let spec = RunSpec {
+            backend: job.backend,
+            tp: job.baseline_tp,
+            transport: job.baseline_transport,
+            doors: job.doors,
+            door_vars: job.doors_env.clone(),
+            format: format_of(job),
+            forced: Some(oracle),
+            capture: vec![],
+        };
+        let r = self.subject_as(Phase::Oracle, spec).map_err(|e| e.to_string());
         self.class_baselines.lock().expect("baseline lock").insert(key, r.clone());
+        r
+    }
+
+    /// A class baseline job's own first run IS the class baseline (the same configuration, forced
+    /// by the same oracle; its prompt-0 captures change no digest): kept, so the other jobs of its
+    /// class do not run it again. (The baseline job gets no class-identity gate, so nothing
+    /// compares the record with itself.)
+    fn keep_class_baseline(&self, job: &Job, first: &Record) {
+        if job.is_class_baseline() {
+            self.class_baselines.lock().expect("baseline lock").entry(Self::class_key(job)).or_insert_with(|| {
+                let mut r = first.clone();
+                r.captures.clear();
+                Ok(r)
+            });
+        }
+    }
+
+    /// Run `spec` on the subject under test with this thread's job in `phase` (in the upload
+    /// phase while a prepared backend is being made).
+    fn subject_as(&self, phase: Phase, spec: RunSpec) -> Result<Record, SubjectError> {
+        self.in_phase(phase, |uploading| self.subject.run_observed(spec, uploading))
+    }
+
+    /// Run `spec` on the built-in runtime (the oracles) with this thread's job in `phase`.
+    fn runtime_as(&self, phase: Phase, spec: RunSpec) -> Result<Record, RuntimeError> {
+        self.in_phase(phase, |uploading| self.runtime.run_timed(spec, uploading).map(|(r, _)| r))
+    }
+
+    /// `f` with this thread's job in `phase` (upload while `f` says it uploads), then back in the
+    /// phase it was in.
+    fn in_phase<T>(&self, phase: Phase, f: impl FnOnce(&dyn Fn(bool)) -> T) -> T {
+        let before = self.activities.enter(phase);
+        let acts = &self.activities;
+        let r = f(&|uploading| {
+            acts.enter(if uploading { Phase::Upload } else { phase });
+        });
+        if let Some(p) = before {
+            self.activities.enter(p);
+        }
         r
     }
 
@@ -171,7 +241,7 @@ impl<'a> Suite<'a> {
         }
         let mut spec = RunSpec::oracle(BackendKind::Host, format);
         spec.capture = gate::all_keys_of_prompt(&self.oracle, 0);
-        let r = self.runtime.run_canonical(spec)?;
+        let r = self.runtime_as(Phase::Oracle, spec)?;
         slot.insert(format, r.clone());
         Ok(r)
     }
@@ -189,7 +259,14 @@ impl<'a> Suite<'a> {
         receipt::config_evidence(job, &self.runtime.model_evidence, &self.runtime.battery)
     }
 
-    fn receipt(&self, job: &Job, ev: Evaluation, started_at_unix_ms: u64, wall_ms: f64) -> Receipt {
+    fn receipt(
+        &self,
+        job: &Job,
+        ev: Evaluation,
+        started_at_unix_ms: u64,
+        wall_ms: f64,
+        times: Option<PhaseTimes>,
+    ) -> Receipt {
         let s = self.runtime;
         let mut r = receipt::build_receipt(
             &self.opts.kernel_digest,
@@ -201,6 +278,16 @@ impl<'a> Suite<'a> {
             started_at_unix_ms,
             wall_ms,
         );
+        // Where the time went (volatile measurements, never evidence): the plan's one-off work,
+        // and this job's phases (jobs that ran).
+        let extra = &mut r.measurements.extra;
+        extra.insert(Phase::Generate.key(), self.opts.generate_ms);
+        extra.insert("phase_plan_oracle_ms".into(), self.oracle_ms);
+        if let Some(t) = times {
+            for p in Phase::JOB {
+                extra.insert(p.key(), t.get(p));
+            }
+        }
         // A launch over several processes says so in the volatile part (the evidence stays the
         // single-process run's): `processes` on every receipt, `ranks_per_process` on the runs
         // that spanned them.

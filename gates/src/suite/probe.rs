@@ -5,7 +5,7 @@
 //! is counted. A pair without peer access makes the job SKIP (it cannot run); a wrong word FAILs
 //! the probe gate, and the job still runs, so its identity verdict is shown beside the probe's.
 
-use super::{Evaluation, Suite};
+use super::{Evaluation, Phase, Suite};
 use crate::gate::Outcome;
 use crate::job::Job;
 use memra_receipts::schema::{Gate, GateResult, Verdict};
@@ -33,6 +33,10 @@ fn human(bytes: usize) -> String {
 impl Suite<'_> {
     /// The probe of (backend, TP, transport), run once: the ladder and the model's payloads.
     fn probe(&self, backend: BackendKind, tp: usize, transport: Transport) -> Result<Vec<ProbeResult>, String> {
+        self.in_phase(Phase::Probe, |_| self.probe_once(backend, tp, transport))
+    }
+
+    fn probe_once(&self, backend: BackendKind, tp: usize, transport: Transport) -> Result<Vec<ProbeResult>, String> {
         let mut probes = self.probes.lock().expect("probe lock");
         probes
             .entry((backend, tp, transport))

@@ -5,7 +5,7 @@
 //! Every receipt of the suite carries the result: bit-identity across TP sizes says every
 //! configuration computes the same thing; this gate says that thing is the model.
 
-use super::Suite;
+use super::{Phase, Suite};
 use crate::gate::{self, Outcome};
 use crate::subject::RunSpec;
 use memra_runtime::backend::BackendKind;
@@ -22,7 +22,7 @@ impl Suite<'_> {
     fn compute_reference(&self) -> Outcome {
         let mut spec = RunSpec::oracle(BackendKind::Host, ExpertFormat::E4m3);
         spec.capture = (0..self.oracle.digests.len()).flat_map(|p| gate::all_keys_of_prompt(&self.oracle, p)).collect();
-        let record = match self.runtime.run_canonical(spec) {
+        let record = match self.runtime_as(Phase::Oracle, spec) {
             Ok(r) => r,
             Err(e) => return Outcome::Fail(format!("the captured oracle run for the f64 reference failed: {e}")),
         };

@@ -1,8 +1,13 @@
 //! Scheduling a suite's jobs: host jobs on `workers` threads (the host backend's ranks are
 //! threads; several jobs fill the cores), CUDA jobs one at a time; receipts written as each job
 //! finishes (so an interrupted matrix loses no finished receipt), complete receipts kept under
-//! `--resume`, and progress while it runs — a line per job on a terminal, a plain line at a
-//! steady interval elsewhere (a CI log must not stay silent for an hour).
+//! `--resume`, and progress while it runs — a line rewritten every second on a terminal, a plain
+//! line at a steady interval elsewhere (a CI log must not stay silent for an hour) — each naming
+//! what every worker runs now and in which phase (upload, oracle, run, probe, gates).
+//!
+//! Jobs run grouped by the weights they need (backend, TP, the doors that change the stored
+//! weights, the backend options), so a prepared backend serves a run of consecutive jobs; the
+//! receipts still come back in job order.
 
 use super::Suite;
 use crate::job::Job;
@@ -55,17 +60,40 @@ struct Tally {
 }
 
 impl Tally {
-    fn line(&self) -> String {
+    fn line(&self, now: &[super::phases::Now]) -> String {
         let n = self.finished.load(Ordering::SeqCst);
         let elapsed = self.start.elapsed().as_secs_f64();
         let eta = if n == 0 { "unknown".to_string() } else { clock(elapsed / n as f64 * (self.total - n) as f64) };
-        format!(
+        let mut line = format!(
             "{n}/{} done · {} FAIL/VOID/ERROR so far · elapsed {} · ETA {eta}",
             self.total,
             self.failed.load(Ordering::SeqCst),
             clock(elapsed)
-        )
+        );
+        if !now.is_empty() {
+            let doing: Vec<String> = now.iter().map(describe_now).collect();
+            line.push_str(&format!(" · now: {}", doing.join("; ")));
+        }
+        line
     }
+}
+
+/// `host TP2 host-bounce defaults: upload 12s (job 40s)`.
+fn describe_now(n: &super::phases::Now) -> String {
+    format!("{}: {} {} (job {})", n.label, n.phase.name(), clock(n.phase_s), clock(n.job_s))
+}
+
+/// The order jobs run in: grouped by backend, TP, the doors that decide the stored weights and
+/// the backend options, smaller door sets first inside a group (a job's gated run is the census
+/// baseline of its supersets); stable, so job order is kept otherwise.
+fn run_order(jobs: &[Job]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| {
+        let j = &jobs[i];
+        let d = &j.doors;
+        (j.backend, j.tp, d.f32_mirror, d.w8, d.step_ep, d.nvfp4_ep2, d.rank0_merge, j.doors_env.len())
+    });
+    order
 }
 
 /// `1h02m03s`, `4m05s`, `6s`.
@@ -106,6 +134,7 @@ impl Suite<'_> {
         let failures: Mutex<Vec<WriteFailure>> = Mutex::new(Vec::new());
         let kept = AtomicUsize::new(0);
         let next = AtomicUsize::new(0);
+        let order = run_order(jobs);
         let tally = Tally {
             finished: AtomicUsize::new(0),
             failed: AtomicUsize::new(0),
@@ -113,10 +142,11 @@ impl Suite<'_> {
             start: Instant::now(),
         };
         let work = |host_only: bool| loop {
-            let i = next.fetch_add(1, Ordering::SeqCst);
-            if i >= jobs.len() {
+            let k = next.fetch_add(1, Ordering::SeqCst);
+            if k >= jobs.len() {
                 break;
             }
+            let i = order[k];
             let job = &jobs[i];
             if host_only != (job.backend == BackendKind::Host) {
                 continue;
@@ -125,19 +155,29 @@ impl Suite<'_> {
             if matches!(receipt.evidence.verdict, Verdict::Fail | Verdict::Void | Verdict::Error) {
                 tally.failed.fetch_add(1, Ordering::SeqCst);
             }
-            let n = tally.finished.fetch_add(1, Ordering::SeqCst) + 1;
-            if self.opts.progress == super::Progress::Terminal {
-                let elapsed = tally.start.elapsed().as_secs_f64();
-                let eta = clock(elapsed / n as f64 * (jobs.len() - n) as f64);
-                eprint!("\r[{n}/{}] {:<60} ETA {eta}   ", jobs.len(), truncate(&receipt.label(), 60));
-            }
+            tally.finished.fetch_add(1, Ordering::SeqCst);
             *results[i].lock().expect("result slot") = Some(receipt);
         };
         let stop = (Mutex::new(false), Condvar::new());
         let (tally, stop) = (&tally, &stop);
         std::thread::scope(|s| {
-            if let Progress::Lines { every } = self.opts.progress {
-                s.spawn(move || progress_lines(tally, every, stop));
+            let acts = &self.activities;
+            match self.opts.progress {
+                Progress::Lines { every } => {
+                    s.spawn(move || {
+                        progress_lines(tally, every, stop, |t| {
+                            let _ = writeln!(std::io::stderr(), "memra-gates: progress {}", t.line(&acts.now()));
+                        })
+                    });
+                }
+                Progress::Terminal => {
+                    s.spawn(move || {
+                        progress_lines(tally, Duration::from_secs(1), stop, |t| {
+                            eprint!("\r{:<150}", truncate(&t.line(&acts.now()), 150));
+                        })
+                    });
+                }
+                Progress::Off => {}
             }
             std::thread::scope(|w| {
                 for _ in 0..self.opts.workers.max(1) {
@@ -150,7 +190,7 @@ impl Suite<'_> {
             stop.1.notify_all();
         });
         if self.opts.progress == Progress::Terminal {
-            eprintln!();
+            eprintln!("\r{:<150}", truncate(&tally.line(&[]), 150));
         }
         SuiteRun {
             receipts: results
@@ -190,8 +230,8 @@ impl Suite<'_> {
     }
 }
 
-/// Print the tally every `every` until `stop` is set.
-fn progress_lines(tally: &Tally, every: Duration, stop: &(Mutex<bool>, Condvar)) {
+/// Call `show(tally)` every `every` until `stop` is set.
+fn progress_lines(tally: &Tally, every: Duration, stop: &(Mutex<bool>, Condvar), show: impl Fn(&Tally)) {
     let (lock, cvar) = stop;
     let mut stopped = lock.lock().expect("progress stop");
     loop {
@@ -201,7 +241,7 @@ fn progress_lines(tally: &Tally, every: Duration, stop: &(Mutex<bool>, Condvar))
             return;
         }
         if timeout.timed_out() {
-            let _ = writeln!(std::io::stderr(), "memra-gates: progress {}", tally.line());
+            show(tally);
         }
     }
 }

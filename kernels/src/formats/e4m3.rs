@@ -132,36 +132,119 @@ fn n_blocks(n: usize) -> usize {
 /// # Panics
 /// If `w.len() != out_features * in_features`.
 pub fn e4m3_block_quantize(w: &[f32], out_features: usize, in_features: usize) -> (Vec<u8>, Vec<f32>) {
+    let mut codes = vec![0u8; w.len()];
+    let mut scales = vec![0.0f32; n_blocks(out_features) * n_blocks(in_features)];
+    e4m3_block_quantize_into(w, out_features, in_features, &mut codes, &mut scales);
+    (codes, scales)
+}
+
+/// [`e4m3_block_quantize`] into caller-provided storage: `codes` of `out_features · in_features`
+/// bytes and `scales` of `ceil(out/128) · ceil(in/128)` values, both overwritten.
+///
+/// A band of 128 rows is quantized independently of every other band (its scale blocks are its
+/// own), so a large matrix can be produced band by band, on several threads, with the same bytes.
+/// The loops are written to vectorise (`block_amax`, [`e4m3_encode_branchless`]); the bytes are
+/// those of the plain definition above.
+///
+/// # Panics
+/// If a length does not match.
+pub fn e4m3_block_quantize_into(
+    w: &[f32],
+    out_features: usize,
+    in_features: usize,
+    codes: &mut [u8],
+    scales: &mut [f32],
+) {
     assert_eq!(
         w.len(),
         out_features * in_features,
         "e4m3 block matrix: {} values is not out_features {out_features} × in_features {in_features}",
         w.len()
     );
-    let (row_blocks, col_blocks) = (n_blocks(out_features), n_blocks(in_features));
-    let mut scales = vec![0.0f32; row_blocks * col_blocks];
-    for br in 0..row_blocks {
-        for bc in 0..col_blocks {
-            let mut amax = 0.0f32;
-            for r in br * E4M3_BLOCK..((br + 1) * E4M3_BLOCK).min(out_features) {
-                let row = &w[r * in_features..(r + 1) * in_features];
-                for &x in &row[bc * E4M3_BLOCK..((bc + 1) * E4M3_BLOCK).min(in_features)] {
-                    if x.is_finite() {
-                        amax = amax.max(x.abs());
-                    }
-                }
+    let col_blocks = n_blocks(in_features);
+    assert_eq!(codes.len(), w.len(), "e4m3 block matrix: {} code bytes for {} values", codes.len(), w.len());
+    assert_eq!(
+        scales.len(),
+        n_blocks(out_features) * col_blocks,
+        "e4m3 block matrix: {} scales is not ceil({out_features}/128) × ceil({in_features}/128)",
+        scales.len()
+    );
+    if in_features == 0 {
+        scales.fill(1.0);
+        return;
+    }
+    let mut amax = vec![0.0f32; col_blocks];
+    for (band, scale_row) in w.chunks(E4M3_BLOCK * in_features).zip(scales.chunks_exact_mut(col_blocks)) {
+        amax.fill(0.0);
+        for row in band.chunks_exact(in_features) {
+            for (a, block) in amax.iter_mut().zip(row.chunks(E4M3_BLOCK)) {
+                *a = block_amax(*a, block);
             }
-            scales[br * col_blocks + bc] = if amax == 0.0 { 1.0 } else { (amax / E4M3_MAX).max(f32::from_bits(1)) };
+        }
+        for (s, &a) in scale_row.iter_mut().zip(&amax) {
+            *s = if a == 0.0 { 1.0 } else { (a / E4M3_MAX).max(f32::from_bits(1)) };
         }
     }
-    let mut codes = Vec::with_capacity(w.len());
-    for r in 0..out_features {
-        for c in 0..in_features {
-            let scale = scales[(r / E4M3_BLOCK) * col_blocks + c / E4M3_BLOCK];
-            codes.push(e4m3_encode(w[r * in_features + c] / scale));
+    for (r, (code_row, row)) in codes.chunks_exact_mut(in_features).zip(w.chunks_exact(in_features)).enumerate() {
+        let scale_row = &scales[(r / E4M3_BLOCK) * col_blocks..][..col_blocks];
+        for ((cb, wb), &scale) in code_row.chunks_mut(E4M3_BLOCK).zip(row.chunks(E4M3_BLOCK)).zip(scale_row) {
+            for (c, &x) in cb.iter_mut().zip(wb) {
+                *c = e4m3_encode_branchless(x / scale);
+            }
         }
     }
-    (codes, scales)
+}
+
+/// `max(m, |x|)` over the finite `x` of `block` (non-finite values count as 0), in 16 running
+/// maxima that the compiler keeps in vector registers. Every value is a non-negative finite f32
+/// (no NaN, no −0), so `if v > m { v } else { m }` is `f32::max`, and the maximum of a set does
+/// not depend on the order it is taken in.
+fn block_amax(m: f32, block: &[f32]) -> f32 {
+    let finite_abs = |x: f32| {
+        let a = x.abs();
+        if a < f32::INFINITY {
+            a
+        } else {
+            0.0
+        }
+    };
+    let mut lanes = [0.0f32; 16];
+    let mut chunks = block.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            let v = finite_abs(x);
+            *l = if v > *l { v } else { *l };
+        }
+    }
+    let tail = chunks.remainder().iter().map(|&x| finite_abs(x));
+    lanes.into_iter().chain(tail).fold(m, |a, v| if v > a { v } else { a })
+}
+
+/// [`e4m3_encode`] without branches, so the block quantizer's loop vectorises: the same code for
+/// every f32 (checked on every pattern of the E4M3 range and a sample of the rest by the tests).
+///
+/// Normal range: adding `0x7FFFF + lsb` to the pattern and dropping the low 20 bits rounds the
+/// mantissa to 3 bits, nearest-even, with a carry into the exponent; rebiasing by 120 exponents
+/// gives the code. Subnormal range (|x| < 2^-6): `|x| + 2^14` is rounded by the f32 addition to a
+/// multiple of 2^-9 — ulp(2^14) — nearest-even, so the pattern's excess over 2^14 counts E4M3
+/// subnormal quanta (8, from a value rounding up to 2^-6, is the smallest normal code).
+#[inline]
+pub fn e4m3_encode_branchless(x: f32) -> u8 {
+    let bits = x.to_bits();
+    let sign = (bits >> 24) & 0x80;
+    let abs = bits & 0x7FFF_FFFF;
+    let normal = (abs.wrapping_add(0x7FFFF + ((abs >> 20) & 1)) >> 20).wrapping_sub(120 << 3);
+    let subnormal = (f32::from_bits(abs) + 16384.0).to_bits().wrapping_sub(0x4680_0000);
+    let magnitude = if abs > 0x7F80_0000 {
+        E4M3_NAN as u32
+    } else if abs >= F32_448_BITS {
+        E4M3_MAX_CODE as u32
+    } else if abs >= F32_EXP_MIN_NORMAL << 23 {
+        normal
+    } else {
+        subnormal
+    };
+    (sign | magnitude) as u8
 }
 
 /// Dequantize a block-scaled E4M3 matrix: value = `e4m3_decode(code) × scale` of its 128×128 block

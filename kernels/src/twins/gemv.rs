@@ -49,6 +49,42 @@ pub struct MatrixView<'a> {
     pub kblock_width: usize,
 }
 
+impl<'a> MatrixView<'a> {
+    /// Rows `rows` of this view as a view of their own (the storage of a contiguous row range;
+    /// an E4M3 view keeps the scale rows covering it and its global first row). Every twin here
+    /// computes a row from that row's storage alone, so the rows of a sub-view give the same bits
+    /// as the same rows of the whole view — which lets a host run one GEMV on several threads.
+    ///
+    /// # Panics
+    /// If `rows` is not inside `0..out_features`.
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> MatrixView<'a> {
+        assert!(
+            rows.start <= rows.end && rows.end <= self.out_features,
+            "MatrixView::rows: {rows:?} is not inside the view's {} rows",
+            self.out_features
+        );
+        let cols = self.in_features;
+        let w = match self.w {
+            WeightRef::Bf16(b) => WeightRef::Bf16(&b[rows.start * cols..rows.end * cols]),
+            WeightRef::F32(v) => WeightRef::F32(&v[rows.start * cols..rows.end * cols]),
+            WeightRef::E4m3 { codes, scales, row0 } => {
+                let scale_cols = cols / E4M3_BLOCK;
+                let first = (row0 + rows.start) / E4M3_BLOCK - row0 / E4M3_BLOCK;
+                WeightRef::E4m3 {
+                    codes: &codes[rows.start * cols..rows.end * cols],
+                    scales: &scales[(first * scale_cols).min(scales.len())..],
+                    row0: row0 + rows.start,
+                }
+            }
+            WeightRef::Nvfp4 { packed, scales } => WeightRef::Nvfp4 {
+                packed: &packed[rows.start * cols / 2..rows.end * cols / 2],
+                scales: &scales[rows.start * cols / NVFP4_GROUP..rows.end * cols / NVFP4_GROUP],
+            },
+        };
+        MatrixView { w, out_features: rows.len(), in_features: cols, kblock_width: self.kblock_width }
+    }
+}
+
 /// Weight storage classes, for deciding the canonical grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightFormat {

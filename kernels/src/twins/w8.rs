@@ -41,6 +41,28 @@ pub struct W8View<'a> {
     pub kblock_width: usize,
 }
 
+impl<'a> W8View<'a> {
+    /// Rows `rows` as a view of their own (like `MatrixView::rows`: a row is computed from its
+    /// own storage, so sub-views give the same bits).
+    ///
+    /// # Panics
+    /// If `rows` is not inside `0..out_features`.
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> W8View<'a> {
+        assert!(
+            rows.start <= rows.end && rows.end <= self.out_features,
+            "W8View::rows: {rows:?} is not inside the view's {} rows",
+            self.out_features
+        );
+        let (cols, groups) = (self.in_features, self.in_features / W8_GROUP);
+        W8View {
+            q: &self.q[rows.start * cols..rows.end * cols],
+            scales: &self.scales[rows.start * groups..rows.end * groups],
+            out_features: rows.len(),
+            ..*self
+        }
+    }
+}
+
 fn group_dot(w: &[i8], x: &[i8]) -> i32 {
     w.iter().zip(x).map(|(a, b)| *a as i32 * *b as i32).sum()
 }

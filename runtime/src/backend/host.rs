@@ -13,6 +13,7 @@
 use super::census::{kernel_of, shard_format, Census, CensusCounter};
 use super::coverage::{self, Coverage, SeamPoint};
 use super::defect::{self, TwinDefect};
+use super::host_rows;
 use super::{
     Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, ProbeResult, RowOrder, Slice, WeightId,
 };
@@ -20,7 +21,7 @@ use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::model::matrix::MatrixShard;
 use crate::Result;
-use memra_kernels::twins::{attention, digest, experts, gemv, moe, norm, w8};
+use memra_kernels::twins::{attention, digest, experts, gemv, moe, norm};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -267,7 +268,7 @@ impl Drop for HostBackend {
 }
 
 /// `MemAvailable` of /proc/meminfo (all of the address space where it cannot be read).
-fn available_memory_bytes() -> usize {
+pub(crate) fn available_memory_bytes() -> usize {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
@@ -364,6 +365,25 @@ fn slot_group_entry(a: &Arena, group: GroupId, ids: &[f32], s: usize) -> Option<
     experts::slot_entry(ids, s, *experts).and_then(|e| entries.get(e).copied().flatten())
 }
 
+/// The most weights (rows × columns) of the matrix `which` over the slots this rank holds.
+fn slot_weights(
+    a: &Arena,
+    group: GroupId,
+    ids: &[f32],
+    first_slot: usize,
+    slots: usize,
+    which: impl Fn(&GroupEntry) -> WeightId,
+) -> usize {
+    (first_slot..first_slot + slots)
+        .filter_map(|s| slot_group_entry(a, group, ids, s))
+        .map(|e| {
+            let w = &a.weights[which(&e) as usize];
+            w.out_features * w.in_features
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// Count the E4M3 codes of weights an expert GEMV reads (statistics computed once per weight).
 fn note_codes(a: &mut Arena, weights: &[WeightId], at: Option<SeamPoint>) {
     for &w in weights {
@@ -394,14 +414,19 @@ fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
         Op::ExpertGateUp { group, route, first_slot, slots, x, limit, act, act_pitch } => {
             let ids = read_slice(a, route).to_vec();
             let xv = read_slice(a, x).to_vec();
-            for j in 0..slots {
+            // The slots' GEMVs on all cores where they are large (`host_rows`); what the SwiGLU
+            // reaches is counted and applied in slot order on this rank's thread.
+            let arena = &*a;
+            let work = slot_weights(arena, group, &ids, first_slot, slots, |e| e.gate);
+            let rows = host_rows::per_slot(slots, 2 * work, |j| {
+                let e = slot_group_entry(arena, group, &ids, first_slot + j)?;
+                let (gw, uw) = (&arena.weights[e.gate as usize], &arena.weights[e.up as usize]);
+                let scales = e.nvfp4_scales.map(|[sg, su, _]| (sg, su));
+                Some((e, host_rows::gate_up_rows(gw, uw, &xv, scales)))
+            });
+            for (j, slot) in rows.into_iter().enumerate() {
                 let s = first_slot + j;
-                let Some(e) = slot_group_entry(a, group, &ids, s) else { continue };
-                let (g, u) = {
-                    let (gw, uw) = (a.weights[e.gate as usize].view(), a.weights[e.up as usize].view());
-                    let scales = e.nvfp4_scales.map(|[sg, su, _]| (sg, su));
-                    experts::gate_up_rows(&gw, &uw, &xv, scales)
-                };
+                let Some((e, (g, u))) = slot else { continue };
                 let shared = s >= ids.len();
                 let (silu, high, low) = coverage::swiglu_clamps(&g, &u, limit);
                 let cov = &mut a.coverage;
@@ -420,15 +445,21 @@ fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
         }
         Op::ExpertDown { group, route, first_slot, slots, act, act_pitch, out, out_pitch } => {
             let ids = read_slice(a, route).to_vec();
-            for j in 0..slots {
-                let Some(e) = slot_group_entry(a, group, &ids, first_slot + j) else { continue };
-                note_codes(a, &[e.down], obs.at);
-                let d = a.weights[e.down as usize].view();
-                let xv = read_slice(a, Slice::new(act.buf, act.offset + j * act_pitch, d.in_features)).to_vec();
+            let arena = &*a;
+            let work = slot_weights(arena, group, &ids, first_slot, slots, |e| e.down);
+            let outs = host_rows::per_slot(slots, work, |j| {
+                let e = slot_group_entry(arena, group, &ids, first_slot + j)?;
+                let d = &arena.weights[e.down as usize];
+                let xv = read_slice(arena, Slice::new(act.buf, act.offset + j * act_pitch, d.in_features));
                 let n = if d.in_features == 0 { 0 } else { d.in_features / d.kblock_width * d.out_features };
                 let mut o = vec![0.0f32; n];
-                gemv::gemv_partials(&d, &xv, &mut o);
-                write_slice(a, Slice::new(out.buf, out.offset + j * out_pitch, n), &o);
+                host_rows::gemv_partials(d, xv, &mut o);
+                Some((e, o))
+            });
+            for (j, slot) in outs.into_iter().enumerate() {
+                let Some((e, o)) = slot else { continue };
+                note_codes(a, &[e.down], obs.at);
+                write_slice(a, Slice::new(out.buf, out.offset + j * out_pitch, o.len()), &o);
             }
         }
         Op::FoldSlots { route, first_slot, slots, parts, parts_pitch, n_parts, owner, scales, out } => {
@@ -496,21 +527,9 @@ fn execute(a: &mut Arena, op: Op, obs: Observe) {
             let xv = read_slice(a, x).to_vec();
             let mut o = vec![0.0f32; out.len];
             let shard = &a.weights[w as usize];
-            let canonical = match (shard.w8_view(), order) {
-                (Some(v), _) => {
-                    w8::w8_rows(&v, &xv, &mut o);
-                    false
-                }
-                (None, RowOrder::Canonical) => {
-                    gemv::gemv_rows(&shard.view(), &xv, &mut o);
-                    true
-                }
-                (None, RowOrder::Tree) => {
-                    gemv::gemv_rows_tree(&shard.view(), &xv, &mut o);
-                    false
-                }
-            };
-            if canonical {
+            host_rows::gemv_rows(shard, &xv, order == RowOrder::Tree, &mut o);
+            // Only the canonical order's sums are observed (W8 and the tree are NUMERIC doors).
+            if shard.w8_view().is_none() && order == RowOrder::Canonical {
                 observe_gemv(a, w, &xv, &mut o, false, obs);
             }
             write_slice(a, out, &o);
@@ -524,12 +543,9 @@ fn execute(a: &mut Arena, op: Op, obs: Observe) {
             let xv = read_slice(a, x).to_vec();
             let mut o = vec![0.0f32; out.len];
             let shard = &a.weights[w as usize];
-            match shard.w8_view() {
-                Some(v) => w8::w8_partials(&v, &xv, &mut o),
-                None => {
-                    gemv::gemv_partials(&shard.view(), &xv, &mut o);
-                    observe_gemv(a, w, &xv, &mut o, true, obs);
-                }
+            host_rows::gemv_partials(shard, &xv, &mut o);
+            if shard.w8_view().is_none() {
+                observe_gemv(a, w, &xv, &mut o, true, obs);
             }
             write_slice(a, out, &o);
         }
@@ -690,13 +706,67 @@ impl Backend for HostBackend {
     }
 
     fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> Result<WeightId> {
+        self.upload_weight_owned(rank, shard.clone())
+    }
+
+    fn upload_weight_owned(&mut self, rank: usize, shard: MatrixShard) -> Result<WeightId> {
         self.check_rank(rank)?;
-        let format = shard_format(shard);
-        let shard = shard.clone();
+        let format = shard_format(&shard);
         self.submit(rank, Box::new(move |a: &mut Arena| a.weights.push(shard)))?;
         let w = &mut self.ranks[rank];
         w.weight_formats.push(format);
         Ok((w.weight_formats.len() - 1) as WeightId)
+    }
+
+    fn checkpoint(&self) -> Option<super::Checkpoint> {
+        Some(super::Checkpoint { buffers: self.ranks.iter().map(|r| r.buf_lens.len()).collect() })
+    }
+
+    /// Every rank drops its buffers from the checkpoint on, its timing marks and its coverage
+    /// counters; the digest tickets restart at 0, and the census, the program position and any
+    /// planted defect are forgotten (all of them belong to the run, none to the upload). Queued
+    /// behind the rank's earlier work, so nothing in flight reads a dropped buffer; the barrier
+    /// makes the rewind complete before the next run issues anything.
+    fn rewind(&mut self, to: &super::Checkpoint) -> Result<()> {
+        if to.buffers.len() != self.ranks.len() {
+            return Err(RuntimeError::Contract(format!(
+                "rewind to a checkpoint of {} ranks on a backend of {}",
+                to.buffers.len(),
+                self.ranks.len()
+            )));
+        }
+        for (r, &keep) in to.buffers.iter().enumerate() {
+            let held = self.ranks[r].buf_lens.len();
+            if keep > held {
+                return Err(RuntimeError::Contract(format!(
+                    "rewind of rank {r} to {keep} buffers, but it holds {held}: the checkpoint is not this backend's"
+                )));
+            }
+            let freed: usize = self.ranks[r].buf_lens[keep..].iter().map(|l| l * 4).sum();
+            self.allocated_bytes = self.allocated_bytes.saturating_sub(freed);
+            self.ranks[r].buf_lens.truncate(keep);
+            self.submit(
+                r,
+                Box::new(move |a: &mut Arena| {
+                    a.bufs.truncate(keep);
+                    a.marks_ns.clear();
+                    a.coverage = coverage::empty();
+                }),
+            )?;
+        }
+        self.barrier()?;
+        self.digests
+            .lock()
+            .map_err(|_| RuntimeError::Device {
+                location: "host digest sink".into(),
+                detail: "poisoned by a panicking rank".into(),
+            })?
+            .clear();
+        self.n_tickets = 0;
+        self.census = CensusCounter::new(self.ranks.len());
+        self.position = None;
+        self.defect = None;
+        Ok(())
     }
 
     fn alloc(&mut self, rank: usize, len: usize) -> Result<BufId> {

@@ -14,6 +14,7 @@ pub mod cuda;
 pub mod defect;
 pub mod dist;
 pub mod host;
+mod host_rows;
 
 use crate::config::Transport;
 use crate::model::matrix::MatrixShard;
@@ -381,6 +382,14 @@ pub struct ProbeResult {
     pub no_peer_access: Option<String>,
 }
 
+/// Where a backend stands after a program's weights are placed: the buffers each rank holds.
+/// [`Backend::rewind`] returns to it, so several runs share one upload (docs/DESIGN.md §8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Buffers allocated on each rank (ids `0..n` stay, later ones are freed).
+    pub buffers: Vec<usize>,
+}
+
 /// A machine that runs the canonical program.
 pub trait Backend {
     /// One line: backend, devices, placement of ranks.
@@ -388,6 +397,32 @@ pub trait Backend {
     fn ranks(&self) -> usize;
     /// Place a weight shard on a rank.
     fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> Result<WeightId>;
+    /// [`Backend::upload_weight`] of a shard the caller does not need again (the host backend
+    /// keeps it without a copy).
+    fn upload_weight_owned(&mut self, rank: usize, shard: MatrixShard) -> Result<WeightId> {
+        self.upload_weight(rank, &shard)
+    }
+    /// The state [`Backend::rewind`] returns to; `None` where the backend cannot rewind (then
+    /// every run needs a backend of its own).
+    fn checkpoint(&self) -> Option<Checkpoint> {
+        None
+    }
+    /// Start a new run on the weights already placed: free every buffer allocated after `to`
+    /// (ids from `to.buffers[rank]` on), forget every graph segment, and reset what a run counts
+    /// or queues — engagement counters, timing marks, digest tickets — so the next run sees the
+    /// backend exactly as right after the upload. Weights and expert groups stay. The default
+    /// refuses.
+    fn rewind(&mut self, to: &Checkpoint) -> Result<()> {
+        let _ = to;
+        Err(crate::RuntimeError::Unsupported {
+            backend: self.describe(),
+            mechanism: "rewind",
+            rule: format!(
+                "{}: this backend cannot start a new run on weights it already holds (open a fresh one)",
+                self.describe()
+            ),
+        })
+    }
     /// A zero-initialised buffer of `len` elements on a rank.
     fn alloc(&mut self, rank: usize, len: usize) -> Result<BufId>;
     /// Host → rank; `data.len() == dst.len`.
@@ -674,7 +709,7 @@ impl BackendKind {
 }
 
 /// Open a backend of `kind` with `ranks` ranks.
-pub fn open(kind: BackendKind, ranks: usize) -> Result<Box<dyn Backend>> {
+pub fn open(kind: BackendKind, ranks: usize) -> Result<Box<dyn Backend + Send>> {
     open_with(kind, ranks, &OpenOptions::default())
 }
 
@@ -689,7 +724,7 @@ pub struct OpenOptions {
 
 /// Open a backend with options; the host backend has no device memory or streams and ignores
 /// them (RANK0_MERGE is NOT-APPLICABLE there by the registry).
-pub fn open_with(kind: BackendKind, ranks: usize, o: &OpenOptions) -> Result<Box<dyn Backend>> {
+pub fn open_with(kind: BackendKind, ranks: usize, o: &OpenOptions) -> Result<Box<dyn Backend + Send>> {
     match kind {
         BackendKind::Host => Ok(Box::new(host::HostBackend::new(ranks)?)),
         BackendKind::Cuda => Ok(Box::new(cuda::CudaBackend::with_options(

@@ -11,7 +11,11 @@ mod layer;
 mod moe;
 pub mod payloads;
 pub mod placement;
+pub mod pool;
+mod prepared;
 pub mod weights;
+
+pub use prepared::{prepare, Layout, Prepared};
 
 use crate::backend::coverage::SeamPoint;
 use crate::backend::{Backend, DigestPart, Op, RowOrder, Slice};
@@ -277,51 +281,30 @@ impl Ctx<'_> {
     }
 }
 
-/// Run the whole battery of `cfg` on `b` and return the record.
+/// Run the whole battery of `cfg` on `b` and return the record: the weights are placed for this
+/// run alone ([`prepare`], then [`run_prepared`]).
 pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record> {
-    if b.ranks() != cfg.tp {
+    check_run(model, cfg, b)?;
+    let prepared = prepare(model, Layout::of(cfg), b)?;
+    run_prepared(model, cfg, b, &prepared)
+}
+
+/// Run the whole battery of `cfg` on weights already placed on `b` by [`prepare`] for
+/// `Layout::of(cfg)`: fresh activation buffers and KV caches, the backend rewound to the upload
+/// first, so the record is the one [`run`] gives on a fresh backend.
+pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepared: &Prepared) -> Result<Record> {
+    check_run(model, cfg, b)?;
+    let layout = Layout::of(cfg);
+    if layout != prepared.layout {
         return Err(RuntimeError::Contract(format!(
-            "the backend has {} ranks but the run asks for TP {}",
-            b.ranks(),
-            cfg.tp
+            "the run needs the weights laid out as {layout:?}, but they were prepared as {:?}",
+            prepared.layout
         )));
     }
-    cfg.check_doors()?;
+    prepared.begin_run(b)?;
     let c = &model.config;
-    c.validate()?;
-    for (i, p) in cfg.battery.prompts.iter().enumerate() {
-        if p.is_empty() {
-            return Err(RuntimeError::Battery {
-                prompt: Some(i),
-                rule: format!("battery prompt {i} is empty: every prompt needs a token"),
-            });
-        }
-        if let Some(t) = p.iter().find(|t| **t as usize >= c.vocab) {
-            return Err(RuntimeError::Battery {
-                prompt: Some(i),
-                rule: format!("battery prompt {i} has token {t}, outside the vocabulary of {}", c.vocab),
-            });
-        }
-        let steps = cfg.battery.steps_of(i);
-        if steps > c.max_positions {
-            return Err(RuntimeError::Battery {
-                prompt: Some(i),
-                rule: format!(
-                    "battery prompt {i} needs {steps} positions but the model's KV cache holds {}",
-                    c.max_positions
-                ),
-            });
-        }
-    }
-    if cfg.battery.gen_tokens == 0 {
-        return Err(RuntimeError::Battery {
-            prompt: None,
-            rule: "the battery generates 0 tokens: nothing would be tested".into(),
-        });
-    }
-    let p = Placement::new(model, cfg.tp, &cfg.doors, cfg.nvfp4_experts())?;
-    let longest = (0..cfg.battery.prompts.len()).map(|i| cfg.battery.steps_of(i)).max().unwrap_or(1);
-    let w = weights::upload(b, model, &p, &cfg.doors, cfg.nvfp4_experts(), longest)?;
+    let p = prepared.placement.clone();
+    let w = prepared.uploaded.clone();
     let buf = buffers::allocate(b, c, &p, model.layers.len())?;
     let n_layers = model.layers.len();
     if let Some(d) = cfg.doors.canary.and_then(|c| c.twin_defect()) {
@@ -363,6 +346,51 @@ pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record
     ctx.record.census = ctx.b.census();
     ctx.record.coverage = ctx.b.coverage()?;
     Ok(ctx.record)
+}
+
+/// What every run checks before any work: ranks, doors, model, battery.
+fn check_run(model: &Model, cfg: &RunConfig, b: &dyn Backend) -> Result<()> {
+    if b.ranks() != cfg.tp {
+        return Err(RuntimeError::Contract(format!(
+            "the backend has {} ranks but the run asks for TP {}",
+            b.ranks(),
+            cfg.tp
+        )));
+    }
+    cfg.check_doors()?;
+    let c = &model.config;
+    c.validate()?;
+    for (i, p) in cfg.battery.prompts.iter().enumerate() {
+        if p.is_empty() {
+            return Err(RuntimeError::Battery {
+                prompt: Some(i),
+                rule: format!("battery prompt {i} is empty: every prompt needs a token"),
+            });
+        }
+        if let Some(t) = p.iter().find(|t| **t as usize >= c.vocab) {
+            return Err(RuntimeError::Battery {
+                prompt: Some(i),
+                rule: format!("battery prompt {i} has token {t}, outside the vocabulary of {}", c.vocab),
+            });
+        }
+        let steps = cfg.battery.steps_of(i);
+        if steps > c.max_positions {
+            return Err(RuntimeError::Battery {
+                prompt: Some(i),
+                rule: format!(
+                    "battery prompt {i} needs {steps} positions but the model's KV cache holds {}",
+                    c.max_positions
+                ),
+            });
+        }
+    }
+    if cfg.battery.gen_tokens == 0 {
+        return Err(RuntimeError::Battery {
+            prompt: None,
+            rule: "the battery generates 0 tokens: nothing would be tested".into(),
+        });
+    }
+    Ok(())
 }
 
 fn decode_prompt(ctx: &mut Ctx, prompt: usize) -> Result<()> {

@@ -5,7 +5,7 @@ use super::placement::{ExpertMode, Placement};
 use crate::backend::{Backend, BufId, GroupEntry, GroupId, Slice, WeightId};
 use crate::config::DoorSet;
 use crate::model::matrix::MatrixShard;
-use crate::model::{Expert, Matrix, Model};
+use crate::model::{Expert, Layer, Matrix, Model};
 use crate::Result;
 
 /// One expert as a rank holds it: gate/up rows and down K-blocks (TP), or whole (EP).
@@ -51,6 +51,8 @@ pub struct Uploaded {
     pub param_layout: ParamLayout,
     /// BF16 shards uploaded as their exact F32 mirror (the F32_MIRROR door's evidence).
     pub widened: u64,
+    /// Bytes placed on the ranks (every shard as stored, and the parameter buffers).
+    pub bytes: u64,
 }
 
 /// Offsets inside the parameter buffer (identical on every rank; root-only entries are zero
@@ -102,27 +104,15 @@ impl ParamLayout {
     }
 }
 
-/// Upload a shard in the storage the doors ask for, counting F32-mirror widenings.
-fn store(b: &mut dyn Backend, rank: usize, shard: MatrixShard, doors: &DoorSet, widened: &mut u64) -> Result<WeightId> {
-    let shard = if doors.f32_mirror { shard.widened() } else { shard };
-    if matches!(shard.data, crate::model::matrix::ShardData::F32(_)) {
-        *widened += 1;
-    }
-    b.upload_weight(rank, &shard)
-}
-
-/// An attention projection: the W8 door replaces it with its int8 mirror.
-fn store_attn(
-    b: &mut dyn Backend,
-    rank: usize,
-    shard: MatrixShard,
-    doors: &DoorSet,
-    widened: &mut u64,
-) -> Result<WeightId> {
-    if doors.w8 {
-        b.upload_weight(rank, &shard.to_w8())
+/// A shard in the storage the doors ask for: the F32 mirror widens BF16 (`widen`), W8 replaces an
+/// attention projection with its int8 mirror (`w8`).
+fn storage(shard: MatrixShard, widen: bool, w8: bool) -> MatrixShard {
+    if w8 {
+        shard.to_w8()
+    } else if widen {
+        shard.widened()
     } else {
-        store(b, rank, shard, doors, widened)
+        shard
     }
 }
 
@@ -133,34 +123,31 @@ fn nvfp4_scale(s: &MatrixShard) -> f32 {
     }
 }
 
-/// Upload one expert to `rank`: its TP shard, or whole.
-fn upload_expert(
-    b: &mut dyn Backend,
-    rank: usize,
-    e: &Expert,
-    p: &Placement,
-    sharded: bool,
-    nvfp4: bool,
-) -> Result<ExpertHandles> {
+/// One expert's shards as a rank will hold them (made before anything is uploaded).
+struct ExpertShards {
+    gate: MatrixShard,
+    up: MatrixShard,
+    down: MatrixShard,
+    width: usize,
+    kblocks: usize,
+    nvfp4_scales: Option<[f32; 3]>,
+}
+
+/// One expert for `rank`: its TP shard, or whole (NVFP4 banks when `nvfp4`).
+fn expert_shards(e: &Expert, p: &Placement, rank: usize, sharded: bool, nvfp4: bool) -> Result<ExpertShards> {
     let width = e.gate.out_features();
     let g = e.down.kblocks()?;
     if nvfp4 {
         let (gate, up, down) = (e.gate.to_nvfp4(), e.up.to_nvfp4(), e.down.to_nvfp4());
         let scales = [nvfp4_scale(&gate), nvfp4_scale(&up), nvfp4_scale(&down)];
-        return Ok(ExpertHandles {
-            gate: b.upload_weight(rank, &gate)?,
-            up: b.upload_weight(rank, &up)?,
-            down: b.upload_weight(rank, &down)?,
-            width,
-            kblocks: down.in_features / down.kblock_width,
-            nvfp4_scales: Some(scales),
-        });
+        let kblocks = down.in_features / down.kblock_width;
+        return Ok(ExpertShards { gate, up, down, width, kblocks, nvfp4_scales: Some(scales) });
     }
     if !sharded {
-        return Ok(ExpertHandles {
-            gate: b.upload_weight(rank, &e.gate.whole())?,
-            up: b.upload_weight(rank, &e.up.whole())?,
-            down: b.upload_weight(rank, &e.down.whole())?,
+        return Ok(ExpertShards {
+            gate: e.gate.whole(),
+            up: e.up.whole(),
+            down: e.down.whole(),
             width,
             kblocks: g,
             nvfp4_scales: None,
@@ -169,23 +156,107 @@ fn upload_expert(
     let rows = p.rows_of(width, rank);
     let kb = p.kblocks_of(g, rank);
     let kw = width / g;
-    Ok(ExpertHandles {
-        gate: b.upload_weight(rank, &e.gate.shard_rows(rows.clone()))?,
-        up: b.upload_weight(rank, &e.up.shard_rows(rows.clone()))?,
-        down: b.upload_weight(rank, &e.down.shard_cols(kb.start * kw..kb.end * kw))?,
+    Ok(ExpertShards {
+        gate: e.gate.shard_rows(rows.clone()),
+        up: e.up.shard_rows(rows.clone()),
+        down: e.down.shard_cols(kb.start * kw..kb.end * kw),
         width: rows.len(),
         kblocks: kb.len(),
         nvfp4_scales: None,
     })
 }
 
-fn shard_rows(m: &Matrix, p: &Placement, rank: usize) -> MatrixShard {
-    m.shard_rows(p.rows_of(m.out_features(), rank))
+/// Whether a layer's shards are made on all cores: where it pays (a `step` layer is gigabytes);
+/// a small model's upload stays on the caller's thread and leaves the other cores — and the
+/// timings of the runs beside it — alone.
+fn large(layer: &Layer) -> bool {
+    layer.experts.iter().map(|e| e.gate.out_features() * e.gate.in_features()).sum::<usize>() >= 1 << 26
+}
+
+/// Everything one rank holds of one layer, in upload order.
+struct RankLayer {
+    /// q, k, v, gate, o.
+    attn: [MatrixShard; 5],
+    experts: Vec<Option<ExpertShards>>,
+    shared: Option<ExpertShards>,
+    router: Option<MatrixShard>,
+}
+
+/// The shards `rank` holds of `layer`: pure functions of the model, made on the rayon pool.
+fn rank_layer(layer: &Layer, p: &Placement, doors: &DoorSet, nvfp4: bool, rank: usize) -> Result<RankLayer> {
+    use rayon::prelude::*;
+    let (widen, w8) = (doors.f32_mirror, doors.w8);
+    let rows = |m: &Matrix| storage(m.shard_rows(p.rows_of(m.out_features(), rank)), widen, w8);
+    let o_kw = layer.wo.in_features() / p.o_kblocks;
+    let kb = p.kblocks_of(p.o_kblocks, rank);
+    let attn = [
+        rows(&layer.wq),
+        rows(&layer.wk),
+        rows(&layer.wv),
+        rows(&layer.wg),
+        storage(layer.wo.shard_cols(kb.start * o_kw..kb.end * o_kw), widen, w8),
+    ];
+    let n = layer.experts.len();
+    let held = |(e, ex): (usize, &Expert)| match p.experts {
+        ExpertMode::TensorParallel => expert_shards(ex, p, rank, true, false).map(Some),
+        ExpertMode::ExpertParallel if p.expert_owner(e, n) == rank => {
+            expert_shards(ex, p, rank, false, nvfp4).map(Some)
+        }
+        ExpertMode::Interleaved2 if p.expert_owner(e, n) == rank => expert_shards(ex, p, rank, false, true).map(Some),
+        _ => Ok(None),
+    };
+    let experts = if large(layer) {
+        layer.experts.par_iter().enumerate().map(held).collect::<Result<Vec<_>>>()?
+    } else {
+        layer.experts.iter().enumerate().map(held).collect::<Result<Vec<_>>>()?
+    };
+    let shared = if p.shared_sharded {
+        Some(expert_shards(&layer.shared, p, rank, true, false)?)
+    } else if rank == 0 {
+        Some(expert_shards(&layer.shared, p, rank, false, false)?)
+    } else {
+        None
+    };
+    let router = (rank == 0).then(|| storage(layer.router.whole(), widen, false));
+    Ok(RankLayer { attn, experts, shared, router })
+}
+
+/// Uploads to one rank, counting bytes and F32-mirror widenings.
+struct Uploader<'b> {
+    b: &'b mut dyn Backend,
+    bytes: u64,
+    widened: u64,
+}
+
+impl Uploader<'_> {
+    fn put(&mut self, rank: usize, shard: MatrixShard) -> Result<WeightId> {
+        self.bytes += shard.bytes() as u64;
+        if matches!(shard.data, crate::model::matrix::ShardData::F32(_)) {
+            self.widened += 1;
+        }
+        self.b.upload_weight_owned(rank, shard)
+    }
+
+    fn expert(&mut self, rank: usize, s: ExpertShards) -> Result<ExpertHandles> {
+        let (width, kblocks, nvfp4_scales) = (s.width, s.kblocks, s.nvfp4_scales);
+        // NVFP4 banks are not the F32 mirror's business: counted as uploaded, never as widened.
+        Ok(ExpertHandles {
+            gate: self.put(rank, s.gate)?,
+            up: self.put(rank, s.up)?,
+            down: self.put(rank, s.down)?,
+            width,
+            kblocks,
+            nvfp4_scales,
+        })
+    }
 }
 
 /// Upload every weight of `model` to the ranks of `b` according to `p` and `doors`.
 /// `nvfp4`: routed experts are uploaded as NVFP4 banks (whole, on their owners). `positions`:
 /// the RoPE rows the run needs (its longest prompt), at most the model's `max_positions`.
+///
+/// A layer's shards for every rank are made first, on all cores (slicing, widening and
+/// re-quantizing are pure functions of the model), then uploaded in the fixed order rank by rank.
 pub fn upload(
     b: &mut dyn Backend,
     model: &Model,
@@ -194,8 +265,8 @@ pub fn upload(
     nvfp4: bool,
     positions: usize,
 ) -> Result<Uploaded> {
+    use rayon::prelude::*;
     let c = &model.config;
-    let mut widened = 0u64;
     let layout = ParamLayout {
         hidden: c.hidden,
         experts: c.experts,
@@ -225,47 +296,31 @@ pub fn upload(
         params.push(buf);
     }
 
+    let mut up = Uploader { b, bytes: 0, widened: 0 };
     let mut layers = Vec::new();
     for layer in &model.layers {
+        let make = |rank| rank_layer(layer, p, doors, nvfp4, rank);
+        let shards: Vec<RankLayer> = if large(layer) {
+            (0..p.tp).into_par_iter().map(make).collect::<Result<_>>()?
+        } else {
+            (0..p.tp).map(make).collect::<Result<_>>()?
+        };
         let mut per_rank = Vec::new();
-        for rank in 0..p.tp {
-            let o_g = p.o_kblocks;
-            let o_kw = layer.wo.in_features() / o_g;
-            let kb = p.kblocks_of(o_g, rank);
-            let wq = store_attn(b, rank, shard_rows(&layer.wq, p, rank), doors, &mut widened)?;
-            let wk = store_attn(b, rank, shard_rows(&layer.wk, p, rank), doors, &mut widened)?;
-            let wv = store_attn(b, rank, shard_rows(&layer.wv, p, rank), doors, &mut widened)?;
-            let wg = store_attn(b, rank, shard_rows(&layer.wg, p, rank), doors, &mut widened)?;
-            let wo = store_attn(b, rank, layer.wo.shard_cols(kb.start * o_kw..kb.end * o_kw), doors, &mut widened)?;
-            let mut experts = Vec::with_capacity(layer.experts.len());
-            for (e, ex) in layer.experts.iter().enumerate() {
-                let held = match p.experts {
-                    ExpertMode::TensorParallel => Some(upload_expert(b, rank, ex, p, true, false)?),
-                    ExpertMode::ExpertParallel if p.expert_owner(e, layer.experts.len()) == rank => {
-                        Some(upload_expert(b, rank, ex, p, false, nvfp4)?)
-                    }
-                    ExpertMode::Interleaved2 if p.expert_owner(e, layer.experts.len()) == rank => {
-                        Some(upload_expert(b, rank, ex, p, false, true)?)
-                    }
-                    _ => None,
-                };
-                experts.push(held);
-            }
-            let shared = if p.shared_sharded {
-                Some(upload_expert(b, rank, &layer.shared, p, true, false)?)
-            } else if rank == 0 {
-                Some(upload_expert(b, rank, &layer.shared, p, false, false)?)
-            } else {
-                None
-            };
-            let router = if rank == 0 { Some(store(b, 0, layer.router.whole(), doors, &mut widened)?) } else { None };
+        for (rank, s) in shards.into_iter().enumerate() {
+            let [q, k, v, g, o] = s.attn;
+            let (wq, wk, wv, wg, wo) =
+                (up.put(rank, q)?, up.put(rank, k)?, up.put(rank, v)?, up.put(rank, g)?, up.put(rank, o)?);
+            let experts =
+                s.experts.into_iter().map(|e| e.map(|e| up.expert(rank, e)).transpose()).collect::<Result<Vec<_>>>()?;
+            let shared = s.shared.map(|e| up.expert(rank, e)).transpose()?;
+            let router = s.router.map(|r| up.put(0, r)).transpose()?;
             let entries: Vec<Option<GroupEntry>> = experts
                 .iter()
                 .chain(std::iter::once(&shared))
                 .map(|h| h.map(|h| GroupEntry { gate: h.gate, up: h.up, down: h.down, nvfp4_scales: h.nvfp4_scales }))
                 .collect();
             let group = if entries.iter().any(Option::is_some) {
-                Some(b.register_experts(rank, layer.experts.len(), &entries)?)
+                Some(up.b.register_experts(rank, layer.experts.len(), &entries)?)
             } else {
                 None
             };
@@ -273,6 +328,7 @@ pub fn upload(
         }
         layers.push(per_rank);
     }
-    let lm_head = store(b, 0, model.lm_head.whole(), doors, &mut widened)?;
-    Ok(Uploaded { layers, lm_head, params, param_layout: layout, widened })
+    let lm_head = up.put(0, storage(model.lm_head.whole(), doors.f32_mirror, false))?;
+    let bytes = up.bytes + (layout.len() * 4 * p.tp) as u64;
+    Ok(Uploaded { layers, lm_head, params, param_layout: layout, widened: up.widened, bytes })
 }

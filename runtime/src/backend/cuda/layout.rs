@@ -64,17 +64,25 @@ pub(crate) fn stored_column(c: usize, kw: usize, vec: usize) -> usize {
     k * kw + (j / vec * LANES + l) * vec + j % vec
 }
 
-/// A row-major `[rows][cols]` matrix rearranged lane-major (`vec` > 0), row by row.
-pub(crate) fn to_lane_major<T: Copy + Default>(data: &[T], cols: usize, kw: usize, vec: usize) -> Vec<T> {
+/// A row-major `[rows][cols]` matrix rearranged lane-major (`vec` > 0), row by row: the column
+/// permutation is computed once per matrix, and rows are moved on the rayon pool (a `step`
+/// layer's experts are gigabytes, and this runs on every upload).
+pub(crate) fn to_lane_major<T: Copy + Default + Send + Sync>(data: &[T], cols: usize, kw: usize, vec: usize) -> Vec<T> {
+    use rayon::prelude::*;
     if vec == 0 || cols == 0 {
         return data.to_vec();
     }
+    let perm: Vec<usize> = (0..cols).map(|c| stored_column(c, kw, vec)).collect();
     let mut out = vec![T::default(); data.len()];
-    for (src, dst) in data.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
-        for (c, v) in src.iter().enumerate() {
-            dst[stored_column(c, kw, vec)] = *v;
+    // Bands of rows of about 1 MiB keep the tasks few and the permutation in cache.
+    let rows_per_task = (1 << 20) / (cols * std::mem::size_of::<T>()).max(1) + 1;
+    out.par_chunks_mut(rows_per_task * cols).zip(data.par_chunks(rows_per_task * cols)).for_each(|(dst, src)| {
+        for (d, s) in dst.chunks_exact_mut(cols).zip(src.chunks_exact(cols)) {
+            for (v, &p) in s.iter().zip(&perm) {
+                d[p] = *v;
+            }
         }
-    }
+    });
     out
 }
 
@@ -94,6 +102,21 @@ mod tests {
                 assert_eq!(p / kw, c / kw, "column {c} left its K-block");
                 assert!(!seen[p], "position {p} used twice");
                 seen[p] = true;
+            }
+        }
+    }
+
+    /// The banded, parallel rearrangement puts every element where `stored_column` says, for
+    /// matrices of many bands and a last partial band.
+    #[test]
+    fn to_lane_major_moves_each_element_to_its_stored_column() {
+        for (rows, cols, kw, vec) in [(3, 512, 512, 16), (700, 1280, 640, 4), (2100, 256, 128, 4)] {
+            let data: Vec<u32> = (0..(rows * cols) as u32).collect();
+            let lm = to_lane_major(&data, cols, kw, vec);
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(lm[r * cols + stored_column(c, kw, vec)], data[r * cols + c], "row {r} column {c}");
+                }
             }
         }
     }

@@ -390,7 +390,63 @@ impl Drop for CudaBackend {
     }
 }
 
+// A `CudaBackend` may move to another thread between calls (a pool hands a prepared backend to
+// whichever worker runs the next configuration), never be called from two at once.
+// SAFETY: it is only used through `&mut self` (or `&self` for reads of its own fields); every
+// driver call binds the rank's context on the calling thread first (cudarc binds internally, the
+// raw calls here call `bind_to_thread`), captures use the relaxed mode within one run, and its raw
+// handles (NCCL communicators, graphs, doorbell words) are process-wide, released in `Drop`.
+unsafe impl Send for CudaBackend {}
+
 impl Backend for CudaBackend {
+    fn checkpoint(&self) -> Option<crate::backend::Checkpoint> {
+        Some(crate::backend::Checkpoint { buffers: self.ranks.iter().map(|r| r.bufs.len()).collect() })
+    }
+
+    /// Drains every stream, drops the captured graphs (they reference buffers about to be freed),
+    /// frees the buffers from the checkpoint on, zeroes every digest slot and resets the marks,
+    /// tickets, engagement counters and the census. Weights, expert groups, NCCL communicators, staging and
+    /// doorbells stay (doorbell tickets only ever grow).
+    fn rewind(&mut self, to: &crate::backend::Checkpoint) -> Result<()> {
+        self.no_open_segment("rewind")?;
+        if to.buffers.len() != self.ranks.len() {
+            return Err(RuntimeError::Contract(format!(
+                "rewind to a checkpoint of {} ranks on a backend of {}",
+                to.buffers.len(),
+                self.ranks.len()
+            )));
+        }
+        if let Some((r, (&keep, held))) =
+            to.buffers.iter().zip(self.ranks.iter().map(|r| r.bufs.len())).enumerate().find(|(_, (k, h))| **k > *h)
+        {
+            return Err(RuntimeError::Contract(format!(
+                "rewind of rank {r} to {keep} buffers, but it holds {held}: the checkpoint is not this backend's"
+            )));
+        }
+        self.sync_all("rewind")?;
+        self.graphs = graph::Graphs::default();
+        for i in 0..self.ranks.len() {
+            let r = &self.ranks[i];
+            r.stream.context().bind_to_thread().map_err(|e| self.fault(i, "rewind", e))?;
+            for chunk in &r.digest_chunks {
+                // SAFETY: zeroing the DIGEST_CHUNK·8 bytes of a live digest chunk of this rank,
+                // queued on its stream, which is synchronized below before anything reads it.
+                unsafe { driver::memset_d8_async(chunk.ptr(), 0, DIGEST_CHUNK * 8, r.stream.cu_stream()) }
+                    .map_err(|e| self.fault(i, "rewind", e))?;
+            }
+            r.stream.synchronize().map_err(|e| self.fault(i, "rewind", e))?;
+            let r = &mut self.ranks[i];
+            r.bufs.truncate(to.buffers[i]);
+            (r.marks_used, r.digests_used, r.digests_reserved) = (0, 0, 0);
+        }
+        self.tickets.clear();
+        (self.launches, self.merged_launches, self.packed_copies, self.doorbells_rung) = (0, 0, 0, 0);
+        // The census counts what a run issues (uploads are not counted): the next run's starts
+        // from nothing, as on a fresh backend.
+        self.census = CensusCounter::new(self.ranks.len());
+        Ok(())
+    }
+
     /// Counted here, where the mechanisms are carried out, never by the program on faith: a
     /// packed copy of fewer than 2 blocks and a doorbell that fell back to events count nothing.
     fn engagement(&self) -> Vec<(String, u64)> {

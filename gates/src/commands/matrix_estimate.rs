@@ -1,0 +1,339 @@
+//! `matrix --explain --history DIR…`: how long a plan would take, from the receipts of earlier
+//! runs (docs/DESIGN.md §8).
+//!
+//! A receipt's wall time mixes the configuration's own work with work a plan does once: the
+//! first job to need a reference computes it, the first job on a weight layout uploads it. Where
+//! the receipts carry phase times (`measurements.extra.phase_*_ms`) the estimate keeps them
+//! apart: each configuration costs its own time (wall − upload − oracle), each distinct weight
+//! layout of the plan one upload, and the plan once what an earlier run spent generating the
+//! model and computing references. Host configurations share the cores; CUDA ones run one at a
+//! time. Receipts without phase times count their whole wall time per configuration.
+//!
+//! Nothing is invented: every figure is a median of measured receipts, the output names the
+//! directories and the model they came from, a history that mixes models or workloads is refused,
+//! and configurations of a backend the history never ran are reported as not estimated.
+
+use crate::error::GateError;
+use crate::matrix::Configuration;
+use crate::registry::{BackendKind, Registry};
+use memra_receipts::{Receipt, ReceiptKind, Verdict};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+/// One earlier configuration's times.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub config: Configuration,
+    /// Which history directory (one earlier run) it came from.
+    pub run: usize,
+    pub wall_ms: f64,
+    /// `measurements.extra` of the receipt.
+    pub extra: BTreeMap<String, f64>,
+}
+
+impl Sample {
+    fn get(&self, key: &str) -> Option<f64> {
+        self.extra.get(key).copied()
+    }
+    /// The configuration's own time: its wall time less the uploads and references it did first.
+    fn own_ms(&self) -> f64 {
+        let shared = self.get("phase_upload_ms").unwrap_or(0.0) + self.get("phase_oracle_ms").unwrap_or(0.0);
+        (self.wall_ms - shared).max(0.0)
+    }
+}
+
+/// The estimate of a plan.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Estimate {
+    /// Configuration time of host and CUDA configurations (ms), uploads included.
+    pub host_ms: f64,
+    pub cuda_ms: f64,
+    /// Weight layouts the plan uploads, and what they cost (ms, inside host/cuda).
+    pub uploads: usize,
+    pub upload_ms: f64,
+    /// Once per plan: model generation and reference runs (ms).
+    pub once_ms: f64,
+    /// Configurations estimated from their own history, from their (backend, TP), from all of
+    /// their backend's receipts.
+    pub seen: usize,
+    pub by_class: usize,
+    pub by_all: usize,
+    /// Configurations of a backend the history holds no receipt of: not estimated.
+    pub unestimated: BTreeMap<BackendKind, usize>,
+}
+
+impl Estimate {
+    /// Wall time with host configurations spread over `cores`.
+    pub fn wall_ms(&self, cores: usize) -> f64 {
+        self.once_ms + self.host_ms / cores.max(1) as f64 + self.cuda_ms
+    }
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len().checked_sub(1)? / 2).copied()
+}
+
+/// The weights a configuration needs: backend, TP, the doors that change the stored weights or
+/// their placement, and the backend options (a configuration whose doors do not map counts as
+/// its own layout).
+fn layout_key(registry: &Registry, c: &Configuration) -> (BackendKind, usize, String) {
+    let doors = match registry.to_door_set(&c.doors, None) {
+        Ok(d) => format!("{}{}{}{}{}", d.f32_mirror, d.w8, d.step_ep, d.nvfp4_ep2, d.rank0_merge),
+        Err(_) => c.doors.iter().cloned().collect::<Vec<_>>().join(","),
+    };
+    (c.backend, c.tp, doors)
+}
+
+/// Estimate running `legal` from `history`.
+pub fn estimate(registry: &Registry, legal: &[Configuration], history: &[Sample]) -> Estimate {
+    let mut by_config: BTreeMap<&Configuration, Vec<f64>> = BTreeMap::new();
+    let mut by_class: BTreeMap<(BackendKind, usize), Vec<f64>> = BTreeMap::new();
+    let mut uploads: BTreeMap<(BackendKind, usize), Vec<f64>> = BTreeMap::new();
+    let mut once: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
+    for s in history {
+        let own = s.own_ms();
+        by_config.entry(&s.config).or_default().push(own);
+        by_class.entry((s.config.backend, s.config.tp)).or_default().push(own);
+        if let Some(u) = s.get("phase_upload_ms").filter(|u| *u > 0.0) {
+            uploads.entry((s.config.backend, s.config.tp)).or_default().push(u);
+        }
+        // Per earlier run: its one-off work (the same plan-level values on each of its receipts)
+        // plus the references its jobs computed.
+        let plan = s.get("phase_generate_ms").unwrap_or(0.0) + s.get("phase_plan_oracle_ms").unwrap_or(0.0);
+        let e = once.entry(s.run).or_insert((0.0, 0.0));
+        e.0 = e.0.max(plan);
+        e.1 += s.get("phase_oracle_ms").unwrap_or(0.0);
+    }
+    // A backend's overall median stands in only for its own configurations: host times say
+    // nothing about a GPU.
+    let of_backend = |m: &BTreeMap<(BackendKind, usize), Vec<f64>>, b: BackendKind| -> Vec<f64> {
+        m.iter().filter(|((k, _), _)| *k == b).flat_map(|(_, v)| v.iter().copied()).collect()
+    };
+    let mut est = Estimate::default();
+    for c in legal {
+        let own = if let Some(m) = by_config.get(c).and_then(|v| median(v)) {
+            est.seen += 1;
+            m
+        } else if let Some(m) = by_class.get(&(c.backend, c.tp)).and_then(|v| median(v)) {
+            est.by_class += 1;
+            m
+        } else if let Some(m) = median(&of_backend(&by_class, c.backend)) {
+            est.by_all += 1;
+            m
+        } else {
+            *est.unestimated.entry(c.backend).or_default() += 1;
+            continue;
+        };
+        match c.backend {
+            BackendKind::Host => est.host_ms += own,
+            BackendKind::Cuda => est.cuda_ms += own,
+        }
+    }
+    let layouts: BTreeSet<_> = legal.iter().map(|c| layout_key(registry, c)).collect();
+    for (backend, tp, _) in &layouts {
+        let Some(u) =
+            uploads.get(&(*backend, *tp)).and_then(|v| median(v)).or_else(|| median(&of_backend(&uploads, *backend)))
+        else {
+            continue;
+        };
+        est.uploads += 1;
+        est.upload_ms += u;
+        match backend {
+            BackendKind::Host => est.host_ms += u,
+            BackendKind::Cuda => est.cuda_ms += u,
+        }
+    }
+    let once: Vec<f64> = once.values().map(|(plan, refs)| plan + refs).collect();
+    est.once_ms = median(&once).unwrap_or(0.0);
+    est
+}
+
+/// The samples of one earlier run's receipts, with the model and workload they ran.
+struct RunHistory {
+    dir: PathBuf,
+    samples: Vec<Sample>,
+}
+
+/// What the receipts were run on: the model (preset and digest) and the battery.
+fn workload(r: &Receipt) -> (String, String, String) {
+    let c = &r.evidence.config;
+    (c.model.preset.clone(), c.model.digest.clone(), c.battery_digest.clone())
+}
+
+fn short(digest: &str) -> &str {
+    &digest[..digest.len().min(12)]
+}
+
+/// The estimate of running `legal`, from the receipt directories `history` (one per earlier
+/// run), as lines for `matrix --explain`: which receipts it used, then the figures. Refused when
+/// the directories hold no run receipt, or receipts of more than one model or battery.
+pub fn explain(registry: &Registry, legal: &[Configuration], history: &[PathBuf]) -> Result<String, GateError> {
+    if history.is_empty() {
+        return Ok("estimated duration: not estimated — no receipts of earlier runs given (--history DIR… names \
+                   the receipt directories of earlier runs)"
+            .into());
+    }
+    let mut runs = Vec::new();
+    let mut workloads: BTreeMap<(String, String, String), PathBuf> = BTreeMap::new();
+    for (run, dir) in history.iter().enumerate() {
+        let mut samples = Vec::new();
+        for r in super::load_receipts(dir)? {
+            if r.kind != ReceiptKind::Run || r.evidence.verdict == Verdict::NotApplicable {
+                continue;
+            }
+            workloads.entry(workload(&r)).or_insert_with(|| dir.clone());
+            samples.push(Sample {
+                config: crate::receipt::configuration_of(registry, &r),
+                run,
+                wall_ms: r.measurements.wall_ms,
+                extra: r.measurements.extra.clone(),
+            });
+        }
+        runs.push(RunHistory { dir: dir.clone(), samples });
+    }
+    let names = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    let ((preset, digest, battery), _) = match workloads.len() {
+        0 => {
+            return Err(GateError::usage(format!(
+                "matrix --history: no run receipt in {} to estimate from; give the receipt directories of earlier runs",
+                names(history)
+            )))
+        }
+        1 => workloads.iter().next().expect("one workload"),
+        _ => {
+            let seen: Vec<String> = workloads
+                .iter()
+                .map(|((p, d, b), dir)| format!("{p} model {} battery {} (in {})", short(d), short(b), dir.display()))
+                .collect();
+            return Err(GateError::usage(format!(
+                "matrix --history: the receipts mix {} workloads: {}; their times do not add up to one plan — \
+                 estimate from the receipts of one model and battery",
+                workloads.len(),
+                seen.join("; ")
+            )));
+        }
+    };
+    let used: Vec<String> = runs
+        .iter()
+        .map(|r| match r.samples.len() {
+            0 => format!("{} (no run receipt)", r.dir.display()),
+            n => format!("{} ({n} run receipt(s))", r.dir.display()),
+        })
+        .collect();
+    let samples: Vec<Sample> = runs.into_iter().flat_map(|r| r.samples).collect();
+    let e = estimate(registry, legal, &samples);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let clock = |ms: f64| crate::suite::clock(ms / 1e3);
+    let mut out = format!(
+        "estimate from {} run receipt(s) of the {preset} model {} (battery {}) in {}\n",
+        samples.len(),
+        short(digest),
+        short(battery),
+        used.join(", ")
+    );
+    let missing: usize = e.unestimated.values().sum();
+    out += &format!(
+        "estimated duration: {}{} wall on {cores} core(s) — host {} of configuration time (sharing the cores), CUDA {} (one at a time), {} weight upload(s) {} included, model and references {} once; {} of {} configurations seen before, {} estimated from their backend and TP, {} from their backend's median",
+        if missing > 0 { "at least " } else { "" },
+        clock(e.wall_ms(cores)),
+        clock(e.host_ms),
+        clock(e.cuda_ms),
+        e.uploads,
+        clock(e.upload_ms),
+        clock(e.once_ms),
+        e.seen,
+        legal.len(),
+        e.by_class,
+        e.by_all
+    );
+    for (backend, n) in &e.unestimated {
+        out += &format!(
+            "\n{n} {} configuration(s) not estimated: the history holds no {} run receipt",
+            backend.name(),
+            backend.name()
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memra_runtime::Transport;
+
+    fn config(backend: BackendKind, tp: usize, doors: &[&str]) -> Configuration {
+        Configuration {
+            backend,
+            tp,
+            transport: Transport::HostBounce,
+            doors: doors.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    fn sample(c: Configuration, wall: f64, phases: &[(&str, f64)]) -> Sample {
+        Sample { config: c, run: 0, wall_ms: wall, extra: phases.iter().map(|(k, v)| (k.to_string(), *v)).collect() }
+    }
+
+    #[test]
+    fn uploads_and_references_are_counted_once_not_per_configuration() {
+        let r = Registry::builtin().unwrap();
+        let plan = |tp| config(BackendKind::Cuda, tp, &[]);
+        let p2p = |tp| Configuration { transport: Transport::NativeP2p, ..plan(tp) };
+        // An earlier night: TP1 uploaded (40 s) and computed the CUDA baseline (20 s); TP1 p2p
+        // reused both.
+        let once = [("phase_generate_ms", 30_000.0), ("phase_plan_oracle_ms", 10_000.0)];
+        let history = vec![
+            sample(
+                plan(1),
+                62_000.0,
+                &[&once[..], &[("phase_upload_ms", 40_000.0), ("phase_oracle_ms", 20_000.0)]].concat(),
+            ),
+            sample(p2p(1), 2_000.0, &once),
+        ];
+        // Four TP1 configurations on one layout (two of them seen), one of another layout (F32 mirror).
+        let f32m = config(BackendKind::Cuda, 1, &["f32_mirror"]);
+        let legal = vec![plan(1), p2p(1), plan(1), p2p(1), f32m];
+        let e = estimate(&r, &legal, &history);
+        assert_eq!((e.seen, e.by_class, e.by_all), (4, 1, 0));
+        assert_eq!(e.uploads, 2, "two weight layouts");
+        assert_eq!(e.upload_ms, 80_000.0);
+        // Own times: 2 s each (62 − 40 − 20 and 2); the unseen one takes the class median.
+        assert_eq!(e.cuda_ms, 5.0 * 2_000.0 + 80_000.0);
+        assert_eq!(e.once_ms, 30_000.0 + 10_000.0 + 20_000.0);
+        assert_eq!(e.wall_ms(8), e.once_ms + e.cuda_ms, "CUDA configurations do not share cores");
+    }
+
+    #[test]
+    fn receipts_without_phases_count_their_wall_time() {
+        let r = Registry::builtin().unwrap();
+        let c = config(BackendKind::Host, 2, &[]);
+        let e = estimate(&r, &[c.clone(), c.clone()], &[sample(c, 3_000.0, &[])]);
+        assert_eq!((e.host_ms, e.uploads, e.once_ms), (6_000.0, 0, 0.0));
+        assert_eq!(e.wall_ms(2), 3_000.0);
+    }
+
+    #[test]
+    fn a_backend_without_receipts_is_not_estimated_from_another() {
+        let r = Registry::builtin().unwrap();
+        let host = config(BackendKind::Host, 1, &[]);
+        let cuda = config(BackendKind::Cuda, 1, &[]);
+        let e = estimate(&r, &[host.clone(), cuda.clone(), cuda], &[sample(host, 5_000.0, &[])]);
+        assert_eq!((e.seen, e.by_class, e.by_all, e.host_ms, e.cuda_ms), (1, 0, 0, 5_000.0, 0.0));
+        assert_eq!(e.unestimated, BTreeMap::from([(BackendKind::Cuda, 2)]));
+    }
+
+    #[test]
+    fn no_history_is_said_and_an_empty_one_refused() {
+        let r = Registry::builtin().unwrap();
+        let legal = [config(BackendKind::Host, 1, &[])];
+        let said = explain(&r, &legal, &[]).unwrap();
+        assert!(said.contains("not estimated") && !said.contains("estimated duration: 0"), "{said}");
+        let empty = std::env::temp_dir().join(format!("memra-estimate-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        let refused = explain(&r, &legal, std::slice::from_ref(&empty)).unwrap_err().to_string();
+        std::fs::remove_dir_all(&empty).unwrap();
+        assert!(refused.contains("no run receipt") && refused.contains(&empty.display().to_string()), "{refused}");
+    }
+}
