@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 use memra_gating::args::{self, Provenance};
-use memra_gating::Status;
+use memra_gating::{dist, Status};
 use std::process::ExitCode;
 
 const PROVENANCE: Provenance = Provenance {
@@ -17,6 +17,9 @@ const PROVENANCE: Provenance = Provenance {
 fn main() -> ExitCode {
     // First, while the process has one thread: the only write to its environment (NCCL reads it).
     memra_gating::env::keep_nccl_multicast_off();
+    // A distributed call that never returns cannot be unblocked from inside the library: its
+    // watchdog hands the overrun to this hook, and how the process ends is decided here.
+    dist::install_overrun_hook(end_after_overrun);
     let cli = match args::parse(PROVENANCE) {
         Ok(c) => c,
         Err(e) => {
@@ -38,4 +41,16 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// A distributed call overran `--dist-timeout-s` (a peer process died, stopped or runs another
+/// plan): say so and end with status 2 at once, without atexit handlers or destructors, which
+/// could wait forever on the kernel that spins for the missing peer. The peers' own watchdogs end
+/// them in turn, so no process waits forever (docs/multi-host.md, Failure).
+fn end_after_overrun(overrun: dist::RuntimeError) -> ! {
+    eprintln!(
+        "memra-gates: error: {overrun}; ending this process so that none waits forever (--dist-timeout-s / \
+         MEMRA_DIST_TIMEOUT_S sets the limit)"
+    );
+    dist::exit_now(2)
 }

@@ -11,6 +11,8 @@
 //! 3. The CUDA kernels call no platform math: no libm, no fast-math intrinsics, no directed
 //!    rounding (docs/DESIGN.md §3.4); NVRTC keeps IEEE arithmetic.
 //! 4. Every Rust file opens with a `//!` paragraph saying why it exists.
+//! 8. cudarc's raw layers (`sys`, `result`: the driver and NVRTC FFI) are named only by
+//!    `runtime/src/backend/cuda/driver.rs`, whose thin wrappers every other file calls.
 //!
 //! Rules about structure (`imports`):
 //! 7. The top-level modules of `gates/src`, `receipts/src`, `tools/src` and `kernels/src` import
@@ -113,6 +115,19 @@ fn only_gates_env_reads_the_environment() {
     assert_clean(
         "environment",
         files.iter().filter(|f| !is_tidy(&f.rel)).flat_map(|f| check_env(&f.rel, &f.text)).collect(),
+    );
+}
+
+#[test]
+fn raw_driver_calls_live_behind_the_driver_layer() {
+    let files = tree(&["rs"]);
+    let layer = files.iter().find(|f| f.rel == DRIVER_LAYER).expect("the driver layer exists");
+    // The rule must recognise the layer's own calls as raw calls (it only exempts that file).
+    let seen = check_driver_calls("runtime/src/backend/cuda/elsewhere.rs", &layer.text).len();
+    assert!(seen > 30, "the driver rule sees only {seen} raw calls in {DRIVER_LAYER}");
+    assert_clean(
+        "driver calls",
+        files.iter().filter(|f| !is_tidy(&f.rel)).flat_map(|f| check_driver_calls(&f.rel, &f.text)).collect(),
     );
 }
 

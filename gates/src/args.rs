@@ -109,7 +109,7 @@ pub enum Command {
 /// Where the model comes from: a file, or a preset generated in memory.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// A safetensors model file (see runtime/src/model/format.rs for the tensor names).
+    /// A safetensors model file (see runtime/src/model/format/mod.rs for the tensor names).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["preset", "seed", "layers"])]
     pub model: Option<PathBuf>,
     /// Preset generated in memory when no --model is given: tiny, small, step, edge [default:

@@ -23,6 +23,13 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// What the binary needs to decide how a process with a hung distributed call ends: the runtime's
+/// watchdog hands the overrun ([`RuntimeError::Watchdog`]) to the hook the binary installs, and
+/// [`exit_now`] ends the process without destructors (docs/multi-host.md, Failure).
+pub use memra_runtime::backend::cuda::exit_now;
+pub use memra_runtime::backend::dist::watchdog::{install_overrun_hook, OverrunHook};
+pub use memra_runtime::RuntimeError;
+
 /// The checked request to run as one process of several.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DistPlan {

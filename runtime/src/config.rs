@@ -26,11 +26,10 @@ impl Transport {
     }
 
     pub fn parse(s: &str) -> Result<Self, RuntimeError> {
-        Transport::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| {
-            RuntimeError::Config(format!(
-                "transport `{s}` is unknown; the transports are host-bounce, native-p2p, nccl"
-            ))
-        })
+        Transport::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| RuntimeError::UnknownTransport { name: s.to_string() })
     }
 }
 
@@ -190,17 +189,21 @@ impl RunConfig {
     /// configured without the registry is refused here, never run as something else).
     pub fn check_doors(&self) -> Result<(), RuntimeError> {
         let d = &self.doors;
-        let refuse = |msg: String| Err(RuntimeError::Config(msg));
+        let refuse = |door: &'static str, rule: String| Err(RuntimeError::DoorRefused { door, rule });
         for (on, env) in [(d.oproj_direct, "MEMRA_OPROJ_DIRECT"), (d.moe_direct, "MEMRA_MOE_DIRECT")] {
             if on && self.transport != Transport::NativeP2p {
-                return refuse(format!(
-                    "{env} with transport {}: peer stores write into the root's memory, which needs native-p2p",
-                    self.transport.name()
-                ));
+                return refuse(
+                    env,
+                    format!(
+                        "{env} with transport {}: peer stores write into the root's memory, which needs native-p2p",
+                        self.transport.name()
+                    ),
+                );
             }
         }
         if d.fence_memops && !d.moe_direct {
             return refuse(
+                "MEMRA_FENCE_MEMOPS",
                 "MEMRA_FENCE_MEMOPS without MEMRA_MOE_DIRECT: the doorbells replace the MOE_DIRECT join's fences, \
                  which do not exist otherwise"
                     .into(),
@@ -208,16 +211,20 @@ impl RunConfig {
         }
         if d.bulk_p2p && d.moe_direct {
             return refuse(
+                "MEMRA_STEP_TP_BULK_P2P",
                 "MEMRA_STEP_TP_BULK_P2P with MEMRA_MOE_DIRECT: peers store their expert partials at the root, \
                  so the moe_join has no copies to pack"
                     .into(),
             );
         }
         if d.bulk_p2p && self.transport != Transport::NativeP2p {
-            return refuse(format!(
-                "MEMRA_STEP_TP_BULK_P2P with transport {}: the packed copy is one device-to-device copy (native-p2p)",
-                self.transport.name()
-            ));
+            return refuse(
+                "MEMRA_STEP_TP_BULK_P2P",
+                format!(
+                    "MEMRA_STEP_TP_BULK_P2P with transport {}: the packed copy is one device-to-device copy (native-p2p)",
+                    self.transport.name()
+                ),
+            );
         }
         Ok(())
     }
@@ -233,8 +240,6 @@ pub fn check_tp(tp: usize) -> Result<(), RuntimeError> {
     if memra_kernels::grid::is_tp_size(tp) {
         Ok(())
     } else {
-        Err(RuntimeError::Config(format!(
-            "TP size {tp} is not allowed: TP must be 1, 2, 4 or 8 (it must divide the canonical grid of 8 blocks)"
-        )))
+        Err(RuntimeError::UnsupportedTp { tp })
     }
 }

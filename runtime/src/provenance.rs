@@ -12,7 +12,7 @@
 //! [`build_digest`] are computed from one list.
 
 /// (workspace-relative path, text) of every runtime source that decides the arithmetic.
-pub const PROGRAM_SOURCES: [(&str, &str); 15] = [
+pub const PROGRAM_SOURCES: [(&str, &str); 17] = [
     ("runtime/src/program/mod.rs", include_str!("program/mod.rs")),
     ("runtime/src/program/layer.rs", include_str!("program/layer.rs")),
     ("runtime/src/program/moe.rs", include_str!("program/moe.rs")),
@@ -23,8 +23,10 @@ pub const PROGRAM_SOURCES: [(&str, &str); 15] = [
     ("runtime/src/program/payloads.rs", include_str!("program/payloads.rs")),
     ("runtime/src/program/prepared.rs", include_str!("program/prepared.rs")),
     ("runtime/src/program/pool.rs", include_str!("program/pool.rs")),
-    ("runtime/src/backend/host.rs", include_str!("backend/host.rs")),
-    ("runtime/src/backend/host_rows.rs", include_str!("backend/host_rows.rs")),
+    ("runtime/src/backend/host/mod.rs", include_str!("backend/host/mod.rs")),
+    ("runtime/src/backend/host/execute.rs", include_str!("backend/host/execute.rs")),
+    ("runtime/src/backend/host/backend.rs", include_str!("backend/host/backend.rs")),
+    ("runtime/src/backend/host/rows.rs", include_str!("backend/host/rows.rs")),
     ("runtime/src/model/matrix.rs", include_str!("model/matrix.rs")),
     ("runtime/src/model/gen.rs", include_str!("model/gen.rs")),
     ("runtime/src/model/edge.rs", include_str!("model/edge.rs")),
@@ -57,14 +59,17 @@ pub fn tree_digest(root: &std::path::Path) -> std::io::Result<String> {
 mod tests {
     use super::*;
 
-    /// A new file of the program must join the digest: every `program/*.rs` is listed.
+    /// A new file of the program or of the host backend must join the digest: every
+    /// `program/*.rs` and `backend/host/*.rs` is listed.
     #[test]
     fn every_program_file_is_covered() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/program");
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let name = e.unwrap().file_name().into_string().unwrap();
-            let path = format!("runtime/src/program/{name}");
-            assert!(PROGRAM_SOURCES.iter().any(|(p, _)| *p == path), "{path} is not in PROGRAM_SOURCES");
+        for folder in ["program", "backend/host"] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(folder);
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                let path = format!("runtime/src/{folder}/{name}");
+                assert!(PROGRAM_SOURCES.iter().any(|(p, _)| *p == path), "{path} is not in PROGRAM_SOURCES");
+            }
         }
     }
 

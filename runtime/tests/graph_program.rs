@@ -10,7 +10,7 @@ use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{Backend, Op, Slice};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::record::Record;
-use memra_runtime::{program, Battery, RunConfig, Transport};
+use memra_runtime::{program, Battery, RunConfig, RuntimeError, Transport};
 use std::sync::OnceLock;
 
 fn tiny() -> &'static Model {
@@ -108,6 +108,7 @@ fn a_frozen_device_position_is_caught() {
 fn the_host_backend_refuses_graph_segments() {
     let mut b = HostBackend::new(2).unwrap();
     let e = b.segment_begin(0).expect_err("the host backend has no graphs");
+    assert!(matches!(&e, RuntimeError::Unsupported { mechanism: "graph capture", .. }), "{e:?}");
     assert!(e.to_string().contains("cannot capture graphs"), "{e}");
     // And the program fails loudly instead of running the eager path under the door's name.
     let e = program::run(tiny(), &graph_cfg(2, Transport::HostBounce), &mut b).expect_err("must refuse");

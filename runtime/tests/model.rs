@@ -172,8 +172,11 @@ fn preset_small_validates_with_documented_shapes() {
 #[test]
 fn preset_step_needs_a_layer_count() {
     match ModelConfig::preset("step", None) {
-        Err(RuntimeError::Config(msg)) => assert_contains(&msg, &["step", "layer"]),
-        other => panic!("step without layers must be a configuration error, got {other:?}"),
+        Err(RuntimeError::Preset { name, rule }) => {
+            assert_eq!(name, "step");
+            assert_contains(&rule, &["step", "layer"])
+        }
+        other => panic!("step without layers must be a preset error, got {other:?}"),
     }
     let c = ModelConfig::preset("step", Some(3)).unwrap();
     let got = (c.hidden, c.layers, c.q_heads, c.kv_heads, c.experts, c.top_k, c.expert_width, c.shared_width);
@@ -188,7 +191,7 @@ fn preset_layers_override_and_zero_layers_refused() {
     assert_eq!(ModelConfig::preset("tiny", Some(1)).unwrap().layers, 1);
     assert_eq!(ModelConfig::preset("small", Some(7)).unwrap().layers, 7);
     match ModelConfig::preset("tiny", Some(0)) {
-        Err(RuntimeError::Config(msg)) => assert_contains(&msg, &["layers 0"]),
+        Err(RuntimeError::ModelShape { rule }) => assert_contains(&rule, &["layers 0"]),
         other => panic!("0 layers must be refused, got {other:?}"),
     }
 }
@@ -196,8 +199,11 @@ fn preset_layers_override_and_zero_layers_refused() {
 #[test]
 fn preset_unknown_names_the_value_and_the_list() {
     match ModelConfig::preset("huge", None) {
-        Err(RuntimeError::Config(msg)) => assert_contains(&msg, &["huge", "tiny", "small", "step"]),
-        other => panic!("an unknown preset must be a configuration error, got {other:?}"),
+        Err(RuntimeError::Preset { name, rule }) => {
+            assert_eq!(name, "huge");
+            assert_contains(&rule, &["huge", "tiny", "small", "step"])
+        }
+        other => panic!("an unknown preset must be a preset error, got {other:?}"),
     }
 }
 
@@ -243,12 +249,12 @@ fn validate_refuses_every_rule_of_the_canonical_grid() {
         let mut c = ModelConfig::preset("tiny", None).unwrap();
         edit(&mut c);
         match c.validate() {
-            Err(RuntimeError::Config(msg)) => {
+            Err(RuntimeError::ModelShape { rule: msg }) => {
                 if let Some(p) = parts.iter().find(|p| !msg.contains(**p)) {
                     failures.push(format!("{what}: message {msg:?} does not mention {p:?}"));
                 }
             }
-            other => failures.push(format!("{what}: expected a configuration error, got {other:?}")),
+            other => failures.push(format!("{what}: expected a model shape error, got {other:?}")),
         }
     }
     assert!(failures.is_empty(), "{} of the cases failed:\n{}", failures.len(), failures.join("\n"));
@@ -361,8 +367,8 @@ fn generated_tiny_decodes_non_degenerately() {
 fn generate_refuses_a_config_off_the_grid() {
     let c = ModelConfig { hidden: 1000, ..micro_config() };
     match generate(&c, 1) {
-        Err(RuntimeError::Config(msg)) => assert_contains(&msg, &["1000"]),
-        other => panic!("expected a configuration error, got {:?}", other.map(|_| ())),
+        Err(RuntimeError::ModelShape { rule }) => assert_contains(&rule, &["1000"]),
+        other => panic!("expected a model shape error, got {:?}", other.map(|_| ())),
     }
 }
 
@@ -872,7 +878,7 @@ fn col_shard_off_the_grid_is_refused() {
     let reversed = std::ops::Range { start: 1280, end: 640 }; // both ends on the grid
     for (m, cols) in [(&bf16, 0..100), (&bf16, 160..300), (&e4m3, 0..160), (&e4m3, 640..1400), (&e4m3, reversed)] {
         match m.try_shard_cols(cols.clone()) {
-            Err(RuntimeError::Config(msg)) => assert_contains(&msg, &[&format!("{cols:?}"), "K-block"]),
+            Err(RuntimeError::ModelShape { rule }) => assert_contains(&rule, &[&format!("{cols:?}"), "K-block"]),
             other => panic!("{:?} cols {cols:?}: expected a refusal, got {other:?}", m.format()),
         }
     }

@@ -1,5 +1,6 @@
 //! The rules about code: where `unsafe` may appear and what it must say, who may touch the
-//! environment, which math the kernels may call, and that every module says why it exists. Each
+//! environment, which math the kernels may call, that raw driver calls stay behind one layer, and
+//! that every module says why it exists. Each
 //! rule is a function of (path, text) so that the tests below can break it on purpose.
 
 use super::lex::{mask, words, Lang, Masked};
@@ -274,6 +275,57 @@ pub fn check_nvrtc_options(files: &[(String, String)]) -> Vec<Violation> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Rule 8: raw driver calls
+// ---------------------------------------------------------------------------------------------
+
+/// The one file of the workspace that may name cudarc's raw layers (`sys`: the FFI, `result`: the
+/// FFI returning `Result`); the rest of the CUDA backend uses cudarc's safe types and this file's
+/// wrappers.
+pub const DRIVER_LAYER: &str = "runtime/src/backend/cuda/driver.rs";
+
+/// Every use of cudarc's raw layers in Rust file `rel` outside [`DRIVER_LAYER`]: a path through a
+/// `sys` or `result` segment (`dsys::cuMemcpyAsync(…)`, `cudarc::driver::result::init()`), and a
+/// `use` of cudarc that imports either layer under any name (`use cudarc::driver::{sys as d}`).
+/// `std::result` and `core::result` are not driver layers.
+pub fn check_driver_calls(rel: &str, src: &str) -> Vec<Violation> {
+    if rel == DRIVER_LAYER {
+        return Vec::new();
+    }
+    let m = mask(src, Lang::Rust);
+    let all: Vec<(usize, &str)> = words(&m.code).collect();
+    // Every `use … ;` that names cudarc, as a byte range of the code.
+    let cudarc_uses: Vec<std::ops::Range<usize>> = all
+        .iter()
+        .filter(|(_, w)| *w == "use")
+        .filter_map(|(at, _)| m.code[*at..].find(';').map(|end| *at..*at + end))
+        .filter(|r| m.code[r.clone()].contains("cudarc"))
+        .collect();
+    let mut out = Vec::new();
+    for (i, (at, word)) in all.iter().enumerate() {
+        if *word != "sys" && *word != "result" {
+            continue;
+        }
+        let before = m.code[..*at].trim_end();
+        let after = m.code[at + word.len()..].trim_start();
+        let std_layer = before.ends_with("::") && i > 0 && matches!(all[i - 1].1, "std" | "core");
+        let segment = before.ends_with("::") || after.starts_with("::");
+        let imported = cudarc_uses.iter().any(|r| r.contains(at));
+        if (segment || imported) && !std_layer {
+            out.push(violation(
+                rel,
+                m.line_of(*at),
+                format!(
+                    "names cudarc's raw `{word}` layer: every raw driver or NVRTC call goes through {DRIVER_LAYER} \
+                     (a thin wrapper with its `# Safety` contract), so that file lists every entry point the \
+                     backend depends on; add a wrapper there and call it"
+                ),
+            ));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
 // Rule 4: module docs
 // ---------------------------------------------------------------------------------------------
 
@@ -381,6 +433,19 @@ mod tests {
         assert!(check_nvrtc_options(&good).is_empty());
         let bad = vec![("runtime/src/backend/cuda/compile.rs".to_string(), "\"--use_fast_math\".into()".to_string())];
         assert_eq!(check_nvrtc_options(&bad).len(), NVRTC_REQUIRED.len() + 1);
+    }
+
+    #[test]
+    fn raw_driver_calls_outside_the_driver_layer_fail() {
+        let rel = "runtime/src/backend/cuda/transfer.rs";
+        let planted = "use cudarc::driver::{result as dresult, sys as dsys, CudaEvent};\nfn f() {\n    // SAFETY: x\n    unsafe { dsys::cuMemcpyAsync(d, s, n, st) };\n    cudarc::driver::result::init();\n}\n";
+        let lines: Vec<usize> = check_driver_calls(rel, planted).iter().map(|v| v.line).collect();
+        assert_eq!(lines, [1, 1, 5], "{:?}", check_driver_calls(rel, planted));
+        let aliased = "use cudarc::nvrtc::{\n    result as r,\n    Ptx,\n};\n";
+        assert_eq!(check_driver_calls(rel, aliased).len(), 1, "an aliased import is caught on its line");
+        assert!(check_driver_calls(DRIVER_LAYER, planted).is_empty(), "the layer itself may");
+        let fine = "use super::driver;\nuse cudarc::driver::{CudaEvent, CudaStream};\nfn f() -> std::result::Result<(), core::result::Result<u8, u8>> {\n    let r = unsafe { driver::cuMemcpyAsync(d, s, n, st) };\n    if r != driver::CUresult::CUDA_SUCCESS { let result = 1; }\n    let t = \"dsys::cuMemcpyAsync\"; // dresult::init()\n    Ok(())\n}\n";
+        assert!(check_driver_calls(rel, fine).is_empty(), "{:?}", check_driver_calls(rel, fine));
     }
 
     #[test]

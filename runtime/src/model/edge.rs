@@ -73,11 +73,13 @@ pub fn shape(model: &mut Model, seed: u64) -> Result<()> {
     let c = model.config.clone();
     let h = c.hidden;
     if h <= DOMINANT || c.top_k != 2 || c.experts < 5 || c.layers < 2 || c.expert_width < 4 || c.shared_width < 4 {
-        return Err(crate::RuntimeError::Config(format!(
-            "the edge model needs hidden > {DOMINANT}, top-k 2, at least 5 experts, 2 layers and expert widths ≥ 4 \
-             (got hidden {h}, top-k {}, {} experts, {} layers)",
-            c.top_k, c.experts, c.layers
-        )));
+        return Err(crate::RuntimeError::ModelShape {
+            rule: format!(
+                "the edge model needs hidden > {DOMINANT}, top-k 2, at least 5 experts, 2 layers and expert widths ≥ 4 \
+                 (got hidden {h}, top-k {}, {} experts, {} layers)",
+                c.top_k, c.experts, c.layers
+            ),
+        });
     }
     let s_star = if splitmix64(seed ^ 0xED6E) & 1 == 0 { 1.0f32 } else { -1.0 };
 

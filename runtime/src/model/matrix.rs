@@ -69,7 +69,7 @@ impl Matrix {
     pub fn try_shard_rows(&self, rows: std::ops::Range<usize>) -> Result<MatrixShard, RuntimeError> {
         let (out_f, in_f) = (self.out_features(), self.in_features());
         if rows.start > rows.end || rows.end > out_f {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "row shard {rows:?} is not inside the {out_f} rows of a [{out_f}, {in_f}] matrix"
             )));
         }
@@ -98,10 +98,12 @@ impl Matrix {
         let kblock_width = self.kblock_width()?;
         let on_grid = |c: usize| c.is_multiple_of(kblock_width) || c == in_f;
         if cols.start > cols.end || cols.end > in_f || !on_grid(cols.start) || !on_grid(cols.end) {
-            return Err(RuntimeError::Config(format!(
-                "column shard {cols:?} of a [{out_f}, {in_f}] matrix is not a range of whole canonical K-blocks \
-                 (K-block width {kblock_width})"
-            )));
+            return Err(RuntimeError::ModelShape {
+                rule: format!(
+                    "column shard {cols:?} of a [{out_f}, {in_f}] matrix is not a range of whole canonical K-blocks \
+                     (K-block width {kblock_width})"
+                ),
+            });
         }
         let n_cols = cols.end - cols.start;
         let data = match self {
@@ -109,10 +111,12 @@ impl Matrix {
             Matrix::E4m3 { codes, scales, .. } => {
                 let on_scale_grid = |c: usize| c.is_multiple_of(E4M3_BLOCK) || c == in_f;
                 if !on_scale_grid(cols.start) || !on_scale_grid(cols.end) {
-                    return Err(RuntimeError::Config(format!(
-                        "column shard {cols:?} of a [{out_f}, {in_f}] E4M3 matrix does not start and end on \
-                         {E4M3_BLOCK}-column scale-block boundaries"
-                    )));
+                    return Err(RuntimeError::ModelShape {
+                        rule: format!(
+                            "column shard {cols:?} of a [{out_f}, {in_f}] E4M3 matrix does not start and end on \
+                             {E4M3_BLOCK}-column scale-block boundaries"
+                        ),
+                    });
                 }
                 let scale_cols = in_f.div_ceil(E4M3_BLOCK);
                 let local = cols.start / E4M3_BLOCK..cols.end.div_ceil(E4M3_BLOCK);

@@ -72,19 +72,20 @@ impl ModelConfig {
             // expert of one K-block (whole on rank 0 at TP > 1).
             "edge" => (256, Some(2), 8, 8, 8, 2, 256, 128, 256, 64),
             other => {
-                return Err(RuntimeError::Config(format!(
-                    "model preset `{other}` is unknown; the presets are {}",
-                    PRESETS.join(", ")
-                )))
+                return Err(RuntimeError::Preset {
+                    name: other.to_string(),
+                    rule: format!("model preset `{other}` is unknown; the presets are {}", PRESETS.join(", ")),
+                })
             }
         };
         let (hidden, default_layers, q_heads, kv_heads, experts, top_k, expert_width, shared_width, vocab, positions) =
             shape;
-        let layers = layers.or(default_layers).ok_or_else(|| {
-            RuntimeError::Config(format!(
+        let layers = layers.or(default_layers).ok_or_else(|| RuntimeError::Preset {
+            name: name.to_string(),
+            rule: format!(
                 "model preset `{name}` has no default layer count: give one (e.g. --layers 4); \
                  its layers are 4096 wide with 288 experts each, so the count decides memory and time"
-            ))
+            ),
         })?;
         let config = ModelConfig {
             preset: name.to_string(),
@@ -125,7 +126,7 @@ impl ModelConfig {
     /// - `eps`, `rope_theta`, `route_scale` and `swiglu_limit` (when set) finite and > 0;
     /// - every matrix has a canonical K-block count (`canonical_kblocks`).
     pub fn validate(&self) -> Result<(), RuntimeError> {
-        let fail = |msg: String| Err(RuntimeError::Config(msg));
+        let fail = |rule: String| Err(RuntimeError::ModelShape { rule });
         // A bound on every count keeps the shape products of later code (two dimensions at a
         // time) far from overflow, whatever a file's metadata claims.
         for (what, value) in [

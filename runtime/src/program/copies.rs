@@ -28,7 +28,7 @@ impl Ctx<'_> {
     /// Copy `src` of `src_rank` to `dst` of `dst_rank` over the run's transport, and check the
     /// destination when the ranks differ. `seam`: the seam whose tensor moves.
     pub fn copy(&mut self, seam: Seam, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
-        self.b.copy(self.cfg.transport, src_rank, src, dst_rank, dst)?;
+        self.backend.copy(self.cfg.transport, src_rank, src, dst_rank, dst)?;
         self.check_copy(seam, (src_rank, DigestPart::plain(src, 0)), (dst_rank, DigestPart::plain(dst, 0)));
         Ok(())
     }
@@ -42,7 +42,7 @@ impl Ctx<'_> {
         dst_rank: usize,
         dst: Slice,
     ) -> Result<()> {
-        self.b.copy_unfenced(self.cfg.transport, src_rank, src, dst_rank, dst)?;
+        self.backend.copy_unfenced(self.cfg.transport, src_rank, src, dst_rank, dst)?;
         self.check_copy(seam, (src_rank, DigestPart::plain(src, 0)), (dst_rank, DigestPart::plain(dst, 0)));
         Ok(())
     }
@@ -50,7 +50,7 @@ impl Ctx<'_> {
     /// One packed copy of `p.blocks` blocks, every block checked (block i with base i·len on
     /// both sides).
     pub fn copy_packed(&mut self, seam: Seam, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
-        self.b.copy_packed(self.cfg.transport, src_rank, dst_rank, p)?;
+        self.backend.copy_packed(self.cfg.transport, src_rank, dst_rank, p)?;
         let len = p.src.len;
         let side = |s: Slice, pitch: usize| DigestPart {
             src: s,
@@ -80,7 +80,7 @@ impl Ctx<'_> {
 /// per seam, and the copy checks (faults go into the record).
 pub(crate) fn settle(ctx: &mut Ctx, digests: &[u64], prompt: usize, step: usize) -> (Vec<u64>, Vec<Vec<u64>>) {
     let n = ctx.record.seams_per_step();
-    let tp = ctx.p.tp;
+    let tp = ctx.placement.tp;
     let mut row = vec![0u64; n];
     let mut ranks = vec![vec![0u64; tp]; n];
     let mut sides = vec![(0u64, 0u64); ctx.checks.len()];
@@ -122,9 +122,9 @@ pub(super) fn broadcast(
     src: Slice,
     dst: impl Fn(&super::buffers::RankBuffers) -> Slice,
 ) -> Result<()> {
-    let tp = ctx.p.tp;
+    let tp = ctx.placement.tp;
     for r in 1..tp {
-        let d = dst(&ctx.buf.ranks[r]);
+        let d = dst(&ctx.buffers.ranks[r]);
         ctx.copy(seam, 0, src, r, d)?;
         let broken = ctx.cfg.doors.canary == Some(crate::config::Canary::BrokenBroadcast)
             && r == tp - 1
@@ -132,7 +132,7 @@ pub(super) fn broadcast(
             && ctx.step == 0
             && seam == Seam::AttnNorm;
         if broken {
-            ctx.b.launch(r, crate::backend::Op::FlipLowBit { x: d.sub(0, 1) })?;
+            ctx.backend.launch(r, crate::backend::Op::FlipLowBit { x: d.sub(0, 1) })?;
             ctx.count("canary_broken_broadcast.corrupted_copies");
         }
     }

@@ -4,7 +4,7 @@
 //! output straight into the root's buffer (a peer store) and nothing is copied.
 
 use super::copies::broadcast;
-use super::{Ctx, Part};
+use super::{Ctx, SeamPart};
 use crate::backend::{JoinFence, Op, RowOrder, Slice};
 use crate::config::{Canary, Transport};
 use crate::record::Seam;
@@ -23,9 +23,9 @@ pub(super) fn store_to_root(
 ) -> Result<()> {
     let op = op.with_store_target(dst);
     if rank == 0 {
-        ctx.b.launch(0, op)
+        ctx.backend.launch(0, op)
     } else {
-        ctx.b.launch_peer_store(rank, op, 0, fence)?;
+        ctx.backend.launch_peer_store(rank, op, 0, fence)?;
         ctx.count(counter);
         Ok(())
     }
@@ -38,11 +38,11 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     if !ctx.graph_segment(l) {
         return attention_half_calls(ctx, l);
     }
-    ctx.b.segment_begin(l as u64)?;
+    ctx.backend.segment_begin(l as u64)?;
     match attention_half_calls(ctx, l) {
-        Ok(()) => ctx.b.segment_end(),
+        Ok(()) => ctx.backend.segment_end(),
         Err(e) => {
-            ctx.b.segment_abort();
+            ctx.backend.segment_abort();
             Err(e)
         }
     }
@@ -52,37 +52,37 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     let c = &ctx.model.config;
     let (hidden, hd, eps) = (c.hidden, c.head_dim, c.eps);
     let (qh, kvh) = (c.q_heads, c.kv_heads);
-    let tp = ctx.p.tp;
-    let root = ctx.buf.root.clone();
-    let lay = ctx.w.param_layout.clone();
+    let tp = ctx.placement.tp;
+    let root = ctx.buffers.root.clone();
+    let lay = ctx.weights.param_layout.clone();
     let order = if ctx.cfg.doors.qkv_fused { RowOrder::Tree } else { RowOrder::Canonical };
 
     // attn_norm: root normalizes the residual stream, then replicates it.
     ctx.begin(l, Seam::AttnNorm)?;
-    let normed0 = ctx.buf.ranks[0].normed;
-    ctx.b.launch(0, Op::RmsNorm { x: root.x, w: lay.attn_norm(ctx.w.params[0], l), eps, out: normed0 })?;
+    let normed0 = ctx.buffers.ranks[0].normed;
+    ctx.backend.launch(0, Op::RmsNorm { x: root.x, w: lay.attn_norm(ctx.weights.params[0], l), eps, out: normed0 })?;
     ctx.seam(l, Seam::AttnNorm, &Ctx::root_part(normed0))?;
     broadcast(ctx, Seam::AttnNorm, normed0, |rb| rb.normed)?;
 
     // qkv: column-parallel, each rank its chunks of whole heads.
     ctx.begin(l, Seam::Qkv)?;
-    let mut parts: Vec<Part> = Vec::new();
+    let mut parts: Vec<SeamPart> = Vec::new();
     for r in 0..tp {
-        let (rb, h) = (ctx.buf.ranks[r].clone(), ctx.w.layers[l][r].clone());
+        let (rb, h) = (ctx.buffers.ranks[r].clone(), ctx.weights.layers[l][r].clone());
         let items = vec![(h.wq, rb.q), (h.wk, rb.k), (h.wv, rb.v), (h.wg, rb.g)];
         if order == RowOrder::Canonical && !ctx.cfg.doors.w8 {
             // One launch for the four projections (same input, same canonical rows).
-            ctx.b.launch(r, Op::GemvRowsBatch { items, x: rb.normed })?;
+            ctx.backend.launch(r, Op::GemvRowsBatch { items, x: rb.normed })?;
         } else {
             for (w, out) in items {
-                ctx.b.launch(r, Op::GemvRows { w, x: rb.normed, out, order })?;
+                ctx.backend.launch(r, Op::GemvRows { w, x: rb.normed, out, order })?;
             }
         }
         let (lq, lkv) = (rb.q.len, rb.k.len);
-        parts.push((r, rb.q, (r * lq) as u64));
-        parts.push((r, rb.k, (qh * hd + r * lkv) as u64));
-        parts.push((r, rb.v, (qh * hd + kvh * hd + r * lkv) as u64));
-        parts.push((r, rb.g, (qh * hd + 2 * kvh * hd + r * rb.g.len) as u64));
+        parts.push(SeamPart { rank: r, slice: rb.q, offset: (r * lq) as u64 });
+        parts.push(SeamPart { rank: r, slice: rb.k, offset: (qh * hd + r * lkv) as u64 });
+        parts.push(SeamPart { rank: r, slice: rb.v, offset: (qh * hd + kvh * hd + r * lkv) as u64 });
+        parts.push(SeamPart { rank: r, slice: rb.g, offset: (qh * hd + 2 * kvh * hd + r * rb.g.len) as u64 });
     }
     if ctx.cfg.doors.w8 {
         ctx.count("w8.int8_gemvs");
@@ -97,13 +97,13 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     // at every position.
     ctx.begin(l, Seam::Rope)?;
     let max_len = ctx.model.config.max_positions;
-    let mut parts: Vec<Part> = Vec::new();
+    let mut parts: Vec<SeamPart> = Vec::new();
     for r in 0..tp {
-        let rb = ctx.buf.ranks[r].clone();
-        let prm = ctx.w.params[r];
+        let rb = ctx.buffers.ranks[r].clone();
+        let prm = ctx.weights.params[r];
         let lkv = rb.k.len;
         let (k_cache, v_cache) = (Slice::new(rb.kc[l], 0, max_len * lkv), Slice::new(rb.vc[l], 0, max_len * lkv));
-        ctx.b.launch(
+        ctx.backend.launch(
             r,
             Op::RopeAppend {
                 q: rb.q,
@@ -120,22 +120,22 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
                 v_cache,
             },
         )?;
-        parts.push((r, rb.q_r, (r * rb.q_r.len) as u64));
-        parts.push((r, rb.k_r, (qh * hd + r * lkv) as u64));
+        parts.push(SeamPart { rank: r, slice: rb.q_r, offset: (r * rb.q_r.len) as u64 });
+        parts.push(SeamPart { rank: r, slice: rb.k_r, offset: (qh * hd + r * lkv) as u64 });
     }
     ctx.seam(l, Seam::Rope, &parts)?;
 
     // attn: decode attention over pos + 1 cached positions, gated per head.
     ctx.begin(l, Seam::Attn)?;
-    let mut parts: Vec<Part> = Vec::new();
+    let mut parts: Vec<SeamPart> = Vec::new();
     for r in 0..tp {
-        let rb = ctx.buf.ranks[r].clone();
+        let rb = ctx.buffers.ranks[r].clone();
         let lkv = rb.k.len;
-        let (q_heads, kv_heads) = (ctx.p.q_heads_per_rank, ctx.p.kv_heads_per_rank);
+        let (q_heads, kv_heads) = (ctx.placement.q_heads_per_rank, ctx.placement.kv_heads_per_rank);
         let (k, v) = (Slice::new(rb.kc[l], 0, max_len * lkv), Slice::new(rb.vc[l], 0, max_len * lkv));
         let op = Op::AttentionAt { q: rb.q_r, k, v, gate: rb.g, pos: rb.pos, max_len, q_heads, kv_heads, out: rb.attn };
-        ctx.b.launch(r, op)?;
-        parts.push((r, rb.attn, (r * rb.attn.len) as u64));
+        ctx.backend.launch(r, op)?;
+        parts.push(SeamPart { rank: r, slice: rb.attn, offset: (r * rb.attn.len) as u64 });
     }
     ctx.seam(l, Seam::Attn, &parts)?;
 
@@ -156,10 +156,10 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     // the rank-local buffer matters: NCCL_ALLREDUCE folds it locally, and the stale-buffer canary
     // must leave the previous step's partials in the root's buffer.
     let root_in_place = !ctx.cfg.doors.nccl_allreduce && ctx.cfg.doors.canary != Some(Canary::StaleBuffer);
-    let mut parts: Vec<Part> = Vec::new();
+    let mut parts: Vec<SeamPart> = Vec::new();
     for r in 0..tp {
-        let rb = ctx.buf.ranks[r].clone();
-        let wo = ctx.w.layers[l][r].wo;
+        let rb = ctx.buffers.ranks[r].clone();
+        let wo = ctx.weights.layers[l][r].wo;
         let at = root.opart_all.sub(r * rb.opart.len, rb.opart.len);
         let base = (r * rb.opart.len) as u64;
         if skip_fence && r != 0 {
@@ -170,15 +170,15 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         }
         let op = Op::GemvPartials { w: wo, x: rb.attn, out: rb.opart };
         if r == 0 && root_in_place && !direct {
-            ctx.b.launch(0, op.with_store_target(at))?;
-            parts.push((0, at, base));
+            ctx.backend.launch(0, op.with_store_target(at))?;
+            parts.push(SeamPart { rank: 0, slice: at, offset: base });
         } else if direct {
             // The seam's digest reads the root-resident slice: same global indices, same bits.
             store_to_root(ctx, r, op, at, JoinFence::Events, "oproj_direct.peer_stores")?;
-            parts.push((0, at, base));
+            parts.push(SeamPart { rank: 0, slice: at, offset: base });
         } else {
-            ctx.b.launch(r, op)?;
-            parts.push((r, rb.opart, base));
+            ctx.backend.launch(r, op)?;
+            parts.push(SeamPart { rank: r, slice: rb.opart, offset: base });
             if fallback && r != 0 {
                 ctx.count("oproj_direct.peer_stores");
             }
@@ -192,32 +192,35 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     // o_join: partials moved to the root (already there under OPROJ_DIRECT), reduced in
     // canonical order (or deferred into the ffn_norm kernel by OPROJ_TAIL).
     ctx.begin(l, Seam::OJoin)?;
-    let g = ctx.p.o_kblocks;
+    let g = ctx.placement.o_kblocks;
     if ctx.cfg.doors.nccl_allreduce {
         // NCCL_ALLREDUCE (NUMERIC, o_join only; the moe_join stays canonical): each rank folds
         // its own K-blocks from +0.0 into a local vector (its `xin`, free until ffn_norm), then
         // NCCL sums the TP vectors in its own order into the root's ojoin.
         if ctx.cfg.transport != Transport::Nccl || ctx.cfg.doors.oproj_tail {
-            return Err(crate::RuntimeError::Config(format!(
-                "MEMRA_NCCL_ALLREDUCE runs on an NCCL communicator and replaces the o_join fold: it needs the \
+            return Err(crate::RuntimeError::DoorRefused {
+                door: "MEMRA_NCCL_ALLREDUCE",
+                rule: format!(
+                    "MEMRA_NCCL_ALLREDUCE runs on an NCCL communicator and replaces the o_join fold: it needs the \
                  nccl transport (not {}) and cannot be combined with MEMRA_OPROJ_TAIL",
-                ctx.cfg.transport.name()
-            )));
+                    ctx.cfg.transport.name()
+                ),
+            });
         }
         let mut sums = Vec::with_capacity(tp);
         for r in 0..tp {
-            let rb = &ctx.buf.ranks[r];
+            let rb = &ctx.buffers.ranks[r];
             let (opart, local) = (rb.opart, rb.xin);
-            ctx.b.launch(r, Op::Fold { parts: opart, n_parts: g / tp, reverse: false, out: local })?;
+            ctx.backend.launch(r, Op::Fold { parts: opart, n_parts: g / tp, reverse: false, out: local })?;
             sums.push((r, local));
         }
-        ctx.b.all_reduce_sum(&sums, 0, root.ojoin)?;
+        ctx.backend.all_reduce_sum(&sums, 0, root.ojoin)?;
         ctx.count("nccl_allreduce.allreduces");
     } else if ctx.stale() {
         ctx.count("canary_stale_buffer.stale_reads");
     } else if !direct {
         for r in usize::from(root_in_place)..tp {
-            let src = ctx.buf.ranks[r].opart;
+            let src = ctx.buffers.ranks[r].opart;
             let dst = root.opart_all.sub(r * src.len, src.len);
             if skip_fence && r != 0 {
                 continue; // already copied, unfenced, in the o_proj seam
@@ -226,10 +229,10 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         }
     }
     let reverse = ctx.cfg.doors.canary == Some(Canary::ReverseKBlocks) && tp > 1;
-    let ffn_w = lay.ffn_norm(ctx.w.params[0], l);
+    let ffn_w = lay.ffn_norm(ctx.weights.params[0], l);
     if ctx.cfg.doors.oproj_tail {
         // The add happens inside the ffn_norm kernel: same operands, same order.
-        ctx.b.launch(
+        ctx.backend.launch(
             0,
             Op::FoldAddRmsNorm {
                 parts: root.opart_all,
@@ -239,12 +242,12 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
                 eps,
                 a: root.ojoin,
                 h: root.h,
-                out: ctx.buf.ranks[0].xin,
+                out: ctx.buffers.ranks[0].xin,
             },
         )?;
         ctx.count("oproj_tail.fused_joins");
     } else if !ctx.cfg.doors.nccl_allreduce {
-        ctx.b.launch(0, Op::Fold { parts: root.opart_all, n_parts: g, reverse, out: root.ojoin })?;
+        ctx.backend.launch(0, Op::Fold { parts: root.opart_all, n_parts: g, reverse, out: root.ojoin })?;
         if reverse {
             // Counted only where the reversed fold really ran (the OPROJ_TAIL kernel has none).
             ctx.count("canary_reverse_kblocks.reversed_folds");
@@ -254,9 +257,11 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
 
     // ffn_norm: residual add + RMSNorm.
     ctx.begin(l, Seam::FfnNorm)?;
-    let xin0 = ctx.buf.ranks[0].xin;
+    let xin0 = ctx.buffers.ranks[0].xin;
     if !ctx.cfg.doors.oproj_tail {
-        ctx.b.launch(0, Op::AddRmsNorm { x: root.x, a: root.ojoin, w: ffn_w, eps, h: root.h, out: xin0 })?;
+        ctx.backend.launch(0, Op::AddRmsNorm { x: root.x, a: root.ojoin, w: ffn_w, eps, h: root.h, out: xin0 })?;
     }
-    ctx.seam(l, Seam::FfnNorm, &[(0, root.h, 0), (0, xin0, hidden as u64)])
+    let parts =
+        [SeamPart { rank: 0, slice: root.h, offset: 0 }, SeamPart { rank: 0, slice: xin0, offset: hidden as u64 }];
+    ctx.seam(l, Seam::FfnNorm, &parts)
 }

@@ -28,8 +28,17 @@ use buffers::Buffers;
 use placement::Placement;
 use weights::Uploaded;
 
-/// One part of a seam tensor: (rank, slice on that rank, global index of its first element).
-pub type Part = (usize, Slice, u64);
+/// One part of a seam's logical tensor: the slice of it that one rank holds, and where that slice
+/// starts in the tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeamPart {
+    /// The rank holding the slice.
+    pub rank: usize,
+    /// The slice, on that rank.
+    pub slice: Slice,
+    /// Index in the seam's logical tensor of the slice's first element.
+    pub offset: u64,
+}
 
 /// What a pair of timing marks measures.
 #[derive(Debug, Clone, Copy)]
@@ -56,12 +65,16 @@ const STEP_SEGMENT: u64 = 1 << 40;
 
 /// Everything the step functions need.
 pub(crate) struct Ctx<'a> {
-    pub b: &'a mut dyn Backend,
+    /// The machine every op, copy and digest is issued to.
+    pub backend: &'a mut dyn Backend,
     pub model: &'a Model,
     pub cfg: &'a RunConfig,
-    pub p: Placement,
-    pub w: Uploaded,
-    pub buf: Buffers,
+    /// Who owns which chunk, K-block and expert at this TP size.
+    pub placement: Placement,
+    /// The weights on the ranks (ids per rank and layer, the expert groups).
+    pub weights: Uploaded,
+    /// The activation buffers and KV caches of every rank.
+    pub buffers: Buffers,
     pub record: Record,
     /// (seam index in the row, rank, digest tickets) queued during the current step; a seam's
     /// value is the wrapping sum over all its entries' tickets. Indices past the row are the two
@@ -85,7 +98,7 @@ pub(crate) struct Ctx<'a> {
 impl Ctx<'_> {
     /// Queue a timing mark on every rank; returns its index in this step.
     fn mark(&mut self) -> Result<usize> {
-        self.b.mark()?;
+        self.backend.mark()?;
         self.marks += 1;
         Ok(self.marks - 1)
     }
@@ -94,7 +107,7 @@ impl Ctx<'_> {
     /// program is (coverage's first places), and every rank gets a timing mark (per-seam timing).
     pub fn begin(&mut self, layer: usize, seam: Seam) -> Result<()> {
         self.layer = layer;
-        self.b.note_position(SeamPoint { prompt: self.prompt, step: self.step, layer, seam });
+        self.backend.note_position(SeamPoint { prompt: self.prompt, step: self.step, layer, seam });
         if self.cfg.timing == Timing::Seams {
             self.seam_start = Some(self.mark()?);
         }
@@ -123,7 +136,7 @@ impl Ctx<'_> {
 
     fn flush_digests(&mut self) -> Result<()> {
         let batch = std::mem::take(&mut self.batch);
-        for rank in 0..self.p.tp {
+        for rank in 0..self.placement.tp {
             let mut idxs: Vec<usize> = Vec::new();
             let mut groups: Vec<Vec<DigestPart>> = Vec::new();
             for (idx, _, part) in batch.iter().filter(|e| e.1 == rank) {
@@ -136,16 +149,16 @@ impl Ctx<'_> {
             if groups.is_empty() {
                 continue;
             }
-            let tickets = self.b.digest_batch(rank, &groups)?;
+            let tickets = self.backend.digest_batch(rank, &groups)?;
             self.pending.extend(idxs.into_iter().zip(tickets).map(|(idx, t)| (idx, rank, t)));
         }
         Ok(())
     }
 
     /// Close a seam whose parts are plain slices.
-    pub fn seam(&mut self, layer: usize, seam: Seam, parts: &[Part]) -> Result<()> {
+    pub fn seam(&mut self, layer: usize, seam: Seam, parts: &[SeamPart]) -> Result<()> {
         let parts: Vec<(usize, DigestPart)> =
-            parts.iter().map(|&(r, s, base)| (r, DigestPart::plain(s, base))).collect();
+            parts.iter().map(|p| (p.rank, DigestPart::plain(p.slice, p.offset))).collect();
         self.seam_parts(layer, seam, &parts)
     }
 
@@ -160,17 +173,17 @@ impl Ctx<'_> {
         if let Some(Canary::FlipBit { layer: cl, seam: cs, step: st, element }) = self.cfg.doors.canary {
             if cl == layer && cs == seam && st == self.step {
                 let e = element as u64;
-                let (rank, s, base) = self
+                let SeamPart { rank, slice, offset } = self
                     .resolve_parts(parts)?
                     .into_iter()
-                    .find(|p| p.2 <= e && e < p.2 + p.1.len as u64)
+                    .find(|p| p.offset <= e && e < p.offset + p.slice.len as u64)
                     .ok_or_else(|| {
-                        RuntimeError::Config(format!(
+                        RuntimeError::DoorRefused { door: "MEMRA_CANARY_FLIP_BIT", rule: format!(
                             "the flip canary's element {element} of seam {} (layer {layer}) is held by no rank:                              choose an element of the seam's logical tensor (program::payloads::seam_elements)",
                             seam.name()
-                        ))
+                        ) }
                     })?;
-                self.b.launch(rank, Op::FlipLowBit { x: s.sub((e - base) as usize, 1) })?;
+                self.backend.launch(rank, Op::FlipLowBit { x: slice.sub((e - offset) as usize, 1) })?;
                 self.record.bump("canary_flip_bit.flips");
             }
         }
@@ -181,12 +194,12 @@ impl Ctx<'_> {
         if self.cfg.capture.contains(&key) {
             let parts = self.resolve_parts(parts)?;
             // Parts may leave gaps (the expert slot stride is the largest G); gaps read as +0.0.
-            let total: usize = parts.iter().map(|p| p.2 as usize + p.1.len).max().unwrap_or(0);
+            let total: usize = parts.iter().map(|p| p.offset as usize + p.slice.len).max().unwrap_or(0);
             let mut bits = vec![0u32; total];
             let mut owners = Vec::new();
-            for &(rank, s, base) in &parts {
-                let v = self.b.read(rank, s)?;
-                let start = base as usize;
+            for &SeamPart { rank, slice, offset } in &parts {
+                let v = self.backend.read(rank, slice)?;
+                let start = offset as usize;
                 for (i, x) in v.iter().enumerate() {
                     bits[start + i] = x.to_bits();
                 }
@@ -200,11 +213,11 @@ impl Ctx<'_> {
     /// The plain slices a seam's digest parts stand for: every block, and for an owned part only
     /// the blocks whose slot the rank owns (the route is read from the rank: host reads happen
     /// only on the eager steps of a capture or a flip canary).
-    fn resolve_parts(&mut self, parts: &[(usize, DigestPart)]) -> Result<Vec<Part>> {
+    fn resolve_parts(&mut self, parts: &[(usize, DigestPart)]) -> Result<Vec<SeamPart>> {
         let mut out = Vec::new();
         for &(rank, p) in parts {
             let ids = match p.owned {
-                Some(o) => Some(self.b.read(rank, o.route)?),
+                Some(o) => Some(self.backend.read(rank, o.route)?),
                 None => None,
             };
             for i in 0..p.blocks {
@@ -213,15 +226,15 @@ impl Ctx<'_> {
                         continue;
                     }
                 }
-                out.push((rank, p.block(i), p.base + i as u64 * p.base_pitch));
+                out.push(SeamPart { rank, slice: p.block(i), offset: p.base + i as u64 * p.base_pitch });
             }
         }
         Ok(out)
     }
 
     /// Parts of a tensor held whole by the root.
-    pub fn root_part(s: Slice) -> Vec<Part> {
-        vec![(0, s, 0)]
+    pub fn root_part(slice: Slice) -> Vec<SeamPart> {
+        vec![SeamPart { rank: 0, slice, offset: 0 }]
     }
 
     /// Count one engagement of a door mechanism (the registry's `engagement` counter names).
@@ -233,7 +246,7 @@ impl Ctx<'_> {
     /// data-dependent ranks stores each slot from its owner, and counts each such store, so the
     /// program must know the owners when it issues the stores.
     pub fn host_routes(&self) -> bool {
-        self.cfg.doors.moe_direct && self.p.experts == placement::ExpertMode::ExpertParallel
+        self.cfg.doors.moe_direct && self.placement.experts == placement::ExpertMode::ExpertParallel
     }
 
     /// GRAPH: how this step is issued. Steps whose calls differ from every other step's — a full
@@ -296,7 +309,7 @@ pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepare
     check_run(model, cfg, b)?;
     let layout = Layout::of(cfg);
     if layout != prepared.layout {
-        return Err(RuntimeError::Config(format!(
+        return Err(RuntimeError::Contract(format!(
             "the run needs the weights laid out as {layout:?}, but they were prepared as {:?}",
             prepared.layout
         )));
@@ -314,12 +327,12 @@ pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepare
     record.timings_ns = vec![Vec::new(); n_layers * Seam::LAYER.len() + Seam::HEAD.len()];
     record.layer_timings_ns = vec![Vec::new(); n_layers + 1];
     let mut ctx = Ctx {
-        b,
+        backend: b,
         model,
         cfg,
-        p,
-        w,
-        buf,
+        placement: p,
+        weights: w,
+        buffers: buf,
         record,
         pending: Vec::new(),
         checks: Vec::new(),
@@ -332,26 +345,26 @@ pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepare
         prompt: 0,
         step: 0,
     };
-    if ctx.w.widened > 0 {
-        ctx.record.engaged.insert("f32_mirror.widened_matrices".into(), ctx.w.widened);
+    if ctx.weights.widened > 0 {
+        ctx.record.engaged.insert("f32_mirror.widened_matrices".into(), ctx.weights.widened);
     }
     for prompt in 0..cfg.battery.prompts.len() {
         decode_prompt(&mut ctx, prompt)?;
     }
-    for (counter, n) in ctx.b.engagement() {
+    for (counter, n) in ctx.backend.engagement() {
         if n > 0 {
             *ctx.record.engaged.entry(counter).or_insert(0) += n;
         }
     }
-    ctx.record.census = ctx.b.census();
-    ctx.record.coverage = ctx.b.coverage()?;
+    ctx.record.census = ctx.backend.census();
+    ctx.record.coverage = ctx.backend.coverage()?;
     Ok(ctx.record)
 }
 
 /// What every run checks before any work: ranks, doors, model, battery.
 fn check_run(model: &Model, cfg: &RunConfig, b: &dyn Backend) -> Result<()> {
     if b.ranks() != cfg.tp {
-        return Err(RuntimeError::Config(format!(
+        return Err(RuntimeError::Contract(format!(
             "the backend has {} ranks but the run asks for TP {}",
             b.ranks(),
             cfg.tp
@@ -362,24 +375,33 @@ fn check_run(model: &Model, cfg: &RunConfig, b: &dyn Backend) -> Result<()> {
     c.validate()?;
     for (i, p) in cfg.battery.prompts.iter().enumerate() {
         if p.is_empty() {
-            return Err(RuntimeError::Config(format!("battery prompt {i} is empty: every prompt needs a token")));
+            return Err(RuntimeError::Battery {
+                prompt: Some(i),
+                rule: format!("battery prompt {i} is empty: every prompt needs a token"),
+            });
         }
         if let Some(t) = p.iter().find(|t| **t as usize >= c.vocab) {
-            return Err(RuntimeError::Config(format!(
-                "battery prompt {i} has token {t}, outside the vocabulary of {}",
-                c.vocab
-            )));
+            return Err(RuntimeError::Battery {
+                prompt: Some(i),
+                rule: format!("battery prompt {i} has token {t}, outside the vocabulary of {}", c.vocab),
+            });
         }
         let steps = cfg.battery.steps_of(i);
         if steps > c.max_positions {
-            return Err(RuntimeError::Config(format!(
-                "battery prompt {i} needs {steps} positions but the model's KV cache holds {}",
-                c.max_positions
-            )));
+            return Err(RuntimeError::Battery {
+                prompt: Some(i),
+                rule: format!(
+                    "battery prompt {i} needs {steps} positions but the model's KV cache holds {}",
+                    c.max_positions
+                ),
+            });
         }
     }
     if cfg.battery.gen_tokens == 0 {
-        return Err(RuntimeError::Config("the battery generates 0 tokens: nothing would be tested".into()));
+        return Err(RuntimeError::Battery {
+            prompt: None,
+            rule: "the battery generates 0 tokens: nothing would be tested".into(),
+        });
     }
     Ok(())
 }
@@ -401,14 +423,15 @@ fn decode_prompt(ctx: &mut Ctx, prompt: usize) -> Result<()> {
         } else {
             let j = step - n_prompt;
             match &cfg.forced_tokens {
-                Some(f) => *f.get(prompt).and_then(|t| t.get(j)).ok_or_else(|| {
-                    RuntimeError::Config(format!("teacher-forced tape has no token {j} for prompt {prompt}"))
+                Some(f) => *f.get(prompt).and_then(|t| t.get(j)).ok_or_else(|| RuntimeError::Battery {
+                    prompt: Some(prompt),
+                    rule: format!("teacher-forced tape has no token {j} for prompt {prompt}"),
                 })?,
                 None => generated[j],
             }
         };
         decode_step(ctx, token, step)?;
-        let got = ctx.b.collect()?;
+        let got = ctx.backend.collect()?;
         // Seam digests: wrapping sum of the parts' digests (per rank, and over ranks); copy
         // checks: each side's sum, compared.
         let (row, ranks) = copies::settle(ctx, &got.digests, prompt, step);
@@ -425,8 +448,8 @@ fn decode_prompt(ctx: &mut Ctx, prompt: usize) -> Result<()> {
         digests.push(row);
         rank_digests.push(ranks);
         if step + 1 >= n_prompt {
-            let logits = ctx.b.read(0, ctx.buf.root.logits)?;
-            let amax = ctx.b.read(0, ctx.buf.root.amax)?[0].to_bits();
+            let logits = ctx.backend.read(0, ctx.buffers.root.logits)?;
+            let amax = ctx.backend.read(0, ctx.buffers.root.amax)?[0].to_bits();
             top2.push(top_two(&logits));
             generated.push(amax);
         }
@@ -454,22 +477,22 @@ pub fn top_two(x: &[f32]) -> (f32, f32) {
 
 fn decode_step(ctx: &mut Ctx, token: u32, pos: usize) -> Result<()> {
     let embed = embed_row(ctx.model, token);
-    let x = ctx.buf.root.x;
-    ctx.b.write(0, x, &embed)?;
+    let x = ctx.buffers.root.x;
+    ctx.backend.write(0, x, &embed)?;
     // The position every rope and attention launch reads (battery validation keeps it inside the
     // cache): device-held, so a captured step replays unchanged at every position.
-    for r in 0..ctx.p.tp {
-        let out = ctx.buf.ranks[r].pos;
-        ctx.b.launch(r, Op::SetU32 { out, value: pos as u32 })?;
+    for r in 0..ctx.placement.tp {
+        let out = ctx.buffers.ranks[r].pos;
+        ctx.backend.launch(r, Op::SetU32 { out, value: pos as u32 })?;
     }
     if ctx.graph_mode() != GraphMode::Step {
         return step_calls(ctx);
     }
-    ctx.b.segment_begin(STEP_SEGMENT)?;
+    ctx.backend.segment_begin(STEP_SEGMENT)?;
     match step_calls(ctx) {
-        Ok(()) => ctx.b.segment_end(),
+        Ok(()) => ctx.backend.segment_end(),
         Err(e) => {
-            ctx.b.segment_abort();
+            ctx.backend.segment_abort();
             Err(e)
         }
     }
@@ -502,16 +525,17 @@ fn embed_row(model: &Model, token: u32) -> Vec<f32> {
 fn head(ctx: &mut Ctx) -> Result<()> {
     let n = ctx.model.layers.len();
     let eps = ctx.model.config.eps;
-    let r = ctx.buf.root.clone();
-    let params = ctx.w.params[0];
+    let r = ctx.buffers.root.clone();
+    let params = ctx.weights.params[0];
     ctx.layer_begin()?;
     ctx.begin(n, Seam::FinalNorm)?;
-    let w = ctx.w.param_layout.final_norm(params);
-    ctx.b.launch(0, Op::RmsNorm { x: r.x, w, eps, out: r.fnorm })?;
+    let w = ctx.weights.param_layout.final_norm(params);
+    ctx.backend.launch(0, Op::RmsNorm { x: r.x, w, eps, out: r.fnorm })?;
     ctx.seam(n, Seam::FinalNorm, &Ctx::root_part(r.fnorm))?;
     ctx.begin(n, Seam::Logits)?;
-    ctx.b.launch(0, Op::GemvRows { w: ctx.w.lm_head, x: r.fnorm, out: r.logits, order: RowOrder::Canonical })?;
-    ctx.b.launch(0, Op::Argmax { x: r.logits, out: r.amax })?;
+    ctx.backend
+        .launch(0, Op::GemvRows { w: ctx.weights.lm_head, x: r.fnorm, out: r.logits, order: RowOrder::Canonical })?;
+    ctx.backend.launch(0, Op::Argmax { x: r.logits, out: r.amax })?;
     ctx.seam(n, Seam::Logits, &Ctx::root_part(r.logits))?;
     ctx.layer_end(n)
 }

@@ -24,11 +24,11 @@ use crate::Result;
 pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     let c = ctx.model.config.clone();
     let k = c.top_k;
-    let tp = ctx.p.tp;
-    let root = ctx.buf.root.clone();
-    let lay = ctx.w.param_layout.clone();
+    let tp = ctx.placement.tp;
+    let root = ctx.buffers.root.clone();
+    let lay = ctx.weights.param_layout.clone();
     let doors = ctx.cfg.doors;
-    let xin0 = ctx.buf.ranks[0].xin;
+    let xin0 = ctx.buffers.ranks[0].xin;
 
     // ROUTES_PRESTAGE: the expert input is broadcast before the router runs.
     if doors.routes_prestage {
@@ -37,13 +37,14 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     }
     // router: root GEMV + sigmoid top-k.
     ctx.begin(l, Seam::Router)?;
-    let router_w = ctx.w.layers[l][0].router.expect("the root holds the router");
-    ctx.b.launch(0, Op::GemvRows { w: router_w, x: xin0, out: root.router_logits, order: RowOrder::Canonical })?;
-    ctx.b.launch(
+    let router_w = ctx.weights.layers[l][0].router.expect("the root holds the router");
+    ctx.backend
+        .launch(0, Op::GemvRows { w: router_w, x: xin0, out: root.router_logits, order: RowOrder::Canonical })?;
+    ctx.backend.launch(
         0,
         Op::Router {
             logits: root.router_logits,
-            bias: lay.router_bias(ctx.w.params[0], l),
+            bias: lay.router_bias(ctx.weights.params[0], l),
             k,
             normalize: c.route_norm,
             scaling: c.route_scale,
@@ -57,7 +58,7 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     ctx.seam(l, Seam::Router, &Ctx::root_part(root.route))?;
     // The route ids to every rank (bytes), then the expert input unless prestaged.
     for r in 1..tp {
-        let dst = ctx.buf.ranks[r].route.sub(0, k);
+        let dst = ctx.buffers.ranks[r].route.sub(0, k);
         ctx.copy(Seam::Router, 0, root.route.sub(0, k), r, dst)?;
     }
     if !doors.routes_prestage {
@@ -72,7 +73,7 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
 /// The route ids read on the host (MOE_DIRECT on expert-parallel owners only), checked.
 fn read_ids(ctx: &mut Ctx, l: usize) -> Result<Vec<usize>> {
     let (k, experts) = (ctx.model.config.top_k, ctx.model.config.experts);
-    let route = ctx.b.read(0, ctx.buf.root.route)?;
+    let route = ctx.backend.read(0, ctx.buffers.root.route)?;
     let ids: Vec<usize> = route[..k].iter().map(|v| v.to_bits() as usize).collect();
     if let Some(bad) = ids.iter().find(|e| **e >= experts) {
         return Err(crate::RuntimeError::Device {
@@ -85,8 +86,8 @@ fn read_ids(ctx: &mut Ctx, l: usize) -> Result<Vec<usize>> {
 
 /// Which rank owns a whole routed expert, as a rule the kernels apply to the route.
 fn rank_rule(ctx: &Ctx) -> OwnerRule {
-    let (e, tp) = (ctx.model.config.experts as u32, ctx.p.tp as u32);
-    match ctx.p.experts {
+    let (e, tp) = (ctx.model.config.experts as u32, ctx.placement.tp as u32);
+    match ctx.placement.experts {
         // NVFP4_EP2: owner e % 2 on rank (e % 2) % TP, i.e. e % TP for TP 1 and 2.
         ExpertMode::Interleaved2 => OwnerRule { experts: e, div: 1, modulo: tp },
         _ => OwnerRule { experts: e, div: e / tp, modulo: tp },
@@ -95,7 +96,7 @@ fn rank_rule(ctx: &Ctx) -> OwnerRule {
 
 /// Whether rank `r` holds (a shard of) `expert` (`None`: the shared expert) on layer `l`.
 fn held(ctx: &Ctx, l: usize, r: usize, expert: Option<usize>) -> bool {
-    let h = &ctx.w.layers[l][r];
+    let h = &ctx.weights.layers[l][r];
     match expert {
         Some(e) => h.experts[e].is_some(),
         None => h.shared.is_some(),
@@ -106,23 +107,23 @@ fn held(ctx: &Ctx, l: usize, r: usize, expert: Option<usize>) -> bool {
 fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let c = ctx.model.config.clone();
     let (hidden, k, limit) = (c.hidden, c.top_k, c.swiglu_limit);
-    let tp = ctx.p.tp;
+    let tp = ctx.placement.tp;
     let slots = k + 1;
-    let stride = ctx.buf.gmax * hidden;
-    let pitch = ctx.buf.act_pitch;
-    let root = ctx.buf.root.clone();
+    let stride = ctx.buffers.gmax * hidden;
+    let pitch = ctx.buffers.act_pitch;
+    let root = ctx.buffers.root.clone();
     let doors = ctx.cfg.doors;
     let fence = if doors.fence_memops { JoinFence::Doorbells } else { JoinFence::Events };
-    let routed_sharded = ctx.p.experts == ExpertMode::TensorParallel;
-    let shared_sharded = ctx.p.shared_sharded;
+    let routed_sharded = ctx.placement.experts == ExpertMode::TensorParallel;
+    let shared_sharded = ctx.placement.shared_sharded;
     let (routed_direct, shared_direct) = (doors.moe_direct && routed_sharded, doors.moe_direct && shared_sharded);
-    let (g_r, g_s) = (ctx.p.down_kblocks, ctx.p.shared_kblocks);
+    let (g_r, g_s) = (ctx.placement.down_kblocks, ctx.placement.shared_kblocks);
     let rule = rank_rule(ctx);
     ctx.begin(l, Seam::Experts)?;
     let mut parts: Vec<(usize, DigestPart)> = Vec::new();
     for r in 0..tp {
-        let Some(group) = ctx.w.layers[l][r].group else { continue };
-        let rb = ctx.buf.ranks[r].clone();
+        let Some(group) = ctx.weights.layers[l][r].group else { continue };
+        let rb = ctx.buffers.ranks[r].clone();
         let route = rb.route.sub(0, k);
         let down = |first_slot: usize, n: usize, out| Op::ExpertDown {
             group,
@@ -151,7 +152,7 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                             act,
                             act_pitch: pitch,
                         };
-                        ctx.b.launch(r, op)?;
+                        ctx.backend.launch(r, op)?;
                     }
                 }
             }
@@ -166,7 +167,7 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                     act: rb.ea,
                     act_pitch: pitch,
                 };
-                ctx.b.launch(r, op)?;
+                ctx.backend.launch(r, op)?;
             }
         }
         // down partials: locally, or (MOE_DIRECT, TP-sharded slots) straight into the root's
@@ -175,13 +176,13 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
         let shared_len = if shared_sharded { g_s / tp * hidden } else { g_s * hidden };
         let local_all = host_ids.is_none() && !routed_direct && !shared_direct;
         if local_all {
-            ctx.b.launch(r, down(0, slots, rb.epart))?;
+            ctx.backend.launch(r, down(0, slots, rb.epart))?;
         } else {
             match host_ids {
                 Some(ids) => {
                     for (s, e) in ids.iter().enumerate() {
                         if held(ctx, l, r, Some(*e)) {
-                            ctx.b.launch(r, down(s, 1, rb.epart.sub(s * stride, stride)))?;
+                            ctx.backend.launch(r, down(s, 1, rb.epart.sub(s * stride, stride)))?;
                         }
                     }
                 }
@@ -191,14 +192,14 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                         store_to_root(ctx, r, down(s, 1, at), at, fence, "moe_direct.peer_stores")?;
                     }
                 }
-                None => ctx.b.launch(r, down(0, k, rb.epart.sub(0, k * stride)))?,
+                None => ctx.backend.launch(r, down(0, k, rb.epart.sub(0, k * stride)))?,
             }
             if holds_shared {
                 if shared_direct {
                     let at = root.epart_all.sub(k * stride + r * shared_len, shared_len);
                     store_to_root(ctx, r, down(k, 1, at), at, fence, "moe_direct.peer_stores")?;
                 } else {
-                    ctx.b.launch(r, down(k, 1, rb.epart.sub(k * stride, stride)))?;
+                    ctx.backend.launch(r, down(k, 1, rb.epart.sub(k * stride, stride)))?;
                 }
             }
         }
@@ -240,10 +241,10 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             parts.push(part);
         }
     }
-    if ctx.p.experts == ExpertMode::ExpertParallel && doors.step_ep {
+    if ctx.placement.experts == ExpertMode::ExpertParallel && doors.step_ep {
         ctx.count("step_ep.owner_slots");
     }
-    if ctx.p.experts == ExpertMode::Interleaved2 {
+    if ctx.placement.experts == ExpertMode::Interleaved2 {
         ctx.count("nvfp4_ep2.owner_sweeps");
     }
     ctx.seam_parts(l, Seam::Experts, &parts)
@@ -254,16 +255,16 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
 fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let c = ctx.model.config.clone();
     let (hidden, k) = (c.hidden, c.top_k);
-    let tp = ctx.p.tp;
+    let tp = ctx.placement.tp;
     let slots = k + 1;
-    let stride = ctx.buf.gmax * hidden;
-    let root = ctx.buf.root.clone();
+    let stride = ctx.buffers.gmax * hidden;
+    let root = ctx.buffers.root.clone();
     let doors = ctx.cfg.doors;
     let direct = doors.moe_direct;
     let fence = if doors.fence_memops { JoinFence::Doorbells } else { JoinFence::Events };
-    let routed_sharded = ctx.p.experts == ExpertMode::TensorParallel;
-    let shared_sharded = ctx.p.shared_sharded;
-    let (g_r, g_s) = (ctx.p.down_kblocks, ctx.p.shared_kblocks);
+    let routed_sharded = ctx.placement.experts == ExpertMode::TensorParallel;
+    let shared_sharded = ctx.placement.shared_sharded;
+    let (g_r, g_s) = (ctx.placement.down_kblocks, ctx.placement.shared_kblocks);
     let nvfp4 = ctx.cfg.nvfp4_experts();
     let root_route = root.route.sub(0, k);
     ctx.begin(l, Seam::MoeJoin)?;
@@ -276,7 +277,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             let gl = if s < k { g_r } else { g_s } / tp;
             // Rank 0's partials are the root's buffer already (`buffers.rs`).
             for r in 1..tp {
-                let src = ctx.buf.ranks[r].epart.sub(s * stride, gl * hidden);
+                let src = ctx.buffers.ranks[r].epart.sub(s * stride, gl * hidden);
                 let dst = root.epart_all.sub(s * stride + r * gl * hidden, gl * hidden);
                 ctx.copy(Seam::Experts, r, src, 0, dst)?;
             }
@@ -300,18 +301,18 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
         // Every slot folded and combined in one kernel: the moe_join seam is complete.
         let parts = root.epart_all.sub(0, k * stride + g_r * hidden);
         let w = root.route.sub(k, k);
-        ctx.b.launch(0, Op::FoldCombine { parts, pitch: stride, n_parts: g_r, w, out: root.moe })?;
+        ctx.backend.launch(0, Op::FoldCombine { parts, pitch: stride, n_parts: g_r, w, out: root.moe })?;
         return ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe));
     }
     if routed_sharded {
-        ctx.b.launch(0, fold_root(0, k, g_r))?;
+        ctx.backend.launch(0, fold_root(0, k, g_r))?;
     }
     if shared_sharded && !merged {
-        ctx.b.launch(0, fold_root(k, 1, g_s))?;
+        ctx.backend.launch(0, fold_root(k, 1, g_s))?;
     }
     if !shared_sharded {
         // The whole shared expert on rank 0 folds straight into the root's slot.
-        let rb0 = ctx.buf.ranks[0].clone();
+        let rb0 = ctx.buffers.ranks[0].clone();
         let op = Op::FoldSlots {
             route: root_route,
             first_slot: k,
@@ -323,7 +324,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             scales: None,
             out: root.y.sub(k * hidden, hidden),
         };
-        ctx.b.launch(0, op)?;
+        ctx.backend.launch(0, op)?;
     }
     // Whole routed experts: each owner folds its slots (the NVFP4 down scale once, after the fold).
     if !routed_sharded {
@@ -331,9 +332,9 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             Some(ids) => {
                 // MOE_DIRECT: the owner's fold stores each slot straight into the root's y slot.
                 for (s, e) in ids.iter().enumerate() {
-                    let o = ctx.p.expert_owner(*e, c.experts);
-                    let ob = ctx.buf.ranks[o].clone();
-                    let scales = if nvfp4 { ctx.w.layers[l][o].group } else { None };
+                    let o = ctx.placement.expert_owner(*e, c.experts);
+                    let ob = ctx.buffers.ranks[o].clone();
+                    let scales = if nvfp4 { ctx.weights.layers[l][o].group } else { None };
                     let op = Op::FoldSlots {
                         route: ob.route.sub(0, k),
                         first_slot: s,
@@ -352,8 +353,8 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             None => {
                 let rule = rank_rule(ctx);
                 for r in 0..tp {
-                    let Some(group) = ctx.w.layers[l][r].group else { continue };
-                    let rb = ctx.buf.ranks[r].clone();
+                    let Some(group) = ctx.weights.layers[l][r].group else { continue };
+                    let rb = ctx.buffers.ranks[r].clone();
                     let op = Op::FoldSlots {
                         route: rb.route.sub(0, k),
                         first_slot: 0,
@@ -365,15 +366,15 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                         scales: nvfp4.then_some(group),
                         out: rb.ey.sub(0, k * hidden),
                     };
-                    ctx.b.launch(r, op)?;
+                    ctx.backend.launch(r, op)?;
                 }
                 // NVFP4_EP2 keeps routed slot outputs on their owners (they sum them there);
                 // otherwise each rank's folded slots go to the root, which selects every slot
                 // from its owner.
-                if ctx.p.experts != ExpertMode::Interleaved2 {
+                if ctx.placement.experts != ExpertMode::Interleaved2 {
                     let region = slots * hidden;
                     for r in 1..tp {
-                        let src = ctx.buf.ranks[r].ey.sub(0, k * hidden);
+                        let src = ctx.buffers.ranks[r].ey.sub(0, k * hidden);
                         ctx.copy(Seam::MoeJoin, r, src, 0, root.ey_all.sub(r * region, k * hidden))?;
                     }
                     let op = Op::SelectSlots {
@@ -384,7 +385,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                         rank_pitch: region,
                         out: root.y.sub(0, k * hidden),
                     };
-                    ctx.b.launch(0, op)?;
+                    ctx.backend.launch(0, op)?;
                 }
             }
         }
@@ -392,13 +393,13 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let routed = root.moe.sub(0, hidden);
     let shared = root.moe.sub(hidden, hidden);
     let weights = root.route.sub(k, k);
-    if ctx.p.experts == ExpertMode::Interleaved2 {
+    if ctx.placement.experts == ExpertMode::Interleaved2 {
         // NVFP4_EP2: each of the 2 owners (rank o % TP) sums its own slots in slot order from
         // +0.0; the root adds owner 0's sum and owner 1's sum.
         let parity = OwnerRule { experts: c.experts as u32, div: 1, modulo: 2 };
         for owner in 0..2 {
             let r = owner % tp;
-            let rb = ctx.buf.ranks[r].clone();
+            let rb = ctx.buffers.ranks[r].clone();
             let acc = rb.esum.sub(owner * hidden, hidden);
             ctx.copy(Seam::MoeJoin, 0, weights, r, rb.rw.sub(0, k))?;
             let op = Op::CombineOwned {
@@ -408,16 +409,16 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                 w: rb.rw.sub(0, k),
                 out: acc,
             };
-            ctx.b.launch(r, op)?;
+            ctx.backend.launch(r, op)?;
             ctx.copy(Seam::MoeJoin, r, acc, 0, root.rank_sums.sub(owner * hidden, hidden))?;
         }
-        ctx.b.launch(
+        ctx.backend.launch(
             0,
             Op::Add { a: root.rank_sums.sub(0, hidden), b: root.rank_sums.sub(hidden, hidden), out: routed },
         )?;
         ctx.copy(Seam::MoeJoin, 0, root.y.sub(k * hidden, hidden), 0, shared)?;
     } else {
-        ctx.b.launch(0, Op::CombineShared { y: root.y, w: weights, out: root.moe })?;
+        ctx.backend.launch(0, Op::CombineShared { y: root.y, w: weights, out: root.moe })?;
     }
     ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe))
 }
@@ -425,10 +426,10 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
 /// residual: h + (routed + shared), in exactly that operand order.
 fn residual(ctx: &mut Ctx, l: usize) -> Result<()> {
     let hidden = ctx.model.config.hidden;
-    let root = ctx.buf.root.clone();
+    let root = ctx.buffers.root.clone();
     let (routed, shared) = (root.moe.sub(0, hidden), root.moe.sub(hidden, hidden));
     ctx.begin(l, Seam::Residual)?;
-    ctx.b.launch(0, Op::ResidualAdd { h: root.h, a: routed, b: shared, sum: root.moe_sum, out: root.x })?;
+    ctx.backend.launch(0, Op::ResidualAdd { h: root.h, a: routed, b: shared, sum: root.moe_sum, out: root.x })?;
     ctx.seam(l, Seam::Residual, &Ctx::root_part(root.x))
 }
 
@@ -439,9 +440,9 @@ fn residual(ctx: &mut Ctx, l: usize) -> Result<()> {
 fn bulk_move_partials(ctx: &mut Ctx, sharded: &[bool]) -> Result<()> {
     let hidden = ctx.model.config.hidden;
     let k = ctx.model.config.top_k;
-    let (tp, stride) = (ctx.p.tp, ctx.buf.gmax * hidden);
-    let root_parts = ctx.buf.root.epart_all;
-    let g_of = |s: usize| if s < k { ctx.p.down_kblocks } else { ctx.p.shared_kblocks };
+    let (tp, stride) = (ctx.placement.tp, ctx.buffers.gmax * hidden);
+    let root_parts = ctx.buffers.root.epart_all;
+    let g_of = |s: usize| if s < k { ctx.placement.down_kblocks } else { ctx.placement.shared_kblocks };
     let mut runs: Vec<(usize, usize, usize)> = Vec::new(); // (first slot, slots, G)
     for (s, sh) in sharded.iter().enumerate() {
         if !*sh {
@@ -456,7 +457,7 @@ fn bulk_move_partials(ctx: &mut Ctx, sharded: &[bool]) -> Result<()> {
         let len = g / tp * hidden;
         // Rank 0's partials are the root's buffer already (`buffers.rs`).
         for r in 1..tp {
-            let src = ctx.buf.ranks[r].epart.sub(first * stride, len);
+            let src = ctx.buffers.ranks[r].epart.sub(first * stride, len);
             let dst = root_parts.sub(first * stride + r * len, len);
             if n == 1 {
                 ctx.copy(Seam::Experts, r, src, 0, dst)?;

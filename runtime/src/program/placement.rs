@@ -60,30 +60,39 @@ impl Placement {
         };
         let shared_kblocks = model.layers[0].shared.down.kblocks()?;
         if !c.kv_heads.is_multiple_of(tp) || !c.q_heads.is_multiple_of(tp) {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Placement { tp, rule: format!(
                 "attention heads (q {}, kv {}) cannot be split over TP {tp}: each rank must own whole heads of the 8 canonical chunks",
                 c.q_heads, c.kv_heads
-            )));
+            ) });
         }
         if !o_kblocks.is_multiple_of(tp) {
-            return Err(RuntimeError::Config(format!(
-                "layers.*.attn.o in_features {} has {o_kblocks} canonical K-blocks, which TP {tp} does not divide",
-                c.q_heads * c.head_dim
-            )));
+            return Err(RuntimeError::Placement {
+                tp,
+                rule: format!(
+                    "layers.*.attn.o in_features {} has {o_kblocks} canonical K-blocks, which TP {tp} does not divide",
+                    c.q_heads * c.head_dim
+                ),
+            });
         }
         let experts = if doors.nvfp4_ep2 {
             if tp > 2 {
-                return Err(RuntimeError::Config(format!(
-                    "MEMRA_STEP_NVFP4_EP2 interleaves whole experts over 2 owners (TP1 or TP2), not TP {tp}"
-                )));
+                return Err(RuntimeError::DoorRefused {
+                    door: "MEMRA_STEP_NVFP4_EP2",
+                    rule: format!(
+                        "MEMRA_STEP_NVFP4_EP2 interleaves whole experts over 2 owners (TP1 or TP2), not TP {tp}"
+                    ),
+                });
             }
             ExpertMode::Interleaved2
         } else if nvfp4 || doors.step_ep || !down_kblocks.is_multiple_of(tp) {
             if !c.experts.is_multiple_of(tp) {
-                return Err(RuntimeError::Config(format!(
-                    "{} routed experts cannot be owned whole in contiguous ranges by TP {tp} ranks",
-                    c.experts
-                )));
+                return Err(RuntimeError::Placement {
+                    tp,
+                    rule: format!(
+                        "{} routed experts cannot be owned whole in contiguous ranges by TP {tp} ranks",
+                        c.experts
+                    ),
+                });
             }
             ExpertMode::ExpertParallel
         } else {

@@ -185,7 +185,7 @@ impl Pool {
             None => st.model = Some(id),
             Some(m) if *m == id => {}
             Some((_, c)) => {
-                return Err(RuntimeError::Config(format!(
+                return Err(RuntimeError::Contract(format!(
                     "this pool holds the weights of a {} model with {} layers; a run of another model needs a pool of its own",
                     c.preset, c.layers
                 )))

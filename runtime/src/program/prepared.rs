@@ -88,10 +88,14 @@ impl Prepared {
         match &self.checkpoint {
             Some(cp) => b.rewind(cp),
             None if earlier == 0 => Ok(()),
-            None => Err(RuntimeError::Config(format!(
-                "{}: this backend cannot rewind, so its prepared weights serve one run only (prepare again)",
-                b.describe()
-            ))),
+            None => Err(RuntimeError::Unsupported {
+                backend: b.describe(),
+                mechanism: "rewind",
+                rule: format!(
+                    "{}: this backend cannot rewind, so its prepared weights serve one run only (prepare again)",
+                    b.describe()
+                ),
+            }),
         }
     }
 }
@@ -100,7 +104,7 @@ impl Prepared {
 /// parameter buffers and the expert groups.
 pub fn prepare(model: &Model, layout: Layout, b: &mut dyn Backend) -> Result<Prepared> {
     if b.ranks() != layout.tp {
-        return Err(RuntimeError::Config(format!(
+        return Err(RuntimeError::Contract(format!(
             "the backend has {} ranks but the layout asks for TP {}",
             b.ranks(),
             layout.tp

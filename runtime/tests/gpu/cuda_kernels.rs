@@ -107,7 +107,7 @@ fn gemv_cases(seed: u64, orders: &[&str]) -> Vec<Case> {
             // the host twin keeps the quiet NaN its decode produced (0x7FC00000) while NVIDIA
             // GPUs return the canonical NaN (0x7FFFFFFF), so these cases compare "both NaN" as
             // equal. Only these: every other case compares bits, and no real model has NaN
-            // codes (the loader rejects an F8_E4M3 code 0x7F/0xFF, `model/format.rs`).
+            // codes (the loader rejects an F8_E4M3 code 0x7F/0xFF, `model/format/mod.rs`).
             c.nan_equal = nan_codes;
             let w = c.weight(shard.clone());
             let x = c.buf(rng.vec(cols, 4.0));
@@ -412,6 +412,7 @@ fn copies_between_ranks_move_bytes_exactly() -> Ran {
             assert!(probe.iter().all(|p| p.bad_words == 0 && p.no_peer_access.is_none()), "TP{tp} {t:?}: {probe:?}");
         }
         let err = b.copy(Transport::Nccl, 0, Slice::new(bufs[0], 0, 4), 1, Slice::new(bufs[1], 0, 4)).unwrap_err();
+        assert!(matches!(&err, RuntimeError::Unsupported { mechanism: "nccl transport", .. }), "{err:?}");
         assert!(err.to_string().contains("nccl needs one device per rank"), "{err}");
     }
     Ok(())
@@ -657,8 +658,10 @@ fn backends_without_nccl_refuse_all_reduce_and_unfenced_copies() -> Ran {
     let (a, b) = (h.alloc(0, 8).unwrap(), h.alloc(1, 8).unwrap());
     let (sa, sb) = (Slice::new(a, 0, 8), Slice::new(b, 0, 8));
     let err = h.all_reduce_sum(&[(0, sa), (1, sb)], 0, sa).unwrap_err();
+    assert!(matches!(&err, RuntimeError::Unsupported { mechanism: "NCCL all-reduce", .. }), "{err:?}");
     assert!(err.to_string().contains("no NCCL all-reduce"), "{err}");
     let err = h.copy_unfenced(Transport::HostBounce, 1, sb, 0, sa).unwrap_err();
+    assert!(matches!(&err, RuntimeError::Unsupported { mechanism: "unfenced copies", .. }), "{err:?}");
     assert!(err.to_string().contains("no producer fence to skip"), "{err}");
     // Through the program: the door asks for the nccl transport, which the host has not.
     let model = tiny();
@@ -666,6 +669,7 @@ fn backends_without_nccl_refuse_all_reduce_and_unfenced_copies() -> Ran {
     let mut cfg = RunConfig::new(2, Transport::NativeP2p, battery).unwrap();
     cfg.doors.nccl_allreduce = true;
     let err = program::run(&model, &cfg, &mut HostBackend::new(2).unwrap()).unwrap_err();
+    assert!(matches!(&err, RuntimeError::DoorRefused { door: "MEMRA_NCCL_ALLREDUCE", .. }), "{err:?}");
     assert!(err.to_string().contains("needs the nccl transport"), "{err}");
     cfg.doors = DoorSet { canary: Some(Canary::SkipFence), ..DoorSet::default() };
     let err = program::run(&model, &cfg, &mut HostBackend::new(2).unwrap()).unwrap_err();
@@ -741,7 +745,9 @@ fn nccl_allreduce_door_is_refused_on_co_resident_ranks() -> Ran {
     let mut co = cuda_backend(2, CO_RESIDENT)?;
     let (a, b) = (co.alloc(0, 16).unwrap(), co.alloc(1, 16).unwrap());
     let err = co.all_reduce_sum(&[(0, Slice::new(a, 0, 16)), (1, Slice::new(b, 0, 16))], 0, Slice::new(a, 0, 16));
-    let err = err.unwrap_err().to_string();
+    let err = err.unwrap_err();
+    assert!(matches!(&err, RuntimeError::Unsupported { mechanism: "nccl transport", .. }), "{err:?}");
+    let err = err.to_string();
     assert!(err.contains("nccl needs one device per rank: TP2 on 1 device(s)"), "{err}");
     Ok(())
 }

@@ -57,7 +57,7 @@
 //! | `MEMRA_SUBJECT_PROTOCOL` | `1` |
 //! | `MEMRA_SUBJECT_BACKEND` | `host` or `cuda` |
 //! | `MEMRA_SUBJECT_TP`, `MEMRA_SUBJECT_TRANSPORT` | the run's TP size and transport |
-//! | `MEMRA_SUBJECT_MODEL` | a `memra-model` safetensors file (`runtime/src/model/format.rs`) |
+//! | `MEMRA_SUBJECT_MODEL` | a `memra-model` safetensors file (`runtime/src/model/format/mod.rs`) |
 //! | `MEMRA_SUBJECT_BATTERY` | the battery file of this run |
 //! | `MEMRA_SUBJECT_TAPE` | where to write the tape (absent until the subject writes it) |
 //! | every door of `doors` | `1` (on in this run) or `0` |

@@ -6,9 +6,10 @@
 //! [`CompiledKernels`] for receipts. After a module is loaded into a context, every name of
 //! `memra_kernels::sources::KERNEL_NAMES` is looked up; a missing one is an error naming it.
 
+use super::driver;
 use crate::error::RuntimeError;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
-use cudarc::nvrtc::{result as nresult, sys as nsys, Ptx};
+use cudarc::nvrtc::Ptx;
 use memra_kernels::sources::{cuda_source, source_digest, KERNEL_NAMES};
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr, CString};
@@ -88,28 +89,30 @@ type CompileOutput = (String, String, Vec<u8>, (i32, i32));
 fn compile_program(src: &CStr, name: &CStr, options: &[String]) -> Result<CompileOutput, RuntimeError> {
     let mut version = (0, 0);
     // SAFETY: out-pointers are live locals.
-    unsafe { nsys::nvrtcVersion(&mut version.0, &mut version.1) }.result().map_err(|e| nvrtc_err("version", e))?;
-    let prog = nresult::create_program(src, Some(name)).map_err(|e| nvrtc_err("create program", e))?;
+    unsafe { driver::nvrtc::nvrtcVersion(&mut version.0, &mut version.1) }
+        .result()
+        .map_err(|e| nvrtc_err("version", e))?;
+    let prog = driver::nvrtc::create_program(src, Some(name)).map_err(|e| nvrtc_err("create program", e))?;
     let out = (|| {
         // SAFETY: `prog` was created above and is destroyed only after this closure returns;
         // `src` and `name` outlive it.
-        let compiled = unsafe { nresult::compile_program(prog, options) };
+        let compiled = unsafe { driver::nvrtc::compile_program(prog, options) };
         // SAFETY: as above.
-        let log = unsafe { nresult::get_program_log(prog) }.map(|l| c_chars_to_string(&l)).unwrap_or_default();
+        let log = unsafe { driver::nvrtc::get_program_log(prog) }.map(|l| c_chars_to_string(&l)).unwrap_or_default();
         if let Err(e) = compiled {
-            return Err(RuntimeError::Config(format!(
-                "NVRTC could not compile the kernels ({e}) with {}:\n{log}",
-                options.join(" ")
-            )));
+            return Err(RuntimeError::KernelCompile { error: e.to_string(), options: options.join(" "), log });
         }
         // SAFETY: as above; the program compiled.
-        let ptx = unsafe { nresult::get_ptx(prog) }.map(|p| c_chars_to_string(&p)).map_err(|e| nvrtc_err("PTX", e))?;
+        let ptx =
+            unsafe { driver::nvrtc::get_ptx(prog) }.map(|p| c_chars_to_string(&p)).map_err(|e| nvrtc_err("PTX", e))?;
         let mut size = 0usize;
         // SAFETY: as above; `size` is a live local.
-        unsafe { nsys::nvrtcGetCUBINSize(prog, &mut size) }.result().map_err(|e| nvrtc_err("CUBIN size", e))?;
+        unsafe { driver::nvrtc::nvrtcGetCUBINSize(prog, &mut size) }
+            .result()
+            .map_err(|e| nvrtc_err("CUBIN size", e))?;
         let mut cubin = vec![0u8; size];
         // SAFETY: `cubin` holds exactly the `size` bytes NVRTC reported.
-        unsafe { nsys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char) }
+        unsafe { driver::nvrtc::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char) }
             .result()
             .map_err(|e| nvrtc_err("CUBIN", e))?;
         if cubin.is_empty() {
@@ -118,7 +121,7 @@ fn compile_program(src: &CStr, name: &CStr, options: &[String]) -> Result<Compil
         Ok((log, ptx, cubin, version))
     })();
     // SAFETY: `prog` came from create_program and is destroyed exactly once.
-    let _ = unsafe { nresult::destroy_program(prog) };
+    let _ = unsafe { driver::nvrtc::destroy_program(prog) };
     out
 }
 
@@ -163,6 +166,8 @@ impl Kernels {
 
     /// A kernel by name (every name of `KERNEL_NAMES` was checked at load).
     pub(crate) fn get(&self, name: &'static str) -> Result<&CudaFunction, RuntimeError> {
-        self.functions.get(name).ok_or_else(|| RuntimeError::Config(format!("kernel `{name}` is not in KERNEL_NAMES")))
+        self.functions
+            .get(name)
+            .ok_or_else(|| RuntimeError::Contract(format!("kernel `{name}` is not in KERNEL_NAMES")))
     }
 }

@@ -24,10 +24,11 @@
 //! `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1`: it describes the deprecated v1 memop API; the
 //! v2 calls used here report their own refusal, which is what decides.
 
+use super::driver;
 use super::CudaBackend;
 use crate::backend::{JoinFence, Op};
 use crate::Result;
-use cudarc::driver::{result as dresult, sys as dsys, CudaContext};
+use cudarc::driver::CudaContext;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -38,7 +39,7 @@ pub(crate) struct Doorbells {
     /// The context the allocation was made in (freed there).
     ctx: Arc<CudaContext>,
     /// Device address of the words per backend device (index like `CudaBackend::devices`).
-    dev_ptr: Vec<dsys::CUdeviceptr>,
+    dev_ptr: Vec<driver::CUdeviceptr>,
     /// Last ticket rung per ordered pair.
     tickets: Vec<u32>,
     n_ranks: usize,
@@ -50,19 +51,19 @@ impl Doorbells {
         let bytes = n * n * 4;
         let ctx = b.devices[0].ctx.clone();
         ctx.bind_to_thread().map_err(|e| format!("binding device {}: {e}", b.devices[0].info.ordinal))?;
-        let flags = dsys::CU_MEMHOSTALLOC_DEVICEMAP | dsys::CU_MEMHOSTALLOC_PORTABLE;
+        let flags = driver::CU_MEMHOSTALLOC_DEVICEMAP | driver::CU_MEMHOSTALLOC_PORTABLE;
         // SAFETY: the context is current; a non-zero size; flags are the documented constants.
-        let host = unsafe { dresult::malloc_host(bytes, flags) }
+        let host = unsafe { driver::malloc_host(bytes, flags) }
             .map_err(|e| format!("cuMemHostAlloc(DEVICEMAP|PORTABLE, {bytes} bytes) refused: {e}"))?;
         // SAFETY: `host` is a fresh allocation of `bytes` bytes that no device work uses yet.
         unsafe { std::ptr::write_bytes(host as *mut u8, 0, bytes) };
         let mut bells = Doorbells { host, ctx, dev_ptr: Vec::new(), tickets: vec![0; n * n], n_ranks: n };
         for d in &b.devices {
             d.ctx.bind_to_thread().map_err(|e| format!("binding device {}: {e}", d.info.ordinal))?;
-            let mut p: dsys::CUdeviceptr = 0;
+            let mut p: driver::CUdeviceptr = 0;
             // SAFETY: `host` is a live DEVICEMAP|PORTABLE allocation, so it is mapped in every
             // context; `p` is a live local; flags must be 0.
-            unsafe { dsys::cuMemHostGetDevicePointer_v2(&mut p, bells.host, 0) }
+            unsafe { driver::cuMemHostGetDevicePointer_v2(&mut p, bells.host, 0) }
                 .result()
                 .map_err(|e| format!("mapping the doorbell flags on device {}: {e}", d.info.ordinal))?;
             bells.dev_ptr.push(p);
@@ -70,7 +71,7 @@ impl Doorbells {
         Ok(bells)
     }
 
-    fn word(&self, dev: usize, signaller: usize, waiter: usize) -> dsys::CUdeviceptr {
+    fn word(&self, dev: usize, signaller: usize, waiter: usize) -> driver::CUdeviceptr {
         self.dev_ptr[dev] + ((signaller * self.n_ranks + waiter) * 4) as u64
     }
 }
@@ -80,7 +81,7 @@ impl Drop for Doorbells {
         self.ctx.record_err(self.ctx.bind_to_thread());
         // SAFETY: allocated by cuMemHostAlloc and freed once; the owning backend drained every
         // stream before its fields drop, so no memop still targets the words.
-        self.ctx.record_err(unsafe { dresult::free_host(self.host) });
+        self.ctx.record_err(unsafe { driver::free_host(self.host) });
     }
 }
 
@@ -140,22 +141,22 @@ impl CudaBackend {
         let (s_word, w_word) = (bells.word(sd, signaller, waiter), bells.word(wd, signaller, waiter));
         let (s, w) = (&self.ranks[signaller], &self.ranks[waiter]);
         s.stream.context().bind_to_thread().map_err(|e| self.fault(signaller, "doorbell write", e))?;
-        let write = dsys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+        let write = driver::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
         // SAFETY: `s_word` is the device address, in the signaller's context, of a live mapped
         // host word owned by `self.bells` (freed only after every stream is drained).
-        let r = unsafe { dsys::cuStreamWriteValue32_v2(s.stream.cu_stream(), s_word, ticket, write) };
+        let r = unsafe { driver::cuStreamWriteValue32_v2(s.stream.cu_stream(), s_word, ticket, write) };
         if let Some(rejected) = self.memop_result(r, signaller, "cuStreamWriteValue32_v2")? {
             self.bells = BellState::Rejected(rejected);
             return Ok(false);
         }
-        let mut wait = dsys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        let mut wait = driver::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
         if self.can_flush_remote_writes(waiter) {
-            wait |= dsys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_FLUSH as u32;
+            wait |= driver::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_FLUSH as u32;
         }
         w.stream.context().bind_to_thread().map_err(|e| self.fault(waiter, "doorbell wait", e))?;
         // SAFETY: as above, in the waiter's context; the matching write was issued just before,
         // so the wait can always be satisfied (see the module docs on issue order).
-        let r = unsafe { dsys::cuStreamWaitValue32_v2(w.stream.cu_stream(), w_word, ticket, wait) };
+        let r = unsafe { driver::cuStreamWaitValue32_v2(w.stream.cu_stream(), w_word, ticket, wait) };
         if let Some(rejected) = self.memop_result(r, waiter, "cuStreamWaitValue32_v2")? {
             // The ticket already written is harmless: nothing waits for it.
             self.bells = BellState::Rejected(rejected);
@@ -169,8 +170,8 @@ impl CudaBackend {
     }
 
     /// `Ok(None)` on success, `Ok(Some(reason))` when the device rejects memops, else a fault.
-    fn memop_result(&self, r: dsys::CUresult, rank: usize, call: &str) -> Result<Option<String>> {
-        use dsys::CUresult::*;
+    fn memop_result(&self, r: driver::CUresult, rank: usize, call: &str) -> Result<Option<String>> {
+        use driver::CUresult::*;
         match r {
             CUDA_SUCCESS => Ok(None),
             CUDA_ERROR_NOT_SUPPORTED | CUDA_ERROR_INVALID_VALUE => Ok(Some(format!(
@@ -178,15 +179,15 @@ impl CudaBackend {
                 self.ordinal_of(rank),
                 r
             ))),
-            _ => Err(self.fault(rank, call, dresult::DriverError(r))),
+            _ => Err(self.fault(rank, call, driver::DriverError(r))),
         }
     }
 
     fn can_flush_remote_writes(&self, rank: usize) -> bool {
         let dev = self.ctx_of(rank).cu_device();
-        let attr = dsys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES;
+        let attr = driver::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES;
         // SAFETY: `dev` is the live device handle of this rank's context.
-        unsafe { dresult::device::get_attribute(dev, attr) }.is_ok_and(|v| v == 1)
+        unsafe { driver::device::get_attribute(dev, attr) }.is_ok_and(|v| v == 1)
     }
 
     /// Why FENCE_MEMOPS fell back to events, if it did (for diagnostics and test messages).

@@ -21,13 +21,14 @@
 //! never a silent eager fallback, so a replay is exactly the captured kernel and copy sequence.
 //! Replays are counted as the door's engagement (`graph.replays`).
 
+use super::driver;
 use super::memory::{driver_err, PinnedBuffer};
 use super::CudaBackend;
 use crate::backend::{JoinFence, Op, Packed, Slice};
 use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::Result;
-use cudarc::driver::{sys as dsys, CudaEvent, CudaGraph, CudaStream};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaStream};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -179,7 +180,7 @@ impl CudaBackend {
                 want.map_or("nothing more".to_string(), |w| format!("`{w:?}`"))
             );
             self.segment_abort_impl();
-            return Err(RuntimeError::Config(detail));
+            return Err(RuntimeError::Contract(detail));
         }
         a.cursor += 1;
         Ok(a.pass == Pass::Capture)
@@ -188,17 +189,18 @@ impl CudaBackend {
     /// Open segment `key` (see the module doc for the passes).
     pub(crate) fn segment_begin_impl(&mut self, key: u64) -> Result<()> {
         if let Some(a) = &self.graphs.active {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "graph segment {key} opened inside segment {}: segments do not nest",
                 a.key
             )));
         }
         if self.opts.rank0_on_default_stream {
-            return Err(RuntimeError::Config(
-                "MEMRA_STEP_TP_GRAPH with MEMRA_RANK0_MERGE: rank 0 issues on the legacy default stream, which CUDA \
-                 cannot capture into a graph"
+            return Err(RuntimeError::DoorRefused {
+                door: "MEMRA_STEP_TP_GRAPH",
+                rule: "MEMRA_STEP_TP_GRAPH with MEMRA_RANK0_MERGE: rank 0 issues on the legacy default stream, which \
+                       CUDA cannot capture into a graph"
                     .into(),
-            ));
+            });
         }
         let marks_now: Vec<usize> = self.ranks.iter().map(|r| r.marks_used).collect();
         let n = self.ranks.len();
@@ -219,7 +221,7 @@ impl CudaBackend {
             }
             Some(seg) => {
                 if seg.marks_at != marks_now {
-                    return Err(RuntimeError::Config(format!(
+                    return Err(RuntimeError::Contract(format!(
                         "graph segment {key} begins at timing marks {marks_now:?} per rank, but was recorded at {:?}: \
                          the step before it changed",
                         seg.marks_at
@@ -252,13 +254,13 @@ impl CudaBackend {
     /// launch the graph.
     pub(crate) fn segment_end_impl(&mut self) -> Result<()> {
         let Some(a) = self.graphs.active.as_ref() else {
-            return Err(RuntimeError::Config("graph segment end without a begin".into()));
+            return Err(RuntimeError::Contract("graph segment end without a begin".into()));
         };
         let (key, pass, cursor) = (a.key, a.pass, a.cursor);
         let recorded = self.graphs.segments[&key].signatures.len();
         if pass != Pass::Record && cursor != recorded {
             self.segment_abort_impl();
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "graph segment {key} ended after {cursor} calls of a {pass:?} pass, but it recorded {recorded}"
             )));
         }
@@ -306,7 +308,7 @@ impl CudaBackend {
             if let Some((origin, _)) = &self.graphs.origin {
                 // A failed capture invalidates the whole sequence; ending it returns every joined
                 // stream to normal mode. The error (if any) is the one already being reported.
-                let _ = origin.end_capture(dsys::CUgraphInstantiate_flags(0));
+                let _ = origin.end_capture(driver::CUgraphInstantiate_flags(0));
             }
         }
         self.graphs.segments.remove(&a.key);
@@ -325,7 +327,7 @@ impl CudaBackend {
             while self.ranks[r].mark_events.len() < marks_need[r] {
                 let ev = self
                     .ctx_of(r)
-                    .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .new_event(Some(driver::CUevent_flags::CU_EVENT_DEFAULT))
                     .map_err(|e| self.fault(r, "graph timing event", e))?;
                 self.ranks[r].mark_events.push(ev);
             }
@@ -345,7 +347,7 @@ impl CudaBackend {
         self.graphs
             .origin
             .as_ref()
-            .ok_or_else(|| RuntimeError::Config("graph origin stream used before a capture created it".into()))
+            .ok_or_else(|| RuntimeError::Contract("graph origin stream used before a capture created it".into()))
     }
 
     /// The origin stream waits for everything queued so far on every rank.
@@ -374,7 +376,7 @@ impl CudaBackend {
         // Relaxed: other threads of the process (host rank workers, other tests) may make calls
         // that the stricter modes would refuse; this capture itself allocates nothing.
         origin
-            .begin_capture(dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .begin_capture(driver::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
             .map_err(|e| self.fault(0, "graph capture begin", e))?;
         self.ranks_after_origin("graph capture fork")
     }
@@ -384,9 +386,9 @@ impl CudaBackend {
         self.origin_after_ranks("graph capture join")?;
         let (origin, _) = self.origin()?;
         origin
-            .end_capture(dsys::CUgraphInstantiate_flags(0))
+            .end_capture(driver::CUgraphInstantiate_flags(0))
             .map_err(|e| self.fault(0, "graph capture end", e))?
-            .ok_or_else(|| RuntimeError::Config("graph capture produced no graph".into()))
+            .ok_or_else(|| RuntimeError::Contract("graph capture produced no graph".into()))
     }
 
     /// Record a timing mark on `rank` inside a capture: an external record becomes an event
@@ -395,9 +397,9 @@ impl CudaBackend {
         let r = &self.ranks[rank];
         let ev = &r.mark_events[slot];
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "timing mark", e))?;
-        let external = dsys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32;
+        let external = driver::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32;
         // SAFETY: the event and the stream are live objects of this rank's context.
-        unsafe { dsys::cuEventRecordWithFlags(ev.cu_event(), r.stream.cu_stream(), external) }
+        unsafe { driver::cuEventRecordWithFlags(ev.cu_event(), r.stream.cu_stream(), external) }
             .result()
             .map_err(|e| self.fault(rank, "timing mark in graph capture", e))
     }

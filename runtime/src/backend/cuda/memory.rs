@@ -6,21 +6,22 @@
 //! is freed. Weights keep their storage format on the device (BF16 bits, f32, E4M3 codes + f32
 //! scales, NVFP4 nibbles + ue4m3 scales, W8 int8 + f32 scales), optionally rearranged lane-major (see `layout`).
 
+use super::driver;
 use super::layout::{choose_vec, to_lane_major};
 use crate::error::RuntimeError;
 use crate::model::matrix::{MatrixShard, ShardData};
 use crate::Result;
-use cudarc::driver::{result as dresult, sys as dsys, CudaContext, CudaStream, DeviceRepr};
+use cudarc::driver::{CudaContext, CudaStream, DeviceRepr};
 use std::ffi::c_void;
 use std::sync::Arc;
 
-pub(crate) fn driver_err(location: impl Into<String>, e: dresult::DriverError) -> RuntimeError {
+pub(crate) fn driver_err(location: impl Into<String>, e: driver::DriverError) -> RuntimeError {
     RuntimeError::Device { location: location.into(), detail: e.to_string() }
 }
 
 /// One device allocation of `bytes` bytes on the device of `ctx`.
 pub(crate) struct DeviceBuffer {
-    ptr: dsys::CUdeviceptr,
+    ptr: driver::CUdeviceptr,
     ctx: Arc<CudaContext>,
 }
 
@@ -36,12 +37,18 @@ impl DeviceBuffer {
         let bytes = bytes.max(1);
         ctx.bind_to_thread().map_err(|e| driver_err(what, e))?;
         // SAFETY: the context is current on this thread; the size is non-zero.
-        let ptr = unsafe { dresult::malloc_sync(bytes) }
-            .map_err(|e| driver_err(format!("{what}: allocating {bytes} bytes on device {}", ctx.ordinal()), e))?;
+        let ptr = unsafe { driver::malloc_sync(bytes) }.map_err(|e| {
+            let location = format!("{what}: allocating {bytes} bytes on device {}", ctx.ordinal());
+            if e.0 == driver::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                RuntimeError::OutOfDeviceMemory { location, device: ctx.ordinal(), bytes, detail: e.to_string() }
+            } else {
+                driver_err(location, e)
+            }
+        })?;
         let buf = DeviceBuffer { ptr, ctx: ctx.clone() };
         // SAFETY: `ptr` is a live allocation of exactly `bytes` bytes in this context, and the
         // stream belongs to the same context.
-        unsafe { dresult::memset_d8_async(ptr, 0, bytes, stream.cu_stream()) }
+        unsafe { driver::memset_d8_async(ptr, 0, bytes, stream.cu_stream()) }
             .map_err(|e| driver_err(format!("{what}: zeroing"), e))?;
         Ok(buf)
     }
@@ -57,14 +64,14 @@ impl DeviceBuffer {
         if !data.is_empty() {
             // SAFETY: the destination holds at least size_of_val(data) bytes (allocated just above
             // in this context); the copy is followed by a stream synchronize, so `data` outlives it.
-            unsafe { dresult::memcpy_htod_async(buf.ptr, data, stream.cu_stream()) }
+            unsafe { driver::memcpy_htod_async(buf.ptr, data, stream.cu_stream()) }
                 .map_err(|e| driver_err(format!("{what}: upload"), e))?;
         }
         stream.synchronize().map_err(|e| driver_err(format!("{what}: upload"), e))?;
         Ok(buf)
     }
 
-    pub(crate) fn ptr(&self) -> dsys::CUdeviceptr {
+    pub(crate) fn ptr(&self) -> driver::CUdeviceptr {
         self.ptr
     }
 }
@@ -74,7 +81,7 @@ impl Drop for DeviceBuffer {
         self.ctx.record_err(self.ctx.bind_to_thread());
         // SAFETY: `ptr` came from cuMemAlloc in this context and is freed exactly once; the
         // backend synchronized every stream before dropping its buffers.
-        self.ctx.record_err(unsafe { dresult::free_sync(self.ptr) });
+        self.ctx.record_err(unsafe { driver::free_sync(self.ptr) });
     }
 }
 
@@ -93,7 +100,7 @@ impl PinnedBuffer {
         // copy through the same staging buffer.
         const PORTABLE: u32 = 0x01;
         // SAFETY: the context is current; a non-zero size.
-        let ptr = unsafe { dresult::malloc_host(bytes, PORTABLE) }
+        let ptr = unsafe { driver::malloc_host(bytes, PORTABLE) }
             .map_err(|e| driver_err(format!("pinned staging: allocating {bytes} bytes"), e))?;
         Ok(PinnedBuffer { ptr, bytes, ctx: ctx.clone() })
     }
@@ -112,7 +119,7 @@ impl Drop for PinnedBuffer {
         self.ctx.record_err(self.ctx.bind_to_thread());
         // SAFETY: `ptr` came from cuMemHostAlloc and is freed once; every copy through it was
         // synchronized (the backend drains its streams, a ring slot waits its free event).
-        self.ctx.record_err(unsafe { dresult::free_host(self.ptr) });
+        self.ctx.record_err(unsafe { driver::free_host(self.ptr) });
     }
 }
 
@@ -156,14 +163,26 @@ pub(crate) struct DeviceWeight {
 /// errors instead of panics.
 fn check_shard(s: &MatrixShard) -> Result<()> {
     let (rows, cols, kw) = (s.out_features, s.in_features, s.kblock_width);
-    let bad = |rule: String| Err(RuntimeError::Config(format!("weight shard [{rows}, {cols}] (K-block {kw}): {rule}")));
+    let shard = format!("weight shard [{rows}, {cols}] (K-block {kw})");
+    let bad = |rule: String| Err(RuntimeError::Contract(format!("{shard}: {rule}")));
     if cols > 0 && (kw == 0 || cols % kw != 0) {
-        return bad(format!("in_features {cols} is not a whole number of K-blocks of width {kw}"));
+        let rule = format!("{shard}: in_features {cols} is not a whole number of K-blocks of width {kw}");
+        return Err(RuntimeError::ModelShape { rule });
     }
-    let n =
-        rows.checked_mul(cols).ok_or_else(|| RuntimeError::Config(format!("weight shard {rows}×{cols} overflows")))?;
+    let too_big = |value: usize| RuntimeError::Capacity {
+        what: "weight shard elements".into(),
+        value,
+        limit: i32::MAX as usize,
+        rule: format!("{shard}: more than 2^31 elements do not fit the kernels' 32-bit indices"),
+    };
+    let n = rows.checked_mul(cols).ok_or_else(|| RuntimeError::Capacity {
+        what: "weight shard elements".into(),
+        value: usize::MAX,
+        limit: i32::MAX as usize,
+        rule: format!("weight shard {rows}×{cols} overflows"),
+    })?;
     if i32::try_from(n).is_err() || i32::try_from(rows.max(cols)).is_err() {
-        return bad("more than 2^31 elements do not fit the kernels' 32-bit indices".into());
+        return Err(too_big(n.max(rows.max(cols))));
     }
     match &s.data {
         ShardData::Bf16(b) if b.len() != n => bad(format!("BF16 storage has {} values", b.len())),

@@ -35,11 +35,11 @@
 //! (`memra_gating::env::keep_nccl_multicast_off`), and the GPU scripts (`scripts/gpu/libs.sh`,
 //! `check.sh`, `multi-gpu.sh`, `multiprocess.sh`) export it for the test executables.
 
+use super::driver::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t};
 use super::CudaBackend;
 use crate::backend::Slice;
 use crate::error::RuntimeError;
 use crate::Result;
-use cudarc::nccl::sys::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
 
@@ -357,11 +357,11 @@ fn first_failure(f: &mut Failure, rank: usize, code: c_int) {
 impl CudaBackend {
     /// The refusal of an NCCL operation between ranks that share a device.
     pub(crate) fn nccl_co_resident(&self) -> RuntimeError {
-        RuntimeError::Config(format!(
-            "nccl needs one device per rank: TP{} on {} device(s)",
-            self.ranks.len(),
-            self.devices.len()
-        ))
+        RuntimeError::Unsupported {
+            backend: "cuda".into(),
+            mechanism: "nccl transport",
+            rule: format!("nccl needs one device per rank: TP{} on {} device(s)", self.ranks.len(), self.devices.len()),
+        }
     }
 
     /// Create the communicators on first use.
@@ -374,7 +374,7 @@ impl CudaBackend {
         }
         match &self.nccl {
             Some(c) => Ok(c.lib),
-            None => Err(RuntimeError::Config("NCCL communicators were not created".into())),
+            None => Err(RuntimeError::Contract("NCCL communicators were not created".into())),
         }
     }
 
@@ -383,7 +383,7 @@ impl CudaBackend {
     fn nccl_group(&self, lib: &Lib, what: &str, issue: impl FnOnce(&[ncclComm_t], &mut Failure)) -> Result<()> {
         let comms = match &self.nccl {
             Some(c) => &c.comms,
-            None => return Err(RuntimeError::Config(format!("{what}: NCCL communicators were not created"))),
+            None => return Err(RuntimeError::Contract(format!("{what}: NCCL communicators were not created"))),
         };
         let mut failed: Failure = None;
         // SAFETY: ncclGroupStart only opens this thread's group.
@@ -445,7 +445,7 @@ impl CudaBackend {
         let n = self.ranks.len();
         let what = "nccl all-reduce";
         if parts.len() != n {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "{what}: {} parts for {n} ranks (an all-reduce takes one vector from every rank)",
                 parts.len()
             )));
@@ -455,10 +455,10 @@ impl CudaBackend {
         for &(rank, s) in parts {
             let p = self.slice_ptr(rank, s, what)?;
             if std::mem::replace(&mut seen[rank], true) {
-                return Err(RuntimeError::Config(format!("{what}: rank {rank} gives two parts")));
+                return Err(RuntimeError::Contract(format!("{what}: rank {rank} gives two parts")));
             }
             if s.len != out.len {
-                return Err(RuntimeError::Config(format!(
+                return Err(RuntimeError::Contract(format!(
                     "{what}: rank {rank}'s part has {} elements, the output {}",
                     s.len, out.len
                 )));
@@ -469,7 +469,7 @@ impl CudaBackend {
                 && s.offset < out.offset + out.len
                 && out.offset < s.offset + s.len
             {
-                return Err(RuntimeError::Config(format!(
+                return Err(RuntimeError::Contract(format!(
                     "{what}: rank {rank}'s part {}+{} and the output {}+{} overlap without being the same slice",
                     s.offset, s.len, out.offset, out.len
                 )));

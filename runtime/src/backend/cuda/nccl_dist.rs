@@ -12,8 +12,11 @@
 //! words: NaN payloads and signed zeros included.
 //!
 //! NCCL itself never times out a peer that died: the caller (`dist::DistBackend`) runs every call
-//! under a watchdog, which calls [`exit_now`] once a call overruns its limit.
+//! under a watchdog, which hands an overrun to the binary's hook; the binary ends the process with
+//! [`exit_now`].
 
+use super::driver;
+use super::driver::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t};
 use super::memory::DeviceBuffer;
 use super::nccl::{describe_error, library, Lib, UniqueId, UNIQUE_ID_BYTES};
 use super::CudaBackend;
@@ -21,8 +24,6 @@ use crate::backend::dist::{Mover, ProcessLayout};
 use crate::backend::Slice;
 use crate::error::RuntimeError;
 use crate::Result;
-use cudarc::driver::result as dresult;
-use cudarc::nccl::sys::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t};
 use std::ffi::{c_char, c_int, c_void};
 
 /// A fresh NCCL unique id (process 0 of a distributed run makes one per communicator).
@@ -41,7 +42,9 @@ pub fn nccl_unique_id() -> Result<Vec<u8>> {
 }
 
 /// End the process at once with `code`, without atexit handlers or destructors: after a peer
-/// died, CUDA's and NCCL's teardown could wait forever on a kernel that spins for that peer.
+/// died, CUDA's and NCCL's teardown could wait forever on a kernel that spins for that peer. The
+/// library never calls it; it is the binary's tool for its overrun hook
+/// (`backend::dist::install_overrun_hook`), here because it needs `unsafe`.
 pub fn exit_now(code: i32) -> ! {
     #[cfg(unix)]
     {
@@ -74,23 +77,27 @@ impl NcclMover {
     pub fn connect(b: &CudaBackend, layout: ProcessLayout, id: &[u8], index: usize) -> Result<NcclMover> {
         let lib = library().map_err(RuntimeError::Unavailable)?;
         if b.ranks.len() != layout.ranks_per_process() {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "{}: the CUDA backend has {} ranks",
                 layout.describe(),
                 b.ranks.len()
             )));
         }
         if b.co_resident() {
-            return Err(RuntimeError::Config(format!(
-                "{}: nccl needs one device per rank, but this process's {} ranks share {} device(s) (set CUDA_VISIBLE_DEVICES to give it {} devices)",
-                layout.describe(),
-                b.ranks.len(),
-                b.devices.len(),
-                b.ranks.len()
-            )));
+            return Err(RuntimeError::Unsupported {
+                backend: "cuda".into(),
+                mechanism: "nccl transport",
+                rule: format!(
+                    "{}: nccl needs one device per rank, but this process's {} ranks share {} device(s) (set CUDA_VISIBLE_DEVICES to give it {} devices)",
+                    layout.describe(),
+                    b.ranks.len(),
+                    b.devices.len(),
+                    b.ranks.len()
+                ),
+            });
         }
         if id.len() != UNIQUE_ID_BYTES {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "communicator {index}: the NCCL unique id has {} bytes, NCCL's has {UNIQUE_ID_BYTES}",
                 id.len()
             )));
@@ -308,7 +315,7 @@ impl Mover<CudaBackend> for NcclMover {
         r.stream.context().bind_to_thread().map_err(|e| b.fault(0, "nccl broadcast result", e))?;
         // SAFETY: `bufs[0]` holds `len` f32 on local rank 0's device, written by the broadcast
         // queued on the same stream; `out` holds `len` f32 and the stream is synchronized below.
-        unsafe { dresult::memcpy_dtoh_async(&mut out, bufs[0], r.stream.cu_stream()) }
+        unsafe { driver::memcpy_dtoh_async(&mut out, bufs[0], r.stream.cu_stream()) }
             .map_err(|e| b.fault(0, "nccl broadcast result", e))?;
         self.sync(b, &format!("ncclBroadcast of {len} words from rank {root}"))?;
         Ok(out)
@@ -330,7 +337,7 @@ impl Mover<CudaBackend> for NcclMover {
             let data: &[u64] = if l == 0 { words } else { &zeros };
             // SAFETY: the scratch holds at least len·8 bytes on this rank's device; `data` lives
             // until the streams are synchronized at the end of this function.
-            unsafe { dresult::memcpy_htod_async(p, data, r.stream.cu_stream()) }
+            unsafe { driver::memcpy_htod_async(p, data, r.stream.cu_stream()) }
                 .map_err(|e| b.fault(l, "nccl digest sum upload", e))?;
             bufs.push(p);
         }
@@ -360,7 +367,7 @@ impl Mover<CudaBackend> for NcclMover {
         r.stream.context().bind_to_thread().map_err(|e| b.fault(0, "nccl digest sum result", e))?;
         // SAFETY: `bufs[0]` holds `len` u64 written by the all-reduce queued on this stream;
         // `out` holds `len` u64 and the streams are synchronized below.
-        unsafe { dresult::memcpy_dtoh_async(&mut out, bufs[0], r.stream.cu_stream()) }
+        unsafe { driver::memcpy_dtoh_async(&mut out, bufs[0], r.stream.cu_stream()) }
             .map_err(|e| b.fault(0, "nccl digest sum result", e))?;
         self.sync(b, &call)?;
         drop(zeros);

@@ -6,8 +6,8 @@
 //! export a symbol the bindings need. Every failure becomes a typed [`CudaUnavailable`] reason
 //! that `--backend auto` prints and receipts record. The answer is computed once per process.
 
+use super::driver;
 use crate::error::RuntimeError;
-use cudarc::driver::{result as dresult, sys as dsys};
 use std::sync::OnceLock;
 
 /// One CUDA device as the probe saw it.
@@ -80,13 +80,13 @@ impl From<CudaUnavailable> for RuntimeError {
 pub fn driver_library_present() -> bool {
     // SAFETY: `is_culib_present` only tries `Library::new` on candidate names and drops what it
     // opened; it touches no driver state.
-    unsafe { dsys::is_culib_present() }
+    unsafe { driver::is_culib_present() }
 }
 
 /// Whether the NVRTC library can be loaded (never panics).
 pub fn nvrtc_library_present() -> bool {
     // SAFETY: as above, only `Library::new` on candidate names of libnvrtc.
-    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+    unsafe { driver::nvrtc::is_culib_present() }
 }
 
 /// Probe the driver and the devices once per process; later calls return the same answer.
@@ -113,8 +113,8 @@ fn probe_uncached() -> Result<CudaSystem, CudaUnavailable> {
 }
 
 fn query_driver() -> Result<CudaSystem, CudaUnavailable> {
-    dresult::init().map_err(|e| {
-        if e.0 == dsys::CUresult::CUDA_ERROR_NO_DEVICE {
+    driver::init().map_err(|e| {
+        if e.0 == driver::CUresult::CUDA_ERROR_NO_DEVICE {
             CudaUnavailable::NoDevice
         } else {
             CudaUnavailable::InitFailed(e.to_string())
@@ -122,28 +122,28 @@ fn query_driver() -> Result<CudaSystem, CudaUnavailable> {
     })?;
     let mut driver_version: std::ffi::c_int = 0;
     // SAFETY: cuInit succeeded; the out-pointer is a live local.
-    unsafe { dsys::cuDriverGetVersion(&mut driver_version) }
+    unsafe { driver::cuDriverGetVersion(&mut driver_version) }
         .result()
         .map_err(|e| CudaUnavailable::InitFailed(e.to_string()))?;
-    let count = dresult::device::get_count().map_err(|e| CudaUnavailable::InitFailed(e.to_string()))?;
+    let count = driver::device::get_count().map_err(|e| CudaUnavailable::InitFailed(e.to_string()))?;
     if count <= 0 {
         return Err(CudaUnavailable::NoDevice);
     }
     let mut devices = Vec::new();
     for ordinal in 0..count as usize {
         let q = |detail: String| CudaUnavailable::DeviceQuery { ordinal, detail };
-        let dev = dresult::device::get(ordinal as i32).map_err(|e| q(e.to_string()))?;
-        let name = dresult::device::get_name(dev).map_err(|e| q(e.to_string()))?;
-        let attr = |a: dsys::CUdevice_attribute| {
+        let dev = driver::device::get(ordinal as i32).map_err(|e| q(e.to_string()))?;
+        let name = driver::device::get_name(dev).map_err(|e| q(e.to_string()))?;
+        let attr = |a: driver::CUdevice_attribute| {
             // SAFETY: `dev` is a valid device handle returned by cuDeviceGet above.
-            unsafe { dresult::device::get_attribute(dev, a) }.map_err(|e| q(e.to_string()))
+            unsafe { driver::device::get_attribute(dev, a) }.map_err(|e| q(e.to_string()))
         };
-        use dsys::CUdevice_attribute::*;
+        use driver::CUdevice_attribute::*;
         let major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         let multiprocessors = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         // SAFETY: valid device handle, as above.
-        let total_mem_bytes = unsafe { dresult::device::total_mem(dev) }.map_err(|e| q(e.to_string()))?;
+        let total_mem_bytes = unsafe { driver::device::total_mem(dev) }.map_err(|e| q(e.to_string()))?;
         devices.push(DeviceInfo {
             ordinal,
             name,

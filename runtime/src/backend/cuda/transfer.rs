@@ -20,6 +20,7 @@
 //! The SkipFence canary's [`CudaBackend::copy_unfenced_slices`] is the one copy that breaks this
 //! contract on purpose: it does not wait for the source's earlier work (the producer).
 
+use super::driver;
 use super::graph::Pass;
 use super::memory::{driver_err, PinnedBuffer};
 use super::CudaBackend;
@@ -27,7 +28,7 @@ use crate::backend::{probe_word, Packed, ProbeResult, Slice};
 use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::Result;
-use cudarc::driver::{result as dresult, sys as dsys, CudaEvent};
+use cudarc::driver::CudaEvent;
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
@@ -70,7 +71,7 @@ impl CudaBackend {
         let sp = self.slice_ptr(src_rank, src, "copy source")?;
         let dp = self.slice_ptr(dst_rank, dst, "copy destination")?;
         if src.len != dst.len {
-            return Err(RuntimeError::Config(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
+            return Err(RuntimeError::Contract(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
         }
         if src.len == 0 {
             return Ok(());
@@ -78,7 +79,7 @@ impl CudaBackend {
         let bytes = src.len * 4;
         if src_rank == dst_rank {
             if src.buf == dst.buf && src.offset < dst.offset + dst.len && dst.offset < src.offset + src.len {
-                return Err(RuntimeError::Config(format!(
+                return Err(RuntimeError::Contract(format!(
                     "copy within buffer {} on rank {src_rank}: ranges {}+{} and {}+{} overlap",
                     src.buf, src.offset, src.len, dst.offset, dst.len
                 )));
@@ -104,7 +105,7 @@ impl CudaBackend {
                         // access enabled, the plain copy between the two devices' pointers is the
                         // same peer copy and becomes a memcpy node.
                         // SAFETY: as below; both pointers are unified addresses of live buffers.
-                        unsafe { dsys::cuMemcpyAsync(dp, sp, bytes, s.stream.cu_stream()) }
+                        unsafe { driver::cuMemcpyAsync(dp, sp, bytes, s.stream.cu_stream()) }
                             .result()
                             .map_err(|e| self.fault(src_rank, what, e))?;
                     } else {
@@ -112,14 +113,7 @@ impl CudaBackend {
                         // the source and destination contexts; the copy is ordered after both
                         // ranks' earlier work (order_after above) and before their later work.
                         unsafe {
-                            dresult::memcpy_peer_async(
-                                dctx.cu_ctx(),
-                                dp,
-                                sctx.cu_ctx(),
-                                sp,
-                                bytes,
-                                s.stream.cu_stream(),
-                            )
+                            driver::memcpy_peer_async(dctx.cu_ctx(), dp, sctx.cu_ctx(), sp, bytes, s.stream.cu_stream())
                         }
                         .map_err(|e| self.fault(src_rank, what, e))?;
                     }
@@ -147,10 +141,13 @@ impl CudaBackend {
     ) -> Result<()> {
         let what = "packed copy (bulk_p2p)";
         if transport != Transport::NativeP2p {
-            return Err(RuntimeError::Config(format!(
-                "{what} over {}: MEMRA_STEP_TP_BULK_P2P packs blocks into one device-to-device copy, which needs the native-p2p transport",
-                transport.name()
-            )));
+            return Err(RuntimeError::DoorRefused {
+                door: "MEMRA_STEP_TP_BULK_P2P",
+                rule: format!(
+                    "{what} over {}: MEMRA_STEP_TP_BULK_P2P packs blocks into one device-to-device copy, which needs the native-p2p transport",
+                    transport.name()
+                ),
+            });
         }
         p.check()?;
         let (ss, ds) = (p.src_span(), p.dst_span());
@@ -158,7 +155,7 @@ impl CudaBackend {
         let dp = self.slice_ptr(dst_rank, ds, "packed copy destination")?;
         if src_rank == dst_rank && ss.buf == ds.buf && ss.offset < ds.offset + ds.len && ds.offset < ss.offset + ss.len
         {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "{what} within buffer {} on rank {src_rank}: spans {}+{} and {}+{} overlap",
                 ss.buf, ss.offset, ss.len, ds.offset, ds.len
             )));
@@ -168,11 +165,16 @@ impl CudaBackend {
         }
         let (width, spitch, dpitch) = (p.src.len * 4, p.src_pitch * 4, p.dst_pitch * 4);
         if spitch.max(dpitch) > i32::MAX as usize {
-            return Err(RuntimeError::Config(format!(
-                "{what}: pitch of {} bytes exceeds the 2D copy's limit of {} bytes",
-                spitch.max(dpitch),
-                i32::MAX
-            )));
+            return Err(RuntimeError::Capacity {
+                what: format!("{what} pitch (bytes)"),
+                value: spitch.max(dpitch),
+                limit: i32::MAX as usize,
+                rule: format!(
+                    "{what}: pitch of {} bytes exceeds the 2D copy's limit of {} bytes",
+                    spitch.max(dpitch),
+                    i32::MAX
+                ),
+            });
         }
         // A single block has no pitch to honour: make it the block's width so the driver never
         // sees a pitch below the width.
@@ -184,9 +186,9 @@ impl CudaBackend {
         }
         let s = &self.ranks[src_rank];
         s.stream.context().bind_to_thread().map_err(|e| self.fault(src_rank, what, e))?;
-        let dev = dsys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        let dev = driver::CUmemorytype::CU_MEMORYTYPE_DEVICE;
         let r = if same_device {
-            let c = dsys::CUDA_MEMCPY2D {
+            let c = driver::CUDA_MEMCPY2D {
                 srcXInBytes: 0,
                 srcY: 0,
                 srcMemoryType: dev,
@@ -207,10 +209,10 @@ impl CudaBackend {
             // SAFETY: both spans were checked inside live buffers on this device (rows of
             // `width` bytes at the given pitches end inside them) and do not overlap; the
             // descriptor is a live local read during the call; ordering is placed around it.
-            unsafe { dsys::cuMemcpy2DAsync_v2(&c, s.stream.cu_stream()) }
+            unsafe { driver::cuMemcpy2DAsync_v2(&c, s.stream.cu_stream()) }
         } else {
             let (sctx, dctx) = (self.ctx_of(src_rank).cu_ctx(), self.ctx_of(dst_rank).cu_ctx());
-            let c = dsys::CUDA_MEMCPY3D_PEER {
+            let c = driver::CUDA_MEMCPY3D_PEER {
                 srcXInBytes: 0,
                 srcY: 0,
                 srcZ: 0,
@@ -240,7 +242,7 @@ impl CudaBackend {
             // SAFETY: the spans were checked inside live buffers of the source and destination
             // contexts named in the descriptor, with peer access enabled between them; the
             // descriptor is a live local read during the call.
-            unsafe { dsys::cuMemcpy3DPeerAsync(&c, s.stream.cu_stream()) }
+            unsafe { driver::cuMemcpy3DPeerAsync(&c, s.stream.cu_stream()) }
         };
         r.result().map_err(|e| self.fault(src_rank, what, e))?;
         self.order_after(dst_rank, src_rank, what)?;
@@ -272,13 +274,13 @@ impl CudaBackend {
         let sp = self.slice_ptr(src_rank, src, "unfenced copy source")?;
         let dp = self.slice_ptr(dst_rank, dst, "unfenced copy destination")?;
         if src.len != dst.len {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "unfenced copy of {} elements into a slice of {}",
                 src.len, dst.len
             )));
         }
         if src_rank == dst_rank {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "unfenced copy within rank {src_rank}: one stream orders its own work, there is no producer fence to skip"
             )));
         }
@@ -297,28 +299,34 @@ impl CudaBackend {
             // is deliberately not ordered after the source's earlier work: the bytes it reads may
             // be stale or half-written, which is the canary's defect, never a memory-safety issue
             // (both buffers stay allocated until every stream is drained).
-            unsafe { dresult::memcpy_peer_async(dctx.cu_ctx(), dp, sctx.cu_ctx(), sp, bytes, d.stream.cu_stream()) }
+            unsafe { driver::memcpy_peer_async(dctx.cu_ctx(), dp, sctx.cu_ctx(), sp, bytes, d.stream.cu_stream()) }
                 .map_err(|e| self.fault(dst_rank, what, e))?;
         }
         self.order_after(src_rank, dst_rank, what)
     }
 
     /// Device-to-device copy on `rank`'s stream (both pointers on its device).
-    fn dtod(&self, rank: usize, dp: dsys::CUdeviceptr, sp: dsys::CUdeviceptr, bytes: usize, what: &str) -> Result<()> {
+    fn dtod(
+        &self,
+        rank: usize,
+        dp: driver::CUdeviceptr,
+        sp: driver::CUdeviceptr,
+        bytes: usize,
+        what: &str,
+    ) -> Result<()> {
         let r = &self.ranks[rank];
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, what, e))?;
         // SAFETY: both pointers address `bytes` checked bytes of live buffers on this device, the
         // ranges do not overlap (checked for one buffer; distinct buffers never overlap).
-        unsafe { dresult::memcpy_dtod_async(dp, sp, bytes, r.stream.cu_stream()) }
-            .map_err(|e| self.fault(rank, what, e))
+        unsafe { driver::memcpy_dtod_async(dp, sp, bytes, r.stream.cu_stream()) }.map_err(|e| self.fault(rank, what, e))
     }
 
     fn host_bounce(
         &mut self,
         src_rank: usize,
-        sp: dsys::CUdeviceptr,
+        sp: driver::CUdeviceptr,
         dst_rank: usize,
-        dp: dsys::CUdeviceptr,
+        dp: driver::CUdeviceptr,
         bytes: usize,
     ) -> Result<()> {
         let what = "host-bounce copy";
@@ -351,7 +359,7 @@ impl CudaBackend {
         let slot = &self.staging.rings[dd].0[slot_idx];
         let (buf, free) = match (&slot.buf, &slot.free) {
             (Some(b), Some(f)) => (b, f),
-            _ => return Err(RuntimeError::Config("host-bounce staging slot was not initialised".into())),
+            _ => return Err(RuntimeError::Contract("host-bounce staging slot was not initialised".into())),
         };
         // Source: wait until the slot's previous upload finished, then download into it.
         self.ranks[src_rank].stream.wait(free).map_err(|e| self.fault(src_rank, what, e))?;
@@ -368,9 +376,9 @@ impl CudaBackend {
     fn bounce_through(
         &self,
         src_rank: usize,
-        sp: dsys::CUdeviceptr,
+        sp: driver::CUdeviceptr,
         dst_rank: usize,
-        dp: dsys::CUdeviceptr,
+        dp: driver::CUdeviceptr,
         bytes: usize,
         buf: *mut std::ffi::c_void,
         what: &str,
@@ -379,7 +387,7 @@ impl CudaBackend {
         s.stream.context().bind_to_thread().map_err(|e| self.fault(src_rank, what, e))?;
         // SAFETY: the caller guarantees `buf` is pinned, holds at least `bytes` bytes and no
         // queued copy still uses it; `sp` addresses `bytes` checked device bytes.
-        unsafe { dsys::cuMemcpyDtoHAsync_v2(buf, sp, bytes, s.stream.cu_stream()) }
+        unsafe { driver::cuMemcpyDtoHAsync_v2(buf, sp, bytes, s.stream.cu_stream()) }
             .result()
             .map_err(|e| self.fault(src_rank, what, e))?;
         // Destination: after its own earlier work (stream order) and the download, upload.
@@ -388,7 +396,7 @@ impl CudaBackend {
         d.stream.context().bind_to_thread().map_err(|e| self.fault(dst_rank, what, e))?;
         // SAFETY: `dp` addresses `bytes` checked device bytes on the destination device; the
         // staging bytes were written by the download this stream now waits for.
-        unsafe { dsys::cuMemcpyHtoDAsync_v2(dp, buf, bytes, d.stream.cu_stream()) }
+        unsafe { driver::cuMemcpyHtoDAsync_v2(dp, buf, bytes, d.stream.cu_stream()) }
             .result()
             .map_err(|e| self.fault(dst_rank, what, e))
     }
@@ -398,14 +406,14 @@ impl CudaBackend {
     fn host_bounce_captured(
         &mut self,
         src_rank: usize,
-        sp: dsys::CUdeviceptr,
+        sp: driver::CUdeviceptr,
         dst_rank: usize,
-        dp: dsys::CUdeviceptr,
+        dp: driver::CUdeviceptr,
         bytes: usize,
     ) -> Result<()> {
         let what = "host-bounce copy (graph capture)";
         let Some(buf) = self.graphs.capture_staging(bytes).map(|b| b.ptr()) else {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "{what}: no staging buffer of {bytes} bytes was prepared for this copy"
             )));
         };
@@ -425,7 +433,7 @@ impl CudaBackend {
             let (fctx, tctx) = (self.ctx_of(from_rank), self.ctx_of(to_rank));
             let mut can: std::ffi::c_int = 0;
             // SAFETY: both device handles come from live contexts; `can` is a live local.
-            unsafe { dsys::cuDeviceCanAccessPeer(&mut can, fctx.cu_device(), tctx.cu_device()) }
+            unsafe { driver::cuDeviceCanAccessPeer(&mut can, fctx.cu_device(), tctx.cu_device()) }
                 .result()
                 .map_err(|e| driver_err(format!("peer access query {from} → {to}"), e))?;
             if can == 0 {
@@ -433,9 +441,9 @@ impl CudaBackend {
             }
             fctx.bind_to_thread().map_err(|e| driver_err("peer access", e))?;
             // SAFETY: the accessing context is current; the peer context is live.
-            let r = unsafe { dsys::cuCtxEnablePeerAccess(tctx.cu_ctx(), 0) };
-            if r != dsys::CUresult::CUDA_SUCCESS && r != dsys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
-                return Err(driver_err(format!("enabling peer access {from} → {to}"), dresult::DriverError(r)));
+            let r = unsafe { driver::cuCtxEnablePeerAccess(tctx.cu_ctx(), 0) };
+            if r != driver::CUresult::CUDA_SUCCESS && r != driver::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                return Err(driver_err(format!("enabling peer access {from} → {to}"), driver::DriverError(r)));
             }
             set.insert((from, to));
         }

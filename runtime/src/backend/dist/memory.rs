@@ -112,7 +112,7 @@ impl<B: Backend + ?Sized> Mover<B> for MemoryMover {
     fn recv(&mut self, b: &mut B, to: usize, dst: Slice, from: usize) -> Result<()> {
         let words = self.hub.pop((Kind::Copy, from, self.layout.global(to)), self.timeout)?;
         if words.len() != dst.len {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "in-memory recv: {} words arrived for a slice of {}",
                 words.len(),
                 dst.len
@@ -136,7 +136,7 @@ impl<B: Backend + ?Sized> Mover<B> for MemoryMover {
             None => {
                 let words = self.hub.pop((Kind::Broadcast, owner, me), self.timeout)?;
                 if words.len() != len {
-                    return Err(RuntimeError::Config(format!(
+                    return Err(RuntimeError::Contract(format!(
                         "in-memory broadcast from rank {root}: {} words arrived, {len} expected",
                         words.len()
                     )));
@@ -156,7 +156,7 @@ impl<B: Backend + ?Sized> Mover<B> for MemoryMover {
         for p in (0..n).filter(|p| *p != me) {
             let theirs = self.hub.pop((Kind::Sum, p, me), self.timeout)?;
             if theirs.len() != sum.len() {
-                return Err(RuntimeError::Config(format!(
+                return Err(RuntimeError::Contract(format!(
                     "in-memory sum: process {p} gave {} words, process {me} {}",
                     theirs.len(),
                     sum.len()

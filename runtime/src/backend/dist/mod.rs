@@ -13,8 +13,9 @@
 //! between threads on the host backend (`memory::MemoryMover`, for tests).
 //!
 //! A dead or stuck peer would leave NCCL waiting forever: every call into the backend runs under
-//! a [`Watchdog`] that ends the process once one call has taken longer than the timeout, naming
-//! the process, the ranks and the call.
+//! a [`Watchdog`] that, once one call has taken longer than the timeout, hands the overrun (naming
+//! the process, the ranks and the call) to the binary's [`watchdog::OverrunHook`], which ends the
+//! process.
 
 pub mod layout;
 pub mod memory;
@@ -84,7 +85,7 @@ impl<B: Backend, M: Mover<B>> DistBackend<B, M> {
     /// Wrap `inner` (exactly the layout's local ranks) and `mover`.
     pub fn new(layout: ProcessLayout, inner: B, mover: M, watchdog: Option<Watchdog>) -> Result<Self> {
         if inner.ranks() != layout.ranks_per_process() {
-            return Err(RuntimeError::Config(format!(
+            return Err(RuntimeError::Contract(format!(
                 "{}: the inner backend has {} ranks, the layout gives this process {}",
                 layout.describe(),
                 inner.ranks(),
@@ -118,7 +119,7 @@ impl<B: Backend, M: Mover<B>> DistBackend<B, M> {
         if rank < self.layout.tp {
             Ok(())
         } else {
-            Err(RuntimeError::Config(format!("rank {rank} does not exist: this run has TP{}", self.layout.tp)))
+            Err(RuntimeError::Contract(format!("rank {rank} does not exist: this run has TP{}", self.layout.tp)))
         }
     }
 
@@ -135,25 +136,22 @@ impl<B: Backend, M: Mover<B>> DistBackend<B, M> {
         if self.layout.spec.processes == 1 {
             return e;
         }
-        let who = format!("process {}, {call} on {ranks}", self.layout.spec.label());
-        match e {
-            RuntimeError::Device { location, detail } => {
-                RuntimeError::Device { location: format!("{who}: {location}"), detail }
-            }
-            RuntimeError::Config(m) => RuntimeError::Config(format!("{who}: {m}")),
-            other => other,
-        }
+        e.within(&format!("process {}, {call} on {ranks}", self.layout.spec.label()))
     }
 
     fn mover(&mut self) -> (&mut M, &mut B) {
         (self.mover.as_mut().expect("the mover lives until drop"), &mut self.inner)
     }
 
-    fn refuse(&self, what: &str) -> RuntimeError {
-        RuntimeError::Config(format!(
-            "{what} is not available across processes ({}): it runs only when one process holds every rank",
-            self.layout.describe()
-        ))
+    fn refuse(&self, what: &'static str) -> RuntimeError {
+        RuntimeError::Unsupported {
+            backend: self.layout.describe(),
+            mechanism: what,
+            rule: format!(
+                "{what} is not available across processes ({}): it runs only when one process holds every rank",
+                self.layout.describe()
+            ),
+        }
     }
 }
 
@@ -186,7 +184,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
         if let Some(l) = self.layout.local(rank) {
             let got = self.watched("upload_weight", &format!("rank {rank}"), |s| s.inner.upload_weight(l, shard))?;
             if got != id {
-                return Err(RuntimeError::Config(format!(
+                return Err(RuntimeError::Contract(format!(
                     "rank {rank}: the inner backend gave weight id {got}, the program expects {id}"
                 )));
             }
@@ -202,7 +200,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
         if let Some(l) = self.layout.local(rank) {
             let got = self.watched("alloc", &format!("rank {rank}"), |s| s.inner.alloc(l, len))?;
             if got != id {
-                return Err(RuntimeError::Config(format!(
+                return Err(RuntimeError::Contract(format!(
                     "rank {rank}: the inner backend gave buffer id {got}, the program expects {id}"
                 )));
             }
@@ -252,7 +250,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
         self.check_rank(src_rank)?;
         self.check_rank(dst_rank)?;
         if src.len != dst.len {
-            return Err(RuntimeError::Config(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
+            return Err(RuntimeError::Contract(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
         }
         let ranks = format!("rank {src_rank} → rank {dst_rank}");
         self.census.copy(transport, src_rank, dst_rank, src.len);
@@ -290,7 +288,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
                 got.into_iter()
                     .map(|t| match t.as_slice() {
                         [one] => Ok(Some(*one)),
-                        other => Err(RuntimeError::Config(format!(
+                        other => Err(RuntimeError::Contract(format!(
                             "rank {rank}: the inner backend gave {} tickets for one digest group; across processes a group has exactly one",
                             other.len()
                         ))),
@@ -315,7 +313,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
                 s.inner.register_experts(l, experts, entries)
             })?;
             if got != id {
-                return Err(RuntimeError::Config(format!(
+                return Err(RuntimeError::Contract(format!(
                     "rank {rank}: the inner backend gave expert group id {got}, the program expects {id}"
                 )));
             }
@@ -352,7 +350,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
                 words[n_tickets + tp * n_marks + counters.len() + i] = inner_census.get(*name).copied().unwrap_or(0);
             }
             if let Some((n, _)) = inner_counts.iter().find(|(n, _)| !counters.contains(&n.as_str())) {
-                return Err(RuntimeError::Config(format!(
+                return Err(RuntimeError::Contract(format!(
                     "engagement counter `{n}` of the inner backend is not in BACKEND_COUNTERS, so it cannot be summed \
                      across processes"
                 )));
@@ -360,7 +358,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
             for (t, inner) in s.tickets.iter().enumerate() {
                 if let Some(it) = inner {
                     words[t] = *got.digests.get(*it).ok_or_else(|| {
-                        RuntimeError::Config(format!("ticket {t}: the inner backend returned no digest {it}"))
+                        RuntimeError::Contract(format!("ticket {t}: the inner backend returned no digest {it}"))
                     })?;
                 }
             }
@@ -378,7 +376,10 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
             };
             let sent = n_tickets + tp * n_marks + counters.len() + n_mech;
             if words.len() != sent {
-                return Err(RuntimeError::Config(format!("the mover returned {} words for {sent} sent", words.len())));
+                return Err(RuntimeError::Contract(format!(
+                    "the mover returned {} words for {sent} sent",
+                    words.len()
+                )));
             }
             let base = n_tickets + tp * n_marks;
             s.engaged = counters

@@ -130,7 +130,12 @@ fn ids_of_remote_work_match_the_owners() {
     b.copy(Transport::Nccl, 0, Slice::new(0, 0, 8), 1, Slice::new(0, 0, 8)).unwrap();
     let e = b.copy(Transport::Nccl, 0, Slice::new(0, 0, 4), 2, Slice::new(1, 0, 4)).unwrap_err().to_string();
     assert!(e.contains("process 1/2, recv on rank 0 → rank 2"), "{e}");
-    let e = b.all_reduce_sum(&[], 0, Slice::new(0, 0, 1)).unwrap_err().to_string();
+    let e = b.all_reduce_sum(&[], 0, Slice::new(0, 0, 1)).unwrap_err();
+    assert!(
+        matches!(&e, RuntimeError::Unsupported { mechanism: "MEMRA_NCCL_ALLREDUCE (NCCL's own all-reduce)", .. }),
+        "{e:?}"
+    );
+    let e = e.to_string();
     assert!(e.contains("not available across processes"), "{e}");
     assert_eq!(b.ranks(), 4);
 }
@@ -236,4 +241,16 @@ fn backend_counted_engagement_is_the_whole_launchs_in_every_process() {
         assert_eq!(got.engaged.get("rank0_merge.merged_launches").copied(), want_n, "process {p}");
         assert_eq!(got.digests, want.digests, "process {p}");
     }
+}
+
+#[test]
+fn a_run_over_processes_is_refused_without_the_binarys_overrun_hook() {
+    // No test of this crate installs the hook. Without it nothing could end a process whose NCCL
+    // call hangs, so the run must be refused before any work (the rendezvous directory is never
+    // read: it does not exist).
+    assert!(watchdog::overrun_hook().is_none());
+    let spec = ProcessSpec::parse("0/2").unwrap();
+    let mut rendezvous = Rendezvous::new("/nonexistent/memra-rendezvous", spec, "plan", Duration::from_secs(1));
+    let e = crate::backend::open_distributed(2, &mut rendezvous, &Default::default()).err().expect("refused");
+    assert!(matches!(&e, RuntimeError::Contract(m) if m.contains("overrun hook")), "{e:?}");
 }

@@ -1,0 +1,394 @@
+//! The [`Backend`] trait on CUDA ranks: every call checked first, then issued on the rank's
+//! stream (or recorded for a graph segment), with the census counted where the driver is called.
+
+use super::graph::{self, Call};
+use super::memory::{self, DeviceBuffer};
+use super::{driver, CudaBackend, GemvLayout, DIGEST_CHUNK};
+use crate::backend::census::{Census, CensusCounter};
+use crate::backend::{Backend, BufId, Collected, JoinFence, Op, Packed, ProbeResult, Slice, WeightId};
+use crate::config::Transport;
+use crate::error::RuntimeError;
+use crate::model::matrix::MatrixShard;
+use crate::Result;
+
+impl Backend for CudaBackend {
+    fn checkpoint(&self) -> Option<crate::backend::Checkpoint> {
+        Some(crate::backend::Checkpoint { buffers: self.ranks.iter().map(|r| r.bufs.len()).collect() })
+    }
+
+    /// Drains every stream, drops the captured graphs (they reference buffers about to be freed),
+    /// frees the buffers from the checkpoint on, zeroes every digest slot and resets the marks,
+    /// tickets, engagement counters and the census. Weights, expert groups, NCCL communicators, staging and
+    /// doorbells stay (doorbell tickets only ever grow).
+    fn rewind(&mut self, to: &crate::backend::Checkpoint) -> Result<()> {
+        self.no_open_segment("rewind")?;
+        if to.buffers.len() != self.ranks.len() {
+            return Err(RuntimeError::Contract(format!(
+                "rewind to a checkpoint of {} ranks on a backend of {}",
+                to.buffers.len(),
+                self.ranks.len()
+            )));
+        }
+        if let Some((r, (&keep, held))) =
+            to.buffers.iter().zip(self.ranks.iter().map(|r| r.bufs.len())).enumerate().find(|(_, (k, h))| **k > *h)
+        {
+            return Err(RuntimeError::Contract(format!(
+                "rewind of rank {r} to {keep} buffers, but it holds {held}: the checkpoint is not this backend's"
+            )));
+        }
+        self.sync_all("rewind")?;
+        self.graphs = graph::Graphs::default();
+        for i in 0..self.ranks.len() {
+            let r = &self.ranks[i];
+            r.stream.context().bind_to_thread().map_err(|e| self.fault(i, "rewind", e))?;
+            for chunk in &r.digest_chunks {
+                // SAFETY: zeroing the DIGEST_CHUNK·8 bytes of a live digest chunk of this rank,
+                // queued on its stream, which is synchronized below before anything reads it.
+                unsafe { driver::memset_d8_async(chunk.ptr(), 0, DIGEST_CHUNK * 8, r.stream.cu_stream()) }
+                    .map_err(|e| self.fault(i, "rewind", e))?;
+            }
+            r.stream.synchronize().map_err(|e| self.fault(i, "rewind", e))?;
+            let r = &mut self.ranks[i];
+            r.bufs.truncate(to.buffers[i]);
+            (r.marks_used, r.digests_used, r.digests_reserved) = (0, 0, 0);
+        }
+        self.tickets.clear();
+        (self.launches, self.merged_launches, self.packed_copies, self.doorbells_rung) = (0, 0, 0, 0);
+        // The census counts what a run issues (uploads are not counted): the next run's starts
+        // from nothing, as on a fresh backend.
+        self.census = CensusCounter::new(self.ranks.len());
+        Ok(())
+    }
+
+    /// Counted here, where the mechanisms are carried out, never by the program on faith: a
+    /// packed copy of fewer than 2 blocks and a doorbell that fell back to events count nothing.
+    fn engagement(&self) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        if self.opts.rank0_on_default_stream {
+            out.push(("rank0_merge.merged_launches".to_string(), self.merged_launches));
+        }
+        if self.graphs.captures > 0 {
+            out.push(("graph.replays".to_string(), self.graphs.replays));
+        }
+        if self.packed_copies > 0 {
+            out.push(("bulk_p2p.packed_copies".to_string(), self.packed_copies));
+        }
+        if self.doorbells_rung > 0 {
+            out.push(("fence_memops.doorbells".to_string(), self.doorbells_rung));
+        }
+        out
+    }
+
+    fn census(&self) -> Census {
+        let mut c = self.census.clone();
+        c.mechanism("graph_replay", self.graphs.replays);
+        c.mechanism("doorbell", self.doorbells_rung);
+        c.mechanism("merged_launch", self.merged_launches);
+        c.counts()
+    }
+
+    fn segment_begin(&mut self, key: u64) -> Result<()> {
+        self.segment_begin_impl(key)
+    }
+
+    fn segment_end(&mut self) -> Result<()> {
+        self.segment_end_impl()
+    }
+
+    fn segment_abort(&mut self) {
+        self.segment_abort_impl();
+    }
+
+    fn build_options(&self) -> Vec<String> {
+        let c = self.compiled();
+        std::iter::once(format!("arch={}", c.arch))
+            .chain(std::iter::once(format!("nvrtc={}.{}", c.nvrtc_version.0, c.nvrtc_version.1)))
+            .chain(c.options.iter().cloned())
+            .collect()
+    }
+
+    fn copy_bandwidth(&mut self, bytes: usize) -> Result<Option<f64>> {
+        crate::backend::measure_copy_bandwidth(self, bytes, 20).map(Some)
+    }
+
+    fn describe(&self) -> String {
+        let d = &self.devices[0].info;
+        let placement = if self.co_resident() {
+            format!("co-resident on device {} (one stream per rank)", d.ordinal)
+        } else {
+            format!("on devices {:?}", self.placement())
+        };
+        format!(
+            "cuda: {} rank(s) {placement}; {} {} {:.0} GiB; {}",
+            self.ranks.len(),
+            d.name,
+            d.arch(),
+            d.total_mem_bytes as f64 / (1u64 << 30) as f64,
+            self.devices[0].compiled.describe()
+        )
+    }
+
+    fn ranks(&self) -> usize {
+        self.ranks.len()
+    }
+
+    fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> Result<WeightId> {
+        self.check_rank(rank)?;
+        let ctx = self.ctx_of(rank).clone();
+        let what = format!("weight {} on rank {rank}", self.ranks[rank].weights.len());
+        let allow = self.opts.gemv_layout == GemvLayout::Fast;
+        let w = memory::upload_weight(&ctx, &self.ranks[rank].stream, shard, allow, &what)?;
+        let r = &mut self.ranks[rank];
+        r.weights.push(w);
+        Ok((r.weights.len() - 1) as WeightId)
+    }
+
+    fn alloc(&mut self, rank: usize, len: usize) -> Result<BufId> {
+        self.check_rank(rank)?;
+        if i32::try_from(len).is_err() {
+            return Err(RuntimeError::Capacity {
+                what: "buffer elements".into(),
+                value: len,
+                limit: i32::MAX as usize,
+                rule: format!("alloc of {len} elements exceeds the kernels' 32-bit sizes"),
+            });
+        }
+        let ctx = self.ctx_of(rank).clone();
+        let b = DeviceBuffer::zeroed(&ctx, &self.ranks[rank].stream, len * 4, &format!("buffer on rank {rank}"))?;
+        let r = &mut self.ranks[rank];
+        r.bufs.push((b, len));
+        Ok((r.bufs.len() - 1) as BufId)
+    }
+
+    fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> Result<()> {
+        self.no_open_segment("write")?;
+        let ptr = self.slice_ptr(rank, dst, "write")?;
+        if data.len() != dst.len {
+            return Err(RuntimeError::Contract(format!("write: {} values into a slice of {}", data.len(), dst.len)));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let r = &self.ranks[rank];
+        r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "write", e))?;
+        // SAFETY: `ptr` addresses dst.len checked elements of a live buffer on this rank's
+        // device; the stream is synchronized before returning, so `data` outlives the copy.
+        unsafe { driver::memcpy_htod_async(ptr, data, r.stream.cu_stream()) }
+            .map_err(|e| self.fault(rank, "write", e))?;
+        r.stream.synchronize().map_err(|e| self.fault(rank, "write", e))
+    }
+
+    fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>> {
+        self.no_open_segment("read")?;
+        let ptr = self.slice_ptr(rank, src, "read")?;
+        let mut out = vec![0.0f32; src.len];
+        if out.is_empty() {
+            return Ok(out);
+        }
+        let r = &self.ranks[rank];
+        r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "read", e))?;
+        // SAFETY: `ptr` addresses src.len checked elements on this rank's device and `out` holds
+        // exactly src.len f32; the stream is synchronized before `out` is used.
+        unsafe { driver::memcpy_dtoh_async(&mut out, ptr, r.stream.cu_stream()) }
+            .map_err(|e| self.fault(rank, "read", e))?;
+        r.stream.synchronize().map_err(|e| self.fault(rank, "read", e))?;
+        Ok(out)
+    }
+
+    fn launch(&mut self, rank: usize, op: Op) -> Result<()> {
+        self.check_rank(rank)?;
+        if !self.graph_gate(|| Call::Launch { rank, op: op.clone() })? {
+            return Ok(());
+        }
+        self.launches += 1;
+        if rank == 0 && self.opts.rank0_on_default_stream {
+            self.merged_launches += 1;
+        }
+        let kernel = self.kernel(rank, &op);
+        self.census.launch(rank, kernel);
+        self.launch_op(rank, &op)
+    }
+
+    fn copy(&mut self, transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
+        if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: true })? {
+            return Ok(());
+        }
+        self.census.copy(transport, src_rank, dst_rank, src.len);
+        self.copy_slices(transport, src_rank, src, dst_rank, dst)
+    }
+
+    fn copy_unfenced(
+        &mut self,
+        transport: Transport,
+        src_rank: usize,
+        src: Slice,
+        dst_rank: usize,
+        dst: Slice,
+    ) -> Result<()> {
+        if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: false })? {
+            return Ok(());
+        }
+        self.census.unfenced_copy(transport, src.len);
+        self.copy_unfenced_slices(transport, src_rank, src, dst_rank, dst)
+    }
+
+    fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
+        if fence == JoinFence::Doorbells && self.graphs.open() {
+            return Err(RuntimeError::DoorRefused {
+                door: "MEMRA_FENCE_MEMOPS",
+                rule: "FENCE_MEMOPS doorbells inside a graph segment: every join rings a new ticket, and a captured \
+                       graph would replay the ticket it was captured with"
+                    .into(),
+            });
+        }
+        if !self.graph_gate(|| Call::PeerStore { rank, op: op.clone(), out_rank, fence })? {
+            return Ok(());
+        }
+        let kernel = self.kernel(rank, &op);
+        self.census.peer_store(rank, kernel);
+        self.peer_store(rank, &op, out_rank, fence)
+    }
+
+    fn copy_packed(&mut self, transport: Transport, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
+        if !self.graph_gate(|| Call::Packed { transport, src_rank, dst_rank, packed: p })? {
+            return Ok(());
+        }
+        self.census.packed_copy(transport, p.blocks, p.src.len);
+        self.copy_packed_blocks(transport, src_rank, dst_rank, p)
+    }
+
+    fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
+        if !self.graph_gate(|| Call::AllReduce { parts: parts.to_vec(), out_rank, out })? {
+            return Ok(());
+        }
+        self.census.all_reduce(out.len);
+        self.nccl_all_reduce_sum(parts, out_rank, out)
+    }
+
+    fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {
+        let ptr = self.slice_ptr(rank, src, "digest")?;
+        let (slot, slot_ptr) = self.digest_slot(rank)?;
+        let ticket = self.tickets.len();
+        self.tickets.push((rank, slot));
+        self.graphs.note_digest(rank);
+        if self.graph_gate(|| Call::Digest { rank, src, base })? {
+            self.launches += 1;
+            self.launch_digest(rank, ptr, src.len, base, slot_ptr)?;
+        }
+        Ok(ticket)
+    }
+
+    fn digest_batch(&mut self, rank: usize, groups: &[Vec<crate::backend::DigestPart>]) -> Result<Vec<Vec<usize>>> {
+        self.check_rank(rank)?;
+        let mut resolved = Vec::new();
+        let mut out = Vec::with_capacity(groups.len());
+        for g in groups {
+            let (slot, slot_ptr) = self.digest_slot(rank)?;
+            let ticket = self.tickets.len();
+            self.tickets.push((rank, slot));
+            self.graphs.note_digest(rank);
+            for p in g {
+                resolved.push(self.resolve_part(rank, p, slot_ptr)?);
+            }
+            out.push(vec![ticket]);
+        }
+        if self.graph_gate(|| Call::DigestBatch { rank, groups: groups.to_vec() })? {
+            for chunk in resolved.chunks(CudaBackend::digest_batch_max()) {
+                self.launches += 1;
+                self.launch_digest_batch(rank, chunk)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn register_experts(
+        &mut self,
+        rank: usize,
+        experts: usize,
+        entries: &[Option<crate::backend::GroupEntry>],
+    ) -> Result<crate::backend::GroupId> {
+        self.no_open_segment("register_experts")?;
+        self.register_group(rank, experts, entries)
+    }
+
+    fn mark(&mut self) -> Result<()> {
+        self.graphs.note_marks();
+        let issue = self.graph_gate(|| Call::Mark)?;
+        if matches!(self.graphs.pass(), graph::Pass::Capture | graph::Pass::Replay) {
+            // Capture: an event record node per rank; replay: the graph records them.
+            for i in 0..self.ranks.len() {
+                if issue {
+                    self.record_mark_in_capture(i, self.ranks[i].marks_used)?;
+                }
+                self.ranks[i].marks_used += 1;
+            }
+            return Ok(());
+        }
+        for i in 0..self.ranks.len() {
+            if self.ranks[i].marks_used == self.ranks[i].mark_events.len() {
+                let ev = self
+                    .ctx_of(i)
+                    .new_event(Some(driver::CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(|e| self.fault(i, "timing mark", e))?;
+                self.ranks[i].mark_events.push(ev);
+            }
+            let r = &self.ranks[i];
+            r.mark_events[r.marks_used].record(&r.stream).map_err(|e| self.fault(i, "timing mark", e))?;
+            self.ranks[i].marks_used += 1;
+        }
+        Ok(())
+    }
+
+    fn collect(&mut self) -> Result<Collected> {
+        self.no_open_segment("collect")?;
+        self.sync_all("collect")?;
+        // Digests: download each rank's used slots once, then zero them for the next step.
+        let mut per_rank: Vec<Vec<u64>> = Vec::with_capacity(self.ranks.len());
+        for i in 0..self.ranks.len() {
+            let r = &self.ranks[i];
+            // Segment regions (below `digests_reserved`) were written by this step's replays.
+            let used = r.digests_used.max(r.digests_reserved);
+            let mut vals = vec![0u64; used];
+            for (c, chunk) in r.digest_chunks.iter().enumerate() {
+                let start = c * DIGEST_CHUNK;
+                if start >= used {
+                    break;
+                }
+                let n = (used - start).min(DIGEST_CHUNK);
+                r.stream.context().bind_to_thread().map_err(|e| self.fault(i, "collect digests", e))?;
+                // SAFETY: the chunk holds DIGEST_CHUNK u64 and n ≤ DIGEST_CHUNK; `vals[start..]`
+                // has n slots; the stream is synchronized before the values are read.
+                unsafe { driver::memcpy_dtoh_async(&mut vals[start..start + n], chunk.ptr(), r.stream.cu_stream()) }
+                    .map_err(|e| self.fault(i, "collect digests", e))?;
+                // SAFETY: zeroing the same n·8 bytes of the live chunk, queued after the download.
+                unsafe { driver::memset_d8_async(chunk.ptr(), 0, n * 8, r.stream.cu_stream()) }
+                    .map_err(|e| self.fault(i, "collect digests", e))?;
+            }
+            r.stream.synchronize().map_err(|e| self.fault(i, "collect digests", e))?;
+            per_rank.push(vals);
+        }
+        let digests: Vec<u64> = self.tickets.iter().map(|&(rank, slot)| per_rank[rank][slot]).collect();
+        // Marks: elapsed ns of each mark since the rank's first mark of this step.
+        let mut marks_ns = Vec::with_capacity(self.ranks.len());
+        for (i, r) in self.ranks.iter().enumerate() {
+            let mut v = Vec::with_capacity(r.marks_used);
+            for m in &r.mark_events[..r.marks_used] {
+                let ms = r.mark_events[0].elapsed_ms(m).map_err(|e| self.fault(i, "collect marks", e))?;
+                v.push((ms as f64 * 1e6).round().max(0.0) as u64);
+            }
+            marks_ns.push(v);
+        }
+        for r in &mut self.ranks {
+            r.digests_used = 0;
+            r.marks_used = 0;
+        }
+        self.tickets.clear();
+        self.launches = 0;
+        Ok(Collected { digests, marks_ns })
+    }
+
+    fn probe(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>> {
+        self.no_open_segment("probe")?;
+        self.probe_pairs(transport, sizes_bytes)
+    }
+}

@@ -1,0 +1,249 @@
+//! Launches of the grouped expert ops (`kernels/cuda/experts.cu`), the fused rope + KV append,
+//! and the batched seam digest.
+//!
+//! An expert group is a per-rank device table of `ExpertEntry` (one per expert, null where the
+//! rank holds none), registered once per layer; the kernels read the route ids from device memory
+//! and take their matrices from the table, so nothing about the routing passes through the host.
+//! Every extent a kernel may touch is checked here against the group's largest entry before the
+//! launch (a kernel must never write outside a slice whatever the route says).
+//!
+//! This file builds the tables (`register_group`) and holds the extents every launch checks;
+//! the launches themselves are in `expert_ops.rs`.
+
+use super::{i32_of, shape_err, GEMV_MAX_TASKS, GEMV_THREADS};
+use crate::backend::cuda::memory::{DeviceBuffer, WeightKind};
+use crate::backend::cuda::CudaBackend;
+use crate::backend::{GroupEntry, GroupId, Slice};
+use crate::error::RuntimeError;
+use crate::Result;
+use cudarc::driver::LaunchConfig;
+
+/// gemv.cu's format codes.
+const FMT_E4M3: i32 = 2;
+const FMT_NVFP4: i32 = 3;
+/// u32 words of one `ExpertEntry` (112 bytes).
+const ENTRY_WORDS: usize = 28;
+
+/// The largest extents a slot of one class (routed entries, shared entries) writes.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Extents {
+    /// gate/up rows (= act values of the slot).
+    pub(super) rows: usize,
+    /// down rows × K-blocks held (= partials of the slot).
+    pub(super) down_parts: usize,
+}
+
+/// An expert group on a device: the entry table and the largest extents of its entries.
+pub(crate) struct DeviceGroup {
+    pub(super) table: DeviceBuffer,
+    pub(super) n_entries: usize,
+    pub(super) experts: usize,
+    /// in_features of gate/up (= x length, equal for every entry).
+    pub(super) cols: usize,
+    pub(super) max_rows: usize,
+    pub(super) max_nk: usize,
+    pub(super) max_down_rows: usize,
+    pub(super) max_down_nk: usize,
+    /// Extents of a routed slot (entries below `experts`) and of a shared slot.
+    pub(super) routed: Extents,
+    pub(super) shared: Extents,
+    /// Storage of the entries (census kernel names: `expert_gate_up.<format>`).
+    pub format: &'static str,
+}
+
+impl DeviceGroup {
+    /// Values a slot range needs in a strided buffer (slot j at j·pitch): the furthest end over
+    /// the range, each slot by its class (`k` routed slots, then shared ones); an error when a
+    /// pitch would let two slots overlap.
+    pub(super) fn need(
+        &self,
+        op: &str,
+        what: &str,
+        k: usize,
+        (first, slots, pitch): (usize, usize, usize),
+        ext: fn(&Extents) -> usize,
+    ) -> Result<usize> {
+        let mut need = 0;
+        for j in 0..slots {
+            let e = if first + j < k { ext(&self.routed) } else { ext(&self.shared) };
+            if j + 1 < slots && pitch < e {
+                return Err(shape_err(
+                    op,
+                    format!("{what} pitch {pitch} is below a slot's {e} values: slots would overlap"),
+                ));
+            }
+            need = need.max(j * pitch + e);
+        }
+        Ok(need)
+    }
+}
+
+impl DeviceGroup {
+    /// The launch of a grouped expert op over `slots` slots whose largest matrix has `rows` rows
+    /// of `nk` K-blocks: the grid (row blocks × slots), the table arguments (entries, experts,
+    /// route length, first slot) and the rows per block; `None` when there is nothing to do.
+    pub(super) fn slot_launch(
+        &self,
+        what: &str,
+        (rows, nk): (usize, usize),
+        slots: usize,
+        route_len: usize,
+        first_slot: usize,
+    ) -> Result<Option<(LaunchConfig, [i32; 4], i32)>> {
+        if slots == 0 || rows == 0 {
+            return Ok(None);
+        }
+        let rpb = rows_per_block(what, nk)?;
+        let c = LaunchConfig {
+            grid_dim: (rows.div_ceil(rpb) as u32, i32_of(what, "slots", slots)? as u32, 1),
+            block_dim: (GEMV_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [
+            i32_of(what, "entries", self.n_entries)?,
+            i32_of(what, "experts", self.experts)?,
+            i32_of(what, "route", route_len)?,
+            i32_of(what, "first_slot", first_slot)?,
+        ];
+        Ok(Some((c, args, rpb as i32)))
+    }
+}
+
+/// Rows per block of a grouped GEMV with `nk` K-blocks (as `gemv`: ~32 tasks, within the fold slots).
+fn rows_per_block(op: &str, nk: usize) -> Result<usize> {
+    if nk == 0 || nk > GEMV_MAX_TASKS {
+        return Err(shape_err(op, format!("{nk} K-blocks: the grouped kernels take 1 to {GEMV_MAX_TASKS}")));
+    }
+    Ok((32 / nk).clamp(1, GEMV_MAX_TASKS / nk))
+}
+
+impl CudaBackend {
+    /// Build and upload the entry table of an expert group on `rank`.
+    pub(crate) fn register_group(
+        &mut self,
+        rank: usize,
+        experts: usize,
+        entries: &[Option<GroupEntry>],
+    ) -> Result<GroupId> {
+        self.check_rank(rank)?;
+        let bad =
+            |e: usize, rule: String| RuntimeError::Contract(format!("expert group entry {e} on rank {rank}: {rule}"));
+        let mut words = vec![0u32; entries.len().max(1) * ENTRY_WORDS];
+        let (mut max_rows, mut cols, mut max_nk) = (0usize, None::<usize>, 0usize);
+        let (mut max_down_rows, mut max_down_nk) = (0usize, 0usize);
+        let (mut routed, mut shared) = (Extents::default(), Extents::default());
+        for (e, en) in entries.iter().enumerate() {
+            let Some(en) = en else { continue };
+            let ws = &self.ranks[rank].weights;
+            let get = |w: u32| ws.get(w as usize).ok_or_else(|| bad(e, format!("weight {w} does not exist")));
+            let (g, u, d) = (get(en.gate)?, get(en.up)?, get(en.down)?);
+            let fmt = match g.kind {
+                WeightKind::E4m3 => FMT_E4M3,
+                WeightKind::Nvfp4 => FMT_NVFP4,
+                k => return Err(bad(e, format!("the grouped kernels take E4M3 or NVFP4 experts, not {}", k.suffix()))),
+            };
+            if u.kind != g.kind || d.kind != g.kind {
+                return Err(bad(e, "gate, up and down must share one format".into()));
+            }
+            if u.rows != g.rows || u.cols != g.cols || u.kblock_width != g.kblock_width || u.row0 != g.row0 {
+                return Err(bad(e, format!("gate {}x{} and up {}x{} differ in shape", g.rows, g.cols, u.rows, u.cols)));
+            }
+            if d.cols != g.rows || d.row0 != 0 || g.cols == 0 || d.cols == 0 {
+                return Err(bad(e, format!("down has {} columns but gate/up {} rows", d.cols, g.rows)));
+            }
+            if *cols.get_or_insert(g.cols) != g.cols {
+                return Err(bad(e, format!("in_features {} differ from the group's {}", g.cols, cols.unwrap_or(0))));
+            }
+            let (nk, dnk) = (g.cols / g.kblock_width, d.cols / d.kblock_width);
+            max_rows = max_rows.max(g.rows);
+            max_nk = max_nk.max(nk);
+            max_down_rows = max_down_rows.max(d.rows);
+            max_down_nk = max_down_nk.max(dnk);
+            let class = if e < experts { &mut routed } else { &mut shared };
+            class.rows = class.rows.max(g.rows);
+            class.down_parts = class.down_parts.max(dnk * d.rows);
+            let sp = |w: &crate::backend::cuda::memory::DeviceWeight| w.scales.as_ref().map(|s| s.ptr()).unwrap_or(0);
+            let [sg, su, sd] = en.nvfp4_scales.unwrap_or([1.0, 1.0, 1.0]);
+            let i32w = |v: usize| i32_of("register_experts", "extent", v).map(|x| x as u32);
+            let fields: [u64; 6] = [g.data.ptr(), sp(g), u.data.ptr(), sp(u), d.data.ptr(), sp(d)];
+            let w = &mut words[e * ENTRY_WORDS..(e + 1) * ENTRY_WORDS];
+            for (i, f) in fields.iter().enumerate() {
+                w[2 * i] = *f as u32;
+                w[2 * i + 1] = (*f >> 32) as u32;
+            }
+            let ints = [
+                fmt as u32,
+                i32w(g.vec)?,
+                i32w(u.vec)?,
+                i32w(d.vec)?,
+                i32w(g.rows)?,
+                i32w(g.cols)?,
+                i32w(g.kblock_width)?,
+                i32w(g.row0)?,
+                i32w(d.rows)?,
+                i32w(d.cols)?,
+                i32w(d.kblock_width)?,
+                en.nvfp4_scales.is_some() as u32,
+                sg.to_bits(),
+                su.to_bits(),
+                sd.to_bits(),
+                0,
+            ];
+            w[12..].copy_from_slice(&ints);
+        }
+        rows_per_block("expert_gate_up", max_nk.max(1))?;
+        rows_per_block("expert_down", max_down_nk.max(1))?;
+        let ctx = self.ctx_of(rank).clone();
+        let table = DeviceBuffer::from_host(&ctx, &self.ranks[rank].stream, &words, "expert group table")?;
+        let ws = &self.ranks[rank].weights;
+        let format =
+            entries.iter().flatten().find_map(|en| ws.get(en.gate as usize)).map_or("empty", |w| w.kind.suffix());
+        let r = &mut self.ranks[rank];
+        r.groups.push(DeviceGroup {
+            format,
+            table,
+            n_entries: entries.len(),
+            experts,
+            max_rows,
+            cols: cols.unwrap_or(0),
+            max_nk,
+            max_down_rows,
+            max_down_nk,
+            routed,
+            shared,
+        });
+        Ok((r.groups.len() - 1) as GroupId)
+    }
+
+    pub(super) fn group(&self, rank: usize, g: GroupId, op: &str) -> Result<&DeviceGroup> {
+        self.ranks[rank]
+            .groups
+            .get(g as usize)
+            .ok_or_else(|| shape_err(op, format!("group {g} does not exist on rank {rank}")))
+    }
+
+    /// Slots of `pitch` each, every one `extent` long, lie inside `s` without overlapping.
+    pub(super) fn check_strided(
+        op: &str,
+        what: &str,
+        s: Slice,
+        slots: usize,
+        pitch: usize,
+        extent: usize,
+    ) -> Result<()> {
+        let need = slots.saturating_sub(1) * pitch + extent;
+        if slots > 1 && pitch < extent {
+            return Err(shape_err(
+                op,
+                format!("{what} pitch {pitch} is below a slot's {extent} values: slots would overlap"),
+            ));
+        }
+        if s.len < need {
+            return Err(shape_err(
+                op,
+                format!("{what} holds {} values, {slots} slots of pitch {pitch} need {need}", s.len),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,120 @@
+//! Op → kernel launch on the rank's stream.
+//!
+//! Every shape rule the host twin asserts is checked here first and returned as a
+//! `RuntimeError::Config` naming the op and the numbers, so a kernel never sees an argument it was
+//! not written for (the twins panic on the same violations; a device must not read out of
+//! bounds instead). Kernel arguments are passed exactly as the `extern "C"` signatures in
+//! `kernels/cuda/*.cu` declare them: device pointers as u64, sizes as i32, scalars as f32/u64.
+//!
+//! One file per family of launches, all through the [`launch!`] macro defined here with the
+//! shape helpers they share: `gemv.rs` (row and partial GEMVs, the batched row GEMV), `ops.rs`
+//! (every other plain op: folds, elementwise, norms, attention, router, combines, argmax),
+//! `at.rs` (the GRAPH door's position-independent launches), `experts.rs` (the expert groups'
+//! device tables) with `expert_ops.rs` (the grouped expert launches, rope + append), and
+//! `digest.rs` (the seam digests, single and batched).
+
+use crate::backend::Slice;
+use crate::error::RuntimeError;
+use crate::Result;
+use cudarc::driver::LaunchConfig;
+
+/// Threads per block of the GEMV kernels (8 warps; `GEMV_THREADS` in gemv.cu).
+const GEMV_THREADS: u32 = 256;
+/// Row-fold slots in a GEMV block's shared memory (`GEMV_MAX_TASKS`).
+const GEMV_MAX_TASKS: usize = 64;
+const TREE_THREADS: u32 = 256;
+const ELEMENTWISE_THREADS: u32 = 256;
+const ATTN_THREADS: u32 = 128;
+const ROUTER_THREADS: u32 = 256;
+const ARGMAX_THREADS: u32 = 256;
+/// Blocks of the multi-block argmax: its scratch (per rank) holds a counter and 2 words per block.
+pub(crate) const ARGMAX_MAX_BLOCKS: usize = 128;
+const DIGEST_THREADS: u32 = 256;
+/// Dynamic shared memory available without opting in (bytes).
+const SMEM_LIMIT: usize = 48 << 10;
+const HEAD_DIM: usize = 128;
+
+fn cfg(grid: usize, block: u32, smem: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: (grid.max(1) as u32, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem as u32 }
+}
+
+/// Grid of a grid-stride elementwise kernel over n elements.
+fn elementwise_grid(n: usize) -> usize {
+    n.div_ceil(ELEMENTWISE_THREADS as usize).clamp(1, 4096)
+}
+
+/// `op` was handed an argument its kernel was not written for: the caller broke its contract.
+fn shape_err(op: &str, rule: String) -> RuntimeError {
+    RuntimeError::Contract(format!("{op}: {rule}"))
+}
+
+/// `what` of `op` is `value`, past the `limit` its kernel can take.
+fn capacity_err(op: &str, what: &str, value: usize, limit: usize, rule: String) -> RuntimeError {
+    RuntimeError::Capacity { what: format!("{op} {what}"), value, limit, rule: format!("{op}: {rule}") }
+}
+
+fn i32_of(op: &str, what: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| {
+        capacity_err(op, what, v, i32::MAX as usize, format!("{what} {v} does not fit a 32-bit kernel argument"))
+    })
+}
+
+/// The shape rules of decode attention over `len` positions (`[q, k, v, gate, out]`, the twin's
+/// asserts); returns the dynamic shared memory the scores need.
+fn attention_shape(what: &str, s: [Slice; 5], len: usize, q_heads: usize, kv_heads: usize) -> Result<usize> {
+    let [q, k, v, gate, out] = s;
+    let need = len.checked_mul(kv_heads).and_then(|n| n.checked_mul(HEAD_DIM));
+    let ok = len >= 1
+        && kv_heads >= 1
+        && q_heads.is_multiple_of(kv_heads)
+        && q.len == q_heads * HEAD_DIM
+        && out.len == q_heads * HEAD_DIM
+        && gate.len == q_heads
+        && need.is_some_and(|n| k.len >= n && v.len >= n);
+    if !ok {
+        return Err(shape_err(
+            what,
+            format!(
+                "len {len}, q_heads {q_heads}, kv_heads {kv_heads}: q {} out {} gate {} k {} v {} break the shape rules",
+                q.len, out.len, gate.len, k.len, v.len
+            ),
+        ));
+    }
+    if len * 4 > SMEM_LIMIT {
+        return Err(capacity_err(
+            what,
+            "positions",
+            len,
+            SMEM_LIMIT / 4,
+            format!("{len} positions exceed the {} scores held in shared memory", SMEM_LIMIT / 4),
+        ));
+    }
+    Ok(len * 4)
+}
+
+/// Launch `$name` on `$rank`'s stream with the listed arguments (each a local of the exact
+/// kernel parameter type).
+macro_rules! launch {
+    ($b:expr, $rank:expr, $name:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
+        let b: &CudaBackend = $b;
+        let rank: usize = $rank;
+        let name: &'static str = $name;
+        let dev = &b.devices[b.ranks[rank].dev];
+        let func = dev.kernels.get(name)?;
+        let stream = &b.ranks[rank].stream;
+        let mut builder = stream.launch_builder(func);
+        $( builder.arg(&$arg); )+
+        // SAFETY: the argument list matches the kernel's `extern "C"` signature in
+        // kernels/cuda (types and order); every pointer was produced by `slice_ptr` or a weight of
+        // this rank, so it lies on this rank's device and its extent was checked against the
+        // sizes passed alongside it; the buffers outlive the launch (freed only after a drain).
+        unsafe { builder.launch($cfg) }.map(|_| ()).map_err(|e| b.fault(rank, name, e))
+    }};
+}
+
+mod at;
+mod digest;
+mod expert_ops;
+pub(crate) mod experts;
+mod gemv;
+mod ops;

@@ -1,0 +1,364 @@
+//! The host backend: every rank is a thread with a private arena, and runs the kernel twins.
+//!
+//! A rank thread executes the commands queued to it in order, like a CUDA stream. Nothing is
+//! shared between arenas: a [`Backend::copy`] queues a *send* on the source rank (after its
+//! earlier work) and a *receive* on the destination rank (before its later work), so the only
+//! cross-rank ordering is the one the program asks for. `host-bounce` moves the bytes through a
+//! staging arena (a pool of host buffers standing in for pinned staging memory); `native-p2p`
+//! hands them from arena to arena. Both only move bytes.
+//!
+//! No deadlock is possible: every receive waits for a send that was queued earlier in the single
+//! issue order of the driver thread, and a send never waits.
+//!
+//! `execute.rs` maps each op onto its twin on a rank's arena (with the coverage counters and
+//! planted defects the twins' values feed), `rows.rs` spreads the large GEMVs of one launch over
+//! all cores, and `backend.rs` is the [`Backend`](super::Backend) trait on these ranks: uploads, buffers, copies
+//! over the transports, peer stores, digests, marks, rewind.
+
+mod backend;
+mod execute;
+mod rows;
+
+use super::census::{kernel_of, CensusCounter};
+use super::coverage::{self, Coverage, SeamPoint};
+use super::defect::TwinDefect;
+use super::{GroupEntry, Op, Slice};
+use crate::error::RuntimeError;
+use crate::model::matrix::MatrixShard;
+use crate::Result;
+use std::sync::mpsc::{channel, sync_channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// One rank's private memory.
+struct Arena {
+    bufs: Vec<Vec<f32>>,
+    weights: Vec<MatrixShard>,
+    /// Expert groups: (routed experts, entries).
+    groups: Vec<(usize, Vec<Option<GroupEntry>>)>,
+    marks_ns: Vec<u64>,
+    epoch: Instant,
+    /// Coverage counters of the ops this rank ran (`coverage`), and the E4M3 code statistics of
+    /// each weight, computed on first use.
+    coverage: Coverage,
+    code_stats: Vec<Option<(u64, u64, u64)>>,
+}
+
+/// What an op's execution observes besides its operands: where the program was when it was
+/// issued (coverage's first places) and the planted twin defect, if any.
+#[derive(Debug, Clone, Copy)]
+struct Observe {
+    at: Option<SeamPoint>,
+    defect: Option<TwinDefect>,
+}
+
+type Command = Box<dyn FnOnce(&mut Arena) + Send>;
+
+struct RankWorker {
+    queue: Option<Sender<Command>>,
+    thread: Option<JoinHandle<()>>,
+    /// Driver-side copy of buffer lengths, so slices are checked before anything is queued.
+    buf_lens: Vec<usize>,
+    /// Driver-side storage names of the rank's weights and expert groups (census kernel names).
+    weight_formats: Vec<&'static str>,
+    group_formats: Vec<&'static str>,
+}
+
+impl RankWorker {
+    fn n_weights(&self) -> usize {
+        self.weight_formats.len()
+    }
+}
+
+/// CPU ranks as threads with private arenas.
+pub struct HostBackend {
+    ranks: Vec<RankWorker>,
+    /// Bytes allocated in all arenas, and the most this process may take (the memory available
+    /// at construction): an allocation beyond it is an out-of-memory error, never an abort.
+    allocated_bytes: usize,
+    memory_limit_bytes: usize,
+    staging_pool: Arc<Mutex<Vec<Vec<f32>>>>,
+    digests: Arc<Mutex<Vec<u64>>>,
+    n_tickets: usize,
+    /// What was issued (the census), where the program is, and the planted defect.
+    census: CensusCounter,
+    position: Option<SeamPoint>,
+    defect: Option<TwinDefect>,
+    /// Fault injection ([`HostBackend::corrupt_copies_up_to`]): cross-rank copies of at most this
+    /// many bytes arrive with the lowest bit of their first element flipped.
+    corrupt_up_to_bytes: usize,
+}
+
+impl HostBackend {
+    pub fn new(n_ranks: usize) -> Result<HostBackend> {
+        crate::config::check_tp(n_ranks)?;
+        let mut ranks = Vec::with_capacity(n_ranks);
+        for r in 0..n_ranks {
+            let (tx, rx) = channel::<Command>();
+            let thread = std::thread::Builder::new()
+                .name(format!("memra-rank{r}"))
+                .spawn(move || {
+                    let mut arena = Arena {
+                        bufs: Vec::new(),
+                        weights: Vec::new(),
+                        groups: Vec::new(),
+                        marks_ns: Vec::new(),
+                        epoch: Instant::now(),
+                        coverage: coverage::empty(),
+                        code_stats: Vec::new(),
+                    };
+                    for cmd in rx {
+                        cmd(&mut arena);
+                    }
+                })
+                .map_err(|e| RuntimeError::Unavailable(format!("cannot start host rank thread {r}: {e}")))?;
+            ranks.push(RankWorker {
+                queue: Some(tx),
+                thread: Some(thread),
+                buf_lens: Vec::new(),
+                weight_formats: Vec::new(),
+                group_formats: Vec::new(),
+            });
+        }
+        Ok(HostBackend {
+            ranks,
+            allocated_bytes: 0,
+            memory_limit_bytes: available_memory_bytes(),
+            staging_pool: Arc::new(Mutex::new(Vec::new())),
+            digests: Arc::new(Mutex::new(Vec::new())),
+            n_tickets: 0,
+            census: CensusCounter::new(n_ranks),
+            position: None,
+            defect: None,
+            corrupt_up_to_bytes: 0,
+        })
+    }
+
+    fn submit(&self, rank: usize, cmd: Command) -> Result<()> {
+        let queue = self.ranks[rank].queue.as_ref().expect("rank queue lives until drop");
+        queue.send(cmd).map_err(|_| RuntimeError::Device {
+            location: format!("host rank {rank}"),
+            detail: "the rank thread died (a kernel twin panicked); see stderr".into(),
+        })
+    }
+
+    fn check_rank(&self, rank: usize) -> Result<()> {
+        super::check_rank(rank, self.ranks.len())
+    }
+
+    fn check_slice(&self, rank: usize, s: Slice, what: &str) -> Result<()> {
+        self.check_rank(rank)?;
+        let lens = &self.ranks[rank].buf_lens;
+        match lens.get(s.buf as usize) {
+            Some(&len) if s.offset + s.len <= len => Ok(()),
+            Some(&len) => Err(RuntimeError::Contract(format!(
+                "{what}: slice {}+{} of buffer {} on rank {rank} exceeds its {len} elements",
+                s.offset, s.len, s.buf
+            ))),
+            None => Err(RuntimeError::Contract(format!("{what}: buffer {} does not exist on rank {rank}", s.buf))),
+        }
+    }
+
+    fn check_op(&self, rank: usize, op: &Op) -> Result<()> {
+        self.check_op_at(rank, op, rank)
+    }
+
+    /// Like `check_op`, with the op's store target (listed last by `op_slices`) checked on
+    /// `target_rank` (a peer store's destination).
+    fn check_op_at(&self, rank: usize, op: &Op, target_rank: usize) -> Result<()> {
+        let name = op_name(op);
+        let slices = op_slices(op);
+        let n = slices.len();
+        for (i, s) in slices.into_iter().enumerate() {
+            let at = if i + 1 == n && op.store_target().is_some() { target_rank } else { rank };
+            self.check_slice(at, s, name)?;
+        }
+        match op {
+            Op::GemvRows { w, .. } | Op::GemvPartials { w, .. } if *w as usize >= self.ranks[rank].n_weights() => {
+                Err(RuntimeError::Contract(format!("{name}: weight {w} does not exist on rank {rank}")))
+            }
+            Op::GemvRowsBatch { items, .. } if items.iter().any(|i| i.0 as usize >= self.ranks[rank].n_weights()) => {
+                Err(RuntimeError::Contract(format!("{name}: a weight of {items:?} does not exist on rank {rank}")))
+            }
+            Op::ExpertGateUp { group, .. }
+            | Op::ExpertDown { group, .. }
+            | Op::FoldSlots { scales: Some(group), .. }
+                if *group as usize >= self.ranks[rank].group_formats.len() =>
+            {
+                Err(RuntimeError::Contract(format!("{name}: expert group {group} does not exist on rank {rank}")))
+            }
+            Op::SetU32 { out: pos, .. }
+            | Op::QkNormRopeAt { pos, .. }
+            | Op::AttentionAt { pos, .. }
+            | Op::AppendAt { pos, .. }
+            | Op::RopeAppend { pos, .. }
+                if pos.len == 0 =>
+            {
+                Err(RuntimeError::Contract(format!("{name}: the position slice is empty; it must hold one u32")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Fault injection: from now on every cross-rank copy of at most `bytes` bytes arrives with the
+    /// lowest bit of its first element flipped — a transport that breaks small payloads (route
+    /// ids, one rank's share of a row) while every large copy is intact. 0 turns it off.
+    pub fn corrupt_copies_up_to(&mut self, bytes: usize) {
+        self.corrupt_up_to_bytes = bytes;
+    }
+
+    /// The census name of `op`'s kernel on `rank` (checked ops only).
+    fn kernel(&self, rank: usize, op: &Op) -> String {
+        let w = &self.ranks[rank];
+        kernel_of(
+            op,
+            |id| w.weight_formats.get(id as usize).copied().unwrap_or("unknown"),
+            |g| w.group_formats.get(g as usize).copied().unwrap_or("unknown"),
+        )
+    }
+
+    /// The planted defect as it applies to `op` (counted in the census when it does).
+    fn defect_for(&mut self, op: &Op) -> Option<TwinDefect> {
+        let d = self.defect?;
+        let applies = match d {
+            TwinDefect::RouterTiesToHigherId => matches!(op, Op::Router { device_variant: false, .. }),
+            TwinDefect::SumsFromNegativeZero => {
+                matches!(op, Op::GemvRows { .. } | Op::GemvRowsBatch { .. } | Op::GemvPartials { .. } | Op::Fold { .. })
+            }
+            TwinDefect::SiluUnclamped => matches!(op, Op::ExpertGateUp { .. }),
+        };
+        if applies {
+            self.census.mechanism(&format!("defect.{}", d.name()), 1);
+        }
+        applies.then_some(d)
+    }
+
+    /// Wait until every rank has executed everything queued so far.
+    fn barrier(&self) -> Result<Vec<Vec<u64>>> {
+        let mut replies = Vec::new();
+        for r in 0..self.ranks.len() {
+            let (tx, rx) = sync_channel::<Vec<u64>>(1);
+            self.submit(
+                r,
+                Box::new(move |a: &mut Arena| {
+                    let _ = tx.send(std::mem::take(&mut a.marks_ns));
+                }),
+            )?;
+            replies.push(rx);
+        }
+        replies
+            .into_iter()
+            .enumerate()
+            .map(|(r, rx)| {
+                rx.recv().map_err(|_| RuntimeError::Device {
+                    location: format!("host rank {r}"),
+                    detail: "the rank thread died before reaching the barrier (a kernel twin panicked)".into(),
+                })
+            })
+            .collect()
+    }
+}
+
+impl Drop for HostBackend {
+    fn drop(&mut self) {
+        for w in &mut self.ranks {
+            w.queue.take();
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// `MemAvailable` of /proc/meminfo (all of the address space where it cannot be read).
+pub(crate) fn available_memory_bytes() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<usize>().ok())
+        })
+        .map(|kib| kib.saturating_mul(1024))
+        .unwrap_or(usize::MAX)
+}
+
+fn read_slice(a: &Arena, s: Slice) -> &[f32] {
+    &a.bufs[s.buf as usize][s.offset..s.offset + s.len]
+}
+
+fn write_slice(a: &mut Arena, s: Slice, data: &[f32]) {
+    a.bufs[s.buf as usize][s.offset..s.offset + s.len].copy_from_slice(data);
+}
+
+/// Every slice an op touches (for bounds checks before queueing); an op's store target
+/// ([`Op::store_target`]) comes last.
+fn op_slices(op: &Op) -> Vec<Slice> {
+    match *op {
+        Op::GemvRows { x, out, .. } | Op::GemvPartials { x, out, .. } => vec![x, out],
+        Op::GemvRowsBatch { ref items, x } => std::iter::once(x).chain(items.iter().map(|i| i.1)).collect(),
+        Op::Fold { parts, out, .. } => vec![parts, out],
+        Op::Add { a, b, out } => vec![a, b, out],
+        Op::Scale { x, out, .. } => vec![x, out],
+        Op::RmsNorm { x, w, out, .. } => vec![x, w, out],
+        Op::AddRmsNorm { x, a, w, h, out, .. } => vec![x, a, w, h, out],
+        Op::FoldAddRmsNorm { parts, x, w, a, h, out, .. } => vec![parts, x, w, a, h, out],
+        Op::QkNormRope { x, w, cos_sin, .. } => vec![x, w, cos_sin],
+        Op::Attention { q, k, v, gate, out, .. } => vec![q, k, v, gate, out],
+        Op::Router { logits, bias, out, .. } => vec![logits, bias, out],
+        Op::Swiglu { gate, up, out, .. } => vec![gate, up, out],
+        Op::Combine { y, w, out } => vec![y, w, out],
+        Op::CombineShared { y, w, out } => vec![y, w, out],
+        Op::ResidualAdd { h, a, b, sum, out } => vec![h, a, b, sum, out],
+        Op::Argmax { x, out } => vec![x, out],
+        Op::FlipLowBit { x } => vec![x],
+        Op::SetU32 { out, .. } => vec![out],
+        Op::QkNormRopeAt { x, w, table, pos, .. } => vec![x, w, table, pos],
+        Op::AttentionAt { q, k, v, gate, pos, out, .. } => vec![q, k, v, gate, pos, out],
+        Op::AppendAt { src, cache, pos } => vec![src, cache, pos],
+        Op::RopeAppend { q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache, .. } => {
+            vec![q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache]
+        }
+        Op::ExpertGateUp { route, x, act, .. } => vec![route, x, act],
+        Op::ExpertDown { route, act, out, .. } => vec![route, act, out],
+        Op::FoldSlots { route, parts, out, .. } => vec![route, parts, out],
+        Op::FoldCombine { parts, w, out, .. } => vec![parts, w, out],
+        Op::SelectSlots { route, src, out, .. } => vec![route, src, out],
+        Op::CombineOwned { route, y, w, out, .. } => vec![route, y, w, out],
+    }
+}
+
+pub(crate) fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::GemvRows { .. } => "gemv_rows",
+        Op::GemvRowsBatch { .. } => "gemv_rows_batch",
+        Op::GemvPartials { .. } => "gemv_partials",
+        Op::Fold { .. } => "fold",
+        Op::Add { .. } => "add",
+        Op::Scale { .. } => "scale",
+        Op::RmsNorm { .. } => "rmsnorm",
+        Op::AddRmsNorm { .. } => "add_rmsnorm",
+        Op::FoldAddRmsNorm { .. } => "fold_add_rmsnorm",
+        Op::QkNormRope { .. } => "qk_norm_rope",
+        Op::Attention { .. } => "attention",
+        Op::Router { .. } => "router",
+        Op::Swiglu { .. } => "swiglu",
+        Op::Combine { .. } => "combine",
+        Op::CombineShared { .. } => "combine_shared",
+        Op::ResidualAdd { .. } => "residual_add",
+        Op::Argmax { .. } => "argmax",
+        Op::FlipLowBit { .. } => "flip_low_bit",
+        Op::SetU32 { .. } => "set_u32",
+        Op::QkNormRopeAt { .. } => "qk_norm_rope_at",
+        Op::AttentionAt { .. } => "attention_at",
+        Op::AppendAt { .. } => "append_at",
+        Op::RopeAppend { .. } => "rope_append",
+        Op::ExpertGateUp { .. } => "expert_gate_up",
+        Op::ExpertDown { .. } => "expert_down",
+        Op::FoldSlots { .. } => "fold_slots",
+        Op::FoldCombine { .. } => "fold_combine",
+        Op::SelectSlots { .. } => "select_slots",
+        Op::CombineOwned { .. } => "combine_owned",
+    }
+}
