@@ -19,7 +19,7 @@ pub struct GroupEntry {
     pub nvfp4_scales: Option<[f32; 3]>,
 }
 
-/// One part of a batched seam digest ([`Backend::digest_batch`]): `blocks` blocks of `src.len`
+/// One part of a batched seam digest ([`Backend::digest_batch`](crate::backend::Backend::digest_batch)): `blocks` blocks of `src.len`
 /// elements, block i at `src.offset + i·pitch` of `src.buf` with global base `base + i·base_pitch`.
 /// With `owned`, block i counts only when this rank owns the routed slot `first_slot + i`
 /// (expert-parallel slots, whose owner is data).

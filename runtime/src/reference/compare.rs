@@ -150,7 +150,7 @@ fn normwise(got: impl Iterator<Item = f64>, reference: &[f64]) -> (f64, usize) {
 }
 
 /// Compare every captured seam tensor of `record` and its token tape with the reference (see
-/// the module docs for the metric). `bound` is normally [`REFERENCE_REL_BOUND`].
+/// the module docs for the metric). `bound` is normally [`REFERENCE_REL_BOUND`](crate::reference::REFERENCE_REL_BOUND).
 pub fn compare(reference: &ReferenceRun, record: &Record, bound: f64) -> ComparisonReport {
     let mut stats: BTreeMap<(bool, usize), SeamError> = BTreeMap::new();
     let mut problems = Vec::new();

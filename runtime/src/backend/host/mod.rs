@@ -1,7 +1,7 @@
 //! The host backend: every rank is a thread with a private arena, and runs the kernel twins.
 //!
 //! A rank thread executes the commands queued to it in order, like a CUDA stream. Nothing is
-//! shared between arenas: a [`Backend::copy`] queues a *send* on the source rank (after its
+//! shared between arenas: a [`Backend::copy`](crate::backend::Backend::copy) queues a *send* on the source rank (after its
 //! earlier work) and a *receive* on the destination rank (before its later work), so the only
 //! cross-rank ordering is the one the program asks for. `host-bounce` moves the bytes through a
 //! staging arena (a pool of host buffers standing in for pinned staging memory); `native-p2p`
