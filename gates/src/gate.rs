@@ -388,25 +388,37 @@ pub struct SeamError {
 }
 
 /// Error budget over every captured seam present in both records. Router ids are compared as
-/// ids (any difference counts as a routing flip, and the expert seams of that step are left out
-/// of the relative error, since they compare different experts).
+/// ids: any difference is a routing flip, and from the flip on, that step compares different
+/// experts — the flipped layer's expert, join and residual seams, every seam of the layers after
+/// it and the head (final norm, logits) of that step are left out of the relative error (a
+/// flip in the last layer once read as a 19 % error at its residual and logits, on `step` with
+/// W8, while every other seam stayed under 2 %). Seams before the flip, and every other step,
+/// are compared; the argmax tape gate holds the flip itself to a near tie.
 pub fn error_budget(oracle: &Record, run: &Record) -> (Vec<SeamError>, usize) {
     let mut acc: BTreeMap<(usize, Seam), (u64, f64)> = BTreeMap::new();
-    let mut flipped_steps = std::collections::BTreeSet::new();
+    // (prompt, step) → the first layer whose routing flipped.
+    let mut first_flip: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    let mut flips = 0;
     for (key, co) in &oracle.captures {
         if key.seam == Seam::Router {
             if let Some(cr) = run.captures.get(key) {
                 let k = co.bits.len() / 2;
                 if co.bits[..k] != cr.bits[..k] {
-                    flipped_steps.insert((key.prompt, key.step, key.layer));
+                    flips += 1;
+                    let l = first_flip.entry((key.prompt, key.step)).or_insert(key.layer);
+                    *l = (*l).min(key.layer);
                 }
             }
         }
     }
+    let after_flip = |key: &CaptureKey| {
+        first_flip
+            .get(&(key.prompt, key.step))
+            .is_some_and(|&l| key.layer > l || (key.layer == l && key.seam > Seam::Router))
+    };
     for (key, co) in &oracle.captures {
         let Some(cr) = run.captures.get(key) else { continue };
-        let routed = matches!(key.seam, Seam::Experts | Seam::MoeJoin);
-        if routed && flipped_steps.contains(&(key.prompt, key.step, key.layer)) {
+        if after_flip(key) {
             continue;
         }
         let skip = if key.seam == Seam::Router { co.bits.len() / 2 } else { 0 };
@@ -426,7 +438,7 @@ pub fn error_budget(oracle: &Record, run: &Record) -> (Vec<SeamError>, usize) {
         .into_iter()
         .map(|((layer, seam), (max_ulp, max_rel))| SeamError { layer, seam, max_ulp, max_rel })
         .collect();
-    (errors, flipped_steps.len())
+    (errors, flips)
 }
 
 /// Every seam key of prompt 0 (for error-budget captures).

@@ -134,3 +134,72 @@ fn coverage_fails_a_claim_that_was_not_reached() {
     assert!(!gate::coverage(&claims, None, None).passed(), "no coverage counted: no claim can pass");
     assert!(gate::coverage(&[], None, None).passed(), "a model that claims nothing");
 }
+
+/// Two layers, one prompt of two steps, every seam captured as `[1.0; 4]` (router: ids `[0, 1]`
+/// then weights `[0.5, 0.5]`).
+fn captured_two_layers() -> Record {
+    let mut r = Record { n_layers: 2, ..Record::default() };
+    for step in 0..2 {
+        for (layer, seams) in [(0, &Seam::LAYER[..]), (1, &Seam::LAYER[..]), (2, &Seam::HEAD[..])] {
+            for &seam in seams {
+                let bits = if seam == Seam::Router {
+                    vec![0u32, 1, 0.5f32.to_bits(), 0.5f32.to_bits()]
+                } else {
+                    vec![1.0f32.to_bits(); 4]
+                };
+                r.captures
+                    .insert(CaptureKey { prompt: 0, step, layer, seam }, Capture { bits, owners: vec![(0, 0, 4)] });
+            }
+        }
+    }
+    r
+}
+
+fn set(r: &mut Record, step: usize, layer: usize, seam: Seam, bits: Vec<u32>) {
+    r.captures.get_mut(&CaptureKey { prompt: 0, step, layer, seam }).expect("captured").bits = bits;
+}
+
+fn worst(errors: &[gate::SeamError]) -> f64 {
+    errors.iter().map(|e| e.max_rel).fold(0.0, f64::max)
+}
+
+/// A routing flip makes the rest of its step compare different experts: the flipped layer's
+/// expert, join and residual seams, the later layers and the head of that step are left out —
+/// and nothing else: an error before the flip, or at another step, still counts (negative
+/// controls).
+#[test]
+fn a_routing_flip_leaves_out_the_rest_of_its_step_and_nothing_else() {
+    let oracle = captured_two_layers();
+    let off = vec![2.0f32.to_bits(); 4]; // relative error 1.0
+    let flip = vec![0u32, 2, 0.5f32.to_bits(), 0.5f32.to_bits()];
+
+    let mut run = oracle.clone();
+    set(&mut run, 1, 0, Seam::Router, flip.clone());
+    for (layer, seam) in
+        [(0, Seam::Experts), (0, Seam::MoeJoin), (0, Seam::Residual), (1, Seam::Qkv), (2, Seam::Logits)]
+    {
+        set(&mut run, 1, layer, seam, off.clone());
+    }
+    let (errors, flips) = gate::error_budget(&oracle, &run);
+    assert_eq!(flips, 1);
+    assert_eq!(worst(&errors), 0.0, "everything after the flip in step 1 is left out: {errors:?}");
+    assert!(errors.iter().any(|e| e.layer == 0 && e.seam == Seam::Residual), "step 0 still compares the residual");
+
+    // Before the flip in its own step: counted.
+    let mut before = run.clone();
+    set(&mut before, 1, 0, Seam::OJoin, off.clone());
+    assert_eq!(worst(&gate::error_budget(&oracle, &before).0), 1.0, "a seam before the flip counts");
+    // The same seams at a step without a flip: counted.
+    let mut other_step = run.clone();
+    set(&mut other_step, 0, 2, Seam::Logits, off.clone());
+    assert_eq!(worst(&gate::error_budget(&oracle, &other_step).0), 1.0, "another step's logits count");
+    // A flip in the last layer leaves the earlier layer of its step compared.
+    let mut late = oracle.clone();
+    set(&mut late, 1, 1, Seam::Router, flip);
+    set(&mut late, 1, 1, Seam::Residual, off.clone());
+    set(&mut late, 1, 0, Seam::Residual, off);
+    let (errors, flips) = gate::error_budget(&oracle, &late);
+    assert_eq!(flips, 1);
+    let at = |layer, seam| errors.iter().find(|e| e.layer == layer && e.seam == seam).map(|e| e.max_rel);
+    assert_eq!((at(1, Seam::Residual), at(0, Seam::Residual)), (Some(0.0), Some(1.0)));
+}

@@ -739,6 +739,13 @@ fn enumeration_is_deterministic() {
     }
 }
 
+/// The (backend, TP, transport) lanes of a sorted configuration list, in order.
+fn lanes(list: &[Configuration]) -> Vec<(BackendKind, usize, Transport)> {
+    let mut out: Vec<_> = list.iter().map(|c| (c.backend, c.tp, c.transport)).collect();
+    out.dedup();
+    out
+}
+
 #[test]
 fn shards_partition_the_plan() {
     let p = plan(MatrixKind::Single);
@@ -753,9 +760,71 @@ fn shards_partition_the_plan() {
         let mut ex: Vec<_> = shards.iter().flat_map(|s| s.excluded.clone()).collect();
         ex.sort();
         assert_eq!(ex, p.excluded);
+        for lane in lanes(&p.legal) {
+            let of_lane = |s: &MatrixPlan| -> Vec<Configuration> {
+                s.legal.iter().filter(|c| (c.backend, c.tp, c.transport) == lane).cloned().collect()
+            };
+            let sizes: Vec<usize> = shards.iter().map(|s| of_lane(s).len()).collect();
+            assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1, "{lane:?}: {sizes:?}");
+            // Each shard holds a contiguous block of a lane that has one for every shard, the
+            // blocks in shard order.
+            let whole = of_lane(&p);
+            if whole.len() >= n {
+                let joined: Vec<Configuration> = shards.iter().flat_map(of_lane).collect();
+                assert_eq!(joined, whole, "{lane:?}: shards of {n} must be the lane's consecutive blocks");
+            }
+        }
+        // Short lanes are dealt round: no shard is empty while another holds two more.
         let sizes: Vec<usize> = shards.iter().map(|s| s.legal.len()).collect();
-        assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1, "{sizes:?}");
+        if p.legal.len() >= n {
+            assert!(sizes.iter().all(|&k| k > 0), "shards of {n}: {sizes:?}");
+        }
     }
+    // Many shards of a small plan (CI's nightly runs shard 0/16 of `single` on the host).
+    let host_single = enumerate(
+        &reg(),
+        &MatrixKind::Single,
+        &[1, 2, 4, 8],
+        &[Transport::HostBounce, Transport::NativeP2p],
+        &[BackendKind::Host],
+    )
+    .unwrap();
+    let sizes: Vec<usize> = (0..16).map(|i| shard(&host_single, i, 16).unwrap().legal.len()).collect();
+    assert!(sizes.iter().all(|&k| k > 0), "{sizes:?}");
+    assert_eq!(sizes.iter().sum::<usize>(), host_single.legal.len());
+    // `all` on CUDA: a shard of 8 holds most census baselines of its own sets (a set with one
+    // door off), so they are runs it makes anyway; a round-robin split kept almost none.
+    let all = enumerate(
+        &reg(),
+        &MatrixKind::All,
+        &[2, 8],
+        &[Transport::HostBounce, Transport::NativeP2p],
+        &[BackendKind::Cuda],
+    )
+    .unwrap();
+    let kept = |s: &MatrixPlan| {
+        let own: BTreeSet<&Configuration> = s.legal.iter().collect();
+        let (mut found, mut asked) = (0, 0);
+        for c in &s.legal {
+            for d in &c.doors {
+                let mut off = c.clone();
+                off.doors.remove(d);
+                if all.legal.contains(&off) {
+                    asked += 1;
+                    found += own.contains(&off) as usize;
+                }
+            }
+        }
+        found as f64 / asked as f64
+    };
+    let round_robin = MatrixPlan {
+        legal: all.legal.iter().skip(3).step_by(8).cloned().collect(),
+        excluded: vec![],
+        not_applicable: vec![],
+        smallest_sets_only: true,
+    };
+    let (blocks, spread) = (kept(&shard(&all, 3, 8).unwrap()), kept(&round_robin));
+    assert!(blocks > 0.5 && spread < 0.25, "baselines kept in the shard: blocks {blocks:.2}, round robin {spread:.2}");
     assert_eq!(parse_shard("2/4").unwrap(), (2, 4));
     for bad in ["4/4", "1/0", "x/2", "1", "-1/2", "1/2/3"] {
         assert!(err_text(parse_shard(bad)).contains("0 <= I < N"), "{bad}");

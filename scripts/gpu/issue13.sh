@@ -5,11 +5,13 @@
 #      --tp 1,2,4,8 --transport host-bounce,native-p2p                       (target ≤ 3 min)
 #   2. run --matrix single --backend cuda --preset step --layers 2          (target ≤ 15 min)
 #   3. run --matrix all --backend cuda --preset tiny                         (target ≤ 60 min)
-# Steps 2 and 3 do not fit one call whole: each runs a shard (SINGLE_SHARD, default 0/6, and
-# ALL_SHARD, default 0/64; round-robin shards mix every TP size and transport) under its own time
-# limit, and `matrix --explain --history` estimates the whole plan from the shard's receipts (their
-# phase times: each configuration's own time, one upload per weight layout, the model and
-# references once). The estimate is stated as such in the summary, never as a measurement.
+# Steps 2 and 3 may not fit one call whole: each runs a shard (SINGLE_SHARD, default 0/6, and
+# ALL_SHARD, default 0/8; a shard holds a contiguous block of every TP size and transport, see
+# `matrix::shard`) under its own time limit (SINGLE_SECS, default 140; ALL_SECS, default 130), and
+# `matrix --explain --history` estimates the whole plan from the shard's receipts (their phase
+# times: each configuration's own time, one upload per weight layout, the model and references
+# once). The estimate is stated as such in the summary, never as a measurement. STEPS (default
+# "step single all") chooses the steps; STEP_SECS (default 250) limits the first.
 #
 # Build elsewhere (no toolchain here) and carry the binary, stripped:
 #   cargo build --release && mkdir -p target/gpu && cp target/release/memra-gates target/gpu/ && strip target/gpu/memra-gates
@@ -33,10 +35,10 @@ rc=0
 BUDGET="${BUDGET:-525}"
 # shellcheck source=scripts/gpu/sections.sh
 source scripts/gpu/sections.sh
-timed() { # NAME WANTED-SECONDS ARGS…: run memra-gates ARGS under a limit, log, time, a summary row
-    local name="$1" secs t0 t1 code
-    secs=$(limit "$2")
-    shift 2
+timed() { # NAME FOLDER WANTED-SECONDS ARGS…: run memra-gates ARGS (--out $out/FOLDER) under a limit
+    local name="$1" folder="$2" secs t0 t1 code
+    secs=$(limit "$3")
+    shift 3
     if [ "$secs" -eq 0 ]; then
         echo "| $name | \`memra-gates $*\` | skipped: budget spent | | |" >>"$summary"
         rc=1
@@ -55,7 +57,7 @@ timed() { # NAME WANTED-SECONDS ARGS…: run memra-gates ARGS under a limit, log
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
     counts=$(grep -E '^[0-9]+ (PASS|FAIL|VOID|ERROR|NOT-APPLICABLE|SKIP)' "$out/$name.log" | tail -1)
     [ "$code" -eq 0 ] || rc=1
-    [ "$code" -eq 124 ] && counts="TIMED OUT after ${secs}s (receipts so far: $(ls "$out/$name"/run-*.json 2>/dev/null | wc -l)) ${counts}"
+    [ "$code" -eq 124 ] && counts="TIMED OUT after ${secs}s (receipts so far: $(ls "$out/$folder"/run-*.json 2>/dev/null | wc -l)) ${counts}"
     echo "| $name | \`memra-gates $*\` | ${wall} s | $code | ${counts:-see $name.log} |" >>"$summary"
     grep -E 'Maximum resident|Elapsed \(wall' "$out/$name.log" | sed 's/^\s*/    /'
     tail -3 "$out/$name.log"
@@ -84,16 +86,25 @@ nvidia-smi -L 2>/dev/null | tee "$out/gpus.txt"
 } >"$summary"
 : >"$out/estimates.md"
 
-timed step 250 run --backend cuda --preset step --layers 4 --prompts 2 --gen-tokens 8 --tp 1,2,4,8 \
-    --transport host-bounce,native-p2p --progress-every 20 --out "$out/step"
-single="${SINGLE_SHARD:-0/6}"
-timed "single-shard-${single/\//of}" 140 run --matrix single --backend cuda --preset step --layers 2 \
-    --shard "$single" --progress-every 20 --out "$out/single"
-estimate single "$out/single" --matrix single
-all="${ALL_SHARD:-0/64}"
-timed "all-tiny-shard-${all/\//of}" 130 run --matrix all --backend cuda --preset tiny --shard "$all" \
-    --progress-every 20 --out "$out/all"
-estimate all-tiny "$out/all" --matrix all
+steps="${STEPS:-step single all}"
+if [[ " $steps " == *" step "* ]]; then
+    timed step step "${STEP_SECS:-250}" run --backend cuda --preset step --layers 4 --prompts 2 --gen-tokens 8 \
+        --tp 1,2,4,8 --transport host-bounce,native-p2p --progress-every 20 --out "$out/step"
+fi
+if [[ " $steps " == *" single "* ]]; then
+    single="${SINGLE_SHARD:-0/6}"
+    timed "single-shard-${single/\//of}" single "${SINGLE_SECS:-140}" run --matrix single --backend cuda --preset step \
+        --layers 2 --shard "$single" --progress-every 20 --out "$out/single"
+    estimate single "$out/single" --matrix single
+fi
+if [[ " $steps " == *" all "* ]]; then
+    all="${ALL_SHARD:-0/8}"
+    # ALL_ARGS narrows the plan further (e.g. "--tp 1,2,4,8 --transport host-bounce": whole lanes).
+    # shellcheck disable=SC2086
+    timed "all-tiny-shard-${all/\//of}" all "${ALL_SECS:-130}" run --matrix all --backend cuda --preset tiny \
+        --shard "$all" ${ALL_ARGS:-} --progress-every 20 --out "$out/all"
+    estimate all-tiny "$out/all" --matrix all
+fi
 
 {
     echo
@@ -124,6 +135,16 @@ for d in ["step", "single", "all"]:
         walls.sort()
         cells = " | ".join(f"{tot.get(p, 0):.1f}" for p in ["upload", "oracle", "run", "probe", "gates"])
         print(f"| {d} | {len(walls)} | {sum(walls):.1f} | {cells} | {gen:.1f} | {plan:.1f} | {walls[len(walls) // 2]:.2f} |")
+print("\nPer lane (median ms per job): | receipts | TP | transport | jobs | run | oracle | wall |")
+for d in ["step", "single", "all"]:
+    lanes = {}
+    for f in glob.glob(os.path.join(out, d, "run-*.json")):
+        r = json.load(open(f))
+        x, m, c = r["measurements"].get("extra", {}), r["measurements"], r["evidence"]["config"]
+        lanes.setdefault((c.get("tp"), c.get("transport")), []).append((x.get("phase_run_ms", 0), x.get("phase_oracle_ms", 0), m["wall_ms"]))
+    for (tp, tr), v in sorted(lanes.items(), key=lambda kv: str(kv[0])):
+        med = lambda i: sorted(t[i] for t in v)[len(v) // 2]
+        print(f"| {d} | {tp} | {tr} | {len(v)} | {med(0):.0f} | {med(1):.0f} | {med(2):.0f} |")
 EOF
 fi
 echo "total: $(( $(date +%s) - start ))s" | tee -a "$summary"

@@ -36,13 +36,16 @@ impl Sample {
     fn get(&self, key: &str) -> Option<f64> {
         self.extra.get(key).copied()
     }
-    /// The configuration's own time: its wall time less the weight upload it did first (uploads
-    /// are counted once per layout). Its references (`phase_oracle_ms`: census and class
+    /// The configuration's own time: its wall time less the weight upload and the byte-integrity
+    /// probe it did first (uploads are counted once per layout, probes once per backend, TP size
+    /// and transport: a shard's first job of a lane probes it, and a mean over the shard's jobs
+    /// spread that probe over the whole plan's lane — 4 of the 61 minutes estimated for `--matrix
+    /// all` from an eighth of it on one H200, 2026-12-01). Its references (`phase_oracle_ms`: census and class
     /// baselines) stay in: they are runs of door combinations of its own — counting them once per
     /// plan made a shard of `--matrix all` on CUDA estimate the whole plan 4× too short (measured
     /// on one H200, 2026-12-01: 27 min estimated, 81 configurations per 150 s measured).
     fn own_ms(&self) -> f64 {
-        (self.wall_ms - self.get("phase_upload_ms").unwrap_or(0.0)).max(0.0)
+        (self.wall_ms - self.get("phase_upload_ms").unwrap_or(0.0) - self.get("phase_probe_ms").unwrap_or(0.0)).max(0.0)
     }
 }
 
@@ -55,6 +58,9 @@ pub struct Estimate {
     /// Weight layouts the plan uploads, and what they cost (ms, inside host/cuda).
     pub uploads: usize,
     pub upload_ms: f64,
+    /// Lanes (backend, TP, transport) the plan probes, and what they cost (ms, inside host/cuda).
+    pub probes: usize,
+    pub probe_ms: f64,
     /// Once per plan: model generation and reference runs (ms).
     pub once_ms: f64,
     /// Configurations estimated from their own history, from their (backend, TP), from all of
@@ -101,6 +107,7 @@ pub fn estimate(registry: &Registry, legal: &[Configuration], history: &[Sample]
     let mut by_config: BTreeMap<&Configuration, Vec<f64>> = BTreeMap::new();
     let mut by_class: BTreeMap<(BackendKind, usize), Vec<f64>> = BTreeMap::new();
     let mut uploads: BTreeMap<(BackendKind, usize), Vec<f64>> = BTreeMap::new();
+    let mut probes: BTreeMap<(BackendKind, usize), Vec<f64>> = BTreeMap::new();
     let mut once: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
     for s in history {
         let own = s.own_ms();
@@ -108,6 +115,9 @@ pub fn estimate(registry: &Registry, legal: &[Configuration], history: &[Sample]
         by_class.entry((s.config.backend, s.config.tp)).or_default().push(own);
         if let Some(u) = s.get("phase_upload_ms").filter(|u| *u > 0.0) {
             uploads.entry((s.config.backend, s.config.tp)).or_default().push(u);
+        }
+        if let Some(p) = s.get("phase_probe_ms").filter(|p| *p > 0.0) {
+            probes.entry((s.config.backend, s.config.tp)).or_default().push(p);
         }
         // Per earlier run: its one-off work (the same plan-level values on each of its receipts).
         let plan = s.get("phase_generate_ms").unwrap_or(0.0) + s.get("phase_plan_oracle_ms").unwrap_or(0.0);
@@ -151,6 +161,17 @@ pub fn estimate(registry: &Registry, legal: &[Configuration], history: &[Sample]
         match backend {
             BackendKind::Host => est.host_ms += u,
             BackendKind::Cuda => est.cuda_ms += u,
+        }
+    }
+    // One probe per lane that crosses ranks (TP ≥ 2), at its (backend, TP)'s median probe time.
+    let lanes: BTreeSet<_> = legal.iter().filter(|c| c.tp > 1).map(|c| (c.backend, c.tp, c.transport)).collect();
+    for (backend, tp, _) in &lanes {
+        let Some(p) = probes.get(&(*backend, *tp)).and_then(|v| median(v)) else { continue };
+        est.probes += 1;
+        est.probe_ms += p;
+        match backend {
+            BackendKind::Host => est.host_ms += p,
+            BackendKind::Cuda => est.cuda_ms += p,
         }
     }
     let once: Vec<f64> = once.values().map(|(plan, refs)| plan + refs).collect();
@@ -243,13 +264,15 @@ pub fn explain(registry: &Registry, legal: &[Configuration], history: &[PathBuf]
     );
     let missing: usize = e.unestimated.values().sum();
     out += &format!(
-        "estimated duration: {}{} wall on {cores} core(s) — host {} of configuration time (sharing the cores), CUDA {} (one at a time), {} weight upload(s) {} included, model and references {} once; {} of {} configurations seen before, {} estimated from their backend and TP, {} from their backend's median",
+        "estimated duration: {}{} wall on {cores} core(s) — host {} of configuration time (sharing the cores), CUDA {} (one at a time), {} weight upload(s) {} and {} probe(s) {} included, model and references {} once; {} of {} configurations seen before, {} estimated from their backend and TP, {} from their backend's median",
         if missing > 0 { "at least " } else { "" },
         clock(e.wall_ms(cores)),
         clock(e.host_ms),
         clock(e.cuda_ms),
         e.uploads,
         clock(e.upload_ms),
+        e.probes,
+        clock(e.probe_ms),
         clock(e.once_ms),
         e.seen,
         legal.len(),
@@ -312,6 +335,25 @@ mod tests {
         assert_eq!(e.cuda_ms, 2.0 * 22_000.0 + 2.0 * 2_000.0 + 12_000.0 + 80_000.0);
         assert_eq!(e.once_ms, 30_000.0 + 10_000.0);
         assert_eq!(e.wall_ms(8), e.once_ms + e.cuda_ms, "CUDA configurations do not share cores");
+    }
+
+    /// A probe is paid once per lane (backend, TP, transport) of the plan, not by every
+    /// configuration: a shard's first job of a lane carries it, and the mean must not spread it.
+    #[test]
+    fn probes_are_counted_once_per_lane() {
+        let r = Registry::builtin().unwrap();
+        let hb = |doors: &[&str]| config(BackendKind::Cuda, 2, doors);
+        let p2p = |doors: &[&str]| Configuration { transport: Transport::NativeP2p, ..hb(doors) };
+        // The sample: the first TP2 job probed (3 s) and took 1 s of its own; the next took 1 s.
+        let history =
+            vec![sample(hb(&[]), 4_000.0, &[("phase_probe_ms", 3_000.0)]), sample(hb(&["graph"]), 1_000.0, &[])];
+        // A plan of two lanes at TP2 (two probes) and a TP1 one (no probe), ten configurations.
+        let mut legal: Vec<Configuration> = (0..4).map(|_| hb(&["graph"])).chain((0..4).map(|_| p2p(&[]))).collect();
+        legal.extend([config(BackendKind::Cuda, 1, &[]), config(BackendKind::Cuda, 1, &[])]);
+        let history = [history, vec![sample(config(BackendKind::Cuda, 1, &[]), 500.0, &[])]].concat();
+        let e = estimate(&r, &legal, &history);
+        assert_eq!((e.probes, e.probe_ms), (2, 6_000.0));
+        assert_eq!(e.cuda_ms, 8.0 * 1_000.0 + 2.0 * 500.0 + 6_000.0, "own times 1 s, 0.5 s; probes once per lane");
     }
 
     #[test]

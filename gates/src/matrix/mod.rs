@@ -396,8 +396,15 @@ fn single_sets(registry: &Registry, canaries: bool) -> Vec<BTreeSet<String>> {
     sets
 }
 
-/// Shard `index` of `count` (0-based): the configurations at positions `k` with
-/// `k % count == index` of each sorted list. The shards partition the plan.
+/// Shard `index` of `count` (0-based). Each list is cut into *lanes* — its runs of
+/// configurations with one backend, TP size and transport (contiguous, the lists are sorted) —
+/// and every lane of at least `count` configurations into `count` contiguous blocks of
+/// near-equal size; the shard takes block `index` of every such lane (the configurations of
+/// shorter lanes are dealt round the shards). The shards partition the plan, each gets its share of every TP size
+/// (so N concurrent shards finish together), and a shard's door sets are neighbours in the
+/// sorted order: they share their leading doors, so a set and the same set with one door off —
+/// its census baseline — usually land in the same shard, where the run of one serves the other
+/// (a round-robin split left nearly every baseline in another shard and ran it again).
 pub fn shard(plan: &MatrixPlan, index: usize, count: usize) -> Result<MatrixPlan, RegistryError> {
     if count == 0 || index >= count {
         return Err(RegistryError::Flag {
@@ -406,13 +413,40 @@ pub fn shard(plan: &MatrixPlan, index: usize, count: usize) -> Result<MatrixPlan
             rule: "use I/N with N >= 1 and 0 <= I < N (shards are numbered from 0)".to_string(),
         });
     }
-    fn pick<T: Clone>(v: &[T], index: usize, count: usize) -> Vec<T> {
-        v.iter().enumerate().filter(|(k, _)| k % count == index).map(|(_, x)| x.clone()).collect()
+    fn pick<T: Clone>(
+        v: &[T],
+        lane: impl Fn(&T) -> (BackendKind, usize, Transport),
+        index: usize,
+        count: usize,
+    ) -> Vec<T> {
+        let mut out = Vec::new();
+        let (mut start, mut dealt) = (0, 0);
+        while start < v.len() {
+            let key = lane(&v[start]);
+            let len = v[start..].iter().take_while(|x| lane(x) == key).count();
+            if len >= count {
+                let block = |i: usize| start + i * len / count;
+                out.extend_from_slice(&v[block(index)..block(index + 1)]);
+            } else {
+                // A lane shorter than the shard count has no block for every shard: its
+                // configurations are dealt one per shard, continuing where the last short lane
+                // stopped, so no shard is left empty while others hold several.
+                for (k, x) in v[start..start + len].iter().enumerate() {
+                    if (dealt + k) % count == index {
+                        out.push(x.clone());
+                    }
+                }
+                dealt += len;
+            }
+            start += len;
+        }
+        out
     }
+    let lane = |c: &Configuration| (c.backend, c.tp, c.transport);
     Ok(MatrixPlan {
-        legal: pick(&plan.legal, index, count),
-        excluded: pick(&plan.excluded, index, count),
-        not_applicable: pick(&plan.not_applicable, index, count),
+        legal: pick(&plan.legal, lane, index, count),
+        excluded: pick(&plan.excluded, |e| lane(&e.config), index, count),
+        not_applicable: pick(&plan.not_applicable, |n| lane(&n.config), index, count),
         smallest_sets_only: plan.smallest_sets_only,
     })
 }

@@ -169,7 +169,12 @@ fn gather_cols<T: Copy>(data: &[T], in_f: usize, cols: &std::ops::Range<usize>) 
     if in_f == 0 {
         return Vec::new();
     }
-    data.chunks_exact(in_f).flat_map(|row| row[cols.clone()].iter().copied()).collect()
+    // One slice copy per row (a per-element iterator chain here was a fifth of a `step` upload).
+    let mut out = Vec::with_capacity(data.len() / in_f * cols.len());
+    for row in data.chunks_exact(in_f) {
+        out.extend_from_slice(&row[cols.clone()]);
+    }
+    out
 }
 
 /// What a rank holds of a matrix: a contiguous rectangle, stored row-major.
