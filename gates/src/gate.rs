@@ -441,6 +441,16 @@ pub fn error_budget(oracle: &Record, run: &Record) -> (Vec<SeamError>, usize) {
     (errors, flips)
 }
 
+/// The (layer, seam) pairs the oracle captured that `errors` never compared: routing flips
+/// at every step can leave a seam out everywhere (the `edge` model's router ties under
+/// DEV_ROUTER), and the gate's detail must say so rather than read as if it compared them.
+pub fn uncompared_seams(oracle: &Record, errors: &[SeamError]) -> Vec<(usize, Seam)> {
+    let compared: std::collections::BTreeSet<(usize, Seam)> = errors.iter().map(|e| (e.layer, e.seam)).collect();
+    let captured: std::collections::BTreeSet<(usize, Seam)> =
+        oracle.captures.keys().map(|k| (k.layer, k.seam)).collect();
+    captured.difference(&compared).copied().collect()
+}
+
 /// Every seam key of prompt 0 (for error-budget captures).
 pub fn all_keys_of_prompt(record_shape: &Record, prompt: usize) -> Vec<CaptureKey> {
     let steps = record_shape.digests.get(prompt).map(|d| d.len()).unwrap_or(0);

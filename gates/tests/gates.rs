@@ -202,4 +202,17 @@ fn a_routing_flip_leaves_out_the_rest_of_its_step_and_nothing_else() {
     assert_eq!(flips, 1);
     let at = |layer, seam| errors.iter().find(|e| e.layer == layer && e.seam == seam).map(|e| e.max_rel);
     assert_eq!((at(1, Seam::Residual), at(0, Seam::Residual)), (Some(0.0), Some(1.0)));
+    assert!(gate::uncompared_seams(&oracle, &errors).is_empty(), "step 0 compares every seam");
+
+    // Flips at layer 0 of every step leave the rest of the model compared nowhere: named, so the
+    // gate's detail can say what it did not compare.
+    let mut everywhere = oracle.clone();
+    for step in 0..2 {
+        set(&mut everywhere, step, 0, Seam::Router, vec![0u32, 2, 0.5f32.to_bits(), 0.5f32.to_bits()]);
+    }
+    let (errors, flips) = gate::error_budget(&oracle, &everywhere);
+    assert_eq!(flips, 2);
+    let never = gate::uncompared_seams(&oracle, &errors);
+    assert!(never.contains(&(0, Seam::Experts)) && never.contains(&(2, Seam::Logits)), "{never:?}");
+    assert!(!never.contains(&(0, Seam::OJoin)), "seams before the router were compared");
 }

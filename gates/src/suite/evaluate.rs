@@ -239,17 +239,31 @@ impl Suite<'_> {
         let (errors, flips) = gate::error_budget(&captured, first);
         let worst = errors.iter().map(|e| e.max_rel).fold(0.0f64, f64::max);
         let bitwise = errors.iter().all(|e| e.max_ulp == 0);
-        let outcome =
-            if errors.is_empty() {
-                Outcome::Fail("no seam was compared: the error-budget captures are missing".to_string())
-            } else if worst.is_nan() || worst > rel_budget {
-                Outcome::Fail(format!("max normwise relative error {worst:.3e} exceeds the budget {rel_budget:.1e}"))
-            } else {
-                Outcome::Pass(format!(
-                "max normwise relative error {worst:.3e} within {rel_budget:.1e}; {flips} routing flip(s) excluded{}",
-                if bitwise { "; NOTE: bit-identical to the oracle — the NUMERIC class may be mislabeled" } else { "" }
+        let uncompared = gate::uncompared_seams(&captured, &errors);
+        let outcome = if errors.is_empty() {
+            Outcome::Fail("no seam was compared: the error-budget captures are missing".to_string())
+        } else if worst.is_nan() || worst > rel_budget {
+            Outcome::Fail(format!("max normwise relative error {worst:.3e} exceeds the budget {rel_budget:.1e}"))
+        } else {
+            Outcome::Pass(format!(
+                "max normwise relative error {worst:.3e} within {rel_budget:.1e}; {flips} routing flip(s) excluded{}{}",
+                match uncompared.first() {
+                    // Said, never hidden: a model built with router ties (`edge`) can flip at
+                    // every step, and then these seams were compared nowhere.
+                    Some((layer, seam)) => format!(
+                        "; {} seam(s) never compared (flips at every step), first layer {layer} {}",
+                        uncompared.len(),
+                        seam.name()
+                    ),
+                    None => String::new(),
+                },
+                if bitwise {
+                    "; NOTE: bit-identical to the oracle — the NUMERIC class may be mislabeled"
+                } else {
+                    ""
+                }
             ))
-            };
+        };
         ev.gates.push(gate_result(Gate::ErrorBudget, &outcome, Verdict::Fail));
         ev.errors = errors;
         true

@@ -21,6 +21,20 @@ pub(crate) fn gemv_rows_per_block(rows: usize, nk: usize) -> usize {
     base.min((rows / GEMV_MIN_BLOCKS).max(1))
 }
 
+/// The row-fold slots a GEMV block holds bound its K-blocks (`GEMV_MAX_TASKS`).
+fn check_kblocks(op: &str, nk: usize) -> Result<()> {
+    if nk > GEMV_MAX_TASKS {
+        return Err(capacity_err(
+            op,
+            "K-blocks",
+            nk,
+            GEMV_MAX_TASKS,
+            format!("{nk} K-blocks exceed the kernel's {GEMV_MAX_TASKS}"),
+        ));
+    }
+    Ok(())
+}
+
 /// `gemv_rows_batch_*`'s parameter block (`struct GemvBatch` in gemv.cu: 104 bytes).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -110,15 +124,7 @@ impl CudaBackend {
             };
             return launch!(self, rank, name, cfg(rows, TREE_THREADS, 0), wp, xp, op_ptr, rows_i, cols_i, kw_i, vec_i);
         }
-        if nk > GEMV_MAX_TASKS {
-            return Err(capacity_err(
-                op,
-                "K-blocks",
-                nk,
-                GEMV_MAX_TASKS,
-                format!("{nk} K-blocks exceed the kernel's {GEMV_MAX_TASKS}"),
-            ));
-        }
+        check_kblocks(op, nk)?;
         let rpb = gemv_rows_per_block(rows, nk);
         let grid = rows.div_ceil(rpb);
         let rpb_i = rpb as i32;
@@ -173,15 +179,7 @@ impl CudaBackend {
             return Err(shape_err(op, format!("x has {} elements but the weights have in_features {cols}", x.len)));
         }
         let nk = cols / kw;
-        if nk > GEMV_MAX_TASKS {
-            return Err(capacity_err(
-                op,
-                "K-blocks",
-                nk,
-                GEMV_MAX_TASKS,
-                format!("{nk} K-blocks exceed the kernel's {GEMV_MAX_TASKS}"),
-            ));
-        }
+        check_kblocks(op, nk)?;
         let total_rows: usize = shapes.iter().map(|s| s.1).sum();
         let rpb = gemv_rows_per_block(total_rows, nk);
         let mut b = GemvBatch { w: [0; 4], out: [0; 4], rows: [0; 4], block_start: [0; 5], count: items.len() as i32 };
