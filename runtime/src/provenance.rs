@@ -12,7 +12,7 @@
 //! [`build_digest`] are computed from one list.
 
 /// (workspace-relative path, text) of every runtime source that decides the arithmetic.
-pub const PROGRAM_SOURCES: [(&str, &str); 17] = [
+pub const PROGRAM_SOURCES: [(&str, &str); 18] = [
     ("runtime/src/program/mod.rs", include_str!("program/mod.rs")),
     ("runtime/src/program/layer.rs", include_str!("program/layer.rs")),
     ("runtime/src/program/moe.rs", include_str!("program/moe.rs")),
@@ -27,6 +27,7 @@ pub const PROGRAM_SOURCES: [(&str, &str); 17] = [
     ("runtime/src/backend/host/execute.rs", include_str!("backend/host/execute.rs")),
     ("runtime/src/backend/host/backend.rs", include_str!("backend/host/backend.rs")),
     ("runtime/src/backend/host/rows.rs", include_str!("backend/host/rows.rs")),
+    ("runtime/src/backend/host/simd.rs", include_str!("backend/host/simd.rs")),
     ("runtime/src/model/matrix.rs", include_str!("model/matrix.rs")),
     ("runtime/src/model/gen.rs", include_str!("model/gen.rs")),
     ("runtime/src/model/edge.rs", include_str!("model/edge.rs")),

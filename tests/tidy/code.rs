@@ -9,6 +9,17 @@ use super::{violation, Violation};
 /// The one folder where `unsafe` may appear.
 pub const UNSAFE_HOME: &str = "runtime/src/backend/cuda/";
 
+/// The one file outside [`UNSAFE_HOME`] where `unsafe` may appear: the host backend's AVX-512
+/// copies of the GEMV twins (its vector loads are raw-pointer intrinsics, and calling a
+/// `#[target_feature]` function after detecting the feature is an unsafe call). The same
+/// `// SAFETY:` and `# Safety` rules hold there.
+pub const UNSAFE_SIMD: &str = "runtime/src/backend/host/simd.rs";
+
+/// Whether `unsafe` may appear in Rust file `rel`.
+pub fn unsafe_allowed(rel: &str) -> bool {
+    rel.starts_with(UNSAFE_HOME) || rel == UNSAFE_SIMD
+}
+
 /// How many lines above an `unsafe` block its `// SAFETY:` comment may start (a multi-line
 /// comment, or a statement whose `unsafe` block sits on a continuation line).
 const SAFETY_WINDOW: usize = 6;
@@ -75,7 +86,7 @@ const NVRTC_BANNED: [&str; 5] = ["use_fast_math", "--fmad=true", "--prec-div=fal
 // Rule 1: unsafe
 // ---------------------------------------------------------------------------------------------
 
-/// Every `unsafe` of Rust file `rel` outside [`UNSAFE_HOME`], and inside it every `unsafe` block
+/// Every `unsafe` of Rust file `rel` outside [`UNSAFE_HOME`] and [`UNSAFE_SIMD`], and inside them every `unsafe` block
 /// or impl without a `// SAFETY:` comment within [`SAFETY_WINDOW`] lines above (or on its line),
 /// and every `unsafe fn` / `unsafe trait` without a `# Safety` section in its docs.
 pub fn check_unsafe(rel: &str, src: &str) -> Vec<Violation> {
@@ -86,13 +97,13 @@ pub fn check_unsafe(rel: &str, src: &str) -> Vec<Violation> {
             continue;
         }
         let line = m.line_of(at);
-        if !rel.starts_with(UNSAFE_HOME) {
+        if !unsafe_allowed(rel) {
             out.push(violation(
                 rel,
                 line,
                 format!(
-                    "`unsafe` outside {UNSAFE_HOME}: every unsafe operation and driver call of the workspace lives \
-                     behind the CUDA backend's safe functions; move it there, or make this code safe"
+                    "`unsafe` outside {UNSAFE_HOME} (and {UNSAFE_SIMD}): every unsafe operation and driver call of the \
+                     workspace lives behind the CUDA backend's safe functions; move it there, or make this code safe"
                 ),
             ));
             continue;
@@ -354,6 +365,11 @@ mod tests {
         assert!(v[0].message.contains("outside runtime/src/backend/cuda/"), "{}", v[0]);
         assert_eq!(check_unsafe("gates/src/suite.rs", "unsafe impl Send for X {}").len(), 1);
         assert_eq!(check_unsafe("tools/src/x.rs", "pub unsafe fn f() {}").len(), 1);
+        // The host backend's SIMD file is the one exception, and only that file.
+        assert!(check_unsafe(UNSAFE_SIMD, src).is_empty());
+        assert_eq!(check_unsafe("runtime/src/backend/host/rows.rs", src).len(), 1);
+        let bare = "//! x\nfn f() {\n    unsafe { g() }\n}\n";
+        assert_eq!(check_unsafe(UNSAFE_SIMD, bare).len(), 1, "the SAFETY rule holds in the exception too");
     }
 
     #[test]

@@ -18,6 +18,7 @@
 mod backend;
 mod execute;
 mod rows;
+mod simd;
 
 use super::census::{kernel_of, CensusCounter};
 use super::coverage::{self, Coverage, SeamPoint};

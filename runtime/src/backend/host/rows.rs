@@ -7,6 +7,7 @@
 //! matter of seconds; small matrices stay on the rank's thread (below [`PARALLEL_ELEMENTS`] the
 //! hand-off costs more than it saves).
 
+use super::simd;
 use crate::model::matrix::MatrixShard;
 use memra_kernels::twins::{gemv, w8};
 use rayon::prelude::*;
@@ -40,7 +41,7 @@ pub(crate) fn gemv_rows(shard: &MatrixShard, x: &[f32], tree: bool, out: &mut [f
         let rows = r0..r0 + o.len();
         match (shard.w8_view(), tree) {
             (Some(v), _) => w8::w8_rows(&v.rows(rows), x, o),
-            (None, false) => gemv::gemv_rows(&shard.view().rows(rows), x, o),
+            (None, false) => simd::gemv_rows(&shard.view().rows(rows), x, o),
             (None, true) => gemv::gemv_rows_tree(&shard.view().rows(rows), x, o),
         }
     });
@@ -52,7 +53,7 @@ pub(crate) fn gemv_partials(shard: &MatrixShard, x: &[f32], out: &mut [f32]) {
     let per = rows_per_task(rows, shard.in_features);
     let part = |r0: usize, n: usize, o: &mut [f32]| match shard.w8_view() {
         Some(v) => w8::w8_partials(&v.rows(r0..r0 + n), x, o),
-        None => gemv::gemv_partials(&shard.view().rows(r0..r0 + n), x, o),
+        None => simd::gemv_partials(&shard.view().rows(r0..r0 + n), x, o),
     };
     if per >= rows || rows == 0 {
         return part(0, rows, out);
@@ -86,8 +87,8 @@ pub(crate) fn gate_up_rows(
 ) -> (Vec<f32>, Vec<f32>) {
     let (gv, uv) = (gate.view(), up.view());
     let (mut g, mut u) = (vec![0.0f32; gate.out_features], vec![0.0f32; up.out_features]);
-    split_rows(&mut g, gate.in_features, |r0, o| gemv::gemv_rows(&gv.rows(r0..r0 + o.len()), x, o));
-    split_rows(&mut u, up.in_features, |r0, o| gemv::gemv_rows(&uv.rows(r0..r0 + o.len()), x, o));
+    split_rows(&mut g, gate.in_features, |r0, o| simd::gemv_rows(&gv.rows(r0..r0 + o.len()), x, o));
+    split_rows(&mut u, up.in_features, |r0, o| simd::gemv_rows(&uv.rows(r0..r0 + o.len()), x, o));
     if let Some((sg, su)) = scales {
         for v in g.iter_mut() {
             *v *= sg;
