@@ -97,13 +97,21 @@ pub fn machine_alone() -> std::sync::RwLockWriteGuard<'static, ()> {
     MACHINE.write().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The machine shared while the guard lives, as [`run`] holds it: for a test that starts a child
+/// itself ([`command`] … `spawn`), so that a timing test's [`machine_alone`] waits for that child
+/// too. While it is held, this thread starts children with [`run_alone`] (a second shared guard on
+/// one thread can deadlock behind a waiting [`machine_alone`]).
+pub fn machine_shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    MACHINE.read().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Runs `memra-gates ARGS…` (clean environment plus `extra_env`) to completion.
 pub fn run_env(args: &[&str], extra_env: &[(&str, &str)]) -> Output {
-    let _shared = MACHINE.read().unwrap_or_else(|p| p.into_inner());
+    let _shared = machine_shared();
     run_unlocked(args, extra_env)
 }
 
-/// [`run`] inside [`machine_alone`] (which already holds the machine).
+/// [`run`] inside [`machine_alone`] or [`machine_shared`] (which already hold the machine).
 pub fn run_alone(args: &[&str]) -> Output {
     run_unlocked(args, &[])
 }

@@ -59,10 +59,12 @@ fn a_second_run_into_the_same_directory_is_refused_naming_the_first() {
     let dir = tempdir();
     let out_dir = dir.path().join("r");
     let args = ["run", "--backend", "host", "--tp", "1,2,4,8", "--prompts", "2", "--quiet", "--out", s(&out_dir)];
+    let shared = machine_shared(); // the first run is a child of this binary too
     let mut first = command(&args, &[]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start");
     wait_for(&out_dir.join(".memra-gates.lock"), "the first run's lock");
-    let second = run(&args);
+    let second = run_alone(&args);
     let first_status = first.wait().expect("first run");
+    drop(shared);
     second.expect_code(2).expect_stderr(&["is writing there", "memra-gates (pid", ".memra-gates.lock"]);
     assert!(second.stderr.contains(&format!("pid {}", first.id())), "the holder is named\n{}", second.transcript());
     assert_eq!(first_status.code(), Some(0), "the first run finished undisturbed");

@@ -17,12 +17,19 @@ const SIGINT: i32 = 2;
 fn resume_after_sigint_completes_the_matrix_without_rewriting_finished_receipts() {
     let dir = tempdir();
     let out_dir = dir.path().join("receipts");
-    let args = short_host_run("1,2", &out_dir, &["--matrix", "single", "--quiet"]);
+    // Two prompts of 8 tokens (not the usual 1 × 2): each configuration then lasts long enough
+    // that the interrupt lands while the matrix is still running, however fast the host twins.
+    let args = ["run", "--backend", "host", "--tp", "1,2", "--prompts", "2", "--gen-tokens", "8"]
+        .into_iter()
+        .chain(["--out", s(&out_dir), "--matrix", "single", "--quiet"])
+        .collect::<Vec<_>>();
     let expected = matrix_listing(&SINGLE_TP12_HOST);
     let expected_set: BTreeSet<ConfigKey> = expected.iter().cloned().collect();
     assert_eq!(expected_set.len(), expected.len(), "`memra-gates matrix` lists a configuration twice");
 
-    // Start the matrix and interrupt it once at least two receipts are on disk.
+    // Start the matrix and interrupt it once at least two receipts are on disk. The child holds
+    // the machine shared, as every child of this binary does (a timing test waits for it).
+    let shared = machine_shared();
     let mut child =
         command(&args, &[]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -39,6 +46,7 @@ fn resume_after_sigint_completes_the_matrix_without_rewriting_finished_receipts(
     let kill = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(kill.success(), "kill -INT failed");
     let status = child.wait().unwrap();
+    drop(shared);
     assert!(
         status.signal() == Some(SIGINT) || status.code() == Some(130),
         "the interrupted run ended with {status}, not by SIGINT"
