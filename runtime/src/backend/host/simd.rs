@@ -112,15 +112,18 @@ fn row_partials(m: &MatrixView, w: Stored, x: &[f32]) -> Vec<f32> {
     {
         let table: [[f32; 16]; 8] =
             std::array::from_fn(|i| std::array::from_fn(|j| memra_kernels::formats::e4m3_decode((i * 16 + j) as u8)));
-        // SAFETY (all three): `stored` returned `w`, so AVX-512F is on this CPU (`available()`)
-        // and it checked what the functions read: the storage is rows × cols, `x` is cols long,
-        // K-blocks are whole 32-value lane rounds (whole 128-code blocks for E4M3), and E4M3
-        // scales cover every scale row from `row0`; `out` is rows × K-blocks.
+        // `stored` returned `w` only if AVX-512F is on this CPU (`available()`), and it checked
+        // what the functions read: the storage is rows × cols, `x` is cols long, K-blocks are
+        // whole 32-value lane rounds (whole 128-code blocks for E4M3), E4M3 scales cover every
+        // scale row from `row0`; `out` is rows × K-blocks.
         match w {
+            // SAFETY: AVX-512F present and the E4M3 shapes checked by `stored` (above).
             Stored::E4m3(codes, scales, row0) => unsafe {
                 avx512::partials_e4m3(&table, codes, scales, row0, (cols, kw), x, &mut out)
             },
+            // SAFETY: AVX-512F present and the BF16 shapes checked by `stored` (above).
             Stored::Bf16(bits) => unsafe { avx512::partials_bf16(bits, (cols, kw), x, &mut out) },
+            // SAFETY: AVX-512F present and the F32 shapes checked by `stored` (above).
             Stored::F32(values) => unsafe { avx512::partials_f32(values, (cols, kw), x, &mut out) },
         }
     }
@@ -320,6 +323,28 @@ mod tests {
         a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()))
     }
 
+    /// The view's rows and K-block partials by the fast path equal the twin's bits; returns the
+    /// twin's rows. With `control`, and more than two K-blocks, the negative control: the same
+    /// partials folded in reverse order are other bits in some row after the first, so the
+    /// comparison can fail (two partials fold to the same sum either way: IEEE addition commutes).
+    fn check_against_twin(what: &str, m: &MatrixView, x: &[f32], control: bool) -> Vec<f32> {
+        let (rows, nk) = (m.out_features, m.in_features / m.kblock_width);
+        let (mut want, mut got) = (vec![0.0f32; rows], vec![0.0f32; rows]);
+        gemv::gemv_rows(m, x, &mut want);
+        gemv_rows(m, x, &mut got);
+        assert!(same(&want, &got), "{what}: rows differ from the twin");
+        let (mut want_p, mut got_p) = (vec![0.0f32; rows * nk], vec![0.0f32; rows * nk]);
+        gemv::gemv_partials(m, x, &mut want_p);
+        gemv_partials(m, x, &mut got_p);
+        assert!(same(&want_p, &got_p), "{what}: partials differ from the twin");
+        if control && nk > 2 {
+            let mut reversed = vec![0.0f32; rows];
+            gemv::fold_partials(&got_p, nk, rows, true, &mut reversed);
+            assert!(!same(&want[1..], &reversed[1..]), "{what}: a reversed fold must show as a difference");
+        }
+        want
+    }
+
     /// Every code (NaN codes and both zeros, in row 0), ordinary and special inputs, views of a
     /// row shard that starts mid scale block, one and several 128-blocks per K-block: the rows and
     /// the partials equal the twin's bits. The other rows hold no NaN code, so their values are
@@ -366,25 +391,11 @@ mod tests {
                 in_features: cols,
                 kblock_width: kw,
             };
-            let (mut want, mut got) = (vec![0.0f32; rows], vec![0.0f32; rows]);
-            gemv::gemv_rows(&m, &x, &mut want);
-            gemv_rows(&m, &x, &mut got);
-            assert!(same(&want, &got), "rows of {rows}×{cols} (K-block {kw}, row0 {row0}) differ from the twin");
-            let nk = cols / kw;
-            let (mut want_p, mut got_p) = (vec![0.0f32; rows * nk], vec![0.0f32; rows * nk]);
-            gemv::gemv_partials(&m, &x, &mut want_p);
-            gemv_partials(&m, &x, &mut got_p);
-            assert!(same(&want_p, &got_p), "partials of {rows}×{cols} (K-block {kw}) differ from the twin");
+            let what = format!("e4m3 {rows}×{cols} (K-block {kw}, row0 {row0})");
+            let want = check_against_twin(&what, &m, &x, x_kind == 0);
             if x_kind < 2 {
                 let finite = want[1..].iter().filter(|v| v.is_finite()).count();
-                assert_eq!(finite, rows - 1, "rows after the first must be finite ({rows}×{cols})");
-            }
-            if nk > 2 && x_kind == 0 {
-                // Negative control: the same partials folded in reverse order are other bits (with
-                // two partials a reversed fold is the same sum: IEEE addition commutes).
-                let mut reversed = vec![0.0f32; rows];
-                gemv::fold_partials(&got_p, nk, rows, true, &mut reversed);
-                assert!(!same(&want[1..], &reversed[1..]), "a reversed fold must show as a difference ({rows}×{cols})");
+                assert_eq!(finite, rows - 1, "{what}: rows after the first must be finite");
             }
         }
     }
@@ -415,22 +426,10 @@ mod tests {
                 .collect();
             for (name, w) in [("bf16", WeightRef::Bf16(&bits)), ("f32", WeightRef::F32(&values))] {
                 let m = MatrixView { w, out_features: rows, in_features: cols, kblock_width: kw };
-                let (mut want, mut got) = (vec![0.0f32; rows], vec![0.0f32; rows]);
-                gemv::gemv_rows(&m, &x, &mut want);
-                gemv_rows(&m, &x, &mut got);
-                assert!(same(&want, &got), "{name} rows of {rows}×{cols} (K-block {kw}) differ from the twin");
-                let nk = cols / kw;
-                let (mut want_p, mut got_p) = (vec![0.0f32; rows * nk], vec![0.0f32; rows * nk]);
-                gemv::gemv_partials(&m, &x, &mut want_p);
-                gemv_partials(&m, &x, &mut got_p);
-                assert!(same(&want_p, &got_p), "{name} partials of {rows}×{cols} (K-block {kw}) differ from the twin");
+                let what = format!("{name} {rows}×{cols} (K-block {kw})");
+                let want = check_against_twin(&what, &m, &x, x_kind == 0);
                 if x_kind < 2 {
-                    assert!(want.iter().all(|v| v.is_finite()), "{name}: the rows must be finite");
-                }
-                if nk > 2 && x_kind == 0 {
-                    let mut reversed = vec![0.0f32; rows];
-                    gemv::fold_partials(&got_p, nk, rows, true, &mut reversed);
-                    assert!(!same(&want, &reversed), "{name}: a reversed fold must show as a difference");
+                    assert!(want.iter().all(|v| v.is_finite()), "{what}: the rows must be finite");
                 }
             }
         }
