@@ -319,6 +319,13 @@ mod tests {
         }
     }
 
+    /// Says which path the comparisons exercise on this CPU.
+    fn note_path() {
+        if !available() {
+            eprintln!("no AVX-512F on this CPU: the vector path is not exercised here, only the fallback to the twin");
+        }
+    }
+
     fn same(a: &[f32], b: &[f32]) -> bool {
         a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()))
     }
@@ -328,6 +335,14 @@ mod tests {
     /// partials folded in reverse order are other bits in some row after the first, so the
     /// comparison can fail (two partials fold to the same sum either way: IEEE addition commutes).
     fn check_against_twin(what: &str, m: &MatrixView, x: &[f32], control: bool) -> Vec<f32> {
+        // The path under test is known: the vector one exactly where the CPU has AVX-512F (these
+        // views are all ones it takes), else the twin itself (then this checks the fallback).
+        assert_eq!(
+            stored(m, x).is_some(),
+            available(),
+            "{what}: the fast path was {}taken",
+            if available() { "not " } else { "" }
+        );
         let (rows, nk) = (m.out_features, m.in_features / m.kblock_width);
         let (mut want, mut got) = (vec![0.0f32; rows], vec![0.0f32; rows]);
         gemv::gemv_rows(m, x, &mut want);
@@ -352,10 +367,7 @@ mod tests {
     /// folded in reverse) must differ, so the comparison can fail.
     #[test]
     fn matches_the_twin_bit_for_bit() {
-        if !available() {
-            eprintln!("skipped: no AVX-512F on this CPU (the host backend runs the twin here)");
-            return;
-        }
+        note_path();
         let mut s = 7u64;
         let mut next = move || {
             s = splitmix64(s);
@@ -405,10 +417,7 @@ mod tests {
     /// reversed fold differs (the comparison can fail).
     #[test]
     fn bf16_and_f32_match_the_twin_bit_for_bit() {
-        if !available() {
-            eprintln!("skipped: no AVX-512F on this CPU (the host backend runs the twin here)");
-            return;
-        }
+        note_path();
         let mut s = 11u64;
         let mut next = move || {
             s = splitmix64(s);
