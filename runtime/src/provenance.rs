@@ -12,7 +12,7 @@
 //! [`build_digest`] are computed from one list.
 
 /// (workspace-relative path, text) of every runtime source that decides the arithmetic.
-pub const PROGRAM_SOURCES: [(&str, &str); 18] = [
+pub const PROGRAM_SOURCES: [(&str, &str); 19] = [
     ("runtime/src/program/mod.rs", include_str!("program/mod.rs")),
     ("runtime/src/program/layer.rs", include_str!("program/layer.rs")),
     ("runtime/src/program/moe.rs", include_str!("program/moe.rs")),
@@ -27,7 +27,8 @@ pub const PROGRAM_SOURCES: [(&str, &str); 18] = [
     ("runtime/src/backend/host/execute.rs", include_str!("backend/host/execute.rs")),
     ("runtime/src/backend/host/backend.rs", include_str!("backend/host/backend.rs")),
     ("runtime/src/backend/host/rows.rs", include_str!("backend/host/rows.rs")),
-    ("runtime/src/backend/host/simd.rs", include_str!("backend/host/simd.rs")),
+    ("runtime/src/backend/host/simd/mod.rs", include_str!("backend/host/simd/mod.rs")),
+    ("runtime/src/backend/host/simd/avx512.rs", include_str!("backend/host/simd/avx512.rs")),
     ("runtime/src/model/matrix.rs", include_str!("model/matrix.rs")),
     ("runtime/src/model/gen.rs", include_str!("model/gen.rs")),
     ("runtime/src/model/edge.rs", include_str!("model/edge.rs")),
@@ -60,17 +61,31 @@ pub fn tree_digest(root: &std::path::Path) -> std::io::Result<String> {
 mod tests {
     use super::*;
 
-    /// A new file of the program or of the host backend must join the digest: every
-    /// `program/*.rs` and `backend/host/*.rs` is listed.
+    /// A new file of the program or of the host backend must join the digest: every `.rs` file
+    /// under `program/` and `backend/host/` (subfolders included) is listed, except a folder
+    /// module's `tests.rs` (compiled only for tests, so it decides no arithmetic of a build).
     #[test]
     fn every_program_file_is_covered() {
+        fn walk(dir: &std::path::Path, rel: &str, out: &mut Vec<String>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let e = e.unwrap();
+                let name = e.file_name().into_string().unwrap();
+                let path = format!("{rel}/{name}");
+                if e.file_type().unwrap().is_dir() {
+                    walk(&e.path(), &path, out);
+                } else if name != "tests.rs" {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
         for folder in ["program", "backend/host"] {
             let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(folder);
-            for e in std::fs::read_dir(&dir).unwrap() {
-                let name = e.unwrap().file_name().into_string().unwrap();
-                let path = format!("runtime/src/{folder}/{name}");
-                assert!(PROGRAM_SOURCES.iter().any(|(p, _)| *p == path), "{path} is not in PROGRAM_SOURCES");
-            }
+            walk(&dir, &format!("runtime/src/{folder}"), &mut files);
+        }
+        assert!(files.iter().any(|f| f.ends_with("host/simd/avx512.rs")), "the walk reaches subfolders: {files:?}");
+        for path in files {
+            assert!(PROGRAM_SOURCES.iter().any(|(p, _)| *p == path), "{path} is not in PROGRAM_SOURCES");
         }
     }
 

@@ -158,3 +158,43 @@ fn the_probe_and_the_copy_checks_find_a_transport_that_breaks_small_payloads() {
     let f = r.copy_faults.first().expect("a broken copy");
     assert_eq!((f.prompt, f.step, f.layer, f.seam, f.src_rank, f.dst_rank), (0, 0, 0, Seam::Router, 0, 1));
 }
+
+fn census_sum(r: &Record, prefix: &str) -> u64 {
+    r.census.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum()
+}
+
+/// The last expert is layer 1's dominant slot, owned by the last rank at every expert-parallel
+/// TP size: STEP_EP's slot select and MOE_DIRECT's owner stores have another rank than the root
+/// to serve, so both doors are witnessed by the census on `edge` (with the dominant slot on rank 0
+/// they were not: VOID at TP2).
+#[test]
+fn expert_parallel_owners_beyond_the_root_are_reached() {
+    for tp in [2, 4, 8] {
+        let ep = run_with(tp, Transport::NativeP2p, |c| c.doors.step_ep = true);
+        let direct = run_with(tp, Transport::NativeP2p, |c| {
+            c.doors.step_ep = true;
+            c.doors.moe_direct = true;
+        });
+        assert!(census_sum(&ep, "launch.select_slots") > 0, "TP{tp}: STEP_EP selects slots on the device");
+        assert!(
+            census_sum(&direct, "peer_store.fold_slots") > 0,
+            "TP{tp}: an owner other than the root stores its slot"
+        );
+        assert_eq!(first_diff(oracle(), &direct), None, "TP{tp}: the same bits as the oracle");
+    }
+}
+
+/// The premise of the gates' shape rule for MOE_DIRECT under NVFP4_EP2 (`gates/src/suite/
+/// shape_rules.rs`): on `edge` at TP2 (a shared expert whole on rank 0) the door changes no call
+/// and no bit, so a run with it could only be VOID.
+#[test]
+fn moe_direct_under_nvfp4_ep2_changes_nothing_on_edge() {
+    let ep2 = run_with(2, Transport::NativeP2p, |c| c.doors.nvfp4_ep2 = true);
+    let direct = run_with(2, Transport::NativeP2p, |c| {
+        c.doors.nvfp4_ep2 = true;
+        c.doors.moe_direct = true;
+    });
+    assert_eq!(direct.census, ep2.census, "the same calls with MOE_DIRECT as without");
+    assert_eq!(census_sum(&direct, "peer_store."), 0);
+    assert_eq!(first_diff(&ep2, &direct), None);
+}

@@ -94,24 +94,10 @@ impl Suite<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::JobClass;
     use std::collections::BTreeMap;
 
     fn job(doors: DoorSet, vars: &[&str]) -> Job {
-        Job {
-            subject: crate::subject::BUILTIN_NAME.to_string(),
-            doors_env: vars.iter().map(|v| (v.to_string(), true)).collect(),
-            doors,
-            class: JobClass::Identity,
-            engagement: BTreeMap::new(),
-            census: Vec::new(),
-            tp: 2,
-            transport: Transport::HostBounce,
-            backend: BackendKind::Host,
-            baseline_tp: 1,
-            baseline_transport: Transport::HostBounce,
-            not_run: None,
-        }
+        Job { doors_env: vars.iter().map(|v| (v.to_string(), true)).collect(), ..Job::test_job(2, doors) }
     }
 
     fn tape(t: u32) -> Record {

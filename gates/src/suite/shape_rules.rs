@@ -7,6 +7,12 @@
 //!   routed experts are expert-parallel already (the `edge` model at TP4 and TP8).
 //! - BULK_P2P where no two consecutive slots are TP-sharded: each rank has at most one block per
 //!   join to move, so there is nothing to pack.
+//! - MOE_DIRECT with NVFP4_EP2 at TP2 where the shared expert's down projection is whole on rank 0
+//!   (its K-blocks not divisible by the TP size; the `edge` model): MOE_DIRECT stores TP-sharded
+//!   down partials and expert-parallel owners' slots at the root
+//!   (`runtime/src/program/moe.rs`), and the interleaved NVFP4 banks are neither — each owner
+//!   folds its own slots, which reach the root through the join — so the program issues the same
+//!   calls with the door as without (`runtime/tests/edge.rs` checks that premise).
 
 use crate::job::Job;
 use memra_kernels::twins::gemv::{canonical_kblocks, WeightFormat};
@@ -30,5 +36,40 @@ pub(super) fn not_applicable(job: &Job, c: &ModelConfig) -> Option<String> {
             job.tp
         ));
     }
+    if job.doors.moe_direct && job.doors.nvfp4_ep2 && job.tp == 2 {
+        let g_s = canonical_kblocks(WeightFormat::E4m3, c.shared_width).ok()?;
+        if g_s % job.tp != 0 {
+            return Some(format!(
+                "under MEMRA_STEP_NVFP4_EP2 the routed experts are whole NVFP4 banks interleaved over 2 owners, which fold \
+                 their own slots, and the model's shared expert is whole on rank 0 at TP{} (its down projection has {g_s} \
+                 canonical K-block(s)), so MEMRA_MOE_DIRECT has no TP-sharded partial or expert-parallel slot to store",
+                job.tp
+            ));
+        }
+    }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memra_runtime::DoorSet;
+
+    /// MOE_DIRECT with NVFP4_EP2 has nothing to store on `edge` at TP2 (its shared expert is one
+    /// K-block), and the rule names why; on `tiny` (a shared expert of 8 K-blocks, sharded at TP2)
+    /// and without either door the job runs.
+    #[test]
+    fn moe_direct_under_nvfp4_ep2_needs_a_sharded_shared_expert() {
+        let edge = ModelConfig::preset("edge", None).unwrap();
+        let tiny = ModelConfig::preset("tiny", None).unwrap();
+        let both = DoorSet { moe_direct: true, nvfp4_ep2: true, ..DoorSet::default() };
+        let why = not_applicable(&Job::test_job(2, both), &edge).expect("edge at TP2: nothing to store");
+        assert!(why.contains("MEMRA_MOE_DIRECT") && why.contains("1 canonical K-block"), "{why}");
+        assert_eq!(not_applicable(&Job::test_job(2, both), &tiny), None, "tiny's shared expert is sharded at TP2");
+        for doors in
+            [DoorSet { moe_direct: true, ..DoorSet::default() }, DoorSet { nvfp4_ep2: true, ..DoorSet::default() }]
+        {
+            assert_eq!(not_applicable(&Job::test_job(2, doors), &edge), None, "{doors:?}");
+        }
+    }
 }

@@ -26,9 +26,12 @@
 //!   its first 8 columns.
 //! - **router ties**: layer 0's router rows 0 and 1 are equal and both carry bias 2.0 (every
 //!   other bias stays below 0.02), so experts 0 and 1 are selected at every call with exactly
-//!   equal keys — a tie inside the top-2. Layer 1: expert 2 has bias 2.0 (always first), rows 3
-//!   and 4 are equal with bias 1.0, so the second slot is an exact tie between 3 and 4 — a tie
-//!   across the k/k+1 boundary. Experts 3 and 4 of layer 1 have identical weights, so a router
+//!   equal keys — a tie inside the top-2. Layer 1: the last expert has bias 2.0 (always first),
+//!   rows 3 and 4 are equal with bias 1.0, so the second slot is an exact tie between 3 and 4 — a
+//!   tie across the k/k+1 boundary. The last expert is owned by the last rank wherever the routed
+//!   experts are expert-parallel (contiguous ranges at TP2, TP4 and TP8), so a slot's owner is
+//!   another rank than the root at every such TP size and the doors that move an owner's slot to
+//!   the root (STEP_EP, MOE_DIRECT) have work to witness. Experts 3 and 4 of layer 1 have identical weights, so a router
 //!   that breaks the tie the other way (the NUMERIC door DEV_ROUTER) computes the same output,
 //!   and only the router seam shows which expert was picked.
 //!
@@ -72,10 +75,10 @@ const DOMINANT: usize = 7;
 pub fn shape(model: &mut Model, seed: u64) -> Result<()> {
     let c = model.config.clone();
     let h = c.hidden;
-    if h <= DOMINANT || c.top_k != 2 || c.experts < 5 || c.layers < 2 || c.expert_width < 4 || c.shared_width < 4 {
+    if h <= DOMINANT || c.top_k != 2 || c.experts < 6 || c.layers < 2 || c.expert_width < 4 || c.shared_width < 4 {
         return Err(crate::RuntimeError::ModelShape {
             rule: format!(
-                "the edge model needs hidden > {DOMINANT}, top-k 2, at least 5 experts, 2 layers and expert widths ≥ 4 \
+                "the edge model needs hidden > {DOMINANT}, top-k 2, at least 6 experts, 2 layers and expert widths ≥ 4 \
                  (got hidden {h}, top-k {}, {} experts, {} layers)",
                 c.top_k, c.experts, c.layers
             ),
@@ -132,7 +135,7 @@ pub fn shape(model: &mut Model, seed: u64) -> Result<()> {
     l0.router_bias[1] = 2.0;
     let l1 = &mut model.layers[1];
     copy_bf16_row(&mut l1.router, 3, 4);
-    l1.router_bias[2] = 2.0;
+    l1.router_bias[c.experts - 1] = 2.0;
     l1.router_bias[3] = 1.0;
     l1.router_bias[4] = 1.0;
     l1.experts[4] = l1.experts[3].clone();

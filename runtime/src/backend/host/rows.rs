@@ -9,7 +9,6 @@
 
 use super::simd;
 use crate::model::matrix::MatrixShard;
-use memra_kernels::twins::{gemv, w8};
 use rayon::prelude::*;
 
 /// Weights (rows × columns) from which one launch is split over the pool.
@@ -40,9 +39,9 @@ pub(crate) fn gemv_rows(shard: &MatrixShard, x: &[f32], tree: bool, out: &mut [f
     split_rows(out, shard.in_features, |r0, o| {
         let rows = r0..r0 + o.len();
         match (shard.w8_view(), tree) {
-            (Some(v), _) => w8::w8_rows(&v.rows(rows), x, o),
+            (Some(v), _) => simd::w8_rows(&v.rows(rows), x, o),
             (None, false) => simd::gemv_rows(&shard.view().rows(rows), x, o),
-            (None, true) => gemv::gemv_rows_tree(&shard.view().rows(rows), x, o),
+            (None, true) => simd::gemv_rows_tree(&shard.view().rows(rows), x, o),
         }
     });
 }
@@ -52,7 +51,7 @@ pub(crate) fn gemv_partials(shard: &MatrixShard, x: &[f32], out: &mut [f32]) {
     let rows = shard.out_features;
     let per = rows_per_task(rows, shard.in_features);
     let part = |r0: usize, n: usize, o: &mut [f32]| match shard.w8_view() {
-        Some(v) => w8::w8_partials(&v.rows(r0..r0 + n), x, o),
+        Some(v) => simd::w8_partials(&v.rows(r0..r0 + n), x, o),
         None => simd::gemv_partials(&shard.view().rows(r0..r0 + n), x, o),
     };
     if per >= rows || rows == 0 {
@@ -114,6 +113,7 @@ mod tests {
     use super::*;
     use crate::model::Matrix;
     use memra_kernels::formats::{bf16_from_f32, e4m3_block_quantize};
+    use memra_kernels::twins::{gemv, w8};
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed;
