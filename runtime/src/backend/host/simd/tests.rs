@@ -18,6 +18,37 @@ fn special(i: usize, s: u64, non_finite: bool) -> f32 {
     }
 }
 
+/// A deterministic stream of test values (splitmix64).
+struct Draw(u64);
+
+impl Draw {
+    fn bits(&mut self) -> u64 {
+        self.0 = splitmix64(self.0);
+        self.0
+    }
+
+    /// Uniform in [−scale/2, scale/2).
+    fn uniform(&mut self, scale: f32) -> f32 {
+        ((self.bits() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
+    }
+
+    /// `n` weights of a real scale (|w| < 1/32: no subnormal BF16, so no microcode path).
+    fn weights(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.uniform(1.0 / 16.0)).collect()
+    }
+
+    /// An input of `cols` values: kind 0 ordinary, 1 with signed zeros and subnormals among them,
+    /// 2 with infinities and NaN too.
+    fn input(&mut self, cols: usize, kind: usize) -> Vec<f32> {
+        (0..cols)
+            .map(|i| match kind {
+                0 => self.uniform(2.0),
+                k => special(i, self.bits(), k == 2),
+            })
+            .collect()
+    }
+}
+
 /// Says which path the comparisons exercise on this CPU.
 fn note_path() {
     if !available() {
@@ -67,11 +98,7 @@ fn check_against_twin(what: &str, m: &MatrixView, x: &[f32], control: bool) -> V
 #[test]
 fn matches_the_twin_bit_for_bit() {
     note_path();
-    let mut s = 7u64;
-    let mut next = move || {
-        s = splitmix64(s);
-        s
-    };
+    let mut draw = Draw(7);
     // (rows, cols, K-block width, row0, x: 0 ordinary, 1 zeros and subnormals, 2 also inf/NaN)
     for (rows, cols, kw, row0, x_kind) in [
         (256, 1024, 128, 0, 0),
@@ -81,20 +108,16 @@ fn matches_the_twin_bit_for_bit() {
         (8, 256, 128, 0, 2),
     ] {
         let codes: Vec<u8> = (0..rows * cols)
-            .map(|i| match (i < 256, next() as u8) {
+            .map(|i| match (i < 256, draw.bits() as u8) {
                 (true, _) => i as u8,
                 (false, c) if c & 0x7F == 0x7F => c ^ 1, // no NaN code outside row 0
                 (false, c) => c,
             })
             .collect();
         let scale_rows = (row0 + rows - 1) / 128 - row0 / 128 + 1;
-        let scales: Vec<f32> = (0..scale_rows * cols / 128).map(|_| (next() % 1000) as f32 / 4096.0 + 1e-3).collect();
-        let x: Vec<f32> = (0..cols)
-            .map(|i| match x_kind {
-                0 => ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0,
-                k => special(i, next(), k == 2),
-            })
-            .collect();
+        let scales: Vec<f32> =
+            (0..scale_rows * cols / 128).map(|_| (draw.bits() % 1000) as f32 / 4096.0 + 1e-3).collect();
+        let x = draw.input(cols, x_kind);
         let m = MatrixView {
             w: WeightRef::E4m3 { codes: &codes, scales: &scales, row0 },
             out_features: rows,
@@ -116,21 +139,11 @@ fn matches_the_twin_bit_for_bit() {
 #[test]
 fn bf16_and_f32_match_the_twin_bit_for_bit() {
     note_path();
-    let mut s = 11u64;
-    let mut next = move || {
-        s = splitmix64(s);
-        s
-    };
+    let mut draw = Draw(11);
     for (rows, cols, kw, x_kind) in [(96, 1024, 128, 0), (33, 256, 32, 0), (17, 512, 64, 1), (5, 128, 32, 2)] {
-        let values: Vec<f32> =
-            (0..rows * cols).map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) / 16.0).collect();
+        let values = draw.weights(rows * cols);
         let bits: Vec<u16> = values.iter().map(|v| memra_kernels::formats::bf16_from_f32(*v)).collect();
-        let x: Vec<f32> = (0..cols)
-            .map(|i| match x_kind {
-                0 => ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0,
-                k => special(i, next(), k == 2),
-            })
-            .collect();
+        let x = draw.input(cols, x_kind);
         for (name, w) in [("bf16", WeightRef::Bf16(&bits)), ("f32", WeightRef::F32(&values))] {
             let m = MatrixView { w, out_features: rows, in_features: cols, kblock_width: kw };
             let what = format!("{name} {rows}×{cols} (K-block {kw})");
@@ -148,24 +161,15 @@ fn bf16_and_f32_match_the_twin_bit_for_bit() {
 #[test]
 fn nvfp4_matches_the_twin_bit_for_bit() {
     note_path();
-    let mut s = 13u64;
-    let mut next = move || {
-        s = splitmix64(s);
-        s
-    };
+    let mut draw = Draw(13);
     for (rows, cols, kw, x_kind) in [(64, 1024, 128, 0), (33, 512, 64, 0), (9, 256, 256, 1), (5, 128, 32, 2)] {
-        let packed: Vec<u8> = (0..rows * cols / 2).map(|_| next() as u8).collect();
+        let packed: Vec<u8> = (0..rows * cols / 2).map(|_| draw.bits() as u8).collect();
         // Groups 0..256 take every scale code; the others ordinary scales (codes 0x28..0x48).
         let special_groups = 256.min(rows * cols / 16);
         let scales: Vec<u8> = (0..rows * cols / 16)
-            .map(|g| if g < special_groups { g as u8 } else { 0x28 + (next() % 0x20) as u8 })
+            .map(|g| if g < special_groups { g as u8 } else { 0x28 + (draw.bits() % 0x20) as u8 })
             .collect();
-        let x: Vec<f32> = (0..cols)
-            .map(|i| match x_kind {
-                0 => ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0,
-                k => special(i, next(), k == 2),
-            })
-            .collect();
+        let x = draw.input(cols, x_kind);
         let m = MatrixView {
             w: WeightRef::Nvfp4 { packed: &packed, scales: &scales },
             out_features: rows,
@@ -188,21 +192,11 @@ fn nvfp4_matches_the_twin_bit_for_bit() {
 #[test]
 fn tree_rows_match_the_twin_bit_for_bit() {
     note_path();
-    let mut s = 17u64;
-    let mut next = move || {
-        s = splitmix64(s);
-        s
-    };
+    let mut draw = Draw(17);
     for (rows, cols, x_kind) in [(40, 1024, 0), (17, 768, 0), (9, 48, 0), (3, 16, 1), (6, 1024, 1), (5, 96, 2)] {
-        let values: Vec<f32> =
-            (0..rows * cols).map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) / 16.0).collect();
+        let values = draw.weights(rows * cols);
         let bits: Vec<u16> = values.iter().map(|v| memra_kernels::formats::bf16_from_f32(*v)).collect();
-        let x: Vec<f32> = (0..cols)
-            .map(|i| match x_kind {
-                0 => ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0,
-                k => special(i, next(), k == 2),
-            })
-            .collect();
+        let x = draw.input(cols, x_kind);
         for (name, w) in [("bf16", WeightRef::Bf16(&bits)), ("f32", WeightRef::F32(&values))] {
             let m = MatrixView { w, out_features: rows, in_features: cols, kblock_width: cols / 8 };
             let what = format!("{name} tree {rows}×{cols}");
@@ -242,21 +236,11 @@ fn tree_rows_match_the_twin_bit_for_bit() {
 #[test]
 fn w8_matches_the_twin_bit_for_bit() {
     note_path();
-    let mut s = 19u64;
-    let mut next = move || {
-        s = splitmix64(s);
-        s
-    };
+    let mut draw = Draw(19);
     for (rows, cols, kw, x_kind) in [(48, 1024, 128, 0), (21, 256, 32, 0), (7, 512, 512, 1), (9, 128, 64, 1)] {
-        let values: Vec<f32> =
-            (0..rows * cols).map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) / 16.0).collect();
+        let values = draw.weights(rows * cols);
         let (q, scales) = w8::w8_quantize(&values, cols);
-        let x: Vec<f32> = (0..cols)
-            .map(|i| match x_kind {
-                0 => ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0,
-                _ => special(i, next(), false),
-            })
-            .collect();
+        let x = draw.input(cols, x_kind);
         let m = W8View { q: &q, scales: &scales, out_features: rows, in_features: cols, kblock_width: kw };
         let what = format!("w8 {rows}×{cols} (K-block {kw})");
         assert_eq!(w8_fits(&m, &x), available(), "{what}: the fast path's use is not as expected");
