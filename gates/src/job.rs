@@ -59,26 +59,6 @@ pub struct Job {
 }
 
 impl Job {
-    /// A built-in runtime job for unit tests: host backend, host-bounce, IDENTITY class, its class
-    /// baseline at TP1, no engagement or census declarations.
-    #[cfg(test)]
-    pub(crate) fn test_job(tp: usize, doors: DoorSet) -> Job {
-        Job {
-            subject: crate::subject::BUILTIN_NAME.to_string(),
-            doors_env: BTreeMap::new(),
-            doors,
-            class: JobClass::Identity,
-            engagement: BTreeMap::new(),
-            census: Vec::new(),
-            tp,
-            transport: Transport::HostBounce,
-            backend: BackendKind::Host,
-            baseline_tp: 1,
-            baseline_transport: Transport::HostBounce,
-            not_run: None,
-        }
-    }
-
     /// Whether this run is its own class baseline (the door set's fresh tape).
     pub fn is_class_baseline(&self) -> bool {
         self.tp == self.baseline_tp && self.transport == self.baseline_transport

@@ -97,7 +97,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn job(doors: DoorSet, vars: &[&str]) -> Job {
-        Job { doors_env: vars.iter().map(|v| (v.to_string(), true)).collect(), ..Job::test_job(2, doors) }
+        Job { doors_env: vars.iter().map(|v| (v.to_string(), true)).collect(), ..crate::suite::test_job(2, doors) }
     }
 
     fn tape(t: u32) -> Record {

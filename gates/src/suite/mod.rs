@@ -301,3 +301,23 @@ impl<'a> Suite<'a> {
         r
     }
 }
+
+/// A built-in runtime job for the suite's unit tests: host backend, host-bounce, IDENTITY class,
+/// its class baseline at TP1, no engagement or census declarations.
+#[cfg(test)]
+pub(crate) fn test_job(tp: usize, doors: memra_runtime::DoorSet) -> Job {
+    Job {
+        subject: crate::subject::BUILTIN_NAME.to_string(),
+        doors_env: std::collections::BTreeMap::new(),
+        doors,
+        class: crate::job::JobClass::Identity,
+        engagement: std::collections::BTreeMap::new(),
+        census: Vec::new(),
+        tp,
+        transport: Transport::HostBounce,
+        backend: BackendKind::Host,
+        baseline_tp: 1,
+        baseline_transport: Transport::HostBounce,
+        not_run: None,
+    }
+}

@@ -63,13 +63,17 @@ mod tests {
         let edge = ModelConfig::preset("edge", None).unwrap();
         let tiny = ModelConfig::preset("tiny", None).unwrap();
         let both = DoorSet { moe_direct: true, nvfp4_ep2: true, ..DoorSet::default() };
-        let why = not_applicable(&Job::test_job(2, both), &edge).expect("edge at TP2: nothing to store");
+        let why = not_applicable(&crate::suite::test_job(2, both), &edge).expect("edge at TP2: nothing to store");
         assert!(why.contains("MEMRA_MOE_DIRECT") && why.contains("1 canonical K-block"), "{why}");
-        assert_eq!(not_applicable(&Job::test_job(2, both), &tiny), None, "tiny's shared expert is sharded at TP2");
+        assert_eq!(
+            not_applicable(&crate::suite::test_job(2, both), &tiny),
+            None,
+            "tiny's shared expert is sharded at TP2"
+        );
         for doors in
             [DoorSet { moe_direct: true, ..DoorSet::default() }, DoorSet { nvfp4_ep2: true, ..DoorSet::default() }]
         {
-            assert_eq!(not_applicable(&Job::test_job(2, doors), &edge), None, "{doors:?}");
+            assert_eq!(not_applicable(&crate::suite::test_job(2, doors), &edge), None, "{doors:?}");
         }
     }
 }
