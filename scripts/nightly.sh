@@ -25,7 +25,7 @@
 #                                           co-resident on its shard's first GPU (set --shards 1 to
 #                                           give TP8 eight distinct GPUs). Host: default 1 (one
 #                                           process already uses every core); N > 1 splits the
-#                                           cores (--jobs cores/N).
+#                                           cores (--jobs cores/N, ranks inline).
 #   --shard I/N           NIGHTLY_SHARD     run only shard I of N of the matrix (a partial night,
 #                                           e.g. CI's smoke, or one runner of several)
 #   --bin PATH            NIGHTLY_BIN       a memra-gates binary (default: cargo build --release)
@@ -200,7 +200,9 @@ run_shard() { # I N DIR [devices]
     if [ "$backend" = host ] && [ "$n" -gt 1 ]; then
         local cores
         cores=$(nproc)
-        jobs=(--jobs "$(( cores / n > 0 ? cores / n : 1 ))")
+        # The N processes fill the cores together: each job's ranks run inline (the same bits;
+        # `--host-ranks auto` only sees its own process's jobs).
+        jobs=(--jobs "$(( cores / n > 0 ? cores / n : 1 ))" --host-ranks inline)
     fi
     if [ -n "$devs" ]; then
         CUDA_VISIBLE_DEVICES="$devs" "$bin" run --matrix "$matrix" --backend "$backend" --shard "$i/$n" "${jobs[@]}" \

@@ -174,6 +174,11 @@ pub struct RunArgs {
     /// Parallel host jobs (default: available cores).
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// How host runs place their ranks: `threads` (a thread per rank), `inline` (every rank's
+    /// work on the job's own thread, in issue order: the same values), or `auto`: inline while
+    /// several jobs fill the cores or the run has one rank, threads otherwise.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub host_ranks: String,
     /// A door registry file instead of the built-in gates/doors.toml.
     #[arg(long, value_name = "FILE", conflicts_with = "subject")]
     pub registry: Option<PathBuf>,

@@ -8,6 +8,7 @@ mod segments;
 mod direct_joins;
 mod edge;
 mod graph_program;
+mod host_ranks;
 mod launches;
 mod model;
 mod prepared;

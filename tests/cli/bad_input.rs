@@ -166,6 +166,7 @@ fn values_refused_before_any_work() {
     refused(&host(&["--transport", "native-p2p,host-bounce,native-p2p"]), &[], &["native-p2p is given twice"]);
     refused(&host(&["--prompts", "9"]), &[], &["--prompts 9", "the battery has 8 prompts"]);
     refused(&host(&["--jobs", "0"]), &[], &["--jobs 0", "at least one worker"]);
+    refused(&host(&["--host-ranks", "fibers"]), &[], &["--host-ranks fibers", "auto, threads", "inline"]);
     refused(
         &host(&["--model", "m.safetensors", "--preset", "small"]),
         &[],

@@ -64,6 +64,12 @@ fn phase_times_reach_receipts_and_the_estimate() {
             ["upload", "oracle", "run", "probe", "gates"].iter().map(|p| get(&format!("phase_{p}_ms"))).sum();
         let wall = r.measurements.wall_ms;
         assert!(sum <= wall + 1.0 && sum >= 0.9 * wall, "{name}: phases {sum} ms of a {wall} ms job");
+        // `--host-ranks auto` with one job per core: inline (0 rank threads) whenever jobs fill
+        // the cores or the run has one rank, else a thread per rank.
+        let tp = r.evidence.config.tp;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = if cores >= 2 || tp == 1 { 0.0 } else { tp as f64 };
+        assert_eq!(get("host_rank_threads"), threads, "{name}: {x:?}");
         let upload = get("phase_upload_ms");
         match r.evidence.config.tp {
             1 => assert_eq!(upload, 0.0, "{name}: TP1 runs on the oracle's upload"),

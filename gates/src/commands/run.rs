@@ -48,6 +48,7 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         battery,
         more_models,
         workers,
+        host_ranks,
         subject: manifest,
         ..
     } = plan;
@@ -80,6 +81,7 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     for (i, (model, battery, out)) in subjects.into_iter().enumerate() {
         let model_label = format!("{} {}", model.evidence.preset, model.evidence.digest);
         let (mut subject, generate_ms) = model.load_timed(battery, progress == Progress::Off)?;
+        subject.host_ranks = host_ranks;
         if let (Some(d), 0) = (&dist, i) {
             let fp = crate::dist::fingerprint(
                 &prov,
@@ -97,10 +99,11 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
             dist_label = d.spec.label();
         }
         eprintln!(
-            "memra-gates: {} configuration(s) of matrix `{matrix_name}` on {} ({} excluded), model {model_label}",
+            "memra-gates: {} configuration(s) of matrix `{matrix_name}` on {} ({} excluded), model {model_label}{}",
             jobs.len(),
             backend.name(),
             matrix.excluded.len(),
+            host_ranks_note(host_ranks, backend, workers),
         );
         let opts = SuiteOptions {
             out_dir: out.as_ref().map(|o| o.path().to_path_buf()),
@@ -180,4 +183,25 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         }
     }
     receipts_status(&receipts)
+}
+
+/// How the host ranks run, for the plan's first line (empty on CUDA).
+fn host_ranks_note(
+    policy: crate::subject::HostRankPolicy,
+    backend: memra_runtime::backend::BackendKind,
+    workers: usize,
+) -> String {
+    use memra_runtime::backend::{BackendKind, HostRanks};
+    if backend != BackendKind::Host {
+        return String::new();
+    }
+    let mode = |tp| policy.for_tp(tp).name();
+    match (mode(1), mode(8)) {
+        (a, b) if a == b => format!("; host ranks {a}, {workers} job(s) at a time"),
+        _ => format!(
+            "; host ranks {} at TP1, {} at TP > 1, {workers} job(s) at a time",
+            HostRanks::Inline.name(),
+            HostRanks::Threads.name()
+        ),
+    }
 }

@@ -67,6 +67,8 @@ pub fn subject(_: &SubjectArgs) -> Result<Status, GateError> {
         dist: None,
         // One run per process: the pool prepares the weights once and runs on them.
         pool: memra_runtime::program::pool::Pool::new(memra_runtime::program::pool::Budget::for_this_machine()),
+        // The subject protocol's process runs one configuration with the cores to itself.
+        host_ranks: crate::subject::HostRankPolicy::Auto { workers: 1 },
     };
     let forced = request.forced.map(|tokens| Record { tokens, ..Record::default() });
     let spec = RunSpec {

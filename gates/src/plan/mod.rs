@@ -93,6 +93,8 @@ pub struct RunPlan {
     pub more_models: Vec<(ModelPlan, Battery)>,
     /// Parallel host jobs.
     pub workers: usize,
+    /// How host runs place their ranks (`--host-ranks`).
+    pub host_ranks: crate::subject::HostRankPolicy,
     /// The external subject under test (`--subject`); `None`: the built-in runtime.
     pub subject: Option<Manifest>,
 }
@@ -121,6 +123,12 @@ impl RunPlan {
             Some(n) => n,
             None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         };
+        let host_ranks = crate::subject::HostRankPolicy::parse(&args.host_ranks, workers).ok_or_else(|| {
+            GateError::usage(format!(
+                "--host-ranks {}: use auto, threads (a thread per rank) or inline (every rank on the job's thread)",
+                args.host_ranks
+            ))
+        })?;
         check_tps(&args.tp)?;
         let transports = parse_transports(&args.transport)?;
         let backend = resolve_backend(&args.backend, request.require_gpu(&registry))?;
@@ -156,6 +164,7 @@ impl RunPlan {
             battery,
             more_models,
             workers,
+            host_ranks,
             subject,
         })
     }

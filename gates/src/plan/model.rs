@@ -155,6 +155,7 @@ impl ModelPlan {
             device_reserve_bytes: self.device_reserve_bytes,
             dist: None,
             pool: memra_runtime::program::pool::Pool::new(memra_runtime::program::pool::Budget::for_this_machine()),
+            host_ranks: crate::subject::HostRankPolicy::Fixed(memra_runtime::backend::HostRanks::Threads),
         })
     }
 }

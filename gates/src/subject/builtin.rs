@@ -6,7 +6,7 @@
 
 use super::{RunSpec, Subject, SubjectError};
 use memra_receipts::ModelEvidence;
-use memra_runtime::backend::{BackendKind, OpenOptions};
+use memra_runtime::backend::{BackendKind, HostRanks, OpenOptions};
 use memra_runtime::model::Model;
 use memra_runtime::program::pool::{Pool, RunTimes};
 use memra_runtime::record::Record;
@@ -31,6 +31,41 @@ pub struct Builtin {
     pub dist: Option<crate::dist::DistContext>,
     /// Prepared backends of this model, shared by every run of the process.
     pub pool: Pool,
+    /// How host runs place their ranks (`run --host-ranks`).
+    pub host_ranks: HostRankPolicy,
+}
+
+/// How the host backend's ranks run, per configuration (`run --host-ranks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostRankPolicy {
+    /// Threads where a run has the cores to itself and ranks to spread over them (one job at a
+    /// time, TP > 1); inline where the plan's jobs already fill the cores (`workers` ≥ 2) or the
+    /// run has one rank, since rank threads then only add hand-offs (docs/PERFORMANCE.md).
+    Auto {
+        workers: usize,
+    },
+    Fixed(HostRanks),
+}
+
+impl HostRankPolicy {
+    /// `auto`, `threads` or `inline`.
+    pub fn parse(s: &str, workers: usize) -> Option<HostRankPolicy> {
+        match s {
+            "auto" => Some(HostRankPolicy::Auto { workers }),
+            "threads" => Some(HostRankPolicy::Fixed(HostRanks::Threads)),
+            "inline" => Some(HostRankPolicy::Fixed(HostRanks::Inline)),
+            _ => None,
+        }
+    }
+
+    /// The mode of a host run at TP `tp`.
+    pub fn for_tp(self, tp: usize) -> HostRanks {
+        match self {
+            HostRankPolicy::Fixed(m) => m,
+            HostRankPolicy::Auto { workers } if workers >= 2 || tp == 1 => HostRanks::Inline,
+            HostRankPolicy::Auto { .. } => HostRanks::Threads,
+        }
+    }
 }
 
 impl Builtin {
@@ -53,7 +88,11 @@ impl Builtin {
         cfg.expert_format = spec.format;
         cfg.forced_tokens = spec.forced.map(|r| r.tokens.clone());
         cfg.capture = spec.capture;
-        let opts = OpenOptions { device_reserve_bytes: self.device_reserve_bytes, rank0_merge: spec.doors.rank0_merge };
+        let opts = OpenOptions {
+            device_reserve_bytes: self.device_reserve_bytes,
+            rank0_merge: spec.doors.rank0_merge,
+            host_ranks: self.host_ranks.for_tp(spec.tp),
+        };
         match &self.dist {
             Some(d) if self.spans_processes(spec.backend, spec.transport) => {
                 let t = std::time::Instant::now();
@@ -82,5 +121,26 @@ impl Subject for Builtin {
     }
     fn run_observed(&self, spec: RunSpec, uploading: &dyn Fn(bool)) -> Result<Record, SubjectError> {
         Ok(self.run_timed(spec, uploading)?.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `auto` runs ranks inline while several jobs share the cores or a run has one rank, and
+    /// gives a lone job at TP > 1 its rank threads; the fixed modes are what they say.
+    #[test]
+    fn host_rank_policy() {
+        let auto = |workers| HostRankPolicy::parse("auto", workers).unwrap();
+        for tp in [1, 2, 4, 8] {
+            assert_eq!(auto(2).for_tp(tp), HostRanks::Inline, "TP{tp}, 2 jobs");
+            assert_eq!(HostRankPolicy::parse("threads", 2).unwrap().for_tp(tp), HostRanks::Threads);
+            assert_eq!(HostRankPolicy::parse("inline", 1).unwrap().for_tp(tp), HostRanks::Inline);
+        }
+        assert_eq!(auto(1).for_tp(1), HostRanks::Inline);
+        assert_eq!(auto(1).for_tp(2), HostRanks::Threads);
+        assert_eq!(auto(1).for_tp(8), HostRanks::Threads);
+        assert_eq!(HostRankPolicy::parse("fibers", 2), None);
     }
 }

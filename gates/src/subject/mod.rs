@@ -11,7 +11,7 @@ mod builtin;
 mod external;
 pub mod protocol;
 
-pub use builtin::{Builtin, BUILTIN_NAME, BUILTIN_VERSION};
+pub use builtin::{Builtin, HostRankPolicy, BUILTIN_NAME, BUILTIN_VERSION};
 pub use external::External;
 
 use memra_receipts::schema::Verdict;

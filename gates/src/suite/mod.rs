@@ -298,6 +298,15 @@ impl<'a> Suite<'a> {
                 r.measurements.extra.insert("ranks_per_process".into(), (job.tp / n) as f64);
             }
         }
+        // How the built-in runtime's host ranks ran (volatile: the values are the same either way,
+        // the seam latencies are not): the rank threads, 0 when inline on the job's thread.
+        if job.backend == BackendKind::Host && self.subject.name() == crate::subject::BUILTIN_NAME {
+            let threads = match s.host_ranks.for_tp(job.tp) {
+                memra_runtime::backend::HostRanks::Threads => job.tp,
+                memra_runtime::backend::HostRanks::Inline => 0,
+            };
+            r.measurements.extra.insert("host_rank_threads".into(), threads as f64);
+        }
         r
     }
 }

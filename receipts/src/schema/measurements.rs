@@ -29,6 +29,8 @@ pub struct Measurements {
     /// (`--process P/N`) adds `"processes"` (N) to each of its receipts and `"ranks_per_process"`
     /// (TP / N) to the runs that spanned the processes; absent keys mean one process. They live
     /// here, not in `evidence`, because the evidence must equal the single-process run's.
+    /// A host run of the built-in runtime adds `"host_rank_threads"`: its rank threads (TP), or 0
+    /// where its ranks ran inline on the job's thread (the same values, other latencies).
     pub extra: BTreeMap<String, f64>,
 }
 

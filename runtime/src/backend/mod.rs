@@ -23,6 +23,7 @@ mod op;
 mod open;
 mod probe;
 
+pub use host::HostRanks;
 pub use op::{peer_store_target, DigestPart, GroupEntry, JoinFence, Op, OwnedSlots, Packed, RowOrder};
 pub use op::{OwnerRule, SlotOwner};
 pub use open::{cuda_available, cuda_device_count, open, open_distributed, open_with, BackendKind, OpenOptions};

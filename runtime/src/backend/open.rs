@@ -40,13 +40,15 @@ pub struct OpenOptions {
     pub device_reserve_bytes: usize,
     /// RANK0_MERGE: rank 0 runs on its device's default stream.
     pub rank0_merge: bool,
+    /// How the host backend's ranks run (threads, or inline on the issuing thread); CUDA ignores it.
+    pub host_ranks: host::HostRanks,
 }
 
 /// Open a backend with options; the host backend has no device memory or streams and ignores
-/// them (RANK0_MERGE is NOT-APPLICABLE there by the registry).
+/// those (RANK0_MERGE is NOT-APPLICABLE there by the registry), CUDA ignores `host_ranks`.
 pub fn open_with(kind: BackendKind, ranks: usize, o: &OpenOptions) -> Result<Box<dyn Backend + Send>> {
     match kind {
-        BackendKind::Host => Ok(Box::new(host::HostBackend::new(ranks)?)),
+        BackendKind::Host => Ok(Box::new(host::HostBackend::with_ranks(ranks, o.host_ranks)?)),
         BackendKind::Cuda => Ok(Box::new(cuda::CudaBackend::with_options(
             ranks,
             cuda::CudaOptions {

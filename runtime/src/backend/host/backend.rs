@@ -19,7 +19,12 @@ use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 
 impl Backend for HostBackend {
     fn describe(&self) -> String {
-        format!("host: {} CPU rank thread(s) with private arenas", self.ranks.len())
+        match self.rank_mode() {
+            super::HostRanks::Threads => format!("host: {} CPU rank thread(s) with private arenas", self.ranks.len()),
+            super::HostRanks::Inline => {
+                format!("host: {} CPU rank(s) with private arenas, run inline on the issuing thread", self.ranks.len())
+            }
+        }
     }
 
     fn ranks(&self) -> usize {

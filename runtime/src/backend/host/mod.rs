@@ -10,6 +10,13 @@
 //! No deadlock is possible: every receive waits for a send that was queued earlier in the single
 //! issue order of the driver thread, and a send never waits.
 //!
+//! [`HostRanks::Inline`] runs every command on the issuing thread as it is issued instead. That is
+//! one legal schedule of the same streams (each rank's work in its issue order; a receive after
+//! the send it waits for, which was issued earlier), so every value is the same: the arenas are
+//! private and copies carry the only cross-rank data. It exists for plans whose jobs already fill
+//! the cores, where TP rank threads on a core each only add hand-offs (measured in
+//! docs/PERFORMANCE.md).
+//!
 //! `execute.rs` maps each op onto its twin on a rank's arena (with the coverage counters and
 //! planted defects the twins' values feed), `rows.rs` spreads the large GEMVs of one launch over
 //! all cores, and `backend.rs` is the [`Backend`](super::Backend) trait on these ranks: uploads, buffers, copies
@@ -54,11 +61,53 @@ struct Observe {
     defect: Option<TwinDefect>,
 }
 
+impl Arena {
+    fn new() -> Arena {
+        Arena {
+            bufs: Vec::new(),
+            weights: Vec::new(),
+            groups: Vec::new(),
+            marks_ns: Vec::new(),
+            epoch: Instant::now(),
+            coverage: coverage::empty(),
+            code_stats: Vec::new(),
+        }
+    }
+}
+
 type Command = Box<dyn FnOnce(&mut Arena) + Send>;
 
+/// How the host backend's ranks run their work (docs/DESIGN.md §3.5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum HostRanks {
+    /// Every rank is a thread that runs its queue in issue order, beside the other ranks.
+    #[default]
+    Threads,
+    /// Every command runs on the issuing thread when it is issued (one schedule of the same
+    /// streams: the same values, no concurrency between ranks, no hand-offs).
+    Inline,
+}
+
+impl HostRanks {
+    pub fn name(self) -> &'static str {
+        match self {
+            HostRanks::Threads => "threads",
+            HostRanks::Inline => "inline",
+        }
+    }
+}
+
+/// Where a rank's commands run.
+enum Exec {
+    /// Queued to the rank's thread; `None` once the backend is dropping.
+    Thread { queue: Option<Sender<Command>>, thread: Option<JoinHandle<()>> },
+    /// Run at once on the issuing thread. A command that panics poisons the arena's lock, so the
+    /// rank then reads as dead, as a rank thread that panicked does.
+    Inline(Mutex<Arena>),
+}
+
 struct RankWorker {
-    queue: Option<Sender<Command>>,
-    thread: Option<JoinHandle<()>>,
+    exec: Exec,
     /// Driver-side copy of buffer lengths, so slices are checked before anything is queued.
     buf_lens: Vec<usize>,
     /// Driver-side storage names of the rank's weights and expert groups (census kernel names).
@@ -75,6 +124,7 @@ impl RankWorker {
 /// CPU ranks as threads with private arenas.
 pub struct HostBackend {
     ranks: Vec<RankWorker>,
+    mode: HostRanks,
     /// Bytes allocated in all arenas, and the most this process may take (the memory available
     /// at construction): an allocation beyond it is an out-of-memory error, never an abort.
     allocated_bytes: usize,
@@ -92,31 +142,34 @@ pub struct HostBackend {
 }
 
 impl HostBackend {
+    /// `n_ranks` rank threads.
     pub fn new(n_ranks: usize) -> Result<HostBackend> {
+        HostBackend::with_ranks(n_ranks, HostRanks::Threads)
+    }
+
+    /// `n_ranks` ranks run as `mode` says.
+    pub fn with_ranks(n_ranks: usize, mode: HostRanks) -> Result<HostBackend> {
         crate::config::check_tp(n_ranks)?;
         let mut ranks = Vec::with_capacity(n_ranks);
         for r in 0..n_ranks {
-            let (tx, rx) = channel::<Command>();
-            let thread = std::thread::Builder::new()
-                .name(format!("memra-rank{r}"))
-                .spawn(move || {
-                    let mut arena = Arena {
-                        bufs: Vec::new(),
-                        weights: Vec::new(),
-                        groups: Vec::new(),
-                        marks_ns: Vec::new(),
-                        epoch: Instant::now(),
-                        coverage: coverage::empty(),
-                        code_stats: Vec::new(),
-                    };
-                    for cmd in rx {
-                        cmd(&mut arena);
-                    }
-                })
-                .map_err(|e| RuntimeError::Unavailable(format!("cannot start host rank thread {r}: {e}")))?;
+            let exec = match mode {
+                HostRanks::Inline => Exec::Inline(Mutex::new(Arena::new())),
+                HostRanks::Threads => {
+                    let (tx, rx) = channel::<Command>();
+                    let thread = std::thread::Builder::new()
+                        .name(format!("memra-rank{r}"))
+                        .spawn(move || {
+                            let mut arena = Arena::new();
+                            for cmd in rx {
+                                cmd(&mut arena);
+                            }
+                        })
+                        .map_err(|e| RuntimeError::Unavailable(format!("cannot start host rank thread {r}: {e}")))?;
+                    Exec::Thread { queue: Some(tx), thread: Some(thread) }
+                }
+            };
             ranks.push(RankWorker {
-                queue: Some(tx),
-                thread: Some(thread),
+                exec,
                 buf_lens: Vec::new(),
                 weight_formats: Vec::new(),
                 group_formats: Vec::new(),
@@ -124,6 +177,7 @@ impl HostBackend {
         }
         Ok(HostBackend {
             ranks,
+            mode,
             allocated_bytes: 0,
             memory_limit_bytes: available_memory_bytes(),
             staging_pool: Arc::new(Mutex::new(Vec::new())),
@@ -136,12 +190,45 @@ impl HostBackend {
         })
     }
 
+    /// How this backend's ranks run.
+    pub fn rank_mode(&self) -> HostRanks {
+        self.mode
+    }
+
+    /// Fault injection: queue a command on `rank` that panics, as a kernel twin that panics
+    /// would. The rank is dead afterwards (threads: from the next call that waits on it; inline:
+    /// from this call on).
+    pub fn inject_panic(&mut self, rank: usize) -> Result<()> {
+        self.check_rank(rank)?;
+        self.submit(
+            rank,
+            Box::new(move |_: &mut Arena| panic!("fault injection: a command on host rank {rank} panics")),
+        )
+    }
+
     fn submit(&self, rank: usize, cmd: Command) -> Result<()> {
-        let queue = self.ranks[rank].queue.as_ref().expect("rank queue lives until drop");
-        queue.send(cmd).map_err(|_| RuntimeError::Device {
+        let dead = || RuntimeError::Device {
             location: format!("host rank {rank}"),
-            detail: "the rank thread died (a kernel twin panicked); see stderr".into(),
-        })
+            detail: "the rank died (a kernel twin panicked); see stderr".into(),
+        };
+        match &self.ranks[rank].exec {
+            Exec::Thread { queue, .. } => {
+                queue.as_ref().expect("rank queue lives until drop").send(cmd).map_err(|_| dead())
+            }
+            Exec::Inline(arena) => {
+                // A panic unwinds through the held guard, which poisons the lock: this rank's
+                // later commands, reads and barriers then fail as a dead rank thread's do.
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut a = arena.lock().map_err(|_| ())?;
+                    cmd(&mut a);
+                    Ok::<(), ()>(())
+                }));
+                match ran {
+                    Ok(Ok(())) => Ok(()),
+                    _ => Err(dead()),
+                }
+            }
+        }
     }
 
     fn check_rank(&self, rank: usize) -> Result<()> {
@@ -264,9 +351,11 @@ impl HostBackend {
 impl Drop for HostBackend {
     fn drop(&mut self) {
         for w in &mut self.ranks {
-            w.queue.take();
-            if let Some(t) = w.thread.take() {
-                let _ = t.join();
+            if let Exec::Thread { queue, thread } = &mut w.exec {
+                queue.take();
+                if let Some(t) = thread.take() {
+                    let _ = t.join();
+                }
             }
         }
     }

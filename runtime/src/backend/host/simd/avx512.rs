@@ -10,25 +10,31 @@
 use memra_kernels::formats::{E4M3_BLOCK, NVFP4_GROUP};
 use std::arch::x86_64::*;
 
-/// 16 codes → their `e4m3_decode` values, by way of FP16: a code's 7 magnitude bits shifted
-/// left by 7 are the FP16 number with the same exponent and mantissa fields, whose value is the
-/// E4M3 value times 2^-8 exactly — subnormal codes included, since FP16's subnormals have the
-/// same 2^-14 step that E4M3's 2^-6 step becomes. The sign goes to bit 15; `vcvtph2ps` widens
-/// exactly, and the product with 256 is exact (the largest magnitude is 448). E4M3's two NaN
-/// codes are FP16 numbers this way, so 16 codes holding one take the table path
-/// ([`decode16_table`]); a model's weights almost never do. Measured against the table path:
-/// docs/PERFORMANCE.md.
+/// 16 codes → their `e4m3_decode` values divided by 256, by way of FP16: a code's 7 magnitude
+/// bits shifted left by 7 are the FP16 number with the same exponent and mantissa fields, whose
+/// value is the E4M3 value times 2^-8 exactly — subnormal codes included, since FP16's subnormals
+/// have the same 2^-14 step that E4M3's 2^-6 step becomes. Sign-extending the code to 16 bits and
+/// shifting by 7 puts its sign in bits 14 and 15; clearing bit 14 leaves the FP16 sign.
+/// `vcvtph2ps` widens exactly. E4M3's two NaN codes are FP16 numbers this way: callers test a
+/// block for them first ([`has_nan_code`]) and take the table path ([`decode16_table`]).
 #[inline]
 #[target_feature(enable = "avx512f,avx2")]
-fn decode16(codes: __m128i, t: &[__m512; 8]) -> __m512 {
-    let nan_codes = _mm_cmpeq_epi8(_mm_and_si128(codes, _mm_set1_epi8(0x7F)), _mm_set1_epi8(0x7F));
-    if _mm_movemask_epi8(nan_codes) != 0 {
-        return decode16_table(codes, t);
-    }
-    let c = _mm256_cvtepu8_epi16(codes);
-    let magnitude = _mm256_slli_epi16::<7>(_mm256_and_si256(c, _mm256_set1_epi16(0x7F)));
-    let sign = _mm256_slli_epi16::<8>(_mm256_and_si256(c, _mm256_set1_epi16(0x80)));
-    _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(magnitude, sign)), _mm512_set1_ps(256.0))
+fn decode16_scaled(codes: __m128i) -> __m512 {
+    let shifted = _mm256_slli_epi16::<7>(_mm256_cvtepi8_epi16(codes));
+    _mm512_cvtph_ps(_mm256_and_si256(shifted, _mm256_set1_epi16(0xBFFF_u16 as i16)))
+}
+
+/// Whether any of the 128 codes at `c` is one of E4M3's NaN codes (magnitude bits all ones).
+///
+/// # Safety
+/// `c` must point to 128 readable bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn has_nan_code(c: *const u8) -> bool {
+    let m = _mm512_set1_epi8(0x7F);
+    // SAFETY: two 64-byte loads within the 128 bytes at `c` (the function's contract).
+    let (a, b) = unsafe { (_mm512_loadu_si512(c.cast()), _mm512_loadu_si512(c.add(64).cast())) };
+    (_mm512_cmpeq_epi8_mask(_mm512_and_si512(a, m), m) | _mm512_cmpeq_epi8_mask(_mm512_and_si512(b, m), m)) != 0
 }
 
 /// 16 codes → their `e4m3_decode` values: the magnitude looked up in the 128-entry table,
@@ -54,27 +60,59 @@ fn decode16_table(codes: __m128i, t: &[__m512; 8]) -> __m512 {
 
 /// The twin's dot32 of the decoded 128-code block at `c` with the 128 values at `x`.
 ///
+/// `x256`, where given, is `x` times 256 (exact: the caller checked that no value overflows):
+/// then each lane multiplies `decode(code) / 256` by `256 · x`, whose exact product is
+/// `decode(code) · x`, rounded once as the twin's product is, and no weight is scaled. A block
+/// holding a NaN code, or a call without `x256`, decodes through the table.
+///
 /// # Safety
-/// `c` and `x` must point to at least 128 readable elements.
+/// `c` and `x` (and `x256` where given) must point to at least 128 readable elements.
 #[inline]
-#[target_feature(enable = "avx512f,avx2")]
-unsafe fn block_dot(t: &[__m512; 8], c: *const u8, x: *const f32) -> f32 {
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+unsafe fn block_dot(t: &[__m512; 8], c: *const u8, x: *const f32, x256: Option<*const f32>) -> f32 {
     let (mut lo, mut hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    for j in 0..4 {
-        // SAFETY: j·32 + 32 ≤ 128 elements from `c` and `x` (the function's contract).
-        let (w_lo, w_hi, x_lo, x_hi) = unsafe {
-            (
-                decode16(_mm_loadu_si128(c.add(j * 32).cast()), t),
-                decode16(_mm_loadu_si128(c.add(j * 32 + 16).cast()), t),
-                _mm512_loadu_ps(x.add(j * 32)),
-                _mm512_loadu_ps(x.add(j * 32 + 16)),
-            )
-        };
-        // Lane l: acc = acc + w·x (two roundings, the twin's operand order).
-        lo = _mm512_add_ps(lo, _mm512_mul_ps(w_lo, x_lo));
-        hi = _mm512_add_ps(hi, _mm512_mul_ps(w_hi, x_hi));
+    // SAFETY: 128 codes at `c` (the function's contract).
+    match x256.filter(|_| unsafe { !has_nan_code(c) }) {
+        Some(xs) => {
+            for j in 0..4 {
+                // SAFETY: j·32 + 32 ≤ 128 elements from `c` and `xs` (the function's contract).
+                let (w_lo, w_hi, x_lo, x_hi) = unsafe {
+                    (
+                        decode16_scaled(_mm_loadu_si128(c.add(j * 32).cast())),
+                        decode16_scaled(_mm_loadu_si128(c.add(j * 32 + 16).cast())),
+                        _mm512_loadu_ps(xs.add(j * 32)),
+                        _mm512_loadu_ps(xs.add(j * 32 + 16)),
+                    )
+                };
+                // Lane l: acc = acc + w·x (two roundings, the twin's operand order).
+                lo = _mm512_add_ps(lo, _mm512_mul_ps(w_lo, x_lo));
+                hi = _mm512_add_ps(hi, _mm512_mul_ps(w_hi, x_hi));
+            }
+        }
+        None => {
+            for j in 0..4 {
+                // SAFETY: j·32 + 32 ≤ 128 elements from `c` and `x` (the function's contract).
+                let (w_lo, w_hi, x_lo, x_hi) = unsafe {
+                    (
+                        decode16_table(_mm_loadu_si128(c.add(j * 32).cast()), t),
+                        decode16_table(_mm_loadu_si128(c.add(j * 32 + 16).cast()), t),
+                        _mm512_loadu_ps(x.add(j * 32)),
+                        _mm512_loadu_ps(x.add(j * 32 + 16)),
+                    )
+                };
+                lo = _mm512_add_ps(lo, _mm512_mul_ps(w_lo, x_lo));
+                hi = _mm512_add_ps(hi, _mm512_mul_ps(w_hi, x_hi));
+            }
+        }
     }
     butterfly(lo, hi)
+}
+
+/// `x` times 256 where that is exact for every value (all finite and below 2^120 in magnitude,
+/// so no product overflows); `None` otherwise.
+fn times_256(x: &[f32]) -> Option<Vec<f32>> {
+    const LIMIT: f32 = 1.329_228e36; // 2^120
+    x.iter().all(|v| v.abs() < LIMIT).then(|| x.iter().map(|v| v * 256.0).collect())
 }
 
 /// The butterfly of 32 lanes (0–15 in `lo`, 16–31 in `hi`): v[l] = v[l] + v[l + o] for
@@ -162,7 +200,7 @@ pub(super) unsafe fn partials_f32(values: &[f32], (cols, kw): (usize, usize), x:
 /// The CPU must have AVX-512F and AVX2; `codes` holds rows × cols codes with rows = `out.len() / nk`,
 /// `x` holds cols values, `kw` is a whole number of 128-code blocks dividing cols, and
 /// `scales` holds every scale row of the rows `row0 ..` (`cols / 128` each).
-#[target_feature(enable = "avx512f,avx2")]
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
 pub(super) unsafe fn partials_e4m3(
     table: &[[f32; 16]; 8],
     codes: &[u8],
@@ -175,6 +213,7 @@ pub(super) unsafe fn partials_e4m3(
     // SAFETY: each table row is 16 f32 (one unaligned 512-bit load).
     let t: [__m512; 8] = std::array::from_fn(|i| unsafe { _mm512_loadu_ps(table[i].as_ptr()) });
     let (nk, scale_cols) = (cols / kw, cols / E4M3_BLOCK);
+    let x256 = times_256(&x[..cols]);
     for (r, row_out) in out.chunks_exact_mut(nk).enumerate() {
         let scale_row = &scales[((row0 + r) / E4M3_BLOCK - row0 / E4M3_BLOCK) * scale_cols..][..scale_cols];
         let row = &codes[r * cols..(r + 1) * cols];
@@ -184,7 +223,9 @@ pub(super) unsafe fn partials_e4m3(
             for (b, &scale) in scale_row[first..first + kw / E4M3_BLOCK].iter().enumerate() {
                 let c0 = (first + b) * E4M3_BLOCK;
                 // SAFETY: c0 + 128 ≤ cols for the row's codes and for `x` (the contract).
-                let dot = unsafe { block_dot(&t, row.as_ptr().add(c0), x.as_ptr().add(c0)) };
+                let dot = unsafe {
+                    block_dot(&t, row.as_ptr().add(c0), x.as_ptr().add(c0), x256.as_ref().map(|v| v.as_ptr().add(c0)))
+                };
                 acc = acc + scale * dot;
             }
             *o = acc;

@@ -32,14 +32,16 @@ use memra_kernels::formats::{E4M3_BLOCK, NVFP4_GROUP};
 use memra_kernels::twins::gemv::{self, MatrixView, WeightRef};
 use memra_kernels::twins::w8::{self, W8View, W8_GROUP};
 
-/// Whether the fast path runs on this CPU (AVX-512F, and AVX2 which every AVX-512F CPU has;
-/// detected once).
+/// Whether the fast path runs on this CPU (AVX-512F and BW, and AVX2 which every AVX-512F CPU
+/// has; detected once).
 pub(crate) fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *HAS.get_or_init(|| {
-            std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx2")
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx2")
         })
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -217,7 +219,7 @@ fn row_partials(m: &MatrixView, w: Stored, x: &[f32]) -> Vec<f32> {
         // scale row from `row0`, NVFP4 has cols / 2 bytes and cols / 16 group scales per row;
         // `out` is rows × K-blocks.
         match w {
-            // SAFETY: AVX-512F and AVX2 present and the E4M3 shapes checked by `stored` (above).
+            // SAFETY: AVX-512F, BW and AVX2 present and the E4M3 shapes checked by `stored` (above).
             Stored::E4m3(codes, scales, row0) => unsafe {
                 avx512::partials_e4m3(tables::e4m3(), codes, scales, row0, (cols, kw), x, &mut out)
             },

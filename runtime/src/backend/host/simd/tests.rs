@@ -38,11 +38,14 @@ impl Draw {
     }
 
     /// An input of `cols` values: kind 0 ordinary, 1 with signed zeros and subnormals among them,
-    /// 2 with infinities and NaN too.
+    /// 2 with infinities and NaN too, 3 ordinary but value 3 is 2^120 (finite, but the E4M3 path
+    /// that scales `x` by 256 must not be taken for it).
     fn input(&mut self, cols: usize, kind: usize) -> Vec<f32> {
         (0..cols)
             .map(|i| match kind {
                 0 => self.uniform(2.0),
+                3 if i == 3 => f32::from_bits((120 + 127) << 23),
+                3 => self.uniform(2.0),
                 k => special(i, self.bits(), k == 2),
             })
             .collect()
@@ -90,11 +93,13 @@ fn check_against_twin(what: &str, m: &MatrixView, x: &[f32], control: bool) -> V
     want
 }
 
-/// Every code (NaN codes and both zeros, in row 0), ordinary and special inputs, views of a
-/// row shard that starts mid scale block, one and several 128-blocks per K-block: the rows and
-/// the partials equal the twin's bits. The other rows hold no NaN code, so their values are
-/// finite and the comparison means something (checked), and a planted change (the K-blocks
-/// folded in reverse) must differ, so the comparison can fail.
+/// Every code (NaN codes and both zeros, in the first two 128-blocks of row 0: the table path;
+/// every other block decodes by way of FP16), ordinary and special inputs (huge ones, which keep
+/// the weights from being scaled by way of `x`), views of a row shard that starts mid scale
+/// block, one and several 128-blocks per K-block: the rows and the partials equal the twin's
+/// bits. The other rows hold no NaN code, so their values are finite and the comparison means
+/// something (checked), and a planted change (the K-blocks folded in reverse) must differ, so the
+/// comparison can fail.
 #[test]
 fn matches_the_twin_bit_for_bit() {
     note_path();
@@ -106,6 +111,7 @@ fn matches_the_twin_bit_for_bit() {
         (64, 1280, 640, 0, 0),
         (40, 512, 128, 100, 1),
         (8, 256, 128, 0, 2),
+        (16, 512, 256, 0, 3),
     ] {
         let codes: Vec<u8> = (0..rows * cols)
             .map(|i| match (i < 256, draw.bits() as u8) {
@@ -126,6 +132,9 @@ fn matches_the_twin_bit_for_bit() {
         };
         let what = format!("e4m3 {rows}×{cols} (K-block {kw}, row0 {row0})");
         let want = check_against_twin(&what, &m, &x, x_kind == 0);
+        if x_kind == 3 {
+            assert!(want.iter().any(|v| v.is_finite()), "{what}: some rows must be finite numbers");
+        }
         if x_kind < 2 {
             let finite = want[1..].iter().filter(|v| v.is_finite()).count();
             assert_eq!(finite, rows - 1, "{what}: rows after the first must be finite");
@@ -148,6 +157,9 @@ fn bf16_and_f32_match_the_twin_bit_for_bit() {
             let m = MatrixView { w, out_features: rows, in_features: cols, kblock_width: kw };
             let what = format!("{name} {rows}×{cols} (K-block {kw})");
             let want = check_against_twin(&what, &m, &x, x_kind == 0);
+            if x_kind == 3 {
+                assert!(want.iter().any(|v| v.is_finite()), "{what}: some rows must be finite numbers");
+            }
             if x_kind < 2 {
                 assert!(want.iter().all(|v| v.is_finite()), "{what}: the rows must be finite");
             }
@@ -178,6 +190,9 @@ fn nvfp4_matches_the_twin_bit_for_bit() {
         };
         let what = format!("nvfp4 {rows}×{cols} (K-block {kw})");
         let want = check_against_twin(&what, &m, &x, x_kind == 0);
+        if x_kind == 3 {
+            assert!(want.iter().any(|v| v.is_finite()), "{what}: some rows must be finite numbers");
+        }
         if x_kind < 2 {
             let first_ordinary = (special_groups * 16).div_ceil(cols);
             assert!(want[first_ordinary..].iter().all(|v| v.is_finite()), "{what}: ordinary rows must be finite");
