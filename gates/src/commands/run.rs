@@ -191,17 +191,12 @@ fn host_ranks_note(
     backend: memra_runtime::backend::BackendKind,
     workers: usize,
 ) -> String {
-    use memra_runtime::backend::{BackendKind, HostRanks};
-    if backend != BackendKind::Host {
+    if backend != memra_runtime::backend::BackendKind::Host {
         return String::new();
     }
     let mode = |tp| policy.for_tp(tp).name();
     match (mode(1), mode(8)) {
-        (a, b) if a == b => format!("; host ranks {a}, {workers} job(s) at a time"),
-        _ => format!(
-            "; host ranks {} at TP1, {} at TP > 1, {workers} job(s) at a time",
-            HostRanks::Inline.name(),
-            HostRanks::Threads.name()
-        ),
+        (one, many) if one == many => format!("; host ranks {one}, {workers} job(s) at a time"),
+        (one, many) => format!("; host ranks {one} at TP1, {many} at TP > 1, {workers} job(s) at a time"),
     }
 }

@@ -1,6 +1,8 @@
-//! The AVX-512 kernels of [`super`]. E4M3: the 128 magnitudes of the code table sit in eight
-//! registers and `vpermt2ps` looks 16 of them up; the sign bit is ORed in, exactly as
-//! `e4m3_decode` builds the value. NVFP4: 16 nibbles of one group looked up in the 16-entry E2M1
+//! The AVX-512 kernels of [`super`]. E4M3: 16 codes become FP16 numbers equal to their values
+//! ÷ 256 (`decode16_scaled`), with the 256 moved onto `x`; a 128-code block holding a NaN code,
+//! or an `x` that 256 would overflow, takes the table: the 128 magnitudes sit in eight registers,
+//! `vpermt2ps` looks 16 of them up and the sign bit is ORed in, exactly as `e4m3_decode` builds
+//! the value. NVFP4: 16 nibbles of one group looked up in the 16-entry E2M1
 //! table by one `vpermps`, times the group's scale. BF16: widened 16 values at a time (the bits
 //! shifted into the upper half, as `bf16_to_f32`); F32 loaded as it is.
 
@@ -110,7 +112,7 @@ unsafe fn block_dot(t: &[__m512; 8], c: *const u8, x: *const f32, x256: Option<*
 
 /// `x` times 256 where that is exact for every value (all finite and below 2^120 in magnitude,
 /// so no product overflows); `None` otherwise.
-fn times_256(x: &[f32]) -> Option<Vec<f32>> {
+pub(super) fn times_256(x: &[f32]) -> Option<Vec<f32>> {
     const LIMIT: f32 = 1.329_228e36; // 2^120
     x.iter().all(|v| v.abs() < LIMIT).then(|| x.iter().map(|v| v * 256.0).collect())
 }
@@ -197,7 +199,7 @@ pub(super) unsafe fn partials_f32(values: &[f32], (cols, kw): (usize, usize), x:
 /// block dots folded from +0.0 in column order (the twin's `partial`).
 ///
 /// # Safety
-/// The CPU must have AVX-512F and AVX2; `codes` holds rows × cols codes with rows = `out.len() / nk`,
+/// The CPU must have AVX-512F, BW and AVX2; `codes` holds rows × cols codes with rows = `out.len() / nk`,
 /// `x` holds cols values, `kw` is a whole number of 128-code blocks dividing cols, and
 /// `scales` holds every scale row of the rows `row0 ..` (`cols / 128` each).
 #[target_feature(enable = "avx512f,avx512bw,avx2")]

@@ -20,7 +20,8 @@
 //! a tree over E4M3 or NVFP4 storage or over a width that is not whole 16-value vectors, shapes that
 //! do not match) go to the twin, which checks and panics.
 //!
-//! Used only where the CPU has AVX-512F (detected once at run time); elsewhere the twin runs.
+//! Used only where the CPU has AVX-512F and BW (detected once at run time); elsewhere the twin
+//! runs.
 //! `tests` compares both on every code, signed zeros, subnormal, infinite and NaN inputs (NaN
 //! payloads aside, which are not canonical: docs/DESIGN.md §3.4).
 
@@ -213,7 +214,7 @@ fn row_partials(m: &MatrixView, w: Stored, x: &[f32]) -> Vec<f32> {
     let mut out = vec![0.0f32; rows * (cols / kw)];
     #[cfg(target_arch = "x86_64")]
     {
-        // `stored` returned `w` only if AVX-512F and AVX2 are on this CPU (`available()`), and it checked
+        // `stored` returned `w` only if AVX-512F, BW and AVX2 are on this CPU (`available()`), and it checked
         // what the functions read: the storage is rows × cols, `x` is cols long, K-blocks are
         // whole 32-value lane rounds (whole 128-code blocks for E4M3), E4M3 scales cover every
         // scale row from `row0`, NVFP4 has cols / 2 bytes and cols / 16 group scales per row;
