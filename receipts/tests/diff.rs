@@ -348,3 +348,27 @@ fn markdown_is_capped_for_pr_comments() {
     assert!(md.contains("… and 10 more"), "{md}");
     assert!(md.lines().filter(|l| l.starts_with("| ❌ PASS → FAIL")).count() == 50);
 }
+
+/// A slower single run is a regression on CUDA receipts and reported only on host receipts (a
+/// shared machine; a host regression needs agreement across runs): the same move both ways.
+#[test]
+fn a_slower_single_run_counts_on_cuda_and_is_reported_on_host() {
+    let mv = |old: &mut Vec<Receipt>, new: &mut Vec<Receipt>| {
+        set_latency(&mut old[1], 1, "residual", 900, 1_000, 1_100);
+        set_latency(&mut new[1], 1, "residual", 2_000, 2_500, 3_000); // ×2.5, separated
+    };
+    let (mut old, mut new) = (on_host(set()), on_host(set()));
+    mv(&mut old, &mut new);
+    let r = d(&old, &new);
+    assert!(!r.noise.single_runs_count);
+    assert_eq!(r.latency_changes.len(), 1, "the move is reported: {:?}", r.latency_changes);
+    assert!(r.latency_changes[0].slower && !r.latency_changes[0].regression);
+    assert!(!r.regressed(), "{}", r.to_text());
+    assert!(!r.to_text().contains("REGRESSION"), "{}", r.to_text());
+    let (mut old, mut new) = (set(), set());
+    mv(&mut old, &mut new);
+    let r = d(&old, &new);
+    assert!(r.noise.single_runs_count);
+    assert!(r.latency_changes[0].regression && r.regressed(), "{}", r.to_text());
+    assert!(r.to_text().contains("REGRESSION ×2.50"), "{}", r.to_text());
+}

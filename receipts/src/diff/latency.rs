@@ -8,7 +8,10 @@
 //!   `r = new_median / old_median`. It absorbs load that slows a whole run.
 //! - **normalised ratio** `q = r / f` of one layer × seam of one run.
 //! - **single run**: slower when `q > 1 + T` and the new samples lie wholly above the old ones
-//!   (`new_min > old_max · (1 + T/2)`); faster symmetrically.
+//!   (`new_min > old_max · (1 + T/2)`); faster symmetrically. On CUDA receipts a slower single
+//!   run is a regression; on host receipts it is reported only: on a shared machine one seam was
+//!   seen to double for a whole short run between back-to-back runs of one build (METRICS.md),
+//!   so there a regression needs the agreement of the across-run check below.
 //! - **seam across runs**: for each layer × seam present in at least [`MIN_RUNS`] paired runs, the
 //!   median of its `q`: slower when above `1 + T`, faster when below `1 / (1 + T)`. A seam made
 //!   2× slower by a change is 2× slower in every run; noise is not.
@@ -43,6 +46,9 @@ pub struct NoiseRule {
     /// `--threshold`, `host default` or `cuda default`.
     pub source: String,
     pub whole_set_counts: bool,
+    /// Whether a slower single run counts as a regression (CUDA receipts) or is reported only
+    /// (host receipts).
+    pub single_runs_count: bool,
 }
 
 impl NoiseRule {
@@ -50,11 +56,12 @@ impl NoiseRule {
     pub fn for_receipts(new: &[Receipt], threshold: Option<f64>) -> NoiseRule {
         let host = new.iter().any(|r| r.evidence.config.backend == Backend::Host);
         let whole_set_counts = !host && !new.is_empty();
-        match threshold {
-            Some(t) => NoiseRule { threshold: t, source: "--threshold".into(), whole_set_counts },
-            None if host => NoiseRule { threshold: HOST_THRESHOLD, source: "host default".into(), whole_set_counts },
-            None => NoiseRule { threshold: CUDA_THRESHOLD, source: "cuda default".into(), whole_set_counts },
-        }
+        let (threshold, source) = match threshold {
+            Some(t) => (t, "--threshold"),
+            None if host => (HOST_THRESHOLD, "host default"),
+            None => (CUDA_THRESHOLD, "cuda default"),
+        };
+        NoiseRule { threshold, source: source.into(), whole_set_counts, single_runs_count: whole_set_counts }
     }
 }
 
@@ -76,6 +83,8 @@ pub struct LatencyChange {
     /// `ratio` divided by the run's speed factor.
     pub normalized: f64,
     pub slower: bool,
+    /// Counted as a regression (slower, and the rule counts single runs).
+    pub regression: bool,
 }
 
 /// A layer × seam whose median normalised ratio across the paired runs is beyond noise.
@@ -171,6 +180,7 @@ pub fn judge(pairs: &[(&Receipt, &Receipt)], rule: &NoiseRule) -> LatencyFinding
                     ratio,
                     normalized: q,
                     slower,
+                    regression: slower && rule.single_runs_count,
                 });
             } else {
                 out.within_noise += 1;

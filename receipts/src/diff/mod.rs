@@ -225,7 +225,7 @@ pub fn diff(old: &[Receipt], new: &[Receipt], threshold: Option<f64>) -> Result<
     c.added = report.added.len();
     c.missing = report.missing.len();
     c.regressions = report.verdict_changes.iter().filter(|v| v.regression).count()
-        + c.latency_slower
+        + report.latency_changes.iter().filter(|l| l.regression).count()
         + c.seams_slower
         + usize::from(report.set_speed.as_ref().is_some_and(|s| s.regression))
         + c.missing

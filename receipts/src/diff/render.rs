@@ -176,7 +176,7 @@ impl DiffReport {
             .map(|l| {
                 format!(
                     "| {}{} | {} | L{}.{} | {} [{} – {}] | {} [{} – {}] |",
-                    if l.slower { "❌ " } else { "" },
+                    if l.regression { "❌ " } else { "" },
                     times(l.normalized),
                     md_cell(&l.label),
                     l.layer,
@@ -194,7 +194,7 @@ impl DiffReport {
             &mut md,
             "Latency beyond noise in single runs",
             lc.len(),
-            self.latency_changes.iter().any(|l| l.slower),
+            self.latency_changes.iter().any(|l| l.regression),
             "| normalised change | run | seam | old median [min – max] | new median [min – max] |\n|---:|---|---|---|---|",
             lc,
         );
@@ -318,7 +318,7 @@ impl DiffReport {
                 .map(|l| {
                     format!(
                         "{}{}  {} L{}.{}  {} [{} - {}] -> {} [{} - {}]",
-                        if l.slower { "REGRESSION " } else { "" },
+                        if l.regression { "REGRESSION " } else { "" },
                         times(l.normalized),
                         l.label,
                         l.layer,
