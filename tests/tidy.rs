@@ -89,6 +89,24 @@ fn crate_modules_import_in_one_direction() {
         }
         v.extend(imports::cycles(&g));
     }
+    // The runtime, and its backend folder one level down (docs: ARCHITECTURE.md, "runtime").
+    for (src, module_path, min_modules) in
+        [("runtime/src", "crate::", 7), ("runtime/src/backend", "crate::backend::", 5)]
+    {
+        let crate_files: Vec<(String, String)> = files
+            .iter()
+            .filter(|f| f.rel.starts_with(&format!("{src}/")))
+            .map(|f| (f.rel.clone(), f.text.clone()))
+            .collect();
+        let g = imports::graph_below(&crate_files, src, module_path);
+        let edges: usize = g.values().map(|e| e.len()).sum();
+        assert!(
+            g.len() >= min_modules && edges >= min_modules,
+            "tidy found only {} modules and {edges} edges in {src}",
+            g.len()
+        );
+        v.extend(imports::cycles(&g));
+    }
     assert_clean("import cycles", v);
 }
 

@@ -6,7 +6,7 @@
 
 use crate::job::CensusDecl;
 use memra_kernels::grid::ulp_distance;
-use memra_runtime::backend::coverage::Coverage;
+use memra_runtime::evidence::coverage::Coverage;
 use memra_runtime::record::{Capture, CaptureKey, Record, Seam};
 use std::collections::BTreeMap;
 

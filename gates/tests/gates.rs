@@ -11,7 +11,7 @@ use memra_gating::job::CensusDecl;
 use memra_gating::record_evidence;
 use memra_gating::registry::census::{CensusChange, Change};
 use memra_kernels::twins::digest::digest_u32;
-use memra_runtime::backend::coverage::{self, PathCount, SeamPoint};
+use memra_runtime::evidence::coverage::{self, PathCount, SeamPoint};
 use memra_runtime::record::{Capture, CaptureKey, CopyFault, Record, Seam};
 use memra_runtime::DoorSet;
 

@@ -13,6 +13,67 @@ pub fn is_tp_size(tp: usize) -> bool {
     TP_SIZES.contains(&tp)
 }
 
+/// A tensor-parallel size: 1, 2, 4 or 8 and nothing else (a divisor of [`GRID_BLOCKS`]). Made
+/// once, where a size enters (a flag, a file, a constructor), with [`Tp::new`]; code that holds
+/// a `Tp` never checks it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tp(u8);
+
+impl Tp {
+    /// Every TP size, ascending.
+    pub const ALL: [Tp; 4] = [Tp(1), Tp(2), Tp(4), Tp(8)];
+    /// TP1, the oracle's size.
+    pub const ONE: Tp = Tp(1);
+
+    /// `n` as a TP size, or the error that says which sizes exist.
+    pub fn new(n: usize) -> Result<Tp, NotATpSize> {
+        if is_tp_size(n) {
+            Ok(Tp(n as u8))
+        } else {
+            Err(NotATpSize(n))
+        }
+    }
+
+    /// The size as a count of ranks.
+    pub fn get(self) -> usize {
+        usize::from(self.0)
+    }
+
+    /// Canonical blocks each rank owns (`GRID_BLOCKS / tp`).
+    pub fn blocks_per_rank(self) -> usize {
+        GRID_BLOCKS / self.get()
+    }
+}
+
+impl std::fmt::Display for Tp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl TryFrom<usize> for Tp {
+    type Error = NotATpSize;
+    fn try_from(n: usize) -> Result<Tp, NotATpSize> {
+        Tp::new(n)
+    }
+}
+
+/// A number that is not a TP size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotATpSize(pub usize);
+
+impl std::fmt::Display for NotATpSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "TP size {} is not supported (rule: TP must divide the canonical grid of {GRID_BLOCKS} blocks: 1, 2, 4 or 8)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for NotATpSize {}
+
 /// ULP distance between two f32 bit patterns: the number of steps between them on the monotone
 /// integer line of f32 values (so `-0.0` and `+0.0` are 1 apart, never 0). Equal bit patterns are
 /// 0 apart; otherwise a NaN on either side has no distance: `u64::MAX`.

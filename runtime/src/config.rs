@@ -1,6 +1,7 @@
 //! A run configuration: everything that decides what one run computes. Doors are explicit values
 //! here — never process-global state — so one process can run many combinations.
 
+pub use crate::door::{Canary, Door, DoorSet};
 use crate::error::RuntimeError;
 
 /// How bytes move between ranks (docs/DESIGN.md §3.5). A transport never does arithmetic.
@@ -31,67 +32,6 @@ impl Transport {
             .find(|t| t.name() == s)
             .ok_or_else(|| RuntimeError::UnknownTransport { name: s.to_string() })
     }
-}
-
-/// A planted defect (CANARY class): its gate must FAIL (or, for a silent fallback, the run must
-/// be VOID).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Canary {
-    /// Flip the lowest mantissa bit of element `element` (a global index of the seam's logical
-    /// tensor) of a seam's tensor at one layer and step.
-    FlipBit { layer: usize, seam: crate::record::Seam, step: usize, element: usize },
-    /// Row-parallel K-block partials folded in reverse order (only at TP > 1).
-    ReverseKBlocks,
-    /// The o_join reads the previous step's partials (a stale buffer) at every step after the first.
-    StaleBuffer,
-    /// A join reads a peer's buffer without waiting for its producer (device only).
-    SkipFence,
-    /// The router breaks exact key ties towards the higher expert id (a twin defect; host only).
-    TieBreak,
-    /// GEMV sums and folds start from −0.0 instead of +0.0 (a twin defect; host only).
-    SignedZero,
-    /// The SwiGLU leaves its silu side unclamped (a twin defect; host only).
-    Clamp,
-    /// OPROJ_DIRECT falls back to copies while its call site still counts peer stores: the
-    /// engagement gate must find no peer store in the census (the run is VOID).
-    SilentFallback,
-    /// The attn_norm broadcast corrupts the copy to the last rank (one bit of element 0, layer
-    /// 0, step 0): the copy check must name that copy.
-    BrokenBroadcast,
-}
-
-impl Canary {
-    /// The twin defect this canary plants in the backend, if it is one.
-    pub fn twin_defect(&self) -> Option<crate::backend::defect::TwinDefect> {
-        use crate::backend::defect::TwinDefect;
-        match self {
-            Canary::TieBreak => Some(TwinDefect::RouterTiesToHigherId),
-            Canary::SignedZero => Some(TwinDefect::SumsFromNegativeZero),
-            Canary::Clamp => Some(TwinDefect::SiluUnclamped),
-            _ => None,
-        }
-    }
-}
-
-/// Explicit door values of one run (all `false` = every door at its default-off state).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct DoorSet {
-    pub bulk_p2p: bool,
-    pub oproj_direct: bool,
-    pub oproj_tail: bool,
-    pub moe_direct: bool,
-    pub routes_prestage: bool,
-    pub fence_memops: bool,
-    pub rank0_merge: bool,
-    pub graph: bool,
-    pub f32_mirror: bool,
-    pub step_ep: bool,
-    pub qkv_fused: bool,
-    pub dev_router: bool,
-    pub w8: bool,
-    pub nvfp4_ep2: bool,
-    pub nccl_allreduce: bool,
-    pub canary: Option<Canary>,
 }
 
 /// The prompts a run decodes and how many tokens it generates after each.
@@ -159,7 +99,7 @@ pub struct RunConfig {
     /// instead of the run's own argmax (NUMERIC-CLASS gates consume the oracle's tape).
     pub forced_tokens: Option<Vec<Vec<u32>>>,
     /// (prompt, step, layer, seam) whose full logical tensor the record must carry.
-    pub capture: Vec<crate::record::CaptureKey>,
+    pub capture: Vec<crate::evidence::record::CaptureKey>,
     /// Routed-expert storage (NVFP4_EP2 implies NVFP4).
     pub expert_format: ExpertFormat,
     /// Timing marks recorded (default: per seam and per layer).
@@ -185,46 +125,29 @@ impl RunConfig {
         })
     }
 
-    /// The door rules the program's mechanisms rely on (gates/doors.toml states them too; a run
-    /// configured without the registry is refused here, never run as something else).
+    /// The registry's rules the program's mechanisms rely on — every door's `requires`,
+    /// `conflicts` and `transports` in gates/doors.toml, generated into [`Door`] — so a run
+    /// configured without the registry is refused here, never run as something else. (TP sizes
+    /// and backends are the matrix's business: a door outside them runs, but is NOT-APPLICABLE or
+    /// VOID there.)
     pub fn check_doors(&self) -> Result<(), RuntimeError> {
         let d = &self.doors;
-        let refuse = |door: &'static str, rule: String| Err(RuntimeError::DoorRefused { door, rule });
-        for (on, env) in [(d.oproj_direct, "MEMRA_OPROJ_DIRECT"), (d.moe_direct, "MEMRA_MOE_DIRECT")] {
-            if on && self.transport != Transport::NativeP2p {
-                return refuse(
-                    env,
-                    format!(
-                        "{env} with transport {}: peer stores write into the root's memory, which needs native-p2p",
-                        self.transport.name()
-                    ),
-                );
+        for door in Door::ALL.into_iter().filter(|&door| d.get(door)) {
+            let refuse = |rule: String| Err(RuntimeError::DoorRefused { door: door.env(), rule });
+            for &(needed, why) in door.requires() {
+                if !d.get(needed) {
+                    return refuse(format!("{} without {}: {why}", door.env(), needed.env()));
+                }
             }
-        }
-        if d.fence_memops && !d.moe_direct {
-            return refuse(
-                "MEMRA_FENCE_MEMOPS",
-                "MEMRA_FENCE_MEMOPS without MEMRA_MOE_DIRECT: the doorbells replace the MOE_DIRECT join's fences, \
-                 which do not exist otherwise"
-                    .into(),
-            );
-        }
-        if d.bulk_p2p && d.moe_direct {
-            return refuse(
-                "MEMRA_STEP_TP_BULK_P2P",
-                "MEMRA_STEP_TP_BULK_P2P with MEMRA_MOE_DIRECT: peers store their expert partials at the root, \
-                 so the moe_join has no copies to pack"
-                    .into(),
-            );
-        }
-        if d.bulk_p2p && self.transport != Transport::NativeP2p {
-            return refuse(
-                "MEMRA_STEP_TP_BULK_P2P",
-                format!(
-                    "MEMRA_STEP_TP_BULK_P2P with transport {}: the packed copy is one device-to-device copy (native-p2p)",
-                    self.transport.name()
-                ),
-            );
+            for &(other, why) in door.conflicts() {
+                if d.get(other) {
+                    return refuse(format!("{} with {}: {why}", door.env(), other.env()));
+                }
+            }
+            let (transports, why) = door.transports();
+            if !transports.contains(&self.transport.name()) {
+                return refuse(format!("{} with transport {}: {why}", door.env(), self.transport.name()));
+            }
         }
         Ok(())
     }

@@ -9,15 +9,19 @@
 
 pub mod backend;
 pub mod config;
+pub mod door;
 pub mod error;
+pub mod evidence;
 pub mod model;
 pub mod program;
 pub mod provenance;
-pub mod record;
 pub mod reference;
 
-pub use config::{Battery, Canary, DoorSet, ExpertFormat, RunConfig, Timing, Transport};
+pub use config::{Battery, ExpertFormat, RunConfig, Timing, Transport};
+pub use door::{Canary, Door, DoorSet};
 pub use error::RuntimeError;
-pub use record::{Record, Seam};
+/// The record's module at the crate root, where other crates name it.
+pub use evidence::record;
+pub use evidence::record::{Record, Seam};
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;

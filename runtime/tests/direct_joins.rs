@@ -9,12 +9,15 @@
 
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{
-    Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, Packed, ProbeResult, Slice, WeightId,
+    capability, Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, Packed, PackedCopies,
+    PeerStores, ProbeResult, Slice, Transfer, WeightId, Witness,
 };
+use memra_runtime::evidence::census::Census;
+use memra_runtime::evidence::defect::TwinDefect;
+use memra_runtime::evidence::record::{CaptureKey, Record, Seam};
 use memra_runtime::model::matrix::MatrixShard;
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::program::placement::{ExpertMode, Placement};
-use memra_runtime::record::{CaptureKey, Record, Seam};
 use memra_runtime::{program, Battery, DoorSet, RunConfig, Transport};
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
@@ -85,35 +88,9 @@ impl Backend for Recording {
     fn launch(&mut self, rank: usize, op: Op) -> memra_runtime::Result<()> {
         self.inner.launch(rank, op)
     }
-    fn copy(
-        &mut self,
-        t: Transport,
-        src_rank: usize,
-        src: Slice,
-        dst_rank: usize,
-        dst: Slice,
-    ) -> memra_runtime::Result<()> {
-        self.copies.push((src_rank, dst_rank, dst));
-        self.inner.copy(t, src_rank, src, dst_rank, dst)
-    }
-    fn launch_peer_store(
-        &mut self,
-        rank: usize,
-        op: Op,
-        out_rank: usize,
-        fence: JoinFence,
-    ) -> memra_runtime::Result<()> {
-        let target = op.store_target().expect("the program only peer-stores ops with a store target");
-        let n = self.stores.len();
-        self.stores.push((rank, out_rank, target));
-        let op = match self.misplace {
-            Some((at, by)) if at == n => {
-                let moved = target.offset.checked_add_signed(by).expect("misplaced offset stays >= 0");
-                op.with_store_target(Slice::new(target.buf, moved, target.len))
-            }
-            _ => op,
-        };
-        self.inner.launch_peer_store(rank, op, out_rank, fence)
+    fn copy(&mut self, c: Transfer) -> memra_runtime::Result<()> {
+        self.copies.push((c.from.0, c.to.0, c.to.1));
+        self.inner.copy(c)
     }
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> memra_runtime::Result<usize> {
         self.inner.digest(rank, src, base)
@@ -138,11 +115,51 @@ impl Backend for Recording {
     fn probe(&mut self, t: Transport, sizes: &[usize]) -> memra_runtime::Result<Vec<ProbeResult>> {
         self.inner.probe(t, sizes)
     }
-    fn copy_packed(&mut self, t: Transport, src_rank: usize, dst_rank: usize, p: Packed) -> memra_runtime::Result<()> {
-        self.inner.copy_packed(t, src_rank, dst_rank, p)
+    fn peer_stores(&mut self) -> Option<&mut dyn PeerStores> {
+        self.inner.peer_stores().is_some().then_some(self as &mut dyn PeerStores)
+    }
+    fn packed_copies(&mut self) -> Option<&mut dyn PackedCopies> {
+        self.inner.packed_copies().is_some().then_some(self as &mut dyn PackedCopies)
+    }
+}
+
+impl Witness for Recording {
+    fn census(&self) -> Census {
+        self.inner.census()
+    }
+    fn plant(&mut self, d: TwinDefect) -> memra_runtime::Result<()> {
+        self.inner.plant(d)
     }
     fn engagement(&self) -> Vec<(String, u64)> {
         self.inner.engagement()
+    }
+}
+
+impl PeerStores for Recording {
+    fn launch_peer_store(
+        &mut self,
+        rank: usize,
+        op: Op,
+        out_rank: usize,
+        fence: JoinFence,
+    ) -> memra_runtime::Result<()> {
+        let target = op.store_target().expect("the program only peer-stores ops with a store target");
+        let n = self.stores.len();
+        self.stores.push((rank, out_rank, target));
+        let op = match self.misplace {
+            Some((at, by)) if at == n => {
+                let moved = target.offset.checked_add_signed(by).expect("misplaced offset stays >= 0");
+                op.with_store_target(Slice::new(target.buf, moved, target.len))
+            }
+            _ => op,
+        };
+        capability::peer_stores(&mut self.inner)?.launch_peer_store(rank, op, out_rank, fence)
+    }
+}
+
+impl PackedCopies for Recording {
+    fn copy_packed(&mut self, t: Transport, src_rank: usize, dst_rank: usize, p: Packed) -> memra_runtime::Result<()> {
+        capability::packed_copies(&mut self.inner)?.copy_packed(t, src_rank, dst_rank, p)
     }
 }
 

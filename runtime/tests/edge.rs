@@ -4,11 +4,11 @@
 //! says its path is first reached; every cross-rank copy is verified and a broken broadcast is
 //! named at the copy; the census sees what the backend did.
 
-use memra_runtime::backend::coverage::{self, SeamPoint};
 use memra_runtime::backend::host::HostBackend;
+use memra_runtime::evidence::coverage::{self, SeamPoint};
+use memra_runtime::evidence::record::{CopyFault, Record, Seam};
 use memra_runtime::model::edge::CLAIMS;
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
-use memra_runtime::record::{CopyFault, Record, Seam};
 use memra_runtime::{program, Battery, Canary, RunConfig, Transport};
 use std::sync::OnceLock;
 

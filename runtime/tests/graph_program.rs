@@ -7,9 +7,9 @@
 
 use crate::segments::SegmentChecker;
 use memra_runtime::backend::host::HostBackend;
-use memra_runtime::backend::{Backend, Op, Slice};
+use memra_runtime::backend::{capability, Backend, Op, Slice};
+use memra_runtime::evidence::record::Record;
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
-use memra_runtime::record::Record;
 use memra_runtime::{program, Battery, RunConfig, RuntimeError, Transport};
 use std::sync::OnceLock;
 
@@ -107,7 +107,7 @@ fn a_frozen_device_position_is_caught() {
 #[test]
 fn the_host_backend_refuses_graph_segments() {
     let mut b = HostBackend::new(2).unwrap();
-    let e = b.segment_begin(0).expect_err("the host backend has no graphs");
+    let e = capability::graphs(&mut b).map(|_| ()).expect_err("the host backend has no graphs");
     assert!(matches!(&e, RuntimeError::Unsupported { mechanism: "graph capture", .. }), "{e:?}");
     assert!(e.to_string().contains("cannot capture graphs"), "{e}");
     // And the program fails loudly instead of running the eager path under the door's name.

@@ -6,8 +6,8 @@
 
 use memra_runtime::backend::host::{HostBackend, HostRanks};
 use memra_runtime::backend::Backend;
+use memra_runtime::evidence::record::Record;
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
-use memra_runtime::record::Record;
 use memra_runtime::{program, Battery, DoorSet, RunConfig, Transport};
 use std::sync::OnceLock;
 

@@ -6,8 +6,11 @@
 
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{
-    Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, ProbeResult, Slice, WeightId,
+    capability, Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, PeerStores, ProbeResult,
+    Slice, Transfer, WeightId, Witness,
 };
+use memra_runtime::evidence::census::Census;
+use memra_runtime::evidence::defect::TwinDefect;
 use memra_runtime::model::matrix::MatrixShard;
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::{program, Battery, DoorSet, RunConfig, Transport};
@@ -74,19 +77,9 @@ impl Backend for Counting {
         *self.launches.entry(op_name(&op)).or_insert(0) += 1;
         self.inner.launch(rank, op)
     }
-    fn copy(&mut self, t: Transport, sr: usize, s: Slice, dr: usize, d: Slice) -> memra_runtime::Result<()> {
+    fn copy(&mut self, c: Transfer) -> memra_runtime::Result<()> {
         self.copies += 1;
-        self.inner.copy(t, sr, s, dr, d)
-    }
-    fn launch_peer_store(
-        &mut self,
-        rank: usize,
-        op: Op,
-        out_rank: usize,
-        fence: JoinFence,
-    ) -> memra_runtime::Result<()> {
-        self.in_step = true;
-        self.inner.launch_peer_store(rank, op, out_rank, fence)
+        self.inner.copy(c)
     }
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> memra_runtime::Result<usize> {
         self.inner.digest(rank, src, base)
@@ -112,6 +105,31 @@ impl Backend for Counting {
     }
     fn probe(&mut self, t: Transport, sizes: &[usize]) -> memra_runtime::Result<Vec<ProbeResult>> {
         self.inner.probe(t, sizes)
+    }
+    fn peer_stores(&mut self) -> Option<&mut dyn PeerStores> {
+        self.inner.peer_stores().is_some().then_some(self as &mut dyn PeerStores)
+    }
+}
+
+impl Witness for Counting {
+    fn census(&self) -> Census {
+        self.inner.census()
+    }
+    fn plant(&mut self, d: TwinDefect) -> memra_runtime::Result<()> {
+        self.inner.plant(d)
+    }
+}
+
+impl PeerStores for Counting {
+    fn launch_peer_store(
+        &mut self,
+        rank: usize,
+        op: Op,
+        out_rank: usize,
+        fence: JoinFence,
+    ) -> memra_runtime::Result<()> {
+        self.in_step = true;
+        capability::peer_stores(&mut self.inner)?.launch_peer_store(rank, op, out_rank, fence)
     }
 }
 

@@ -8,8 +8,8 @@
 //! and its tape covers all 8 prompts × 8 tokens.
 
 use memra_runtime::backend::host::HostBackend;
+use memra_runtime::evidence::record::{CaptureKey, Record, Seam};
 use memra_runtime::model::{gen::generate, Matrix, Model, ModelConfig};
-use memra_runtime::record::{CaptureKey, Record, Seam};
 use memra_runtime::reference::{compare, reference_run, ComparisonReport, ReferenceRun, REFERENCE_REL_BOUND};
 use memra_runtime::{program, Battery, RunConfig, Transport};
 use std::sync::OnceLock;

@@ -6,8 +6,8 @@
 //! Random shapes off the presets are covered by `tp_properties.rs`.
 
 use memra_runtime::backend::host::HostBackend;
+use memra_runtime::evidence::record::{CaptureKey, Record, Seam};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
-use memra_runtime::record::{CaptureKey, Record, Seam};
 use memra_runtime::{program, Battery, Canary, ExpertFormat, RunConfig, Transport};
 use std::sync::OnceLock;
 

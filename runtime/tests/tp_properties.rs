@@ -13,9 +13,9 @@
 //! case and the first divergent (prompt, step, layer, seam).
 
 use memra_runtime::backend::host::HostBackend;
+use memra_runtime::evidence::record::Record;
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::program::placement::{ExpertMode, Placement};
-use memra_runtime::record::Record;
 use memra_runtime::{program, Battery, DoorSet, RunConfig, Transport};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};

@@ -27,15 +27,22 @@ pub fn top_module(rel: &str, src_root: &str) -> Option<String> {
 /// The first path segment after every `crate::` in `code` (masked), with its 1-based line;
 /// `crate::{a, b::c}` names `a` and `b`.
 pub fn crate_refs(code: &str) -> Vec<(usize, String)> {
+    prefixed_refs(code, "crate::")
+}
+
+/// The first path segment after every `prefix` (a path ending in `::`) in `code` that does not
+/// continue a longer path, with its 1-based line; `prefix{a, b::c}` names `a` and `b`.
+pub fn prefixed_refs(code: &str, prefix: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let ident = |s: &str| -> String { s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect() };
     let mut from = 0;
-    while let Some(at) = code[from..].find("crate::") {
+    while let Some(at) = code[from..].find(prefix) {
         let start = from + at;
-        from = start + "crate::".len();
-        // `$crate::` (macros) and `memra_crate::` are not this crate's paths.
+        from = start + prefix.len();
+        // `$crate::` (macros), `memra_crate::` and `super::super::` seen from its second `super`
+        // are not the paths asked for.
         let before = code[..start].chars().next_back();
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$' || c == ':') {
             continue;
         }
         let line = code[..start].bytes().filter(|b| *b == b'\n').count() + 1;
@@ -70,20 +77,56 @@ pub fn crate_refs(code: &str) -> Vec<(usize, String)> {
     out
 }
 
-/// The module graph of `files` (path, text) under `src_root`: module → module → first edge.
+/// The module graph of `files` (path, text) under `src_root`, a crate's source root: module →
+/// module → first edge.
 pub fn graph(files: &[(String, String)], src_root: &str) -> BTreeMap<String, BTreeMap<String, Edge>> {
+    graph_below(files, src_root, "crate::")
+}
+
+/// The graph of the child modules of the module whose folder is `src_root` and whose path from
+/// the crate root is `module_path` (`crate::backend::`), as [`graph`] does for a crate: a child
+/// names a sibling through `module_path…` or through as many `super::` as it is deep
+/// (`backend/host/mod.rs`: `super::cuda`; `backend/host/execute.rs`: `super::super::cuda`).
+pub fn graph_below(
+    files: &[(String, String)],
+    src_root: &str,
+    module_path: &str,
+) -> BTreeMap<String, BTreeMap<String, Edge>> {
+    let files: Vec<&(String, String)> = files.iter().filter(|(rel, _)| !is_unit_test_file(rel)).collect();
     let modules: BTreeSet<String> = files.iter().filter_map(|(rel, _)| top_module(rel, src_root)).collect();
     let mut g: BTreeMap<String, BTreeMap<String, Edge>> =
         modules.iter().map(|m| (m.clone(), BTreeMap::new())).collect();
     for (rel, text) in files {
         let Some(from) = top_module(rel, src_root) else { continue };
-        for (line, to) in crate_refs(&mask(text, Lang::Rust).code) {
+        let code = mask(text, Lang::Rust).code;
+        let mut refs = prefixed_refs(&code, module_path);
+        if module_path != "crate::" {
+            refs.extend(prefixed_refs(&code, &"super::".repeat(depth_below(rel, src_root))));
+        }
+        for (line, to) in refs {
             if to != from && modules.contains(&to) {
                 g.get_mut(&from).expect("every module is a node").entry(to).or_insert(Edge { file: rel.clone(), line });
             }
         }
     }
     g
+}
+
+/// A file of unit tests (`tests.rs`, declared `#[cfg(test)] mod tests;`): it may exercise its
+/// module through the layers above it, so it is not part of the layering it tests.
+fn is_unit_test_file(rel: &str) -> bool {
+    rel.ends_with("/tests.rs")
+}
+
+/// How many modules deep a file is below `src_root` (`x.rs` and `x/mod.rs` 1, `x/y.rs` 2).
+fn depth_below(rel: &str, src_root: &str) -> usize {
+    let inner = rel.strip_prefix(src_root).unwrap_or(rel).trim_start_matches('/');
+    let parts: Vec<&str> = inner.split('/').collect();
+    if parts.last() == Some(&"mod.rs") {
+        parts.len() - 1
+    } else {
+        parts.len()
+    }
 }
 
 /// Every cycle of the graph, as the strongly connected components of more than one module
@@ -205,5 +248,27 @@ mod tests {
         let names: Vec<&str> = refs.iter().map(|(_, n)| n.as_str()).collect();
         assert_eq!(names, ["registry", "env", "matrix", "job"]);
         assert_eq!(refs[3].0, 2);
+    }
+
+    #[test]
+    fn a_cycle_between_child_modules_is_found_through_super_and_the_module_path() {
+        let knot = files(&[
+            ("r/src/backend/mod.rs", "//! b\nmod host; mod op; mod cuda;\n"),
+            ("r/src/backend/host/execute.rs", "//! e\nuse super::super::op::Op;\nuse super::Arena;\n"),
+            ("r/src/backend/op/mod.rs", "//! o\nuse crate::backend::cuda::x;\n"),
+            ("r/src/backend/cuda.rs", "//! c\nuse super::host::y;\n"),
+            ("r/src/backend/dist/tests.rs", "//! t\nuse crate::backend::host::z;\n"),
+        ]);
+        let g = graph_below(&knot, "r/src/backend", "crate::backend::");
+        assert!(g["host"].contains_key("op") && !g["host"].contains_key("host"), "{g:?}");
+        assert!(!g.contains_key("dist"), "a unit-test file is not a node: {g:?}");
+        let v = cycles(&g);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].message.contains("modules cuda, host, op import each other"), "{v:?}");
+        let chain = files(&[
+            ("r/src/backend/host/mod.rs", "//! h\nuse super::op::Op;\n"),
+            ("r/src/backend/op.rs", "//! o\nuse super::Slice; use crate::evidence::x;\n"),
+        ]);
+        assert!(cycles(&graph_below(&chain, "r/src/backend", "crate::backend::")).is_empty());
     }
 }

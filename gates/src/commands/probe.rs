@@ -8,7 +8,7 @@
 use super::Status;
 use crate::args::ProbeArgs;
 use crate::error::GateError;
-use memra_runtime::backend::{open, Backend, Slice};
+use memra_runtime::backend::{open, Backend, Slice, Transfer};
 use memra_runtime::Transport;
 use std::time::Instant;
 
@@ -21,13 +21,13 @@ fn time_copy(b: &mut dyn Backend, transport: Transport, bytes: usize, reps: usiz
     let n = bytes / 4;
     let src = Slice::new(b.alloc(0, n)?, 0, n);
     let dst = Slice::new(b.alloc(1, n)?, 0, n);
-    b.copy(transport, 0, src, 1, dst)?;
+    b.copy(Transfer::new(transport, (0, src), (1, dst)))?;
     b.collect()?;
     let mut samples = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
         for _ in 0..reps {
-            b.copy(transport, 0, src, 1, dst)?;
+            b.copy(Transfer::new(transport, (0, src), (1, dst)))?;
         }
         b.collect()?;
         samples.push(t.elapsed().as_secs_f64() * 1e6 / reps as f64);

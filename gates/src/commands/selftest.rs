@@ -19,7 +19,7 @@ use crate::registry::{self, DoorClass, TP_SIZES};
 use crate::subject::{Builtin, RunSpec, Subject};
 use crate::suite::{Progress, Suite, SuiteOptions};
 use memra_receipts::schema::{DivergenceAt, Evidence, Gate, Verdict};
-use memra_runtime::backend::coverage;
+use memra_runtime::evidence::coverage;
 use memra_runtime::record::Seam;
 use memra_runtime::{Canary, Transport};
 use std::collections::BTreeSet;

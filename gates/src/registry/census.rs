@@ -1,7 +1,7 @@
 //! A door's declared census change: the expression language of `census = [...]` in
 //! `gates/doors.toml` (documented in [`super::file`]) and its one evaluation.
 //!
-//! The census (`memra_runtime::backend::census`) counts what a backend really issued. A door
+//! The census (`memra_runtime::evidence::census`) counts what a backend really issued. A door
 //! declares what must change in it when the door is on, against the same configuration with the
 //! door off: `{ counter = "peer_store.gemv_partials.*", change = "appears" }`. A counter is a
 //! census counter name, or a prefix ending in `.*` that sums every counter under it; a change is

@@ -1,11 +1,11 @@
 //! The mapping between registry door ids and the runtime's explicit door values
-//! ([`DoorSet`]): door ids are the `DoorSet` field names, canaries map onto [`Canary`]. The
-//! destructuring in [`door_set_fields`] and the exhaustive match in [`canary_id`] make a door
-//! added to the runtime fail to compile here until it is mapped.
+//! ([`DoorSet`]): the runtime generates [`Door`] and `DoorSet` (a field per door) from the
+//! registry file itself (`runtime/build.rs`), so door ids are `Door::id()`s and nothing here lists
+//! a door; canaries map onto [`Canary`] through `Canary::id()`.
 
 use std::collections::BTreeSet;
 
-use memra_runtime::config::{Canary, DoorSet};
+use memra_runtime::door::{Canary, Door, DoorSet};
 
 use super::{FlipAt, Registry, RegistryError, SettingValue, CANARY_FLIP_AT};
 
@@ -42,11 +42,11 @@ impl Registry {
                 })?;
                 canaries.push((id, canary));
             } else {
-                let field = runtime_flag(&mut ds, id).ok_or_else(|| RegistryError::NoRuntimeField {
+                let door = runtime_door(id).ok_or_else(|| RegistryError::NoRuntimeField {
                     id: id.to_string(),
-                    rule: "every non-canary door id must name a field of memra_runtime::config::DoorSet".to_string(),
+                    rule: "every non-canary door id must be a door of the runtime (memra_runtime::door::Door, generated from gates/doors.toml)".to_string(),
                 })?;
-                *field = true;
+                ds.set(door, true);
             }
         }
         match canaries[..] {
@@ -82,81 +82,19 @@ impl Registry {
     }
 }
 
-/// The runtime field a non-canary door id switches on. Door ids are the field names.
-fn runtime_flag<'a>(ds: &'a mut DoorSet, id: &str) -> Option<&'a mut bool> {
-    Some(match id {
-        "bulk_p2p" => &mut ds.bulk_p2p,
-        "oproj_direct" => &mut ds.oproj_direct,
-        "oproj_tail" => &mut ds.oproj_tail,
-        "moe_direct" => &mut ds.moe_direct,
-        "routes_prestage" => &mut ds.routes_prestage,
-        "fence_memops" => &mut ds.fence_memops,
-        "rank0_merge" => &mut ds.rank0_merge,
-        "graph" => &mut ds.graph,
-        "f32_mirror" => &mut ds.f32_mirror,
-        "step_ep" => &mut ds.step_ep,
-        "qkv_fused" => &mut ds.qkv_fused,
-        "dev_router" => &mut ds.dev_router,
-        "w8" => &mut ds.w8,
-        "nvfp4_ep2" => &mut ds.nvfp4_ep2,
-        "nccl_allreduce" => &mut ds.nccl_allreduce,
-        _ => return None,
-    })
+/// The runtime door a non-canary door id names.
+fn runtime_door(id: &str) -> Option<Door> {
+    Door::ALL.into_iter().find(|d| d.id() == id)
 }
 
-/// Every boolean door field of a runtime [`DoorSet`], by name (= door id). The destructuring
-/// names every field, so a door added to the runtime fails to compile here until it is mapped.
-pub fn door_set_fields(ds: &DoorSet) -> [(&'static str, bool); 15] {
-    let DoorSet {
-        bulk_p2p,
-        oproj_direct,
-        oproj_tail,
-        moe_direct,
-        routes_prestage,
-        fence_memops,
-        rank0_merge,
-        graph,
-        f32_mirror,
-        step_ep,
-        qkv_fused,
-        dev_router,
-        w8,
-        nvfp4_ep2,
-        nccl_allreduce,
-        canary: _,
-    } = *ds;
-    [
-        ("bulk_p2p", bulk_p2p),
-        ("oproj_direct", oproj_direct),
-        ("oproj_tail", oproj_tail),
-        ("moe_direct", moe_direct),
-        ("routes_prestage", routes_prestage),
-        ("fence_memops", fence_memops),
-        ("rank0_merge", rank0_merge),
-        ("graph", graph),
-        ("f32_mirror", f32_mirror),
-        ("step_ep", step_ep),
-        ("qkv_fused", qkv_fused),
-        ("dev_router", dev_router),
-        ("w8", w8),
-        ("nvfp4_ep2", nvfp4_ep2),
-        ("nccl_allreduce", nccl_allreduce),
-    ]
+/// Every door of a runtime [`DoorSet`] by id, with whether it is on (registry order).
+pub fn door_set_fields(ds: &DoorSet) -> Vec<(&'static str, bool)> {
+    Door::ALL.into_iter().map(|d| (d.id(), ds.get(d))).collect()
 }
 
-/// The registry id of a runtime canary (exhaustive: a new runtime canary fails to compile here).
+/// The registry id of a runtime canary.
 pub fn canary_id(c: &Canary) -> &'static str {
-    match c {
-        Canary::FlipBit { .. } => "canary_flip_bit",
-        Canary::ReverseKBlocks => "canary_reverse_kblocks",
-        Canary::StaleBuffer => "canary_stale_buffer",
-        Canary::SkipFence => "canary_skip_fence",
-        Canary::TieBreak => "canary_tie_break",
-        Canary::SignedZero => "canary_signed_zero",
-        Canary::Clamp => "canary_clamp",
-        Canary::SilentFallback => "canary_silent_fallback",
-        Canary::BrokenBroadcast => "canary_broken_broadcast",
-    }
+    c.id()
 }
 
 fn canary_of(id: &str, flip_at: Option<FlipAt>) -> Option<Canary> {

@@ -63,7 +63,7 @@
 //!
 //! # The census expression (`census`, [`super::census`])
 //! `census` lists what the door must change in the backend's census (what it really issued,
-//! `memra_runtime::backend::census`) against the same configuration with the door off (and the
+//! `memra_runtime::evidence::census`) against the same configuration with the door off (and the
 //! doors of the set that require it); the engagement gate runs that configuration and checks
 //! every entry, and the run is VOID when one does not hold. Each entry is
 //! `{ counter = C, change = X }`:

@@ -117,7 +117,7 @@ fn check_door(ck: &mut Checker, rd: &RawDoor, index: usize, subject: bool) -> Do
     let at = |field: &str| format!("door {id:?} {field}");
     check_names(ck, rd, index);
     let seams = check_seams(ck, &at("seams"), &rd.seams);
-    let mut families = memra_runtime::backend::census::FAMILIES.to_vec();
+    let mut families = memra_runtime::evidence::census::FAMILIES.to_vec();
     if subject {
         families.push(&id);
     }

@@ -11,8 +11,8 @@ use super::{Phase, Suite};
 use crate::gate::{self, Outcome};
 use crate::job::{CensusDecl, Job};
 use crate::subject::RunSpec;
-use memra_runtime::backend::census::Census;
 use memra_runtime::backend::BackendKind;
+use memra_runtime::evidence::census::Census;
 use memra_runtime::record::{CaptureKey, Record};
 use memra_runtime::{DoorSet, ExpertFormat, Transport};
 

@@ -78,7 +78,7 @@ pub struct Suite<'a> {
     /// over that transport at that TP size.
     probes: Mutex<ProbeCache>,
     /// Census of each configuration with a door off (`census`).
-    census_baselines: Mutex<HashMap<census::BaselineKey, Result<memra_runtime::backend::census::Census, String>>>,
+    census_baselines: Mutex<HashMap<census::BaselineKey, Result<memra_runtime::evidence::census::Census, String>>>,
     /// The f64 reference check of the oracle record, once per suite (`reference`).
     reference: Mutex<Option<gate::Outcome>>,
     /// Milliseconds the host oracle took (receipts' `phase_plan_oracle_ms`).

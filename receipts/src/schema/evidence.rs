@@ -31,12 +31,12 @@ pub struct Evidence {
     pub engaged: BTreeMap<String, u64>,
     /// The census of the gated run: what the backend carried out, counted where it called the
     /// driver or its host arena (`"launch.<kernel>"`, `"copy.<transport>.<bytes>"`,
-    /// `"peer_store.<kernel>"`, …; `memra_runtime::backend::census`). The engagement gate
+    /// `"peer_store.<kernel>"`, …; `memra_runtime::evidence::census`). The engagement gate
     /// compares it with the census of the same configuration with each door off. Empty in
     /// receipts read from schema version 1.
     pub census: BTreeMap<String, u64>,
     /// Coverage of the special paths of docs/DESIGN.md §3.2 by this run's model and battery, as
-    /// the host oracle counted them (`memra_runtime::backend::coverage`): path → count and the
+    /// the host oracle counted them (`memra_runtime::evidence::coverage`): path → count and the
     /// first place reached. Empty when no coverage was counted (and in version 1 receipts).
     pub coverage: BTreeMap<String, CoverageCount>,
     /// The paths the model claims its battery reaches (the coverage gate checks each), sorted.

@@ -2,7 +2,7 @@
 //! a ladder of sizes, a hashed pattern that a shifted, truncated or stale copy cannot match) and
 //! the bandwidth of a same-rank copy timed with the backend's own marks.
 
-use super::{Backend, BufId, ProbeResult, Slice};
+use super::{Backend, BufId, ProbeResult, Slice, Transfer};
 use crate::config::Transport;
 use crate::Result;
 
@@ -36,7 +36,11 @@ pub fn run_probe<B: Backend + ?Sized>(
                 let pattern: Vec<f32> = (0..words).map(|i| f32::from_bits(probe_word(src, dst, i))).collect();
                 b.write(src, Slice::new(bufs[src], 0, words), &pattern)?;
                 b.write(dst, Slice::new(bufs[dst], 0, words), &vec![f32::from_bits(POISON); words])?;
-                b.copy(transport, src, Slice::new(bufs[src], 0, words), dst, Slice::new(bufs[dst], 0, words))?;
+                b.copy(Transfer::new(
+                    transport,
+                    (src, Slice::new(bufs[src], 0, words)),
+                    (dst, Slice::new(bufs[dst], 0, words)),
+                ))?;
                 let got = b.read(dst, Slice::new(bufs[dst], 0, words))?;
                 let bad_words = got.iter().enumerate().filter(|(i, v)| v.to_bits() != probe_word(src, dst, *i)).count();
                 out.push(ProbeResult { src, dst, bytes, bad_words, no_peer_access: None });
@@ -51,11 +55,11 @@ pub fn run_probe<B: Backend + ?Sized>(
 pub fn measure_copy_bandwidth<B: Backend + ?Sized>(b: &mut B, bytes: usize, reps: usize) -> Result<f64> {
     let n = bytes / 4;
     let (src, dst) = (Slice::new(b.alloc(0, n)?, 0, n), Slice::new(b.alloc(0, n)?, 0, n));
-    b.copy(Transport::NativeP2p, 0, src, 0, dst)?;
+    b.copy(Transfer::new(Transport::NativeP2p, (0, src), (0, dst)))?;
     b.collect()?;
     for _ in 0..reps {
         b.mark()?;
-        b.copy(Transport::NativeP2p, 0, src, 0, dst)?;
+        b.copy(Transfer::new(Transport::NativeP2p, (0, src), (0, dst)))?;
         b.mark()?;
     }
     let marks = b.collect()?.marks_ns.swap_remove(0);

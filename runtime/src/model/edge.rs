@@ -40,7 +40,7 @@
 //! fails the coverage gate.
 
 use super::{Matrix, Model};
-use crate::backend::coverage;
+use crate::evidence::coverage;
 use crate::Result;
 use memra_kernels::formats::{bf16_from_f32, bf16_to_f32, e4m3_block_dequant, e4m3_block_quantize};
 use memra_kernels::twins::digest::splitmix64;

@@ -262,6 +262,30 @@ impl MatrixShard {
         }
     }
 
+    /// The census name of this shard's storage: `bf16`, `f32`, `e4m3`, `nvfp4`, `w8`.
+    pub fn format_name(&self) -> &'static str {
+        match self.data {
+            ShardData::Bf16(_) => "bf16",
+            ShardData::F32(_) => "f32",
+            ShardData::E4m3 { .. } => "e4m3",
+            ShardData::Nvfp4 { .. } => "nvfp4",
+            ShardData::W8 { .. } => "w8",
+        }
+    }
+
+    /// E4M3 codes of this shard: (codes, codes of magnitude 448, subnormal codes), for the
+    /// coverage counters; zeros for other storage.
+    pub fn e4m3_code_stats(&self) -> (u64, u64, u64) {
+        match &self.data {
+            ShardData::E4m3 { codes, .. } => {
+                let max = codes.iter().filter(|&&c| c & 0x7F == 0x7E).count() as u64;
+                let sub = codes.iter().filter(|&&c| c & 0x78 == 0 && c & 0x07 != 0).count() as u64;
+                (codes.len() as u64, max, sub)
+            }
+            _ => (0, 0, 0),
+        }
+    }
+
     /// Bytes a kernel reads to apply this shard once.
     pub fn bytes(&self) -> usize {
         match &self.data {

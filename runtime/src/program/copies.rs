@@ -11,8 +11,8 @@
 //! buffer lives until the layer ends), so the check reads what the copy moved.
 
 use super::Ctx;
-use crate::backend::{DigestPart, Packed, Slice};
-use crate::record::{CopyFault, Seam};
+use crate::backend::{capability, DigestPart, Packed, Slice, Transfer};
+use crate::evidence::record::{CopyFault, Seam};
 use crate::Result;
 
 /// One checked copy of the current step.
@@ -28,7 +28,7 @@ impl Ctx<'_> {
     /// Copy `src` of `src_rank` to `dst` of `dst_rank` over the run's transport, and check the
     /// destination when the ranks differ. `seam`: the seam whose tensor moves.
     pub fn copy(&mut self, seam: Seam, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
-        self.backend.copy(self.cfg.transport, src_rank, src, dst_rank, dst)?;
+        self.backend.copy(Transfer::new(self.cfg.transport, (src_rank, src), (dst_rank, dst)))?;
         self.check_copy(seam, (src_rank, DigestPart::plain(src, 0)), (dst_rank, DigestPart::plain(dst, 0)));
         Ok(())
     }
@@ -42,7 +42,8 @@ impl Ctx<'_> {
         dst_rank: usize,
         dst: Slice,
     ) -> Result<()> {
-        self.backend.copy_unfenced(self.cfg.transport, src_rank, src, dst_rank, dst)?;
+        let c = Transfer::new(self.cfg.transport, (src_rank, src), (dst_rank, dst));
+        capability::unfenced_copies(self.backend)?.copy_unfenced(c)?;
         self.check_copy(seam, (src_rank, DigestPart::plain(src, 0)), (dst_rank, DigestPart::plain(dst, 0)));
         Ok(())
     }
@@ -50,7 +51,7 @@ impl Ctx<'_> {
     /// One packed copy of `p.blocks` blocks, every block checked (block i with base i·len on
     /// both sides).
     pub fn copy_packed(&mut self, seam: Seam, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
-        self.backend.copy_packed(self.cfg.transport, src_rank, dst_rank, p)?;
+        capability::packed_copies(self.backend)?.copy_packed(self.cfg.transport, src_rank, dst_rank, p)?;
         let len = p.src.len;
         let side = |s: Slice, pitch: usize| DigestPart {
             src: s,

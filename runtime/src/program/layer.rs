@@ -5,9 +5,9 @@
 
 use super::copies::broadcast;
 use super::{Ctx, SeamPart};
-use crate::backend::{JoinFence, Op, RowOrder, Slice};
+use crate::backend::{capability, JoinFence, Op, RowOrder, Slice};
 use crate::config::{Canary, Transport};
-use crate::record::Seam;
+use crate::evidence::record::Seam;
 use crate::Result;
 
 /// Run `op` with its output going to `dst`, a slice of the root: rank 0 launches it there
@@ -25,7 +25,7 @@ pub(super) fn store_to_root(
     if rank == 0 {
         ctx.backend.launch(0, op)
     } else {
-        ctx.backend.launch_peer_store(rank, op, 0, fence)?;
+        capability::peer_stores(ctx.backend)?.launch_peer_store(rank, op, 0, fence)?;
         ctx.count(counter);
         Ok(())
     }
@@ -38,14 +38,7 @@ pub(super) fn attention_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     if !ctx.graph_segment(l) {
         return attention_half_calls(ctx, l);
     }
-    ctx.backend.segment_begin(l as u64)?;
-    match attention_half_calls(ctx, l) {
-        Ok(()) => ctx.backend.segment_end(),
-        Err(e) => {
-            ctx.backend.segment_abort();
-            Err(e)
-        }
-    }
+    ctx.in_segment(l as u64, |ctx| attention_half_calls(ctx, l))
 }
 
 fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
@@ -214,7 +207,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
             ctx.backend.launch(r, Op::Fold { parts: opart, n_parts: g / tp, reverse: false, out: local })?;
             sums.push((r, local));
         }
-        ctx.backend.all_reduce_sum(&sums, 0, root.ojoin)?;
+        capability::all_reduce(ctx.backend)?.all_reduce_sum(&sums, 0, root.ojoin)?;
         ctx.count("nccl_allreduce.allreduces");
     } else if ctx.stale() {
         ctx.count("canary_stale_buffer.stale_reads");

@@ -17,12 +17,12 @@ pub mod weights;
 
 pub use prepared::{prepare, Layout, Prepared};
 
-use crate::backend::coverage::SeamPoint;
-use crate::backend::{Backend, DigestPart, Op, RowOrder, Slice};
+use crate::backend::{capability, Backend, DigestPart, Op, RowOrder, Slice};
 use crate::config::{Canary, RunConfig, Timing};
 use crate::error::RuntimeError;
+use crate::evidence::coverage::SeamPoint;
+use crate::evidence::record::{Capture, CaptureKey, Record, Seam};
 use crate::model::Model;
-use crate::record::{Capture, CaptureKey, Record, Seam};
 use crate::Result;
 use buffers::Buffers;
 use placement::Placement;
@@ -288,6 +288,21 @@ impl Ctx<'_> {
         !self.cfg.capture.iter().any(|k| k.prompt == self.prompt && k.step == self.step && k.layer == l)
     }
 
+    /// Issue `calls` as the graph segment `key` (GRAPH): recorded, captured, then replayed by the
+    /// backend; an error abandons the segment.
+    pub fn in_segment(&mut self, key: u64, calls: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        capability::graphs(self.backend)?.segment_begin(key)?;
+        match calls(self) {
+            Ok(()) => capability::graphs(self.backend)?.segment_end(),
+            Err(e) => {
+                if let Some(g) = self.backend.graphs() {
+                    g.segment_abort();
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Whether this step reads a stale buffer (the StaleBuffer canary, after the first step).
     pub fn stale(&self) -> bool {
         self.cfg.doors.canary == Some(Canary::StaleBuffer) && self.step > 0
@@ -488,14 +503,7 @@ fn decode_step(ctx: &mut Ctx, token: u32, pos: usize) -> Result<()> {
     if ctx.graph_mode() != GraphMode::Step {
         return step_calls(ctx);
     }
-    ctx.backend.segment_begin(STEP_SEGMENT)?;
-    match step_calls(ctx) {
-        Ok(()) => ctx.backend.segment_end(),
-        Err(e) => {
-            ctx.backend.segment_abort();
-            Err(e)
-        }
-    }
+    ctx.in_segment(STEP_SEGMENT, step_calls)
 }
 
 /// Every layer and the head, as issued in one step.

@@ -18,7 +18,7 @@ use super::layer::store_to_root;
 use super::placement::ExpertMode;
 use super::Ctx;
 use crate::backend::{DigestPart, JoinFence, Op, OwnedSlots, OwnerRule, Packed, RowOrder, SlotOwner};
-use crate::record::Seam;
+use crate::evidence::record::Seam;
 use crate::Result;
 
 pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {

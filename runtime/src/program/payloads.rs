@@ -7,8 +7,8 @@ use std::ops::Range;
 
 use memra_kernels::twins::gemv::{canonical_kblocks, WeightFormat};
 
+use crate::evidence::record::Seam;
 use crate::model::ModelConfig;
-use crate::record::Seam;
 use crate::Result;
 
 /// K-block counts of the o_proj, the routed and the shared down projections (E4M3 banks).

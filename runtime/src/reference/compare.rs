@@ -11,7 +11,7 @@
 //! `|logit|`, exceeds the bound; closer margins are near-ties, listed and not judged.
 
 use super::step::{ReferenceRun, RouterEvent};
-use crate::record::{CaptureKey, Record, Seam};
+use crate::evidence::record::{CaptureKey, Record, Seam};
 use std::collections::BTreeMap;
 use std::fmt;
 

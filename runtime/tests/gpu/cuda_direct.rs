@@ -16,10 +16,10 @@ use crate::harness::{cuda_backend, GpuTest, NotRun, Ran, Skip};
 use memra_kernels::twins::digest::splitmix64;
 use memra_runtime::backend::cuda::{CudaBackend, CudaOptions, GemvLayout, PlacementPolicy};
 use memra_runtime::backend::host::HostBackend;
-use memra_runtime::backend::{Backend, Packed, Slice};
+use memra_runtime::backend::{Backend, Packed, PackedCopies, Slice, Witness};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::program::placement::Placement;
-use memra_runtime::record::{Record, Seam};
+use memra_runtime::evidence::record::{Record, Seam};
 use memra_runtime::{program, Battery, DoorSet, RunConfig, RuntimeError, Transport};
 use std::sync::OnceLock;
 

@@ -16,7 +16,7 @@ use memra_runtime::backend::cuda::{CudaOptions, GemvLayout, PlacementPolicy};
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{Backend, PROBE_SIZES_BYTES};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
-use memra_runtime::record::{CopyFault, Record, Seam};
+use memra_runtime::evidence::record::{CopyFault, Record, Seam};
 use memra_runtime::{program, Battery, Canary, DoorSet, RunConfig, RuntimeError, Transport};
 use std::sync::OnceLock;
 

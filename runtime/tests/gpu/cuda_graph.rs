@@ -9,9 +9,9 @@ use crate::harness::{self, GpuTest, NotRun, Ran, Skip};
 use crate::segments::SegmentChecker;
 use memra_runtime::backend::cuda::{CudaBackend, CudaOptions, PlacementPolicy};
 use memra_runtime::backend::host::HostBackend;
-use memra_runtime::backend::{Backend, Op, Slice};
+use memra_runtime::backend::{Backend, Graphs, Op, Slice, Witness};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
-use memra_runtime::record::Record;
+use memra_runtime::evidence::record::Record;
 use memra_runtime::{program, Battery, RunConfig, RuntimeError, Transport};
 
 /// Every test of this file; the distinct-device runs once per device count.

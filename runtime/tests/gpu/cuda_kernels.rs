@@ -15,10 +15,12 @@ use memra_kernels::sources::KERNEL_NAMES;
 use memra_kernels::twins::digest::digest_f32;
 use memra_runtime::backend::cuda::{self, CudaBackend, CudaOptions};
 use memra_runtime::backend::host::HostBackend;
-use memra_runtime::backend::{Backend, Op, RowOrder, Slice, PROBE_SIZES_BYTES};
+use memra_runtime::backend::{
+    capability, AllReduce, Backend, Op, RowOrder, Slice, Transfer, UnfencedCopies, PROBE_SIZES_BYTES,
+};
 use memra_runtime::model::matrix::{MatrixShard, ShardData};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
-use memra_runtime::record::{CaptureKey, Record, Seam};
+use memra_runtime::evidence::record::{CaptureKey, Record, Seam};
 use memra_runtime::{program, Battery, Canary, DoorSet, RunConfig, RuntimeError, Transport};
 
 /// Every test of this file; the cases that need several devices are registered once per count.
@@ -399,9 +401,9 @@ fn copies_between_ranks_move_bytes_exactly() -> Ran {
                 b.write(0, Slice::new(bufs[0], 0, n), &data).unwrap();
                 // a chain 0 → 1 → … → tp−1, then a partial copy back into the middle of rank 0
                 for r in 1..tp {
-                    b.copy(t, r - 1, Slice::new(bufs[r - 1], 0, n), r, Slice::new(bufs[r], 0, n)).unwrap();
+                    b.copy(Transfer::new(t, (r - 1, Slice::new(bufs[r - 1], 0, n)), (r, Slice::new(bufs[r], 0, n)))).unwrap();
                 }
-                b.copy(t, tp - 1, Slice::new(bufs[tp - 1], 0, 100), 0, Slice::new(bufs[0], 5000, 100)).unwrap();
+                b.copy(Transfer::new(t, (tp - 1, Slice::new(bufs[tp - 1], 0, 100)), (0, Slice::new(bufs[0], 5000, 100)))).unwrap();
                 let last = b.read(tp - 1, Slice::new(bufs[tp - 1], 0, n)).unwrap();
                 assert!(last.iter().zip(&data).all(|(a, b)| a.to_bits() == b.to_bits()), "TP{tp} {t:?} chain");
                 let first = b.read(0, Slice::new(bufs[0], 5000, 100)).unwrap();
@@ -411,7 +413,7 @@ fn copies_between_ranks_move_bytes_exactly() -> Ran {
             assert_eq!(probe.len(), PROBE_SIZES_BYTES.len() * tp * (tp - 1));
             assert!(probe.iter().all(|p| p.bad_words == 0 && p.no_peer_access.is_none()), "TP{tp} {t:?}: {probe:?}");
         }
-        let err = b.copy(Transport::Nccl, 0, Slice::new(bufs[0], 0, 4), 1, Slice::new(bufs[1], 0, 4)).unwrap_err();
+        let err = b.copy(Transfer::new(Transport::Nccl, (0, Slice::new(bufs[0], 0, 4)), (1, Slice::new(bufs[1], 0, 4)))).unwrap_err();
         assert!(matches!(&err, RuntimeError::Unsupported { mechanism: "nccl transport", .. }), "{err:?}");
         assert!(err.to_string().contains("nccl needs one device per rank"), "{err}");
     }
@@ -657,10 +659,11 @@ fn backends_without_nccl_refuse_all_reduce_and_unfenced_copies() -> Ran {
     let mut h = HostBackend::new(2).unwrap();
     let (a, b) = (h.alloc(0, 8).unwrap(), h.alloc(1, 8).unwrap());
     let (sa, sb) = (Slice::new(a, 0, 8), Slice::new(b, 0, 8));
-    let err = h.all_reduce_sum(&[(0, sa), (1, sb)], 0, sa).unwrap_err();
+    let err = capability::all_reduce(&mut h).map(|_| ()).unwrap_err();
     assert!(matches!(&err, RuntimeError::Unsupported { mechanism: "NCCL all-reduce", .. }), "{err:?}");
     assert!(err.to_string().contains("no NCCL all-reduce"), "{err}");
-    let err = h.copy_unfenced(Transport::HostBounce, 1, sb, 0, sa).unwrap_err();
+    let _ = (sa, sb);
+    let err = capability::unfenced_copies(&mut h).map(|_| ()).unwrap_err();
     assert!(matches!(&err, RuntimeError::Unsupported { mechanism: "unfenced copies", .. }), "{err:?}");
     assert!(err.to_string().contains("no producer fence to skip"), "{err}");
     // Through the program: the door asks for the nccl transport, which the host has not.
@@ -699,10 +702,10 @@ fn nccl_copies_move_bytes_exactly_between_devices(tp: usize) -> Ran {
         // A chain 0 → 1 → … → tp−1, a partial copy back into the middle of rank 0, and a
         // same-rank copy (no NCCL) on the last rank.
         for r in 1..tp {
-            b.copy(Transport::Nccl, r - 1, whole(r - 1), r, whole(r)).unwrap();
+            b.copy(Transfer::new(Transport::Nccl, (r - 1, whole(r - 1)), (r, whole(r)))).unwrap();
         }
-        b.copy(Transport::Nccl, tp - 1, whole(tp - 1).sub(0, 100), 0, whole(0).sub(5000, 100)).unwrap();
-        b.copy(Transport::Nccl, tp - 1, whole(tp - 1).sub(0, 100), tp - 1, whole(tp - 1).sub(9000, 100)).unwrap();
+        b.copy(Transfer::new(Transport::Nccl, (tp - 1, whole(tp - 1).sub(0, 100)), (0, whole(0).sub(5000, 100)))).unwrap();
+        b.copy(Transfer::new(Transport::Nccl, (tp - 1, whole(tp - 1).sub(0, 100)), (tp - 1, whole(tp - 1).sub(9000, 100)))).unwrap();
         let want: Vec<u32> = data.iter().map(|v| v.to_bits()).collect();
         let last: Vec<u32> = b.read(tp - 1, whole(tp - 1)).unwrap().iter().map(|v| v.to_bits()).collect();
         let mut want_last = want.clone();
@@ -815,10 +818,10 @@ fn skip_fence_canary_engages_on_cuda() -> Ran {
     let (s, d) = (Slice::new(b.alloc(1, n).unwrap(), 0, n), Slice::new(b.alloc(0, n).unwrap(), 0, n));
     let data = Rng::new(50).vec(n, 10.0);
     b.write(1, s, &data).unwrap(); // write() waits for its stream: the producer is done
-    b.copy_unfenced(Transport::HostBounce, 1, s, 0, d).unwrap();
+    b.copy_unfenced(Transfer::new(Transport::HostBounce, (1, s), (0, d))).unwrap();
     let got = b.read(0, d).unwrap();
     assert!(got.iter().zip(&data).all(|(x, y)| x.to_bits() == y.to_bits()), "unfenced copy of finished bytes");
-    let err = b.copy_unfenced(Transport::HostBounce, 0, d, 0, d).unwrap_err();
+    let err = b.copy_unfenced(Transfer::new(Transport::HostBounce, (0, d), (0, d))).unwrap_err();
     assert!(err.to_string().contains("no producer fence to skip"), "{err}");
     drop(b);
 
@@ -922,7 +925,7 @@ fn gemv_bandwidth_report() -> Ran {
     let n = 64 << 20;
     let (s, d) = (b.alloc(0, n).unwrap(), b.alloc(0, n).unwrap());
     let copy_ns = timed(&mut b, 10, &mut |b| {
-        b.copy(Transport::HostBounce, 0, Slice::new(s, 0, n), 0, Slice::new(d, 0, n)).unwrap();
+        b.copy(Transfer::new(Transport::HostBounce, (0, Slice::new(s, 0, n)), (0, Slice::new(d, 0, n)))).unwrap();
     });
     let copy_gbs = (2 * n * 4) as f64 / copy_ns;
     println!("bench copy 256 MiB d2d: {:.1} us, {copy_gbs:.0} GB/s (read+write)", copy_ns / 1e3);

@@ -15,7 +15,7 @@ use memra_kernels::twins::digest::digest_f32;
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{Backend, DigestPart, GroupEntry, Op, OwnedSlots, OwnerRule, RowOrder, Slice, SlotOwner};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
-use memra_runtime::record::Record;
+use memra_runtime::evidence::record::Record;
 use memra_runtime::{program, Battery, DoorSet, ExpertFormat, RunConfig, Transport};
 
 use crate::harness::{cuda_backend, GpuTest, Ran, Skip};

@@ -9,8 +9,12 @@
 #![allow(dead_code)] // the host tests and the CUDA tests each use a part
 
 use memra_runtime::backend::{
-    Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, Packed, ProbeResult, Slice, WeightId,
+    capability, AllReduce, Backend, BufId, Collected, DigestPart, Graphs, GroupEntry, GroupId, JoinFence, Op, Packed,
+    PackedCopies, PeerStores, ProbeResult, Slice, Transfer, UnfencedCopies, WeightId, Witness,
 };
+use memra_runtime::evidence::census::Census;
+use memra_runtime::evidence::coverage::{Coverage, SeamPoint};
+use memra_runtime::evidence::defect::TwinDefect;
 use memra_runtime::model::matrix::MatrixShard;
 use memra_runtime::{Result, Transport};
 use std::collections::HashMap;
@@ -81,25 +85,9 @@ impl<B: Backend> Backend for SegmentChecker<B> {
         self.note(format!("launch r{rank} {op:?}"));
         self.inner.launch(rank, op)
     }
-    fn copy(&mut self, t: Transport, sr: usize, s: Slice, dr: usize, d: Slice) -> Result<()> {
-        self.note(format!("copy {t:?} r{sr} {s:?} r{dr} {d:?}"));
-        self.inner.copy(t, sr, s, dr, d)
-    }
-    fn copy_unfenced(&mut self, t: Transport, sr: usize, s: Slice, dr: usize, d: Slice) -> Result<()> {
-        self.note(format!("unfenced {t:?} r{sr} {s:?} r{dr} {d:?}"));
-        self.inner.copy_unfenced(t, sr, s, dr, d)
-    }
-    fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
-        self.note(format!("peer store r{rank} {op:?} r{out_rank} {fence:?}"));
-        self.inner.launch_peer_store(rank, op, out_rank, fence)
-    }
-    fn copy_packed(&mut self, t: Transport, sr: usize, dr: usize, p: Packed) -> Result<()> {
-        self.note(format!("packed {t:?} r{sr} r{dr} {p:?}"));
-        self.inner.copy_packed(t, sr, dr, p)
-    }
-    fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
-        self.note(format!("all-reduce {parts:?} r{out_rank} {out:?}"));
-        self.inner.all_reduce_sum(parts, out_rank, out)
+    fn copy(&mut self, c: Transfer) -> Result<()> {
+        self.note(format!("copy {c:?}"));
+        self.inner.copy(c)
     }
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {
         let t = self.inner.digest(rank, src, base)?;
@@ -125,17 +113,79 @@ impl<B: Backend> Backend for SegmentChecker<B> {
     fn probe(&mut self, t: Transport, sizes: &[usize]) -> Result<Vec<ProbeResult>> {
         self.inner.probe(t, sizes)
     }
+    fn unfenced_copies(&mut self) -> Option<&mut dyn UnfencedCopies> {
+        self.inner.unfenced_copies().is_some().then_some(self as &mut dyn UnfencedCopies)
+    }
+    fn peer_stores(&mut self) -> Option<&mut dyn PeerStores> {
+        self.inner.peer_stores().is_some().then_some(self as &mut dyn PeerStores)
+    }
+    fn packed_copies(&mut self) -> Option<&mut dyn PackedCopies> {
+        self.inner.packed_copies().is_some().then_some(self as &mut dyn PackedCopies)
+    }
+    fn all_reduce(&mut self) -> Option<&mut dyn AllReduce> {
+        self.inner.all_reduce().is_some().then_some(self as &mut dyn AllReduce)
+    }
+    /// Always: segments are checked here, and forwarded only when asked to.
+    fn graphs(&mut self) -> Option<&mut dyn Graphs> {
+        Some(self)
+    }
+}
+
+impl<B: Backend> Witness for SegmentChecker<B> {
+    fn census(&self) -> Census {
+        self.inner.census()
+    }
+    fn plant(&mut self, d: TwinDefect) -> Result<()> {
+        self.inner.plant(d)
+    }
+    fn coverage(&mut self) -> Result<Option<Coverage>> {
+        self.inner.coverage()
+    }
+    fn note_position(&mut self, at: SeamPoint) {
+        self.inner.note_position(at)
+    }
     fn engagement(&self) -> Vec<(String, u64)> {
         self.inner.engagement()
     }
     fn build_options(&self) -> Vec<String> {
         self.inner.build_options()
     }
+}
+
+impl<B: Backend> UnfencedCopies for SegmentChecker<B> {
+    fn copy_unfenced(&mut self, c: Transfer) -> Result<()> {
+        self.note(format!("unfenced {c:?}"));
+        capability::unfenced_copies(&mut self.inner)?.copy_unfenced(c)
+    }
+}
+
+impl<B: Backend> PeerStores for SegmentChecker<B> {
+    fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
+        self.note(format!("peer store r{rank} {op:?} r{out_rank} {fence:?}"));
+        capability::peer_stores(&mut self.inner)?.launch_peer_store(rank, op, out_rank, fence)
+    }
+}
+
+impl<B: Backend> PackedCopies for SegmentChecker<B> {
+    fn copy_packed(&mut self, t: Transport, sr: usize, dr: usize, p: Packed) -> Result<()> {
+        self.note(format!("packed {t:?} r{sr} r{dr} {p:?}"));
+        capability::packed_copies(&mut self.inner)?.copy_packed(t, sr, dr, p)
+    }
+}
+
+impl<B: Backend> AllReduce for SegmentChecker<B> {
+    fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
+        self.note(format!("all-reduce {parts:?} r{out_rank} {out:?}"));
+        capability::all_reduce(&mut self.inner)?.all_reduce_sum(parts, out_rank, out)
+    }
+}
+
+impl<B: Backend> Graphs for SegmentChecker<B> {
     fn segment_begin(&mut self, key: u64) -> Result<()> {
         assert!(self.open.is_none(), "segment {key} opened inside another");
         self.open = Some((key, Vec::new()));
         if self.forward_segments {
-            self.inner.segment_begin(key)?;
+            capability::graphs(&mut self.inner)?.segment_begin(key)?;
         }
         Ok(())
     }
@@ -157,14 +207,16 @@ impl<B: Backend> Backend for SegmentChecker<B> {
         }
         self.passes += 1;
         if self.forward_segments {
-            self.inner.segment_end()?;
+            capability::graphs(&mut self.inner)?.segment_end()?;
         }
         Ok(())
     }
     fn segment_abort(&mut self) {
         self.open = None;
         if self.forward_segments {
-            self.inner.segment_abort();
+            if let Some(g) = self.inner.graphs() {
+                g.segment_abort();
+            }
         }
     }
 }

@@ -5,13 +5,13 @@
 //! an engine that does not count these leaves them out, and its `census` is then its census.
 //!
 //! - `backend_census`: counter name → count of what the backend issued (launches per kernel,
-//!   copies per transport and size, peer stores, …: `memra_runtime::backend::census`). The
+//!   copies per transport and size, peer stores, …: `memra_runtime::evidence::census`). The
 //!   engagement gate compares it with the same configuration's run with the door off.
 //! - `coverage`: special path → `{"count": n, "first": [prompt, step, layer, "seam"] | null}`.
 //! - `copies`: `{"verified": n, "faults": [[prompt, step, layer, "seam", src_rank, dst_rank], …]}`
 //!   — cross-rank copies checked against their source, and those that arrived different.
 
-use memra_runtime::backend::coverage::{Coverage, PathCount, SeamPoint};
+use memra_runtime::evidence::coverage::{Coverage, PathCount, SeamPoint};
 use memra_runtime::record::{CopyFault, Record, Seam};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

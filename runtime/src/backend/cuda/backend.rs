@@ -4,10 +4,14 @@
 use super::graph::{self, Call};
 use super::memory::{self, DeviceBuffer};
 use super::{driver, CudaBackend, GemvLayout, DIGEST_CHUNK};
-use crate::backend::census::{Census, CensusCounter};
-use crate::backend::{Backend, BufId, Collected, JoinFence, Op, Packed, ProbeResult, Slice, WeightId};
+use crate::backend::{
+    AllReduce, Backend, BufId, Collected, Graphs, JoinFence, Op, Packed, PackedCopies, PeerStores, ProbeResult, Slice,
+    Transfer, UnfencedCopies, WeightId, Witness,
+};
 use crate::config::Transport;
 use crate::error::RuntimeError;
+use crate::evidence::census::{Census, CensusCounter};
+use crate::evidence::defect::TwinDefect;
 use crate::model::matrix::MatrixShard;
 use crate::Result;
 
@@ -58,53 +62,6 @@ impl Backend for CudaBackend {
         // from nothing, as on a fresh backend.
         self.census = CensusCounter::new(self.ranks.len());
         Ok(())
-    }
-
-    /// Counted here, where the mechanisms are carried out, never by the program on faith: a
-    /// packed copy of fewer than 2 blocks and a doorbell that fell back to events count nothing.
-    fn engagement(&self) -> Vec<(String, u64)> {
-        let mut out = Vec::new();
-        if self.opts.rank0_on_default_stream {
-            out.push(("rank0_merge.merged_launches".to_string(), self.merged_launches));
-        }
-        if self.graphs.captures > 0 {
-            out.push(("graph.replays".to_string(), self.graphs.replays));
-        }
-        if self.packed_copies > 0 {
-            out.push(("bulk_p2p.packed_copies".to_string(), self.packed_copies));
-        }
-        if self.doorbells_rung > 0 {
-            out.push(("fence_memops.doorbells".to_string(), self.doorbells_rung));
-        }
-        out
-    }
-
-    fn census(&self) -> Census {
-        let mut c = self.census.clone();
-        c.mechanism("graph_replay", self.graphs.replays);
-        c.mechanism("doorbell", self.doorbells_rung);
-        c.mechanism("merged_launch", self.merged_launches);
-        c.counts()
-    }
-
-    fn segment_begin(&mut self, key: u64) -> Result<()> {
-        self.segment_begin_impl(key)
-    }
-
-    fn segment_end(&mut self) -> Result<()> {
-        self.segment_end_impl()
-    }
-
-    fn segment_abort(&mut self) {
-        self.segment_abort_impl();
-    }
-
-    fn build_options(&self) -> Vec<String> {
-        let c = self.compiled();
-        std::iter::once(format!("arch={}", c.arch))
-            .chain(std::iter::once(format!("nvrtc={}.{}", c.nvrtc_version.0, c.nvrtc_version.1)))
-            .chain(c.options.iter().cloned())
-            .collect()
     }
 
     fn copy_bandwidth(&mut self, bytes: usize) -> Result<Option<f64>> {
@@ -209,60 +166,13 @@ impl Backend for CudaBackend {
         self.launch_op(rank, &op)
     }
 
-    fn copy(&mut self, transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
+    fn copy(&mut self, c: Transfer) -> Result<()> {
+        let Transfer { transport, from: (src_rank, src), to: (dst_rank, dst) } = c;
         if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: true })? {
             return Ok(());
         }
-        self.census.copy(transport, src_rank, dst_rank, src.len);
+        self.census.copy(transport.name(), src_rank, dst_rank, src.len);
         self.copy_slices(transport, src_rank, src, dst_rank, dst)
-    }
-
-    fn copy_unfenced(
-        &mut self,
-        transport: Transport,
-        src_rank: usize,
-        src: Slice,
-        dst_rank: usize,
-        dst: Slice,
-    ) -> Result<()> {
-        if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: false })? {
-            return Ok(());
-        }
-        self.census.unfenced_copy(transport, src.len);
-        self.copy_unfenced_slices(transport, src_rank, src, dst_rank, dst)
-    }
-
-    fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
-        if fence == JoinFence::Doorbells && self.graphs.open() {
-            return Err(RuntimeError::DoorRefused {
-                door: "MEMRA_FENCE_MEMOPS",
-                rule: "FENCE_MEMOPS doorbells inside a graph segment: every join rings a new ticket, and a captured \
-                       graph would replay the ticket it was captured with"
-                    .into(),
-            });
-        }
-        if !self.graph_gate(|| Call::PeerStore { rank, op: op.clone(), out_rank, fence })? {
-            return Ok(());
-        }
-        let kernel = self.kernel(rank, &op);
-        self.census.peer_store(rank, kernel);
-        self.peer_store(rank, &op, out_rank, fence)
-    }
-
-    fn copy_packed(&mut self, transport: Transport, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
-        if !self.graph_gate(|| Call::Packed { transport, src_rank, dst_rank, packed: p })? {
-            return Ok(());
-        }
-        self.census.packed_copy(transport, p.blocks, p.src.len);
-        self.copy_packed_blocks(transport, src_rank, dst_rank, p)
-    }
-
-    fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
-        if !self.graph_gate(|| Call::AllReduce { parts: parts.to_vec(), out_rank, out })? {
-            return Ok(());
-        }
-        self.census.all_reduce(out.len);
-        self.nccl_all_reduce_sum(parts, out_rank, out)
     }
 
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {
@@ -390,5 +300,130 @@ impl Backend for CudaBackend {
     fn probe(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>> {
         self.no_open_segment("probe")?;
         self.probe_pairs(transport, sizes_bytes)
+    }
+
+    fn peer_stores(&mut self) -> Option<&mut dyn PeerStores> {
+        Some(self)
+    }
+
+    fn packed_copies(&mut self) -> Option<&mut dyn PackedCopies> {
+        Some(self)
+    }
+
+    fn graphs(&mut self) -> Option<&mut dyn Graphs> {
+        Some(self)
+    }
+
+    fn all_reduce(&mut self) -> Option<&mut dyn AllReduce> {
+        Some(self)
+    }
+
+    fn unfenced_copies(&mut self) -> Option<&mut dyn UnfencedCopies> {
+        Some(self)
+    }
+}
+
+impl Witness for CudaBackend {
+    fn census(&self) -> Census {
+        let mut c = self.census.clone();
+        c.mechanism("graph_replay", self.graphs.replays);
+        c.mechanism("doorbell", self.doorbells_rung);
+        c.mechanism("merged_launch", self.merged_launches);
+        c.counts()
+    }
+
+    /// Counted here, where the mechanisms are carried out, never by the program on faith: a
+    /// packed copy of fewer than 2 blocks and a doorbell that fell back to events count nothing.
+    fn engagement(&self) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        if self.opts.rank0_on_default_stream {
+            out.push(("rank0_merge.merged_launches".to_string(), self.merged_launches));
+        }
+        if self.graphs.captures > 0 {
+            out.push(("graph.replays".to_string(), self.graphs.replays));
+        }
+        if self.packed_copies > 0 {
+            out.push(("bulk_p2p.packed_copies".to_string(), self.packed_copies));
+        }
+        if self.doorbells_rung > 0 {
+            out.push(("fence_memops.doorbells".to_string(), self.doorbells_rung));
+        }
+        out
+    }
+
+    fn build_options(&self) -> Vec<String> {
+        let c = self.compiled();
+        std::iter::once(format!("arch={}", c.arch))
+            .chain(std::iter::once(format!("nvrtc={}.{}", c.nvrtc_version.0, c.nvrtc_version.1)))
+            .chain(c.options.iter().cloned())
+            .collect()
+    }
+
+    fn plant(&mut self, d: TwinDefect) -> Result<()> {
+        Err(d.refused(self.describe()))
+    }
+}
+
+impl PeerStores for CudaBackend {
+    fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
+        if fence == JoinFence::Doorbells && self.graphs.open() {
+            return Err(RuntimeError::DoorRefused {
+                door: "MEMRA_FENCE_MEMOPS",
+                rule: "FENCE_MEMOPS doorbells inside a graph segment: every join rings a new ticket, and a captured \
+                       graph would replay the ticket it was captured with"
+                    .into(),
+            });
+        }
+        if !self.graph_gate(|| Call::PeerStore { rank, op: op.clone(), out_rank, fence })? {
+            return Ok(());
+        }
+        let kernel = self.kernel(rank, &op);
+        self.census.peer_store(rank, kernel);
+        self.peer_store(rank, &op, out_rank, fence)
+    }
+}
+
+impl PackedCopies for CudaBackend {
+    fn copy_packed(&mut self, transport: Transport, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
+        if !self.graph_gate(|| Call::Packed { transport, src_rank, dst_rank, packed: p })? {
+            return Ok(());
+        }
+        self.census.packed_copy(transport.name(), p.blocks, p.src.len);
+        self.copy_packed_blocks(transport, src_rank, dst_rank, p)
+    }
+}
+
+impl Graphs for CudaBackend {
+    fn segment_begin(&mut self, key: u64) -> Result<()> {
+        self.segment_begin_impl(key)
+    }
+
+    fn segment_end(&mut self) -> Result<()> {
+        self.segment_end_impl()
+    }
+
+    fn segment_abort(&mut self) {
+        self.segment_abort_impl();
+    }
+}
+
+impl AllReduce for CudaBackend {
+    fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
+        if !self.graph_gate(|| Call::AllReduce { parts: parts.to_vec(), out_rank, out })? {
+            return Ok(());
+        }
+        self.census.all_reduce(out.len);
+        self.nccl_all_reduce_sum(parts, out_rank, out)
+    }
+}
+
+impl UnfencedCopies for CudaBackend {
+    fn copy_unfenced(&mut self, c: Transfer) -> Result<()> {
+        let Transfer { transport, from: (src_rank, src), to: (dst_rank, dst) } = c;
+        if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: false })? {
+            return Ok(());
+        }
+        self.census.unfenced_copy(transport.name(), src.len);
+        self.copy_unfenced_slices(transport, src_rank, src, dst_rank, dst)
     }
 }

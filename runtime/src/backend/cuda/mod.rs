@@ -45,9 +45,9 @@ pub use probe::{
     DeviceInfo,
 };
 
-use super::census::{kernel_of, CensusCounter};
 use super::{Op, Slice};
 use crate::error::RuntimeError;
+use crate::evidence::census::CensusCounter;
 use crate::Result;
 use compile::Kernels;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
@@ -248,11 +248,10 @@ impl CudaBackend {
         })
     }
 
-    /// The census name of `op`'s kernel on `rank` (`census::kernel_of`, as the host names it).
+    /// The census name of `op`'s kernel on `rank` (`Op::kernel`, as the host names it).
     fn kernel(&self, rank: usize, op: &Op) -> String {
         let r = &self.ranks[rank];
-        kernel_of(
-            op,
+        op.kernel(
             |w| r.weights.get(w as usize).map_or("unknown", |w| w.kind.suffix()),
             |g| r.groups.get(g as usize).map_or("unknown", |g| g.format),
         )

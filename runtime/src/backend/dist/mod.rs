@@ -26,10 +26,14 @@ pub use layout::{split_rule, ProcessLayout, ProcessSpec};
 pub use rendezvous::Rendezvous;
 pub use watchdog::Watchdog;
 
-use super::census::{kernel_of, shard_format, Census, CensusCounter, MECHANISMS};
-use super::{Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, Op, ProbeResult, Slice, WeightId};
+use super::{
+    AllReduce, Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, Op, ProbeResult, Slice, Transfer,
+    UnfencedCopies, WeightId, Witness,
+};
 use crate::config::Transport;
 use crate::error::RuntimeError;
+use crate::evidence::census::{Census, CensusCounter, MECHANISMS};
+use crate::evidence::defect::TwinDefect;
 use crate::model::matrix::MatrixShard;
 use crate::Result;
 
@@ -190,7 +194,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
             }
         }
         self.next_weight[rank] += 1;
-        self.weight_formats[rank].push(shard_format(shard));
+        self.weight_formats[rank].push(shard.format_name());
         Ok(id)
     }
 
@@ -234,8 +238,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
     fn launch(&mut self, rank: usize, op: Op) -> Result<()> {
         self.check_rank(rank)?;
         let (wf, gf) = (&self.weight_formats[rank], &self.group_formats[rank]);
-        let kernel = kernel_of(
-            &op,
+        let kernel = op.kernel(
             |w| wf.get(w as usize).copied().unwrap_or("unknown"),
             |g| gf.get(g as usize).copied().unwrap_or("unknown"),
         );
@@ -246,16 +249,19 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
         }
     }
 
-    fn copy(&mut self, transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
+    fn copy(&mut self, c: Transfer) -> Result<()> {
+        let Transfer { transport, from: (src_rank, src), to: (dst_rank, dst) } = c;
         self.check_rank(src_rank)?;
         self.check_rank(dst_rank)?;
         if src.len != dst.len {
             return Err(RuntimeError::Contract(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
         }
         let ranks = format!("rank {src_rank} → rank {dst_rank}");
-        self.census.copy(transport, src_rank, dst_rank, src.len);
+        self.census.copy(transport.name(), src_rank, dst_rank, src.len);
         match (self.layout.local(src_rank), self.layout.local(dst_rank)) {
-            (Some(s), Some(d)) => self.watched("copy", &ranks, |b| b.inner.copy(transport, s, src, d, dst)),
+            (Some(s), Some(d)) => {
+                self.watched("copy", &ranks, |b| b.inner.copy(Transfer::new(transport, (s, src), (d, dst))))
+            }
             (Some(s), None) => self.watched("send", &ranks, |b| {
                 let (m, inner) = b.mover();
                 m.send(inner, s, src, dst_rank)
@@ -407,29 +413,24 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
         super::run_probe(self, transport, sizes_bytes)
     }
 
-    fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
-        if self.layout.spec.processes > 1 {
-            return Err(self.refuse("MEMRA_NCCL_ALLREDUCE (NCCL's own all-reduce)"));
+    fn all_reduce(&mut self) -> Option<&mut dyn AllReduce> {
+        if self.inner.all_reduce().is_some() {
+            Some(self)
+        } else {
+            None
         }
-        self.census.all_reduce(out.len);
-        self.inner.all_reduce_sum(parts, out_rank, out)
     }
 
-    fn copy_unfenced(
-        &mut self,
-        transport: Transport,
-        src_rank: usize,
-        src: Slice,
-        dst_rank: usize,
-        dst: Slice,
-    ) -> Result<()> {
-        if self.layout.spec.processes > 1 {
-            return Err(self.refuse("the skip_fence canary's unfenced copy"));
+    fn unfenced_copies(&mut self) -> Option<&mut dyn UnfencedCopies> {
+        if self.inner.unfenced_copies().is_some() {
+            Some(self)
+        } else {
+            None
         }
-        self.census.unfenced_copy(transport, src.len);
-        self.inner.copy_unfenced(transport, src_rank, src, dst_rank, dst)
     }
+}
 
+impl<B: Backend, M: Mover<B>> Witness for DistBackend<B, M> {
     fn engagement(&self) -> Vec<(String, u64)> {
         self.engaged.clone()
     }
@@ -446,6 +447,30 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
 
     fn build_options(&self) -> Vec<String> {
         self.inner.build_options()
+    }
+
+    fn plant(&mut self, d: TwinDefect) -> Result<()> {
+        Err(d.refused(self.describe()))
+    }
+}
+
+impl<B: Backend, M: Mover<B>> AllReduce for DistBackend<B, M> {
+    fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
+        if self.layout.spec.processes > 1 {
+            return Err(self.refuse("MEMRA_NCCL_ALLREDUCE (NCCL's own all-reduce)"));
+        }
+        self.census.all_reduce(out.len);
+        super::capability::all_reduce(&mut self.inner)?.all_reduce_sum(parts, out_rank, out)
+    }
+}
+
+impl<B: Backend, M: Mover<B>> UnfencedCopies for DistBackend<B, M> {
+    fn copy_unfenced(&mut self, c: Transfer) -> Result<()> {
+        if self.layout.spec.processes > 1 {
+            return Err(self.refuse("the skip_fence canary's unfenced copy"));
+        }
+        self.census.unfenced_copy(c.transport.name(), c.from.1.len);
+        super::capability::unfenced_copies(&mut self.inner)?.copy_unfenced(c)
     }
 }
 

@@ -5,8 +5,10 @@
 use super::memory::{MemoryHub, MemoryMover, Tamper};
 use super::*;
 use crate::backend::host::HostBackend;
+use crate::evidence::census::Census;
+use crate::evidence::defect::TwinDefect;
+use crate::evidence::record::{CaptureKey, Record, Seam};
 use crate::model::{gen::generate, Model, ModelConfig};
-use crate::record::{CaptureKey, Record, Seam};
 use crate::{program, Battery, RunConfig};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -127,8 +129,11 @@ fn ids_of_remote_work_match_the_owners() {
     assert!(b.alloc(4, 4).unwrap_err().to_string().contains("rank 4 does not exist: this run has TP4"));
     // Remote-to-remote copies are nobody's business here; a receive with no sender times out
     // naming the process, the call and the ranks.
-    b.copy(Transport::Nccl, 0, Slice::new(0, 0, 8), 1, Slice::new(0, 0, 8)).unwrap();
-    let e = b.copy(Transport::Nccl, 0, Slice::new(0, 0, 4), 2, Slice::new(1, 0, 4)).unwrap_err().to_string();
+    b.copy(Transfer::new(Transport::Nccl, (0, Slice::new(0, 0, 8)), (1, Slice::new(0, 0, 8)))).unwrap();
+    let e = b
+        .copy(Transfer::new(Transport::Nccl, (0, Slice::new(0, 0, 4)), (2, Slice::new(1, 0, 4))))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("process 1/2, recv on rank 0 → rank 2"), "{e}");
     let e = b.all_reduce_sum(&[], 0, Slice::new(0, 0, 1)).unwrap_err();
     assert!(
@@ -179,8 +184,8 @@ impl Backend for Rank0Counting {
         self.launches += u64::from(self.counts && rank == 0);
         self.inner.launch(rank, op)
     }
-    fn copy(&mut self, t: Transport, sr: usize, s: Slice, dr: usize, d: Slice) -> Result<()> {
-        self.inner.copy(t, sr, s, dr, d)
+    fn copy(&mut self, c: Transfer) -> Result<()> {
+        self.inner.copy(c)
     }
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {
         self.inner.digest(rank, src, base)
@@ -204,6 +209,15 @@ impl Backend for Rank0Counting {
     }
     fn probe(&mut self, t: Transport, sizes: &[usize]) -> Result<Vec<crate::backend::ProbeResult>> {
         self.inner.probe(t, sizes)
+    }
+}
+
+impl Witness for Rank0Counting {
+    fn census(&self) -> Census {
+        self.inner.census()
+    }
+    fn plant(&mut self, d: TwinDefect) -> Result<()> {
+        self.inner.plant(d)
     }
     fn engagement(&self) -> Vec<(String, u64)> {
         if self.counts {

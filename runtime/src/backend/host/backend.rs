@@ -4,14 +4,15 @@
 
 use super::execute::{digest_group, execute};
 use super::{read_slice, write_slice, Arena, HostBackend, Observe};
-use crate::backend::census::{shard_format, Census, CensusCounter};
-use crate::backend::coverage::{self, Coverage, SeamPoint};
-use crate::backend::defect::TwinDefect;
 use crate::backend::{
-    Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, ProbeResult, Slice, WeightId,
+    Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, PeerStores, ProbeResult, Slice,
+    Transfer, WeightId, Witness,
 };
 use crate::config::Transport;
 use crate::error::RuntimeError;
+use crate::evidence::census::{Census, CensusCounter};
+use crate::evidence::coverage::{self, Coverage, SeamPoint};
+use crate::evidence::defect::TwinDefect;
 use crate::model::matrix::MatrixShard;
 use crate::Result;
 use memra_kernels::twins::digest;
@@ -37,7 +38,7 @@ impl Backend for HostBackend {
 
     fn upload_weight_owned(&mut self, rank: usize, shard: MatrixShard) -> Result<WeightId> {
         self.check_rank(rank)?;
-        let format = shard_format(&shard);
+        let format = shard.format_name();
         self.submit(rank, Box::new(move |a: &mut Arena| a.weights.push(shard)))?;
         let w = &mut self.ranks[rank];
         w.weight_formats.push(format);
@@ -146,7 +147,8 @@ impl Backend for HostBackend {
         self.submit(rank, Box::new(move |a: &mut Arena| execute(a, op, obs)))
     }
 
-    fn copy(&mut self, transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
+    fn copy(&mut self, c: Transfer) -> Result<()> {
+        let Transfer { transport, from: (src_rank, src), to: (dst_rank, dst) } = c;
         self.check_slice(src_rank, src, "copy source")?;
         self.check_slice(dst_rank, dst, "copy destination")?;
         if src.len != dst.len {
@@ -155,7 +157,7 @@ impl Backend for HostBackend {
         if transport == Transport::Nccl && src_rank != dst_rank {
             return Err(no_nccl());
         }
-        self.census.copy(transport, src_rank, dst_rank, src.len);
+        self.census.copy(transport.name(), src_rank, dst_rank, src.len);
         if src_rank == dst_rank {
             return self.submit(
                 src_rank,
@@ -230,44 +232,6 @@ impl Backend for HostBackend {
                 )
             }
         }
-    }
-
-    /// The op runs on `rank`'s thread into a scratch vector (the host's stand-in for a kernel's
-    /// registers: pushed for this op and popped right after, never a slice of `rank`), which is
-    /// handed to `out_rank`'s thread and written there in issue order — after `out_rank`'s
-    /// earlier work, before its later work, like the device's two event fences. No copy of a
-    /// `rank` buffer is involved.
-    fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
-        let target = crate::backend::peer_store_target(&op, rank, out_rank)?;
-        if fence == JoinFence::Doorbells {
-            return Err(RuntimeError::Unsupported {
-                backend: "host".into(),
-                mechanism: "FENCE_MEMOPS doorbells",
-                rule: "host backend: MEMRA_FENCE_MEMOPS is NOT-APPLICABLE here (stream memory-op doorbells exist only on CUDA streams); refusing rather than running the event path under the door's name".into(),
-            });
-        }
-        self.check_op_at(rank, &op, out_rank)?;
-        let kernel = self.kernel(rank, &op);
-        self.census.peer_store(rank, kernel);
-        let obs = Observe { at: self.position, defect: self.defect_for(&op) };
-        let (tx, rx) = channel::<Vec<f32>>();
-        self.submit(
-            rank,
-            Box::new(move |a: &mut Arena| {
-                let scratch = a.bufs.len();
-                a.bufs.push(vec![0.0; target.len]);
-                execute(a, op.with_store_target(Slice::new(scratch as BufId, 0, target.len)), obs);
-                let _ = tx.send(a.bufs.pop().unwrap_or_default());
-            }),
-        )?;
-        self.submit(
-            out_rank,
-            Box::new(move |a: &mut Arena| {
-                if let Ok(v) = rx.recv() {
-                    write_slice(a, target, &v);
-                }
-            }),
-        )
     }
 
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {
@@ -377,6 +341,52 @@ impl Backend for HostBackend {
         crate::backend::run_probe(self, transport, sizes_bytes)
     }
 
+    fn peer_stores(&mut self) -> Option<&mut dyn PeerStores> {
+        Some(self)
+    }
+}
+
+impl PeerStores for HostBackend {
+    /// The op runs on `rank`'s thread into a scratch vector (the host's stand-in for a kernel's
+    /// registers: pushed for this op and popped right after, never a slice of `rank`), which is
+    /// handed to `out_rank`'s thread and written there in issue order — after `out_rank`'s
+    /// earlier work, before its later work, like the device's two event fences. No copy of a
+    /// `rank` buffer is involved.
+    fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
+        let target = crate::backend::peer_store_target(&op, rank, out_rank)?;
+        if fence == JoinFence::Doorbells {
+            return Err(RuntimeError::Unsupported {
+                backend: "host".into(),
+                mechanism: "FENCE_MEMOPS doorbells",
+                rule: "host backend: MEMRA_FENCE_MEMOPS is NOT-APPLICABLE here (stream memory-op doorbells exist only on CUDA streams); refusing rather than running the event path under the door's name".into(),
+            });
+        }
+        self.check_op_at(rank, &op, out_rank)?;
+        let kernel = self.kernel(rank, &op);
+        self.census.peer_store(rank, kernel);
+        let obs = Observe { at: self.position, defect: self.defect_for(&op) };
+        let (tx, rx) = channel::<Vec<f32>>();
+        self.submit(
+            rank,
+            Box::new(move |a: &mut Arena| {
+                let scratch = a.bufs.len();
+                a.bufs.push(vec![0.0; target.len]);
+                execute(a, op.with_store_target(Slice::new(scratch as BufId, 0, target.len)), obs);
+                let _ = tx.send(a.bufs.pop().unwrap_or_default());
+            }),
+        )?;
+        self.submit(
+            out_rank,
+            Box::new(move |a: &mut Arena| {
+                if let Ok(v) = rx.recv() {
+                    write_slice(a, target, &v);
+                }
+            }),
+        )
+    }
+}
+
+impl Witness for HostBackend {
     fn census(&self) -> Census {
         self.census.counts()
     }

@@ -3,10 +3,10 @@
 //! E4M3 code statistics of the weights it reads.
 
 use super::rows;
-use super::{op_name, read_slice, write_slice, Arena, Observe};
-use crate::backend::coverage::{self, SeamPoint};
-use crate::backend::defect::{self, TwinDefect};
+use super::{read_slice, write_slice, Arena, Observe};
 use crate::backend::{DigestPart, GroupEntry, GroupId, Op, RowOrder, Slice, WeightId};
+use crate::evidence::coverage::{self, SeamPoint};
+use crate::evidence::defect::{self, TwinDefect};
 use memra_kernels::twins::{attention, digest, experts, gemv, moe, norm};
 
 /// The group entry a slot runs on this rank, if it holds one.
@@ -41,7 +41,7 @@ fn note_codes(a: &mut Arena, weights: &[WeightId], at: Option<SeamPoint>) {
         if a.code_stats.len() <= i {
             a.code_stats.resize(i + 1, None);
         }
-        let (n, max, sub) = *a.code_stats[i].get_or_insert_with(|| coverage::e4m3_code_stats(&a.weights[i]));
+        let (n, max, sub) = *a.code_stats[i].get_or_insert_with(|| a.weights[i].e4m3_code_stats());
         coverage::note(&mut a.coverage, coverage::E4M3_CODES, at, n);
         coverage::note(&mut a.coverage, coverage::E4M3_MAX_CODES, at, max);
         coverage::note(&mut a.coverage, coverage::E4M3_SUBNORMAL_CODES, at, sub);
@@ -147,7 +147,7 @@ fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
             experts::combine_owned(&ids, owner, read_slice(a, y), read_slice(a, w), &mut o);
             write_slice(a, out, &o);
         }
-        other => unreachable!("execute_experts: {} is not a grouped expert op", op_name(&other)),
+        other => unreachable!("execute_experts: {} is not a grouped expert op", other.name()),
     }
 }
 

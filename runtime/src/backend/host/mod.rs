@@ -27,11 +27,11 @@ mod execute;
 mod rows;
 mod simd;
 
-use super::census::{kernel_of, CensusCounter};
-use super::coverage::{self, Coverage, SeamPoint};
-use super::defect::TwinDefect;
 use super::{GroupEntry, Op, Slice};
 use crate::error::RuntimeError;
+use crate::evidence::census::CensusCounter;
+use crate::evidence::coverage::{self, Coverage, SeamPoint};
+use crate::evidence::defect::TwinDefect;
 use crate::model::matrix::MatrixShard;
 use crate::Result;
 use std::sync::mpsc::{channel, sync_channel, Sender};
@@ -255,8 +255,8 @@ impl HostBackend {
     /// Like `check_op`, with the op's store target (listed last by `op_slices`) checked on
     /// `target_rank` (a peer store's destination).
     fn check_op_at(&self, rank: usize, op: &Op, target_rank: usize) -> Result<()> {
-        let name = op_name(op);
-        let slices = op_slices(op);
+        let name = op.name();
+        let slices = op.slices();
         let n = slices.len();
         for (i, s) in slices.into_iter().enumerate() {
             let at = if i + 1 == n && op.store_target().is_some() { target_rank } else { rank };
@@ -299,8 +299,7 @@ impl HostBackend {
     /// The census name of `op`'s kernel on `rank` (checked ops only).
     fn kernel(&self, rank: usize, op: &Op) -> String {
         let w = &self.ranks[rank];
-        kernel_of(
-            op,
+        op.kernel(
             |id| w.weight_formats.get(id as usize).copied().unwrap_or("unknown"),
             |g| w.group_formats.get(g as usize).copied().unwrap_or("unknown"),
         )
@@ -380,75 +379,4 @@ fn read_slice(a: &Arena, s: Slice) -> &[f32] {
 
 fn write_slice(a: &mut Arena, s: Slice, data: &[f32]) {
     a.bufs[s.buf as usize][s.offset..s.offset + s.len].copy_from_slice(data);
-}
-
-/// Every slice an op touches (for bounds checks before queueing); an op's store target
-/// ([`Op::store_target`]) comes last.
-fn op_slices(op: &Op) -> Vec<Slice> {
-    match *op {
-        Op::GemvRows { x, out, .. } | Op::GemvPartials { x, out, .. } => vec![x, out],
-        Op::GemvRowsBatch { ref items, x } => std::iter::once(x).chain(items.iter().map(|i| i.1)).collect(),
-        Op::Fold { parts, out, .. } => vec![parts, out],
-        Op::Add { a, b, out } => vec![a, b, out],
-        Op::Scale { x, out, .. } => vec![x, out],
-        Op::RmsNorm { x, w, out, .. } => vec![x, w, out],
-        Op::AddRmsNorm { x, a, w, h, out, .. } => vec![x, a, w, h, out],
-        Op::FoldAddRmsNorm { parts, x, w, a, h, out, .. } => vec![parts, x, w, a, h, out],
-        Op::QkNormRope { x, w, cos_sin, .. } => vec![x, w, cos_sin],
-        Op::Attention { q, k, v, gate, out, .. } => vec![q, k, v, gate, out],
-        Op::Router { logits, bias, out, .. } => vec![logits, bias, out],
-        Op::Swiglu { gate, up, out, .. } => vec![gate, up, out],
-        Op::Combine { y, w, out } => vec![y, w, out],
-        Op::CombineShared { y, w, out } => vec![y, w, out],
-        Op::ResidualAdd { h, a, b, sum, out } => vec![h, a, b, sum, out],
-        Op::Argmax { x, out } => vec![x, out],
-        Op::FlipLowBit { x } => vec![x],
-        Op::SetU32 { out, .. } => vec![out],
-        Op::QkNormRopeAt { x, w, table, pos, .. } => vec![x, w, table, pos],
-        Op::AttentionAt { q, k, v, gate, pos, out, .. } => vec![q, k, v, gate, pos, out],
-        Op::AppendAt { src, cache, pos } => vec![src, cache, pos],
-        Op::RopeAppend { q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache, .. } => {
-            vec![q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache]
-        }
-        Op::ExpertGateUp { route, x, act, .. } => vec![route, x, act],
-        Op::ExpertDown { route, act, out, .. } => vec![route, act, out],
-        Op::FoldSlots { route, parts, out, .. } => vec![route, parts, out],
-        Op::FoldCombine { parts, w, out, .. } => vec![parts, w, out],
-        Op::SelectSlots { route, src, out, .. } => vec![route, src, out],
-        Op::CombineOwned { route, y, w, out, .. } => vec![route, y, w, out],
-    }
-}
-
-pub(crate) fn op_name(op: &Op) -> &'static str {
-    match op {
-        Op::GemvRows { .. } => "gemv_rows",
-        Op::GemvRowsBatch { .. } => "gemv_rows_batch",
-        Op::GemvPartials { .. } => "gemv_partials",
-        Op::Fold { .. } => "fold",
-        Op::Add { .. } => "add",
-        Op::Scale { .. } => "scale",
-        Op::RmsNorm { .. } => "rmsnorm",
-        Op::AddRmsNorm { .. } => "add_rmsnorm",
-        Op::FoldAddRmsNorm { .. } => "fold_add_rmsnorm",
-        Op::QkNormRope { .. } => "qk_norm_rope",
-        Op::Attention { .. } => "attention",
-        Op::Router { .. } => "router",
-        Op::Swiglu { .. } => "swiglu",
-        Op::Combine { .. } => "combine",
-        Op::CombineShared { .. } => "combine_shared",
-        Op::ResidualAdd { .. } => "residual_add",
-        Op::Argmax { .. } => "argmax",
-        Op::FlipLowBit { .. } => "flip_low_bit",
-        Op::SetU32 { .. } => "set_u32",
-        Op::QkNormRopeAt { .. } => "qk_norm_rope_at",
-        Op::AttentionAt { .. } => "attention_at",
-        Op::AppendAt { .. } => "append_at",
-        Op::RopeAppend { .. } => "rope_append",
-        Op::ExpertGateUp { .. } => "expert_gate_up",
-        Op::ExpertDown { .. } => "expert_down",
-        Op::FoldSlots { .. } => "fold_slots",
-        Op::FoldCombine { .. } => "fold_combine",
-        Op::SelectSlots { .. } => "select_slots",
-        Op::CombineOwned { .. } => "combine_owned",
-    }
 }

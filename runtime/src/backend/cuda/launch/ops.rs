@@ -57,7 +57,7 @@ impl CudaBackend {
     pub(crate) fn launch_op_to(&self, rank: usize, op: &Op, out_rank: usize) -> Result<()> {
         if out_rank != rank && op.store_target().is_none() {
             return Err(shape_err(
-                crate::backend::host::op_name(op),
+                op.name(),
                 format!("has no single output to store into rank {out_rank} from rank {rank}"),
             ));
         }

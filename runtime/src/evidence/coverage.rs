@@ -21,8 +21,7 @@ use std::collections::BTreeMap;
 use memra_kernels::canon::silu_c;
 use memra_kernels::twins::gemv::{weight_value, MatrixView};
 
-use crate::model::matrix::{MatrixShard, ShardData};
-use crate::record::Seam;
+use super::record::Seam;
 
 /// Where the program was when a path was reached (ordered as the program runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -158,19 +157,6 @@ pub fn swiglu_clamps(g: &[f32], u: &[f32], limit: Option<f32>) -> (u64, u64, u64
     let high = u.iter().filter(|&&v| v > limit).count() as u64;
     let low = u.iter().filter(|&&v| v < -limit).count() as u64;
     (silu, high, low)
-}
-
-/// E4M3 codes of a shard: (codes, codes of magnitude 448, subnormal codes); zeros for other
-/// storage.
-pub fn e4m3_code_stats(s: &MatrixShard) -> (u64, u64, u64) {
-    match &s.data {
-        ShardData::E4m3 { codes, .. } => {
-            let max = codes.iter().filter(|&&c| c & 0x7F == 0x7E).count() as u64;
-            let sub = codes.iter().filter(|&&c| c & 0x78 == 0 && c & 0x07 != 0).count() as u64;
-            (codes.len() as u64, max, sub)
-        }
-        _ => (0, 0, 0),
-    }
 }
 
 #[cfg(test)]

@@ -129,7 +129,7 @@ pub struct Record {
     /// transport and size, peer stores, … — the engagement gate's evidence.
     pub census: BTreeMap<String, u64>,
     /// Coverage of the special paths (`backend::coverage`), where the backend counts it (host).
-    pub coverage: Option<crate::backend::coverage::Coverage>,
+    pub coverage: Option<crate::evidence::coverage::Coverage>,
     /// `rank_digests[prompt][step][seam index][rank]`: each rank's share of a seam digest (the
     /// wrapping sum over ranks is the seam digest), to name the rank of a divergence.
     pub rank_digests: Vec<Vec<Vec<Vec<u64>>>>,

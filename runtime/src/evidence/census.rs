@@ -8,12 +8,12 @@
 //! whose mechanism silently fell back leaves the census unchanged, whatever its call site counted.
 //!
 //! Every backend keeps its census with one [`CensusCounter`] and names kernels with the one
-//! function [`kernel_of`], so the host, CUDA and distributed backends count exactly alike.
+//! function `Op::kernel` (`backend/op/facts.rs`), so the host, CUDA and distributed backends count exactly alike.
 //!
 //! # Counter names (`<family>.<detail>`)
 //! | family | detail | counted |
 //! |---|---|---|
-//! | `launch` | kernel ([`kernel_of`]: op name, variant, weight format) | each kernel issued on a rank |
+//! | `launch` | kernel (`Op::kernel`: op name, variant, weight format) | each kernel issued on a rank |
 //! | `peer_store` | kernel | each direct-join kernel storing into another rank's memory |
 //! | `copy` | `<transport>.<bytes>` (`local` for a same-rank copy) | each copy issued |
 //! | `copy_after` | the kernel last issued on the source rank (`none` before any) | each cross-rank copy |
@@ -30,10 +30,6 @@
 //! one by one, so they are not counted: the replay is.
 
 use std::collections::BTreeMap;
-
-use super::{GroupId, Op, RowOrder, WeightId};
-use crate::config::Transport;
-use crate::model::matrix::{MatrixShard, ShardData};
 
 /// Census counters: `<family>.<detail>` → count (module docs).
 pub type Census = BTreeMap<String, u64>;
@@ -93,24 +89,24 @@ impl CensusCounter {
     }
 
     /// A copy of `elements` f32 from `src_rank` to `dst_rank` over `transport`.
-    pub fn copy(&mut self, transport: Transport, src_rank: usize, dst_rank: usize, elements: usize) {
+    pub fn copy(&mut self, transport: &str, src_rank: usize, dst_rank: usize, elements: usize) {
         if src_rank == dst_rank {
             self.bump(format!("copy.local.{}", elements * 4), 1);
             return;
         }
-        self.bump(format!("copy.{}.{}", transport.name(), elements * 4), 1);
+        self.bump(format!("copy.{transport}.{}", elements * 4), 1);
         let after = self.rank_slot(src_rank).clone().unwrap_or_else(|| "none".to_string());
         self.bump(format!("copy_after.{after}"), 1);
     }
 
     /// A copy issued without waiting for its producer (the skip-fence canary).
-    pub fn unfenced_copy(&mut self, transport: Transport, elements: usize) {
-        self.bump(format!("unfenced_copy.{}.{}", transport.name(), elements * 4), 1);
+    pub fn unfenced_copy(&mut self, transport: &str, elements: usize) {
+        self.bump(format!("unfenced_copy.{transport}.{}", elements * 4), 1);
     }
 
     /// One strided copy of `blocks` blocks of `elements` f32 each.
-    pub fn packed_copy(&mut self, transport: Transport, blocks: usize, elements: usize) {
-        self.bump(format!("packed_copy.{}.{blocks}x{}", transport.name(), elements * 4), 1);
+    pub fn packed_copy(&mut self, transport: &str, blocks: usize, elements: usize) {
+        self.bump(format!("packed_copy.{transport}.{blocks}x{}", elements * 4), 1);
     }
 
     /// One NCCL all-reduce of `elements` f32 per rank.
@@ -131,52 +127,17 @@ impl CensusCounter {
     }
 }
 
-/// The census name of a weight's storage: `bf16`, `f32`, `e4m3`, `nvfp4`, `w8`.
-pub fn shard_format(s: &MatrixShard) -> &'static str {
-    match s.data {
-        ShardData::Bf16(_) => "bf16",
-        ShardData::F32(_) => "f32",
-        ShardData::E4m3 { .. } => "e4m3",
-        ShardData::Nvfp4 { .. } => "nvfp4",
-        ShardData::W8 { .. } => "w8",
-    }
-}
-
-/// The kernel an op runs, as the census names it: the op's name, its variant where the op has
-/// one (`gemv_rows_tree`, `router_dev`, `fold_reverse`), and for GEMVs and grouped expert ops the
-/// weight storage it reads (`gemv_rows.f32`, `expert_gate_up.nvfp4`). `weight` and `group` give
-/// the storage of a rank's weight and expert group.
-pub fn kernel_of(
-    op: &Op,
-    weight: impl Fn(WeightId) -> &'static str,
-    group: impl Fn(GroupId) -> &'static str,
-) -> String {
-    let name = super::host::op_name(op);
-    match op {
-        Op::GemvRows { w, order: RowOrder::Tree, .. } => format!("gemv_rows_tree.{}", weight(*w)),
-        Op::GemvRows { w, .. } | Op::GemvPartials { w, .. } => format!("{name}.{}", weight(*w)),
-        Op::GemvRowsBatch { items, .. } => {
-            format!("{name}.{}", items.first().map(|i| weight(i.0)).unwrap_or("empty"))
-        }
-        Op::Router { device_variant: true, .. } => "router_dev".to_string(),
-        Op::Fold { reverse: true, .. } => "fold_reverse".to_string(),
-        Op::ExpertGateUp { group: g, .. } | Op::ExpertDown { group: g, .. } => format!("{name}.{}", group(*g)),
-        _ => name.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Slice;
 
     #[test]
     fn copies_are_counted_by_transport_size_and_place_in_the_source_stream() {
         let mut c = CensusCounter::new(2);
-        c.copy(Transport::NativeP2p, 0, 1, 3);
+        c.copy("native-p2p", 0, 1, 3);
         c.launch(0, "rmsnorm".into());
-        c.copy(Transport::NativeP2p, 0, 1, 3);
-        c.copy(Transport::HostBounce, 1, 1, 5);
+        c.copy("native-p2p", 0, 1, 3);
+        c.copy("host-bounce", 1, 1, 5);
         let want: Census = [
             ("copy.native-p2p.12", 2),
             ("copy_after.none", 1),
@@ -188,19 +149,5 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         assert_eq!(c.counts(), want);
-    }
-
-    #[test]
-    fn kernels_are_named_with_variant_and_storage() {
-        let s = Slice::new(0, 0, 1);
-        let fmt = |w: WeightId| if w == 0 { "bf16" } else { "f32" };
-        let grp = |_| "nvfp4";
-        let rows = |w, order| Op::GemvRows { w, x: s, out: s, order };
-        assert_eq!(kernel_of(&rows(0, RowOrder::Canonical), fmt, grp), "gemv_rows.bf16");
-        assert_eq!(kernel_of(&rows(1, RowOrder::Tree), fmt, grp), "gemv_rows_tree.f32");
-        let fold = |reverse| Op::Fold { parts: s, n_parts: 1, reverse, out: s };
-        assert_eq!(kernel_of(&fold(false), fmt, grp), "fold");
-        assert_eq!(kernel_of(&fold(true), fmt, grp), "fold_reverse");
-        assert_eq!(kernel_of(&Op::FlipLowBit { x: s }, fmt, grp), "flip_low_bit");
     }
 }

@@ -3,6 +3,8 @@
 //! fences of a direct join and a packed copy's blocks — each with the rules every backend checks
 //! the same way.
 
+mod facts;
+
 use super::{GroupId, Slice, WeightId};
 use crate::Result;
 

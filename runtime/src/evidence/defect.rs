@@ -32,6 +32,15 @@ impl TwinDefect {
             TwinDefect::SiluUnclamped => "silu_unclamped",
         }
     }
+
+    /// The refusal of a backend (`describe()`) whose kernels cannot carry this defect.
+    pub fn refused(self, backend: String) -> crate::RuntimeError {
+        let rule = format!(
+            "{backend}: this backend cannot plant the twin defect {} (the canary runs on the host backend)",
+            self.name()
+        );
+        crate::RuntimeError::Unsupported { backend, mechanism: "twin defects", rule }
+    }
 }
 
 /// What a sum that started from −0.0 gives where the canonical one gave +0.0: `out[i] = −0.0`

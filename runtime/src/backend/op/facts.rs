@@ -1,0 +1,116 @@
+//! Everything the code knows about one [`Op`] besides its arithmetic (which is the host twin's):
+//! its name, the slices it touches, and the kernel the census names it by. Backends and the
+//! census read these; nothing else names an op.
+
+use super::{GroupId, Op, RowOrder, Slice, WeightId};
+
+impl Op {
+    /// Every slice an op touches (for bounds checks before queueing); an op's store target
+    /// ([`Op::store_target`]) comes last.
+    pub fn slices(&self) -> Vec<Slice> {
+        match *self {
+            Op::GemvRows { x, out, .. } | Op::GemvPartials { x, out, .. } => vec![x, out],
+            Op::GemvRowsBatch { ref items, x } => std::iter::once(x).chain(items.iter().map(|i| i.1)).collect(),
+            Op::Fold { parts, out, .. } => vec![parts, out],
+            Op::Add { a, b, out } => vec![a, b, out],
+            Op::Scale { x, out, .. } => vec![x, out],
+            Op::RmsNorm { x, w, out, .. } => vec![x, w, out],
+            Op::AddRmsNorm { x, a, w, h, out, .. } => vec![x, a, w, h, out],
+            Op::FoldAddRmsNorm { parts, x, w, a, h, out, .. } => vec![parts, x, w, a, h, out],
+            Op::QkNormRope { x, w, cos_sin, .. } => vec![x, w, cos_sin],
+            Op::Attention { q, k, v, gate, out, .. } => vec![q, k, v, gate, out],
+            Op::Router { logits, bias, out, .. } => vec![logits, bias, out],
+            Op::Swiglu { gate, up, out, .. } => vec![gate, up, out],
+            Op::Combine { y, w, out } => vec![y, w, out],
+            Op::CombineShared { y, w, out } => vec![y, w, out],
+            Op::ResidualAdd { h, a, b, sum, out } => vec![h, a, b, sum, out],
+            Op::Argmax { x, out } => vec![x, out],
+            Op::FlipLowBit { x } => vec![x],
+            Op::SetU32 { out, .. } => vec![out],
+            Op::QkNormRopeAt { x, w, table, pos, .. } => vec![x, w, table, pos],
+            Op::AttentionAt { q, k, v, gate, pos, out, .. } => vec![q, k, v, gate, pos, out],
+            Op::AppendAt { src, cache, pos } => vec![src, cache, pos],
+            Op::RopeAppend { q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache, .. } => {
+                vec![q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache]
+            }
+            Op::ExpertGateUp { route, x, act, .. } => vec![route, x, act],
+            Op::ExpertDown { route, act, out, .. } => vec![route, act, out],
+            Op::FoldSlots { route, parts, out, .. } => vec![route, parts, out],
+            Op::FoldCombine { parts, w, out, .. } => vec![parts, w, out],
+            Op::SelectSlots { route, src, out, .. } => vec![route, src, out],
+            Op::CombineOwned { route, y, w, out, .. } => vec![route, y, w, out],
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::GemvRows { .. } => "gemv_rows",
+            Op::GemvRowsBatch { .. } => "gemv_rows_batch",
+            Op::GemvPartials { .. } => "gemv_partials",
+            Op::Fold { .. } => "fold",
+            Op::Add { .. } => "add",
+            Op::Scale { .. } => "scale",
+            Op::RmsNorm { .. } => "rmsnorm",
+            Op::AddRmsNorm { .. } => "add_rmsnorm",
+            Op::FoldAddRmsNorm { .. } => "fold_add_rmsnorm",
+            Op::QkNormRope { .. } => "qk_norm_rope",
+            Op::Attention { .. } => "attention",
+            Op::Router { .. } => "router",
+            Op::Swiglu { .. } => "swiglu",
+            Op::Combine { .. } => "combine",
+            Op::CombineShared { .. } => "combine_shared",
+            Op::ResidualAdd { .. } => "residual_add",
+            Op::Argmax { .. } => "argmax",
+            Op::FlipLowBit { .. } => "flip_low_bit",
+            Op::SetU32 { .. } => "set_u32",
+            Op::QkNormRopeAt { .. } => "qk_norm_rope_at",
+            Op::AttentionAt { .. } => "attention_at",
+            Op::AppendAt { .. } => "append_at",
+            Op::RopeAppend { .. } => "rope_append",
+            Op::ExpertGateUp { .. } => "expert_gate_up",
+            Op::ExpertDown { .. } => "expert_down",
+            Op::FoldSlots { .. } => "fold_slots",
+            Op::FoldCombine { .. } => "fold_combine",
+            Op::SelectSlots { .. } => "select_slots",
+            Op::CombineOwned { .. } => "combine_owned",
+        }
+    }
+
+    /// The kernel this op runs, as the census names it: the op's name, its variant where the op
+    /// has one (`gemv_rows_tree`, `router_dev`, `fold_reverse`), and for GEMVs and grouped expert
+    /// ops the weight storage it reads (`gemv_rows.f32`, `expert_gate_up.nvfp4`). `weight` and
+    /// `group` give the storage of a rank's weight and expert group.
+    pub fn kernel(&self, weight: impl Fn(WeightId) -> &'static str, group: impl Fn(GroupId) -> &'static str) -> String {
+        let name = self.name();
+        match self {
+            Op::GemvRows { w, order: RowOrder::Tree, .. } => format!("gemv_rows_tree.{}", weight(*w)),
+            Op::GemvRows { w, .. } | Op::GemvPartials { w, .. } => format!("{name}.{}", weight(*w)),
+            Op::GemvRowsBatch { items, .. } => {
+                format!("{name}.{}", items.first().map(|i| weight(i.0)).unwrap_or("empty"))
+            }
+            Op::Router { device_variant: true, .. } => "router_dev".to_string(),
+            Op::Fold { reverse: true, .. } => "fold_reverse".to_string(),
+            Op::ExpertGateUp { group: g, .. } | Op::ExpertDown { group: g, .. } => format!("{name}.{}", group(*g)),
+            _ => name.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_are_named_with_variant_and_storage() {
+        let s = Slice::new(0, 0, 1);
+        let fmt = |w: WeightId| if w == 0 { "bf16" } else { "f32" };
+        let grp = |_| "nvfp4";
+        let rows = |w, order| Op::GemvRows { w, x: s, out: s, order };
+        assert_eq!(rows(0, RowOrder::Canonical).kernel(fmt, grp), "gemv_rows.bf16");
+        assert_eq!(rows(1, RowOrder::Tree).kernel(fmt, grp), "gemv_rows_tree.f32");
+        let fold = |reverse| Op::Fold { parts: s, n_parts: 1, reverse, out: s };
+        assert_eq!(fold(false).kernel(fmt, grp), "fold");
+        assert_eq!(fold(true).kernel(fmt, grp), "fold_reverse");
+        assert_eq!(Op::FlipLowBit { x: s }.kernel(fmt, grp), "flip_low_bit");
+    }
+}
