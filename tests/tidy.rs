@@ -3,9 +3,11 @@
 //! breaks by accident; each rule here names the file and line that breaks it and what to do.
 //!
 //! Rules about code (`code`):
-//! 1. `unsafe` lives only in `runtime/src/backend/cuda/`, and every `unsafe` block (and `unsafe
-//!    impl`) there has a `// SAFETY:` comment naming its invariant just above it; every `unsafe fn`
-//!    documents its contract under `# Safety`.
+//! 1. `unsafe` lives only in its homes (`unsafety`): the CUDA backend's driver layer (`driver.rs`,
+//!    `nccl_sys.rs`, `safe/`), its kernel-argument packing (`launch/mod.rs`) and the host
+//!    backend's `simd/`. Every `unsafe` block (and `unsafe impl`) has a `// SAFETY:` comment naming
+//!    its invariant just above it; every `unsafe fn` documents its contract under `# Safety`; each
+//!    file's count of `unsafe` sites stays at or below its ceiling, which is lowered as it falls.
 //! 2. The environment is read only by `gates/src/env.rs` and a short list of files, each with its
 //!    reason (`ENV_READERS`), and written only by `gates/src/env.rs`, once, first thing in `main`.
 //! 3. The CUDA kernels call no platform math: no libm, no fast-math intrinsics, no directed
@@ -35,12 +37,13 @@ mod docs;
 mod imports;
 mod lex;
 mod tree;
+mod unsafety;
 
 use code::*;
 use docs::*;
-use lex::{mask, words, Lang};
 use std::fmt;
 use tree::{all_file_names, ignored_patterns, is_ignored, root, tree, File};
+use unsafety::*;
 
 /// One broken rule, at a place.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,16 +114,21 @@ fn crate_modules_import_in_one_direction() {
 }
 
 #[test]
-fn unsafe_lives_only_in_the_cuda_backend_with_safety_comments() {
+fn unsafe_lives_only_in_its_homes_with_safety_comments() {
     let files = tree(&["rs"]);
-    let blocks: usize = files
-        .iter()
-        .filter(|f| f.rel.starts_with(UNSAFE_HOME))
-        .map(|f| words(&mask(&f.text, Lang::Rust).code).filter(|(_, w)| *w == "unsafe").count())
-        .sum();
-    // The rule must have something to check: the CUDA backend is made of unsafe calls.
-    assert!(blocks > 50, "tidy found only {blocks} `unsafe` in {UNSAFE_HOME}: is it reading the tree?");
+    let sites: usize = files.iter().filter(|f| unsafe_allowed(&f.rel)).map(|f| unsafe_sites(&f.text)).sum();
+    // The rule must have something to check: the driver layer is made of unsafe calls.
+    assert!(sites > 50, "tidy found only {sites} `unsafe` sites in the homes of unsafe: is it reading the tree?");
     assert_clean("unsafe", files.iter().flat_map(|f| check_unsafe(&f.rel, &f.text)).collect());
+}
+
+#[test]
+fn unsafe_per_file_stays_at_or_below_its_ceiling() {
+    let files = tree(&["rs"]);
+    let counts: Vec<(String, usize)> =
+        files.iter().filter(|f| !is_tidy(&f.rel)).map(|f| (f.rel.clone(), unsafe_sites(&f.text))).collect();
+    assert!(counts.iter().filter(|(_, n)| *n > 0).count() >= 5, "tidy found too few files with unsafe");
+    assert_clean("unsafe ceilings", check_unsafe_ceilings(&counts, UNSAFE_CEILINGS));
 }
 
 #[test]

@@ -1,28 +1,10 @@
-//! The rules about code: where `unsafe` may appear and what it must say, who may touch the
-//! environment, which math the kernels may call, that raw driver calls stay behind one layer, and
-//! that every module says why it exists. Each
-//! rule is a function of (path, text) so that the tests below can break it on purpose.
+//! The rules about code: who may touch the environment, which math the kernels may call, that raw
+//! driver calls stay behind one layer, and that every module says why it exists (where `unsafe`
+//! may appear is `unsafety.rs`). Each rule is a function of (path, text) so that the tests below
+//! can break it on purpose.
 
-use super::lex::{mask, words, Lang, Masked};
+use super::lex::{mask, words, Lang};
 use super::{violation, Violation};
-
-/// The one folder where `unsafe` may appear.
-pub const UNSAFE_HOME: &str = "runtime/src/backend/cuda/";
-
-/// The one folder outside [`UNSAFE_HOME`] where `unsafe` may appear: the host backend's AVX-512
-/// copies of the GEMV twins (its vector loads are raw-pointer intrinsics, and calling a
-/// `#[target_feature]` function after detecting the feature is an unsafe call). The same
-/// `// SAFETY:` and `# Safety` rules hold there.
-pub const UNSAFE_SIMD: &str = "runtime/src/backend/host/simd/";
-
-/// Whether `unsafe` may appear in Rust file `rel`.
-pub fn unsafe_allowed(rel: &str) -> bool {
-    rel.starts_with(UNSAFE_HOME) || rel.starts_with(UNSAFE_SIMD)
-}
-
-/// How many lines above an `unsafe` block its `// SAFETY:` comment may start (a multi-line
-/// comment, or a statement whose `unsafe` block sits on a continuation line).
-const SAFETY_WINDOW: usize = 6;
 
 /// Files (or folders, ending in `/`) that may read the environment besides `gates/src/env.rs`,
 /// each with the reason.
@@ -81,97 +63,6 @@ const BANNED_MATH: &[&str] = &[
 const NVRTC_REQUIRED: [&str; 4] = ["--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false"];
 /// NVRTC options that would change the kernels' arithmetic; none may appear.
 const NVRTC_BANNED: [&str; 5] = ["use_fast_math", "--fmad=true", "--prec-div=false", "--prec-sqrt=false", "--ftz=true"];
-
-// ---------------------------------------------------------------------------------------------
-// Rule 1: unsafe
-// ---------------------------------------------------------------------------------------------
-
-/// Every `unsafe` of Rust file `rel` outside [`UNSAFE_HOME`] and [`UNSAFE_SIMD`], and inside them every `unsafe` block
-/// or impl without a `// SAFETY:` comment within [`SAFETY_WINDOW`] lines above (or on its line),
-/// and every `unsafe fn` / `unsafe trait` without a `# Safety` section in its docs.
-pub fn check_unsafe(rel: &str, src: &str) -> Vec<Violation> {
-    let m = mask(src, Lang::Rust);
-    let mut out = Vec::new();
-    for (at, word) in words(&m.code) {
-        if word != "unsafe" {
-            continue;
-        }
-        let line = m.line_of(at);
-        if !unsafe_allowed(rel) {
-            out.push(violation(
-                rel,
-                line,
-                format!(
-                    "`unsafe` outside {UNSAFE_HOME} (and {UNSAFE_SIMD}): every unsafe operation and driver call of the \
-                     workspace lives behind the CUDA backend's safe functions; move it there, or make this code safe"
-                ),
-            ));
-            continue;
-        }
-        let rest = m.code[at + word.len()..].trim_start();
-        let rest = rest.strip_prefix("extern").map_or(rest, |r| r.trim_start());
-        let needs = if rest.starts_with('{') || rest.starts_with("impl") {
-            Need::SafetyComment
-        } else if let Some(after) = rest.strip_prefix("fn") {
-            // `unsafe fn name(` declares; `unsafe fn(` is a function pointer type.
-            if after.trim_start().starts_with('(') {
-                Need::Nothing
-            } else {
-                Need::SafetyDoc
-            }
-        } else if rest.starts_with("trait") {
-            Need::SafetyDoc
-        } else {
-            Need::Nothing
-        };
-        match needs {
-            Need::SafetyComment if !safety_comment_above(&m, line) => out.push(violation(
-                rel,
-                line,
-                format!(
-                    "`unsafe` without a `// SAFETY:` comment in the {SAFETY_WINDOW} lines above: name the invariant \
-                     the block relies on (\"// SAFETY: ffi.\" explains nothing)"
-                ),
-            )),
-            Need::SafetyDoc if !safety_doc_above(&m, line) => out.push(violation(
-                rel,
-                line,
-                "`unsafe fn` / `unsafe trait` without a `# Safety` section in its docs: list what the caller must guarantee",
-            )),
-            _ => {}
-        }
-    }
-    out
-}
-
-enum Need {
-    SafetyComment,
-    SafetyDoc,
-    Nothing,
-}
-
-fn safety_comment_above(m: &Masked, line: usize) -> bool {
-    (line.saturating_sub(SAFETY_WINDOW).max(1)..=line).any(|l| m.comment(l).trim_start().starts_with("SAFETY"))
-}
-
-/// The doc comment block directly above `line` (attributes and blank lines between allowed)
-/// has a `# Safety` heading.
-fn safety_doc_above(m: &Masked, line: usize) -> bool {
-    let mut l = line;
-    while l > 1 {
-        l -= 1;
-        let code = m.code_line(l).trim();
-        let comment = m.comment(l);
-        if comment.contains("# Safety") {
-            return true;
-        }
-        let attribute_or_blank = code.is_empty() || code.starts_with("#[");
-        if !attribute_or_blank {
-            return false;
-        }
-    }
-    false
-}
 
 // ---------------------------------------------------------------------------------------------
 // Rule 2: the environment
@@ -355,55 +246,6 @@ pub fn check_module_doc(rel: &str, src: &str) -> Vec<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn unsafe_block_outside_the_cuda_backend_fails() {
-        let src = "//! x\nfn f() {\n    // SAFETY: even with a reason\n    unsafe { g() }\n}\n";
-        let v = check_unsafe("runtime/src/program/layer.rs", src);
-        assert_eq!(v.len(), 1, "{v:?}");
-        assert_eq!((v[0].file.as_str(), v[0].line), ("runtime/src/program/layer.rs", 4));
-        assert!(v[0].message.contains("outside runtime/src/backend/cuda/"), "{}", v[0]);
-        assert_eq!(check_unsafe("gates/src/suite.rs", "unsafe impl Send for X {}").len(), 1);
-        assert_eq!(check_unsafe("tools/src/x.rs", "pub unsafe fn f() {}").len(), 1);
-        // The host backend's SIMD folder is the one exception, and only that folder.
-        let simd_file = format!("{UNSAFE_SIMD}avx512.rs");
-        assert!(check_unsafe(&simd_file, src).is_empty());
-        assert_eq!(check_unsafe("runtime/src/backend/host/rows.rs", src).len(), 1);
-        let bare = "//! x\nfn f() {\n    unsafe { g() }\n}\n";
-        assert_eq!(check_unsafe(&simd_file, bare).len(), 1, "the SAFETY rule holds in the exception too");
-    }
-
-    #[test]
-    fn unsafe_block_in_the_cuda_backend_needs_a_safety_comment() {
-        let rel = "runtime/src/backend/cuda/memory.rs";
-        let bare = "fn f() {\n    let r = unsafe { g() };\n}\n";
-        let v = check_unsafe(rel, bare);
-        assert_eq!(v.len(), 1, "{v:?}");
-        assert_eq!(v[0].line, 2);
-        let far = format!("// SAFETY: too far\n{}unsafe {{ g() }}\n", "x();\n".repeat(SAFETY_WINDOW + 1));
-        assert_eq!(check_unsafe(rel, &far).len(), 1, "a SAFETY comment beyond the window does not count");
-        let ok =
-            "fn f() {\n    // SAFETY: `p` is a live allocation of this context.\n    let r = unsafe { g(p) };\n}\n";
-        assert!(check_unsafe(rel, ok).is_empty());
-        let impl_ok = "// SAFETY: the handle is only used under the backend's lock.\nunsafe impl Send for H {}\n";
-        assert!(check_unsafe(rel, impl_ok).is_empty());
-        assert_eq!(check_unsafe(rel, "unsafe impl Send for H {}\n").len(), 1);
-    }
-
-    #[test]
-    fn unsafe_fn_needs_a_safety_section_and_pointer_types_need_nothing() {
-        let rel = "runtime/src/backend/cuda/nccl.rs";
-        assert_eq!(check_unsafe(rel, "/// Resolves a symbol.\nunsafe fn sym() {}\n").len(), 1);
-        let ok = "/// Resolves a symbol.\n///\n/// # Safety\n/// `F` is its type.\n#[inline]\nunsafe fn sym() {}\n";
-        assert!(check_unsafe(rel, ok).is_empty());
-        assert!(check_unsafe(rel, "struct L { f: unsafe extern \"C\" fn(i32) -> i32, g: unsafe fn() }\n").is_empty());
-    }
-
-    #[test]
-    fn unsafe_in_comments_and_strings_is_not_code() {
-        let src = "//! Why `unsafe` stays in the CUDA backend.\nfn f() { let s = \"unsafe { }\"; /* unsafe */ }\n";
-        assert!(check_unsafe("gates/src/x.rs", src).is_empty());
-    }
 
     #[test]
     fn environment_reads_and_writes_outside_their_module_fail() {

@@ -3,7 +3,7 @@
 
 use super::graph::{self, Call};
 use super::memory::{self, DeviceBuffer};
-use super::{driver, CudaBackend, GemvLayout, DIGEST_CHUNK};
+use super::{driver, safe, CudaBackend, GemvLayout, DIGEST_CHUNK};
 use crate::backend::{
     AllReduce, Backend, BufId, Collected, Graphs, JoinFence, Op, Packed, PackedCopies, PeerStores, ProbeResult, Slice,
     Transfer, UnfencedCopies, WeightId, Witness,
@@ -46,9 +46,9 @@ impl Backend for CudaBackend {
             let r = &self.ranks[i];
             r.stream.context().bind_to_thread().map_err(|e| self.fault(i, "rewind", e))?;
             for chunk in &r.digest_chunks {
-                // SAFETY: zeroing the DIGEST_CHUNK·8 bytes of a live digest chunk of this rank,
-                // queued on its stream, which is synchronized below before anything reads it.
-                unsafe { driver::memset_d8_async(chunk.ptr(), 0, DIGEST_CHUNK * 8, r.stream.cu_stream()) }
+                // Zeroing the DIGEST_CHUNK·8 bytes of a digest chunk of this rank, queued on its
+                // stream, which is synchronized below before anything reads it.
+                safe::memset_d8(&r.stream, chunk.region(), 0, DIGEST_CHUNK * 8)
                     .map_err(|e| self.fault(i, "rewind", e))?;
             }
             r.stream.synchronize().map_err(|e| self.fault(i, "rewind", e))?;
@@ -119,7 +119,7 @@ impl Backend for CudaBackend {
 
     fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> Result<()> {
         self.no_open_segment("write")?;
-        let ptr = self.slice_ptr(rank, dst, "write")?;
+        let ptr = self.slice_region(rank, dst, "write")?;
         if data.len() != dst.len {
             return Err(RuntimeError::Contract(format!("write: {} values into a slice of {}", data.len(), dst.len)));
         }
@@ -128,27 +128,33 @@ impl Backend for CudaBackend {
         }
         let r = &self.ranks[rank];
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "write", e))?;
-        // SAFETY: `ptr` addresses dst.len checked elements of a live buffer on this rank's
-        // device; the stream is synchronized before returning, so `data` outlives the copy.
-        unsafe { driver::memcpy_htod_async(ptr, data, r.stream.cu_stream()) }
-            .map_err(|e| self.fault(rank, "write", e))?;
-        r.stream.synchronize().map_err(|e| self.fault(rank, "write", e))
+        // `data` is lent to the copy until the stream is synchronized.
+        safe::with_host_memory(
+            &[&r.stream],
+            |h| h.upload(&r.stream, ptr, data).map_err(|e| self.fault(rank, "write", e)),
+            |_, e| self.fault(rank, "write", e),
+        )
     }
 
     fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>> {
         self.no_open_segment("read")?;
-        let ptr = self.slice_ptr(rank, src, "read")?;
+        let ptr = self.slice_region(rank, src, "read")?;
         let mut out = vec![0.0f32; src.len];
         if out.is_empty() {
             return Ok(out);
         }
         let r = &self.ranks[rank];
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "read", e))?;
-        // SAFETY: `ptr` addresses src.len checked elements on this rank's device and `out` holds
-        // exactly src.len f32; the stream is synchronized before `out` is used.
-        unsafe { driver::memcpy_dtoh_async(&mut out, ptr, r.stream.cu_stream()) }
-            .map_err(|e| self.fault(rank, "read", e))?;
-        r.stream.synchronize().map_err(|e| self.fault(rank, "read", e))?;
+        // `out` is lent to the copy until the stream is synchronized.
+        let out_ref = &mut out[..];
+        safe::with_host_memory(
+            &[&r.stream],
+            |h| {
+                let out_ref = out_ref;
+                h.download(&r.stream, out_ref, ptr).map_err(|e| self.fault(rank, "read", e))
+            },
+            |_, e| self.fault(rank, "read", e),
+        )?;
         Ok(out)
     }
 
@@ -259,22 +265,24 @@ impl Backend for CudaBackend {
             // Segment regions (below `digests_reserved`) were written by this step's replays.
             let used = r.digests_used.max(r.digests_reserved);
             let mut vals = vec![0u64; used];
-            for (c, chunk) in r.digest_chunks.iter().enumerate() {
-                let start = c * DIGEST_CHUNK;
-                if start >= used {
-                    break;
-                }
-                let n = (used - start).min(DIGEST_CHUNK);
-                r.stream.context().bind_to_thread().map_err(|e| self.fault(i, "collect digests", e))?;
-                // SAFETY: the chunk holds DIGEST_CHUNK u64 and n ≤ DIGEST_CHUNK; `vals[start..]`
-                // has n slots; the stream is synchronized before the values are read.
-                unsafe { driver::memcpy_dtoh_async(&mut vals[start..start + n], chunk.ptr(), r.stream.cu_stream()) }
-                    .map_err(|e| self.fault(i, "collect digests", e))?;
-                // SAFETY: zeroing the same n·8 bytes of the live chunk, queued after the download.
-                unsafe { driver::memset_d8_async(chunk.ptr(), 0, n * 8, r.stream.cu_stream()) }
-                    .map_err(|e| self.fault(i, "collect digests", e))?;
-            }
-            r.stream.synchronize().map_err(|e| self.fault(i, "collect digests", e))?;
+            // Chunk c's slots are vals[c·DIGEST_CHUNK..][..n] (n ≤ DIGEST_CHUNK; chunks past the
+            // used slots are not touched), lent to the downloads until the stream is synchronized.
+            let parts = vals.chunks_mut(DIGEST_CHUNK);
+            safe::with_host_memory(
+                &[&r.stream],
+                |h| {
+                    for (chunk, part) in r.digest_chunks.iter().zip(parts) {
+                        let n = part.len();
+                        r.stream.context().bind_to_thread().map_err(|e| self.fault(i, "collect digests", e))?;
+                        h.download(&r.stream, part, chunk.region()).map_err(|e| self.fault(i, "collect digests", e))?;
+                        // Zeroing the same n·8 bytes of the chunk, queued after the download.
+                        safe::memset_d8(&r.stream, chunk.region(), 0, n * 8)
+                            .map_err(|e| self.fault(i, "collect digests", e))?;
+                    }
+                    Ok(())
+                },
+                |_, e| self.fault(i, "collect digests", e),
+            )?;
             per_rank.push(vals);
         }
         let digests: Vec<u64> = self.tickets.iter().map(|&(rank, slot)| per_rank[rank][slot]).collect();

@@ -6,7 +6,7 @@
 //! [`CompiledKernels`] for receipts. After a module is loaded into a context, every name of
 //! `memra_kernels::sources::KERNEL_NAMES` is looked up; a missing one is an error naming it.
 
-use super::driver;
+use super::safe::nvrtc::{self, Program};
 use crate::error::RuntimeError;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
@@ -87,41 +87,24 @@ pub fn compile(arch: &str) -> Result<CompiledKernels, RuntimeError> {
 type CompileOutput = (String, String, Vec<u8>, (i32, i32));
 
 fn compile_program(src: &CStr, name: &CStr, options: &[String]) -> Result<CompileOutput, RuntimeError> {
-    let mut version = (0, 0);
-    // SAFETY: out-pointers are live locals.
-    unsafe { driver::nvrtc::nvrtcVersion(&mut version.0, &mut version.1) }
-        .result()
-        .map_err(|e| nvrtc_err("version", e))?;
-    let prog = driver::nvrtc::create_program(src, Some(name)).map_err(|e| nvrtc_err("create program", e))?;
+    let version = nvrtc::version().map_err(|e| nvrtc_err("version", e))?;
+    let prog = Program::create(src, Some(name)).map_err(|e| nvrtc_err("create program", e))?;
     let out = (|| {
-        // SAFETY: `prog` was created above and is destroyed only after this closure returns;
-        // `src` and `name` outlive it.
-        let compiled = unsafe { driver::nvrtc::compile_program(prog, options) };
-        // SAFETY: as above.
-        let log = unsafe { driver::nvrtc::get_program_log(prog) }.map(|l| c_chars_to_string(&l)).unwrap_or_default();
+        let compiled = prog.compile(options);
+        let log = prog.log().map(|l| c_chars_to_string(&l)).unwrap_or_default();
         if let Err(e) = compiled {
             return Err(RuntimeError::KernelCompile { error: e.to_string(), options: options.join(" "), log });
         }
-        // SAFETY: as above; the program compiled.
-        let ptx =
-            unsafe { driver::nvrtc::get_ptx(prog) }.map(|p| c_chars_to_string(&p)).map_err(|e| nvrtc_err("PTX", e))?;
-        let mut size = 0usize;
-        // SAFETY: as above; `size` is a live local.
-        unsafe { driver::nvrtc::nvrtcGetCUBINSize(prog, &mut size) }
-            .result()
-            .map_err(|e| nvrtc_err("CUBIN size", e))?;
-        let mut cubin = vec![0u8; size];
-        // SAFETY: `cubin` holds exactly the `size` bytes NVRTC reported.
-        unsafe { driver::nvrtc::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char) }
-            .result()
-            .map_err(|e| nvrtc_err("CUBIN", e))?;
+        let ptx = prog.ptx().map(|p| c_chars_to_string(&p)).map_err(|e| nvrtc_err("PTX", e))?;
+        let size = prog.cubin_size().map_err(|e| nvrtc_err("CUBIN size", e))?;
+        let cubin = prog.cubin(size).map_err(|e| nvrtc_err("CUBIN", e))?;
         if cubin.is_empty() {
             return Err(nvrtc_err("CUBIN", "empty (the architecture must be a real sm_XX)"));
         }
         Ok((log, ptx, cubin, version))
     })();
-    // SAFETY: `prog` came from create_program and is destroyed exactly once.
-    let _ = unsafe { driver::nvrtc::destroy_program(prog) };
+    // The program is destroyed once, after every query.
+    drop(prog);
     out
 }
 

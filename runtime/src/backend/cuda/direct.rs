@@ -25,21 +25,19 @@
 //! v2 calls used here report their own refusal, which is what decides.
 
 use super::driver;
+use super::safe::{self, Device, DevicePtr, DeviceWord, PinnedHost};
 use super::CudaBackend;
 use crate::backend::{JoinFence, Op};
 use crate::Result;
-use cudarc::driver::CudaContext;
-use std::ffi::c_void;
-use std::sync::Arc;
 
 /// The doorbell flags of one backend: one u32 word per ordered (signaller, waiter) rank pair.
 pub(crate) struct Doorbells {
-    /// Pinned host words `[signaller][waiter]`, zeroed at allocation.
-    host: *mut c_void,
-    /// The context the allocation was made in (freed there).
-    ctx: Arc<CudaContext>,
-    /// Device address of the words per backend device (index like `CudaBackend::devices`).
-    dev_ptr: Vec<driver::CUdeviceptr>,
+    /// Pinned host words `[signaller][waiter]`, zeroed at allocation, freed (in the context of
+    /// device 0, where they were allocated) when the owning backend drops, after it drained every
+    /// stream, so no memop still targets them.
+    host: PinnedHost,
+    /// The words as seen from each backend device (index like `CudaBackend::devices`).
+    dev_ptr: Vec<DevicePtr>,
     /// Last ticket rung per ordered pair.
     tickets: Vec<u32>,
     n_ranks: usize,
@@ -52,36 +50,27 @@ impl Doorbells {
         let ctx = b.devices[0].ctx.clone();
         ctx.bind_to_thread().map_err(|e| format!("binding device {}: {e}", b.devices[0].info.ordinal))?;
         let flags = driver::CU_MEMHOSTALLOC_DEVICEMAP | driver::CU_MEMHOSTALLOC_PORTABLE;
-        // SAFETY: the context is current; a non-zero size; flags are the documented constants.
-        let host = unsafe { driver::malloc_host(bytes, flags) }
+        // The context is current; a non-zero size; flags are the documented constants.
+        let mut host = PinnedHost::alloc(&ctx, bytes, flags)
             .map_err(|e| format!("cuMemHostAlloc(DEVICEMAP|PORTABLE, {bytes} bytes) refused: {e}"))?;
-        // SAFETY: `host` is a fresh allocation of `bytes` bytes that no device work uses yet.
-        unsafe { std::ptr::write_bytes(host as *mut u8, 0, bytes) };
-        let mut bells = Doorbells { host, ctx, dev_ptr: Vec::new(), tickets: vec![0; n * n], n_ranks: n };
+        // A fresh allocation that no device work uses yet.
+        host.fill_zero();
+        let mut bells = Doorbells { host, dev_ptr: Vec::new(), tickets: vec![0; n * n], n_ranks: n };
         for d in &b.devices {
             d.ctx.bind_to_thread().map_err(|e| format!("binding device {}: {e}", d.info.ordinal))?;
-            let mut p: driver::CUdeviceptr = 0;
-            // SAFETY: `host` is a live DEVICEMAP|PORTABLE allocation, so it is mapped in every
-            // context; `p` is a live local; flags must be 0.
-            unsafe { driver::cuMemHostGetDevicePointer_v2(&mut p, bells.host, 0) }
-                .result()
+            // A DEVICEMAP|PORTABLE allocation is mapped in every context.
+            let p = bells
+                .host
+                .device_view()
                 .map_err(|e| format!("mapping the doorbell flags on device {}: {e}", d.info.ordinal))?;
             bells.dev_ptr.push(p);
         }
         Ok(bells)
     }
 
-    fn word(&self, dev: usize, signaller: usize, waiter: usize) -> driver::CUdeviceptr {
-        self.dev_ptr[dev] + ((signaller * self.n_ranks + waiter) * 4) as u64
-    }
-}
-
-impl Drop for Doorbells {
-    fn drop(&mut self) {
-        self.ctx.record_err(self.ctx.bind_to_thread());
-        // SAFETY: allocated by cuMemHostAlloc and freed once; the owning backend drained every
-        // stream before its fields drop, so no memop still targets the words.
-        self.ctx.record_err(unsafe { driver::free_host(self.host) });
+    /// The flag word of (signaller, waiter) as seen from backend device `dev`.
+    fn word(&self, dev: usize, signaller: usize, waiter: usize) -> Option<DeviceWord> {
+        self.dev_ptr[dev].word(signaller * self.n_ranks + waiter)
     }
 }
 
@@ -138,13 +127,19 @@ impl CudaBackend {
         let pair = signaller * bells.n_ranks + waiter;
         let ticket = bells.tickets[pair].wrapping_add(1);
         let (sd, wd) = (self.ranks[signaller].dev, self.ranks[waiter].dev);
-        let (s_word, w_word) = (bells.word(sd, signaller, waiter), bells.word(wd, signaller, waiter));
+        let (Some(s_word), Some(w_word)) = (bells.word(sd, signaller, waiter), bells.word(wd, signaller, waiter))
+        else {
+            return Err(crate::error::RuntimeError::Contract(format!(
+                "doorbell {signaller} → {waiter}: no flag word for this rank pair among {} ranks",
+                bells.n_ranks
+            )));
+        };
         let (s, w) = (&self.ranks[signaller], &self.ranks[waiter]);
         s.stream.context().bind_to_thread().map_err(|e| self.fault(signaller, "doorbell write", e))?;
         let write = driver::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
-        // SAFETY: `s_word` is the device address, in the signaller's context, of a live mapped
-        // host word owned by `self.bells` (freed only after every stream is drained).
-        let r = unsafe { driver::cuStreamWriteValue32_v2(s.stream.cu_stream(), s_word, ticket, write) };
+        // `s_word` is the word in the signaller's context, owned by `self.bells` (freed only after
+        // every stream is drained).
+        let r = safe::stream_write_value32(&s.stream, s_word, ticket, write);
         if let Some(rejected) = self.memop_result(r, signaller, "cuStreamWriteValue32_v2")? {
             self.bells = BellState::Rejected(rejected);
             return Ok(false);
@@ -154,9 +149,9 @@ impl CudaBackend {
             wait |= driver::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_FLUSH as u32;
         }
         w.stream.context().bind_to_thread().map_err(|e| self.fault(waiter, "doorbell wait", e))?;
-        // SAFETY: as above, in the waiter's context; the matching write was issued just before,
-        // so the wait can always be satisfied (see the module docs on issue order).
-        let r = unsafe { driver::cuStreamWaitValue32_v2(w.stream.cu_stream(), w_word, ticket, wait) };
+        // As above, in the waiter's context; the matching write was issued just before, so the
+        // wait can always be satisfied (see the module docs on issue order).
+        let r = safe::stream_wait_value32(&w.stream, w_word, ticket, wait);
         if let Some(rejected) = self.memop_result(r, waiter, "cuStreamWaitValue32_v2")? {
             // The ticket already written is harmless: nothing waits for it.
             self.bells = BellState::Rejected(rejected);
@@ -184,10 +179,8 @@ impl CudaBackend {
     }
 
     fn can_flush_remote_writes(&self, rank: usize) -> bool {
-        let dev = self.ctx_of(rank).cu_device();
         let attr = driver::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES;
-        // SAFETY: `dev` is the live device handle of this rank's context.
-        unsafe { driver::device::get_attribute(dev, attr) }.is_ok_and(|v| v == 1)
+        Device::of(self.ctx_of(rank)).attribute(attr).is_ok_and(|v| v == 1)
     }
 
     /// Why FENCE_MEMOPS fell back to events, if it did (for diagnostics and test messages).

@@ -11,7 +11,9 @@
 //! `sys` ones keep the driver's own names, so a call reads as the CUDA documentation names it).
 //! A wrapper of an `unsafe` call is `unsafe` with the driver's contract stated under `# Safety`,
 //! and each call site's `// SAFETY:` line says how it keeps that contract; a wrapper of a safe
-//! call is safe.
+//! call is safe. The call sites are the safe layer above this file (`safe/`): tidy allows an
+//! `unsafe` block nowhere else in the backend but kernel-argument packing (`launch/mod.rs`), so
+//! the rest of the backend reaches the driver through typed handles and checked regions.
 #![allow(non_snake_case)]
 
 use cudarc::driver::{result, sys};

@@ -28,7 +28,7 @@ use crate::backend::{JoinFence, Op, Packed, Slice};
 use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::Result;
-use cudarc::driver::{CudaEvent, CudaGraph, CudaStream};
+use cudarc::driver::{CudaEvent, CudaStream};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -73,7 +73,7 @@ struct Segment {
     digest_base: Vec<usize>,
     /// Byte sizes of the host-bounce copies, in issue order.
     bounce_bytes: Vec<usize>,
-    graph: Option<CudaGraph>,
+    graph: Option<super::safe::Graph>,
     /// Pinned staging of the captured host-bounce copies (one buffer per copy, used only by the
     /// graph, whose launches are serialised on the origin stream).
     staging: Vec<PinnedBuffer>,
@@ -382,12 +382,13 @@ impl CudaBackend {
     }
 
     /// Join every rank's stream back into the origin stream, end the capture, instantiate.
-    fn join_capture(&self) -> Result<CudaGraph> {
+    fn join_capture(&self) -> Result<super::safe::Graph> {
         self.origin_after_ranks("graph capture join")?;
         let (origin, _) = self.origin()?;
         origin
             .end_capture(driver::CUgraphInstantiate_flags(0))
             .map_err(|e| self.fault(0, "graph capture end", e))?
+            .map(super::safe::Graph::new)
             .ok_or_else(|| RuntimeError::Contract("graph capture produced no graph".into()))
     }
 
@@ -398,9 +399,8 @@ impl CudaBackend {
         let ev = &r.mark_events[slot];
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, "timing mark", e))?;
         let external = driver::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32;
-        // SAFETY: the event and the stream are live objects of this rank's context.
-        unsafe { driver::cuEventRecordWithFlags(ev.cu_event(), r.stream.cu_stream(), external) }
-            .result()
+        // The event and the stream are objects of this rank's context.
+        super::safe::record_event_with_flags(ev, &r.stream, external)
             .map_err(|e| self.fault(rank, "timing mark in graph capture", e))
     }
 }

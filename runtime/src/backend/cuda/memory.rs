@@ -8,21 +8,20 @@
 
 use super::driver;
 use super::layout::{choose_vec, to_lane_major};
+use super::safe::{self, DeviceMem, DevicePtr, HostSpan, PinnedHost};
 use crate::error::RuntimeError;
 use crate::model::matrix::{MatrixShard, ShardData};
 use crate::Result;
 use cudarc::driver::{CudaContext, CudaStream, DeviceRepr};
-use std::ffi::c_void;
 use std::sync::Arc;
 
-pub(crate) fn driver_err(location: impl Into<String>, e: driver::DriverError) -> RuntimeError {
+pub(crate) fn driver_err(location: impl Into<String>, e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Device { location: location.into(), detail: e.to_string() }
 }
 
-/// One device allocation of `bytes` bytes on the device of `ctx`.
+/// One device allocation of `bytes` bytes on the device of `ctx` (freed by its [`DeviceMem`]).
 pub(crate) struct DeviceBuffer {
-    ptr: driver::CUdeviceptr,
-    ctx: Arc<CudaContext>,
+    mem: DeviceMem,
 }
 
 impl DeviceBuffer {
@@ -36,8 +35,8 @@ impl DeviceBuffer {
     ) -> Result<DeviceBuffer> {
         let bytes = bytes.max(1);
         ctx.bind_to_thread().map_err(|e| driver_err(what, e))?;
-        // SAFETY: the context is current on this thread; the size is non-zero.
-        let ptr = unsafe { driver::malloc_sync(bytes) }.map_err(|e| {
+        // The context is current on this thread; the size is non-zero.
+        let mem = DeviceMem::alloc(ctx, bytes).map_err(|e| {
             let location = format!("{what}: allocating {bytes} bytes on device {}", ctx.ordinal());
             if e.0 == driver::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
                 RuntimeError::OutOfDeviceMemory { location, device: ctx.ordinal(), bytes, detail: e.to_string() }
@@ -45,11 +44,9 @@ impl DeviceBuffer {
                 driver_err(location, e)
             }
         })?;
-        let buf = DeviceBuffer { ptr, ctx: ctx.clone() };
-        // SAFETY: `ptr` is a live allocation of exactly `bytes` bytes in this context, and the
-        // stream belongs to the same context.
-        unsafe { driver::memset_d8_async(ptr, 0, bytes, stream.cu_stream()) }
-            .map_err(|e| driver_err(format!("{what}: zeroing"), e))?;
+        let buf = DeviceBuffer { mem };
+        // The stream belongs to the allocation's context.
+        safe::memset_d8(stream, buf.region(), 0, bytes).map_err(|e| driver_err(format!("{what}: zeroing"), e))?;
         Ok(buf)
     }
 
@@ -61,35 +58,31 @@ impl DeviceBuffer {
         what: &str,
     ) -> Result<DeviceBuffer> {
         let buf = DeviceBuffer::zeroed(ctx, stream, std::mem::size_of_val(data), what)?;
-        if !data.is_empty() {
-            // SAFETY: the destination holds at least size_of_val(data) bytes (allocated just above
-            // in this context); the copy is followed by a stream synchronize, so `data` outlives it.
-            unsafe { driver::memcpy_htod_async(buf.ptr, data, stream.cu_stream()) }
-                .map_err(|e| driver_err(format!("{what}: upload"), e))?;
-        }
-        stream.synchronize().map_err(|e| driver_err(format!("{what}: upload"), e))?;
+        let upload = |e| driver_err(format!("{what}: upload"), e);
+        // `data` is lent to the copy until the stream is synchronized.
+        safe::with_host_memory(
+            &[stream],
+            |h| if data.is_empty() { Ok(()) } else { h.upload(stream, buf.region(), data).map_err(upload) },
+            |_, e| upload(e.into()),
+        )?;
         Ok(buf)
     }
 
+    /// The device address (a kernel argument).
     pub(crate) fn ptr(&self) -> driver::CUdeviceptr {
-        self.ptr
+        self.mem.region().addr()
+    }
+
+    /// The whole allocation (for copies and memsets).
+    pub(crate) fn region(&self) -> DevicePtr {
+        self.mem.region()
     }
 }
 
-impl Drop for DeviceBuffer {
-    fn drop(&mut self) {
-        self.ctx.record_err(self.ctx.bind_to_thread());
-        // SAFETY: `ptr` came from cuMemAlloc in this context and is freed exactly once; the
-        // backend synchronized every stream before dropping its buffers.
-        self.ctx.record_err(unsafe { driver::free_sync(self.ptr) });
-    }
-}
-
-/// A page-locked, portable host buffer (staging of the host-bounce transport).
+/// A page-locked, portable host buffer (staging of the host-bounce transport), freed by its
+/// [`PinnedHost`].
 pub(crate) struct PinnedBuffer {
-    ptr: *mut c_void,
-    bytes: usize,
-    ctx: Arc<CudaContext>,
+    host: PinnedHost,
 }
 
 impl PinnedBuffer {
@@ -99,27 +92,19 @@ impl PinnedBuffer {
         // CU_MEMHOSTALLOC_PORTABLE: pinned for every context, so ranks on several devices can
         // copy through the same staging buffer.
         const PORTABLE: u32 = 0x01;
-        // SAFETY: the context is current; a non-zero size.
-        let ptr = unsafe { driver::malloc_host(bytes, PORTABLE) }
+        // The context is current; a non-zero size.
+        let host = PinnedHost::alloc(ctx, bytes, PORTABLE)
             .map_err(|e| driver_err(format!("pinned staging: allocating {bytes} bytes"), e))?;
-        Ok(PinnedBuffer { ptr, bytes, ctx: ctx.clone() })
+        Ok(PinnedBuffer { host })
     }
 
-    pub(crate) fn ptr(&self) -> *mut c_void {
-        self.ptr
+    /// The whole buffer, for staged copies.
+    pub(crate) fn span(&self) -> HostSpan {
+        self.host.span()
     }
 
     pub(crate) fn bytes(&self) -> usize {
-        self.bytes
-    }
-}
-
-impl Drop for PinnedBuffer {
-    fn drop(&mut self) {
-        self.ctx.record_err(self.ctx.bind_to_thread());
-        // SAFETY: `ptr` came from cuMemHostAlloc and is freed once; every copy through it was
-        // synchronized (the backend drains its streams, a ring slot waits its free event).
-        self.ctx.record_err(unsafe { driver::free_host(self.ptr) });
+        self.host.bytes()
     }
 }
 

@@ -13,16 +13,19 @@
 //! Direct joins ([`Backend::launch_peer_store`](super::Backend::launch_peer_store), `direct.rs`) order a kernel's stores into
 //! another rank's memory with the same two fences a copy has (events, or FENCE_MEMOPS doorbells).
 //!
-//! This module is the one room where `unsafe` and driver calls live (ARCHITECTURE.md, architecture invariants): every `unsafe`
-//! block names its invariant in a `// SAFETY:` line, and every driver error becomes
-//! [`RuntimeError::Device`] naming the op, the rank and the device. On any error, and on drop,
-//! every stream is drained before a buffer can be freed.
+//! This module is the one room where driver calls live (ARCHITECTURE.md, architecture invariants),
+//! and inside it `unsafe` lives only in the driver layer — `driver.rs` and `nccl_sys.rs` (raw),
+//! `safe/` (typed handles and checked regions above them) — and in kernel-argument packing
+//! (`launch/mod.rs`); every other file calls safe functions (tidy keeps a per-file ceiling,
+//! `tests/tidy/unsafety.rs`). Every `unsafe` block names its invariant in a `// SAFETY:` line, and
+//! every driver error becomes [`RuntimeError::Device`] naming the op, the rank and the device. On
+//! any error, and on drop, every stream is drained before a buffer can be freed.
 //!
 //! This file holds the backend's state and the helpers every part shares (slice pointers, faults,
 //! fences, digest slots); `backend.rs` implements the [`Backend`](super::Backend) trait on it, and the files
-//! beside it the parts: `driver.rs` the raw driver and NVRTC calls, `compile.rs`, `launch/`,
-//! `transfer.rs`, `direct.rs`, `graph.rs`, `memory.rs`, `layout.rs`, `nccl.rs`, `nccl_dist.rs`,
-//! `probe.rs`.
+//! beside it the parts: `driver.rs` the raw driver and NVRTC calls, `safe/` the safe layer,
+//! `compile.rs`, `launch/`, `transfer.rs`, `direct.rs`, `graph.rs`, `memory.rs`, `layout.rs`,
+//! `nccl.rs`, `nccl_sys.rs` (NCCL's loader), `nccl_dist.rs`, `probe.rs`.
 
 mod backend;
 mod compile;
@@ -34,7 +37,9 @@ mod layout;
 mod memory;
 mod nccl;
 mod nccl_dist;
+mod nccl_sys;
 mod probe;
+mod safe;
 mod transfer;
 
 pub use compile::{compile, compiled_for, nvrtc_options, CompiledKernels};
@@ -280,11 +285,21 @@ impl CudaBackend {
         crate::backend::check_rank(rank, self.ranks.len())
     }
 
-    /// Device address of a slice after checking it lies inside its buffer.
+    /// Device address of a slice after checking it lies inside its buffer (a kernel argument).
     pub(crate) fn slice_ptr(&self, rank: usize, s: Slice, what: &str) -> Result<driver::CUdeviceptr> {
+        self.slice_region(rank, s, what).map(safe::DevicePtr::addr)
+    }
+
+    /// The device region of a slice after checking it lies inside its buffer (for copies).
+    pub(crate) fn slice_region(&self, rank: usize, s: Slice, what: &str) -> Result<safe::DevicePtr> {
         self.check_rank(rank)?;
         match self.ranks[rank].bufs.get(s.buf as usize) {
-            Some((b, len)) if s.offset + s.len <= *len => Ok(b.ptr() + (s.offset * 4) as u64),
+            Some((b, len)) if s.offset + s.len <= *len => b.region().sub(s.offset * 4, s.len * 4).ok_or_else(|| {
+                RuntimeError::Contract(format!(
+                    "{what}: slice {}+{} of buffer {} on rank {rank} leaves its allocation",
+                    s.offset, s.len, s.buf
+                ))
+            }),
             Some((_, len)) => Err(RuntimeError::Contract(format!(
                 "{what}: slice {}+{} of buffer {} on rank {rank} exceeds its {len} elements",
                 s.offset, s.len, s.buf
@@ -302,7 +317,7 @@ impl CudaBackend {
     }
 
     /// A driver error at `location` on `rank`: drain every stream, then report it.
-    pub(crate) fn fault(&self, rank: usize, location: &str, e: driver::DriverError) -> RuntimeError {
+    pub(crate) fn fault(&self, rank: usize, location: &str, e: impl std::fmt::Display) -> RuntimeError {
         self.drain();
         RuntimeError::Device {
             location: format!(
@@ -394,9 +409,11 @@ impl Drop for CudaBackend {
 }
 
 // A `CudaBackend` may move to another thread between calls (a pool hands a prepared backend to
-// whichever worker runs the next configuration), never be called from two at once.
-// SAFETY: it is only used through `&mut self` (or `&self` for reads of its own fields); every
-// driver call binds the rank's context on the calling thread first (cudarc binds internally, the
-// raw calls here call `bind_to_thread`), captures use the relaxed mode within one run, and its raw
-// handles (NCCL communicators, graphs, doorbell words) are process-wide, released in `Drop`.
-unsafe impl Send for CudaBackend {}
+// whichever worker runs the next configuration), never be called from two at once. It is `Send`
+// because every handle it holds is (the safe driver layer states why for its raw ones: pinned
+// memory, graphs, NCCL communicators); every driver call binds the rank's context on the calling
+// thread first (cudarc binds internally, the backend calls `bind_to_thread`).
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<CudaBackend>();
+};

@@ -15,58 +15,47 @@
 //! under a watchdog, which hands an overrun to the binary's hook; the binary ends the process with
 //! [`exit_now`].
 
-use super::driver;
-use super::driver::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t};
 use super::memory::DeviceBuffer;
-use super::nccl::{describe_error, library, Lib, UniqueId, UNIQUE_ID_BYTES};
+use super::nccl::{describe_error, describe_failure, library};
+use super::nccl_sys::{UniqueId, UNIQUE_ID_BYTES};
+use super::safe::nccl::{Comm, Elem, Nccl, NcclFail};
+use super::safe::{self, DevicePtr};
 use super::CudaBackend;
 use crate::backend::dist::{Mover, ProcessLayout};
 use crate::backend::Slice;
 use crate::error::RuntimeError;
 use crate::Result;
-use std::ffi::{c_char, c_int, c_void};
+use cudarc::driver::CudaStream;
+use std::ffi::{c_char, c_int};
 
 /// A fresh NCCL unique id (process 0 of a distributed run makes one per communicator).
 pub fn nccl_unique_id() -> Result<Vec<u8>> {
     let lib = library().map_err(RuntimeError::Unavailable)?;
-    let mut id = UniqueId { internal: [0 as c_char; UNIQUE_ID_BYTES] };
-    // SAFETY: `id` is a live ncclUniqueId the call fills.
-    let r = unsafe { (lib.get_unique_id)(&mut id) };
-    if r != 0 {
-        return Err(RuntimeError::Device {
+    let id =
+        lib.unique_id(UniqueId { internal: [0 as c_char; UNIQUE_ID_BYTES] }).map_err(|r| RuntimeError::Device {
             location: "creating an NCCL unique id (ncclGetUniqueId)".into(),
             detail: describe_error(lib, r),
-        });
-    }
+        })?;
     Ok(id.internal.iter().map(|c| *c as u8).collect())
 }
 
 /// End the process at once with `code`, without atexit handlers or destructors: after a peer
 /// died, CUDA's and NCCL's teardown could wait forever on a kernel that spins for that peer. The
 /// library never calls it; it is the binary's tool for its overrun hook
-/// (`backend::dist::install_overrun_hook`), here because it needs `unsafe`.
+/// (`backend::dist::install_overrun_hook`); `_exit` itself is called by the safe driver layer.
 pub fn exit_now(code: i32) -> ! {
-    #[cfg(unix)]
-    {
-        extern "C" {
-            fn _exit(status: c_int) -> !;
-        }
-        // SAFETY: _exit ends the process; nothing this process holds outlives it (device memory
-        // and communicators are released by the driver with the process).
-        unsafe { _exit(code) }
-    }
-    #[cfg(not(unix))]
-    std::process::exit(code)
+    safe::exit_now(code)
 }
 
 /// This process's members of one communicator over all TP ranks.
 pub struct NcclMover {
-    lib: &'static Lib,
+    lib: Nccl,
     layout: ProcessLayout,
     /// Index of the communicator (which rendezvous id it was made from).
     index: usize,
-    /// One per local rank.
-    comms: Vec<ncclComm_t>,
+    /// One per local rank, each destroyed once when the mover drops (before its scratch is
+    /// freed); the owner (DistBackend) drops the mover under its watchdog.
+    comms: Vec<Comm>,
     /// Device scratch per local rank (broadcast targets, digest sums) and its size in bytes.
     scratch: Vec<Option<(DeviceBuffer, usize)>>,
 }
@@ -107,33 +96,38 @@ impl NcclMover {
             *d = *s as c_char;
         }
         let n = b.ranks.len();
-        let mut comms: Vec<ncclComm_t> = vec![std::ptr::null_mut(); n];
+        let mut comms: Vec<Comm> = Vec::with_capacity(n);
         let mut failed: Option<(usize, c_int, &str)> = None;
         let mut bind_failed = None;
-        // SAFETY: opens this thread's group (several local ranks must join in one group).
-        let r = unsafe { (lib.group_start)() };
-        if r != 0 {
+        // One group: several local ranks must join together.
+        if let Err(NcclFail::Code(r)) = lib.group_start() {
             failed = Some((0, r, "ncclGroupStart"));
         } else {
-            for (l, comm) in comms.iter_mut().enumerate() {
+            for l in 0..n {
                 // NCCL takes the device of the calling thread's current context. A failure here
                 // still closes the group below before it is reported.
                 if let Err(e) = b.ctx_of(l).bind_to_thread() {
                     bind_failed.get_or_insert((l, e));
                     break;
                 }
-                // SAFETY: `comm` is a live handle slot; `uid` is a 128-byte ncclUniqueId passed by
-                // value as nccl.h declares; the global rank is below TP.
-                let r = unsafe { (lib.comm_init_rank)(comm, layout.tp as c_int, uid, layout.global(l) as c_int) };
-                if r != 0 && failed.is_none() {
-                    failed = Some((l, r, "ncclCommInitRank"));
+                // The global rank is below TP.
+                match lib.comm_init_rank(layout.tp as c_int, uid, layout.global(l) as c_int) {
+                    Ok(c) => comms.push(c),
+                    Err(r) if failed.is_none() => failed = Some((l, r, "ncclCommInitRank")),
+                    Err(_) => {}
                 }
             }
-            // SAFETY: closes the group opened above (also after a failure inside it).
-            let r = unsafe { (lib.group_end)() };
-            if r != 0 && failed.is_none() {
-                failed = Some((0, r, "ncclGroupEnd"));
+            // Closed also after a failure inside it.
+            if let Err(NcclFail::Code(r)) = lib.group_end() {
+                if failed.is_none() {
+                    failed = Some((0, r, "ncclGroupEnd"));
+                }
             }
+        }
+        if bind_failed.is_some() || failed.is_some() {
+            // A failed creation gives its members up without destroying them (as before: their
+            // group may not have completed).
+            std::mem::take(&mut comms).into_iter().for_each(Comm::leak);
         }
         if let Some((l, e)) = bind_failed {
             return Err(b.fault(
@@ -158,39 +152,43 @@ impl NcclMover {
     }
 
     /// Device scratch of at least `bytes` on local rank `l`.
-    fn scratch(&mut self, b: &CudaBackend, l: usize, bytes: usize) -> Result<u64> {
+    fn scratch(&mut self, b: &CudaBackend, l: usize, bytes: usize) -> Result<DevicePtr> {
         let fits = matches!(&self.scratch[l], Some((_, have)) if *have >= bytes);
         if !fits {
             // The previous scratch (if any) is idle: every use ends with a stream synchronize.
             let buf = DeviceBuffer::zeroed(b.ctx_of(l), &b.ranks[l].stream, bytes, "NCCL scratch")?;
             self.scratch[l] = Some((buf, bytes));
         }
-        Ok(self.scratch[l].as_ref().map(|(s, _)| s.ptr()).unwrap_or(0))
+        self.scratch[l]
+            .as_ref()
+            .map(|(s, _)| s.region())
+            .ok_or_else(|| RuntimeError::Contract(format!("NCCL scratch of local rank {l} was not allocated")))
     }
 
     /// Issue NCCL calls in one group; the first failure drains the streams and names the call,
     /// the global rank and the device.
-    fn group(&self, b: &CudaBackend, call: &str, issue: impl FnOnce(&mut dyn FnMut(usize, c_int))) -> Result<()> {
-        let mut failed: Option<(usize, c_int)> = None;
-        // SAFETY: opens this thread's group.
-        let r = unsafe { (self.lib.group_start)() };
-        if r != 0 {
-            failed = Some((0, r));
+    fn group(
+        &self,
+        b: &CudaBackend,
+        call: &str,
+        issue: impl FnOnce(&mut dyn FnMut(usize, std::result::Result<(), NcclFail>)),
+    ) -> Result<()> {
+        let mut failed: Option<(usize, NcclFail)> = None;
+        if let Err(e) = self.lib.group_start() {
+            failed = Some((0, e));
         } else {
-            issue(&mut |l, code| {
-                if code != 0 && failed.is_none() {
-                    failed = Some((l, code));
+            issue(&mut |l, r| {
+                if let Err(e) = r {
+                    failed.get_or_insert((l, e));
                 }
             });
-            // SAFETY: closes the group opened above.
-            let r = unsafe { (self.lib.group_end)() };
-            if r != 0 && failed.is_none() {
-                failed = Some((0, r));
+            if let Err(e) = self.lib.group_end() {
+                failed.get_or_insert((0, e));
             }
         }
         match failed {
             None => Ok(()),
-            Some((l, code)) => {
+            Some((l, fail)) => {
                 b.drain();
                 Err(RuntimeError::Device {
                     location: format!(
@@ -200,70 +198,46 @@ impl NcclMover {
                         b.ordinal_of(l),
                         self.index
                     ),
-                    detail: describe_error(self.lib, code),
+                    detail: describe_failure(self.lib, &fail),
                 })
             }
         }
     }
 
-    /// Wait for every local stream; a failure names the call.
-    fn sync(&self, b: &CudaBackend, call: &str) -> Result<()> {
-        for (l, r) in b.ranks.iter().enumerate() {
-            r.stream.synchronize().map_err(|e| b.fault(l, call, e))?;
-        }
-        Ok(())
-    }
-
-    fn stream(b: &CudaBackend, l: usize) -> cudaStream_t {
-        b.ranks[l].stream.cu_stream() as cudaStream_t
-    }
-}
-
-impl Drop for NcclMover {
-    fn drop(&mut self) {
-        for c in &self.comms {
-            // SAFETY: each handle came from ncclCommInitRank and is destroyed once; the owner
-            // (DistBackend) drops the mover under its watchdog. Errors cannot be reported here.
-            let _ = unsafe { (self.lib.comm_destroy)(*c) };
-        }
+    fn stream(b: &CudaBackend, l: usize) -> &CudaStream {
+        &b.ranks[l].stream
     }
 }
 
 impl Mover<CudaBackend> for NcclMover {
     fn describe(&self) -> String {
-        let v = &self.lib.version;
+        let v = self.lib.version();
         format!("NCCL {}.{}.{} communicator {} over TP{}", v.0, v.1, v.2, self.index, self.layout.tp)
     }
 
     fn send(&mut self, b: &mut CudaBackend, from: usize, src: Slice, to: usize) -> Result<()> {
-        let p = b.slice_ptr(from, src, "nccl send")?;
+        let p = b.slice_region(from, src, "nccl send")?;
         if src.len == 0 {
             return Ok(());
         }
-        let (lib, comm, stream) = (self.lib, self.comms[from], Self::stream(b, from));
+        let (lib, comm, stream) = (self.lib, &self.comms[from], Self::stream(b, from));
         self.group(b, &format!("ncclSend to rank {to}"), |fail| {
-            // SAFETY: `p` addresses src.len checked words of a live buffer on local rank `from`'s
-            // device, the device of `comm` and `stream`; the peer issues the matching receive.
-            let r = unsafe {
-                (lib.send)(p as usize as *const c_void, src.len, ncclDataType_t::ncclUint32, to as c_int, comm, stream)
-            };
-            fail(from, r);
+            // `p` lies on local rank `from`'s device, the device of `comm` and `stream`; the peer
+            // issues the matching receive.
+            fail(from, lib.send(comm, p, src.len, Elem::U32, to as c_int, stream));
         })
     }
 
     fn recv(&mut self, b: &mut CudaBackend, to: usize, dst: Slice, from: usize) -> Result<()> {
-        let p = b.slice_ptr(to, dst, "nccl recv")?;
+        let p = b.slice_region(to, dst, "nccl recv")?;
         if dst.len == 0 {
             return Ok(());
         }
-        let (lib, comm, stream) = (self.lib, self.comms[to], Self::stream(b, to));
+        let (lib, comm, stream) = (self.lib, &self.comms[to], Self::stream(b, to));
         self.group(b, &format!("ncclRecv from rank {from}"), |fail| {
-            // SAFETY: `p` addresses dst.len checked words of a live buffer on local rank `to`'s
-            // device, the device of `comm` and `stream`; the peer issues the matching send.
-            let r = unsafe {
-                (lib.recv)(p as usize as *mut c_void, dst.len, ncclDataType_t::ncclUint32, from as c_int, comm, stream)
-            };
-            fail(to, r);
+            // `p` lies on local rank `to`'s device, the device of `comm` and `stream`; the peer
+            // issues the matching send.
+            fail(to, lib.recv(comm, p, dst.len, Elem::U32, from as c_int, stream));
         })
     }
 
@@ -278,7 +252,7 @@ impl Mover<CudaBackend> for NcclMover {
             return Ok(Vec::new());
         }
         let root_ptr = match src {
-            Some((l, s)) => Some((l, b.slice_ptr(l, s, "nccl broadcast source")?)),
+            Some((l, s)) => Some((l, b.slice_region(l, s, "nccl broadcast source")?)),
             None => None,
         };
         let n = b.ranks.len();
@@ -289,35 +263,32 @@ impl Mover<CudaBackend> for NcclMover {
                 _ => self.scratch(b, l, len * 4)?,
             });
         }
-        let streams: Vec<cudaStream_t> = (0..n).map(|l| Self::stream(b, l)).collect();
-        let (lib, comms) = (self.lib, self.comms.clone());
+        let b: &CudaBackend = b;
+        let (lib, comms) = (self.lib, &self.comms);
         self.group(b, &format!("ncclBroadcast of {len} words from rank {root}"), |fail| {
             for l in 0..n {
-                // SAFETY: `bufs[l]` holds at least `len` words on local rank l's device (the
-                // owner's checked slice, in place, or scratch); every local rank of every process
-                // joins this broadcast at the same point of the program.
-                let r = unsafe {
-                    (lib.broadcast)(
-                        bufs[l] as usize as *const c_void,
-                        bufs[l] as usize as *mut c_void,
-                        len,
-                        ncclDataType_t::ncclUint32,
-                        root as c_int,
-                        comms[l],
-                        streams[l],
-                    )
-                };
-                fail(l, r);
+                // `bufs[l]` lies on local rank l's device (the owner's slice, in place, or
+                // scratch); every local rank of every process joins this broadcast at the same
+                // point of the program.
+                fail(l, lib.broadcast(&comms[l], bufs[l], bufs[l], len, Elem::U32, root as c_int, Self::stream(b, l)));
             }
         })?;
         let mut out = vec![0f32; len];
         let r = &b.ranks[0];
-        r.stream.context().bind_to_thread().map_err(|e| b.fault(0, "nccl broadcast result", e))?;
-        // SAFETY: `bufs[0]` holds `len` f32 on local rank 0's device, written by the broadcast
-        // queued on the same stream; `out` holds `len` f32 and the stream is synchronized below.
-        unsafe { driver::memcpy_dtoh_async(&mut out, bufs[0], r.stream.cu_stream()) }
-            .map_err(|e| b.fault(0, "nccl broadcast result", e))?;
-        self.sync(b, &format!("ncclBroadcast of {len} words from rank {root}"))?;
+        let call = &format!("ncclBroadcast of {len} words from rank {root}");
+        // The download (written by the broadcast queued on the same stream) lands in `out`,
+        // lent until every local stream is synchronized.
+        let streams: Vec<&CudaStream> = b.ranks.iter().map(|r| &*r.stream).collect();
+        let out_ref = &mut out[..];
+        safe::with_host_memory(
+            &streams,
+            move |h| {
+                r.stream.context().bind_to_thread().map_err(|e| b.fault(0, "nccl broadcast result", e))?;
+                let out_ref = out_ref;
+                h.download(&r.stream, out_ref, bufs[0]).map_err(|e| b.fault(0, "nccl broadcast result", e))
+            },
+            |l, e| b.fault(l, call, e),
+        )?;
         Ok(out)
     }
 
@@ -325,51 +296,45 @@ impl Mover<CudaBackend> for NcclMover {
         if words.is_empty() {
             return Ok(Vec::new());
         }
+        let b: &CudaBackend = b;
         let n = b.ranks.len();
         let len = words.len();
         let zeros = vec![0u64; len];
-        let mut bufs = Vec::with_capacity(n);
-        for l in 0..n {
-            let p = self.scratch(b, l, len * 8)?;
-            let r = &b.ranks[l];
-            r.stream.context().bind_to_thread().map_err(|e| b.fault(l, "nccl digest sum upload", e))?;
-            // Local rank 0 carries this process's words, the other local ranks zeros.
-            let data: &[u64] = if l == 0 { words } else { &zeros };
-            // SAFETY: the scratch holds at least len·8 bytes on this rank's device; `data` lives
-            // until the streams are synchronized at the end of this function.
-            unsafe { driver::memcpy_htod_async(p, data, r.stream.cu_stream()) }
-                .map_err(|e| b.fault(l, "nccl digest sum upload", e))?;
-            bufs.push(p);
-        }
-        let streams: Vec<cudaStream_t> = (0..n).map(|l| Self::stream(b, l)).collect();
-        let (lib, comms) = (self.lib, self.comms.clone());
-        let call = format!("ncclAllReduce (exact u64 sum) of {len} digest words");
-        self.group(b, &call, |fail| {
-            for l in 0..n {
-                // SAFETY: `bufs[l]` holds `len` u64 on local rank l's device, summed in place;
-                // every local rank of every process joins at the same point of the program.
-                let r = unsafe {
-                    (lib.all_reduce)(
-                        bufs[l] as usize as *const c_void,
-                        bufs[l] as usize as *mut c_void,
-                        len,
-                        ncclDataType_t::ncclUint64,
-                        ncclRedOp_t::ncclSum,
-                        comms[l],
-                        streams[l],
-                    )
-                };
-                fail(l, r);
-            }
-        })?;
         let mut out = vec![0u64; len];
-        let r = &b.ranks[0];
-        r.stream.context().bind_to_thread().map_err(|e| b.fault(0, "nccl digest sum result", e))?;
-        // SAFETY: `bufs[0]` holds `len` u64 written by the all-reduce queued on this stream;
-        // `out` holds `len` u64 and the streams are synchronized below.
-        unsafe { driver::memcpy_dtoh_async(&mut out, bufs[0], r.stream.cu_stream()) }
-            .map_err(|e| b.fault(0, "nccl digest sum result", e))?;
-        self.sync(b, &call)?;
+        let call = &format!("ncclAllReduce (exact u64 sum) of {len} digest words");
+        // `words`, `zeros` and `out` are lent to the copies until every local stream is
+        // synchronized at the end.
+        let streams: Vec<&CudaStream> = b.ranks.iter().map(|r| &*r.stream).collect();
+        let (zeros_ref, out_ref) = (&zeros[..], &mut out[..]);
+        let this = &mut *self;
+        safe::with_host_memory(
+            &streams,
+            move |h| {
+                let mut bufs = Vec::with_capacity(n);
+                for l in 0..n {
+                    let p = this.scratch(b, l, len * 8)?;
+                    let r = &b.ranks[l];
+                    r.stream.context().bind_to_thread().map_err(|e| b.fault(l, "nccl digest sum upload", e))?;
+                    // Local rank 0 carries this process's words, the other local ranks zeros.
+                    let data: &[u64] = if l == 0 { words } else { zeros_ref };
+                    h.upload(&r.stream, p, data).map_err(|e| b.fault(l, "nccl digest sum upload", e))?;
+                    bufs.push(p);
+                }
+                let (lib, comms) = (this.lib, &this.comms);
+                this.group(b, call, |fail| {
+                    for l in 0..n {
+                        // `bufs[l]` lies on local rank l's device, summed in place; every local
+                        // rank of every process joins at the same point of the program.
+                        fail(l, lib.all_reduce_sum(&comms[l], bufs[l], bufs[l], len, Elem::U64, Self::stream(b, l)));
+                    }
+                })?;
+                let r = &b.ranks[0];
+                r.stream.context().bind_to_thread().map_err(|e| b.fault(0, "nccl digest sum result", e))?;
+                let out_ref = out_ref;
+                h.download(&r.stream, out_ref, bufs[0]).map_err(|e| b.fault(0, "nccl digest sum result", e))
+            },
+            |l, e| b.fault(l, call, e),
+        )?;
         drop(zeros);
         Ok(out)
     }

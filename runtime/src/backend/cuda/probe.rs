@@ -7,6 +7,7 @@
 //! that `--backend auto` prints and receipts record. The answer is computed once per process.
 
 use super::driver;
+use super::safe::{self, Device};
 use crate::error::RuntimeError;
 use std::sync::OnceLock;
 
@@ -78,15 +79,12 @@ impl From<CudaUnavailable> for RuntimeError {
 
 /// Whether the driver library can be loaded (never panics).
 pub fn driver_library_present() -> bool {
-    // SAFETY: `is_culib_present` only tries `Library::new` on candidate names and drops what it
-    // opened; it touches no driver state.
-    unsafe { driver::is_culib_present() }
+    safe::driver_library_present()
 }
 
 /// Whether the NVRTC library can be loaded (never panics).
 pub fn nvrtc_library_present() -> bool {
-    // SAFETY: as above, only `Library::new` on candidate names of libnvrtc.
-    unsafe { driver::nvrtc::is_culib_present() }
+    safe::nvrtc_library_present()
 }
 
 /// Probe the driver and the devices once per process; later calls return the same answer.
@@ -113,37 +111,29 @@ fn probe_uncached() -> Result<CudaSystem, CudaUnavailable> {
 }
 
 fn query_driver() -> Result<CudaSystem, CudaUnavailable> {
-    driver::init().map_err(|e| {
+    safe::init().map_err(|e| {
         if e.0 == driver::CUresult::CUDA_ERROR_NO_DEVICE {
             CudaUnavailable::NoDevice
         } else {
             CudaUnavailable::InitFailed(e.to_string())
         }
     })?;
-    let mut driver_version: std::ffi::c_int = 0;
-    // SAFETY: cuInit succeeded; the out-pointer is a live local.
-    unsafe { driver::cuDriverGetVersion(&mut driver_version) }
-        .result()
-        .map_err(|e| CudaUnavailable::InitFailed(e.to_string()))?;
-    let count = driver::device::get_count().map_err(|e| CudaUnavailable::InitFailed(e.to_string()))?;
+    let driver_version = safe::driver_version().map_err(|e| CudaUnavailable::InitFailed(e.to_string()))?;
+    let count = safe::device_count().map_err(|e| CudaUnavailable::InitFailed(e.to_string()))?;
     if count <= 0 {
         return Err(CudaUnavailable::NoDevice);
     }
     let mut devices = Vec::new();
     for ordinal in 0..count as usize {
         let q = |detail: String| CudaUnavailable::DeviceQuery { ordinal, detail };
-        let dev = driver::device::get(ordinal as i32).map_err(|e| q(e.to_string()))?;
-        let name = driver::device::get_name(dev).map_err(|e| q(e.to_string()))?;
-        let attr = |a: driver::CUdevice_attribute| {
-            // SAFETY: `dev` is a valid device handle returned by cuDeviceGet above.
-            unsafe { driver::device::get_attribute(dev, a) }.map_err(|e| q(e.to_string()))
-        };
+        let dev = Device::get(ordinal as i32).map_err(|e| q(e.to_string()))?;
+        let name = dev.name().map_err(|e| q(e.to_string()))?;
+        let attr = |a: driver::CUdevice_attribute| dev.attribute(a).map_err(|e| q(e.to_string()));
         use driver::CUdevice_attribute::*;
         let major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         let multiprocessors = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        // SAFETY: valid device handle, as above.
-        let total_mem_bytes = unsafe { driver::device::total_mem(dev) }.map_err(|e| q(e.to_string()))?;
+        let total_mem_bytes = dev.total_mem().map_err(|e| q(e.to_string()))?;
         devices.push(DeviceInfo {
             ordinal,
             name,

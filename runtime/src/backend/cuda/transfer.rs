@@ -23,6 +23,7 @@
 use super::driver;
 use super::graph::Pass;
 use super::memory::{driver_err, PinnedBuffer};
+use super::safe::{self, Device, DevicePtr, HostSpan};
 use super::CudaBackend;
 use crate::backend::{probe_word, Packed, ProbeResult, Slice};
 use crate::config::Transport;
@@ -68,8 +69,8 @@ impl CudaBackend {
         dst_rank: usize,
         dst: Slice,
     ) -> Result<()> {
-        let sp = self.slice_ptr(src_rank, src, "copy source")?;
-        let dp = self.slice_ptr(dst_rank, dst, "copy destination")?;
+        let sp = self.slice_region(src_rank, src, "copy source")?;
+        let dp = self.slice_region(dst_rank, dst, "copy destination")?;
         if src.len != dst.len {
             return Err(RuntimeError::Contract(format!("copy of {} elements into a slice of {}", src.len, dst.len)));
         }
@@ -104,18 +105,12 @@ impl CudaBackend {
                         // cuMemcpyPeerAsync cannot be captured; with unified addressing and peer
                         // access enabled, the plain copy between the two devices' pointers is the
                         // same peer copy and becomes a memcpy node.
-                        // SAFETY: as below; both pointers are unified addresses of live buffers.
-                        unsafe { driver::cuMemcpyAsync(dp, sp, bytes, s.stream.cu_stream()) }
-                            .result()
-                            .map_err(|e| self.fault(src_rank, what, e))?;
+                        safe::copy_unified(&s.stream, dp, sp, bytes).map_err(|e| self.fault(src_rank, what, e))?;
                     } else {
-                        // SAFETY: `sp` and `dp` address `bytes` checked bytes of live buffers in
-                        // the source and destination contexts; the copy is ordered after both
-                        // ranks' earlier work (order_after above) and before their later work.
-                        unsafe {
-                            driver::memcpy_peer_async(dctx.cu_ctx(), dp, sctx.cu_ctx(), sp, bytes, s.stream.cu_stream())
-                        }
-                        .map_err(|e| self.fault(src_rank, what, e))?;
+                        // The copy is ordered after both ranks' earlier work (order_after above)
+                        // and before their later work.
+                        safe::copy_peer(&s.stream, dctx, dp, sctx, sp, bytes)
+                            .map_err(|e| self.fault(src_rank, what, e))?;
                     }
                 }
                 self.order_after(dst_rank, src_rank, what)?;
@@ -151,8 +146,8 @@ impl CudaBackend {
         }
         p.check()?;
         let (ss, ds) = (p.src_span(), p.dst_span());
-        let sp = self.slice_ptr(src_rank, ss, "packed copy source")?;
-        let dp = self.slice_ptr(dst_rank, ds, "packed copy destination")?;
+        let sp = self.slice_region(src_rank, ss, "packed copy source")?;
+        let dp = self.slice_region(dst_rank, ds, "packed copy destination")?;
         if src_rank == dst_rank && ss.buf == ds.buf && ss.offset < ds.offset + ds.len && ds.offset < ss.offset + ss.len
         {
             return Err(RuntimeError::Contract(format!(
@@ -186,65 +181,15 @@ impl CudaBackend {
         }
         let s = &self.ranks[src_rank];
         s.stream.context().bind_to_thread().map_err(|e| self.fault(src_rank, what, e))?;
-        let dev = driver::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        // Both spans were checked inside their buffers and do not overlap; ordering is placed
+        // around the copy. Two devices: the contexts of both ranks, with peer access enabled.
         let r = if same_device {
-            let c = driver::CUDA_MEMCPY2D {
-                srcXInBytes: 0,
-                srcY: 0,
-                srcMemoryType: dev,
-                srcHost: std::ptr::null(),
-                srcDevice: sp,
-                srcArray: std::ptr::null_mut(),
-                srcPitch: spitch,
-                dstXInBytes: 0,
-                dstY: 0,
-                dstMemoryType: dev,
-                dstHost: std::ptr::null_mut(),
-                dstDevice: dp,
-                dstArray: std::ptr::null_mut(),
-                dstPitch: dpitch,
-                WidthInBytes: width,
-                Height: p.blocks,
-            };
-            // SAFETY: both spans were checked inside live buffers on this device (rows of
-            // `width` bytes at the given pitches end inside them) and do not overlap; the
-            // descriptor is a live local read during the call; ordering is placed around it.
-            unsafe { driver::cuMemcpy2DAsync_v2(&c, s.stream.cu_stream()) }
+            safe::copy_2d(&s.stream, dp, dpitch, sp, spitch, width, p.blocks)
         } else {
-            let (sctx, dctx) = (self.ctx_of(src_rank).cu_ctx(), self.ctx_of(dst_rank).cu_ctx());
-            let c = driver::CUDA_MEMCPY3D_PEER {
-                srcXInBytes: 0,
-                srcY: 0,
-                srcZ: 0,
-                srcLOD: 0,
-                srcMemoryType: dev,
-                srcHost: std::ptr::null(),
-                srcDevice: sp,
-                srcArray: std::ptr::null_mut(),
-                srcContext: sctx,
-                srcPitch: spitch,
-                srcHeight: p.blocks,
-                dstXInBytes: 0,
-                dstY: 0,
-                dstZ: 0,
-                dstLOD: 0,
-                dstMemoryType: dev,
-                dstHost: std::ptr::null_mut(),
-                dstDevice: dp,
-                dstArray: std::ptr::null_mut(),
-                dstContext: dctx,
-                dstPitch: dpitch,
-                dstHeight: p.blocks,
-                WidthInBytes: width,
-                Height: p.blocks,
-                Depth: 1,
-            };
-            // SAFETY: the spans were checked inside live buffers of the source and destination
-            // contexts named in the descriptor, with peer access enabled between them; the
-            // descriptor is a live local read during the call.
-            unsafe { driver::cuMemcpy3DPeerAsync(&c, s.stream.cu_stream()) }
+            let (sctx, dctx) = (self.ctx_of(src_rank), self.ctx_of(dst_rank));
+            safe::copy_3d_peer(&s.stream, dctx, dp, dpitch, sctx, sp, spitch, width, p.blocks)
         };
-        r.result().map_err(|e| self.fault(src_rank, what, e))?;
+        r.map_err(|e| self.fault(src_rank, what, e))?;
         self.order_after(dst_rank, src_rank, what)?;
         if p.blocks >= 2 {
             self.packed_copies += 1;
@@ -271,8 +216,8 @@ impl CudaBackend {
     ) -> Result<()> {
         let _ = transport;
         let what = "unfenced copy (canary skip_fence)";
-        let sp = self.slice_ptr(src_rank, src, "unfenced copy source")?;
-        let dp = self.slice_ptr(dst_rank, dst, "unfenced copy destination")?;
+        let sp = self.slice_region(src_rank, src, "unfenced copy source")?;
+        let dp = self.slice_region(dst_rank, dst, "unfenced copy destination")?;
         if src.len != dst.len {
             return Err(RuntimeError::Contract(format!(
                 "unfenced copy of {} elements into a slice of {}",
@@ -294,39 +239,28 @@ impl CudaBackend {
             let d = &self.ranks[dst_rank];
             let (sctx, dctx) = (self.ctx_of(src_rank), self.ctx_of(dst_rank));
             dctx.bind_to_thread().map_err(|e| self.fault(dst_rank, what, e))?;
-            // SAFETY: `sp` and `dp` address `bytes` checked bytes of live buffers in the source and
-            // destination contexts (distinct buffers on distinct devices never overlap). The copy
-            // is deliberately not ordered after the source's earlier work: the bytes it reads may
-            // be stale or half-written, which is the canary's defect, never a memory-safety issue
-            // (both buffers stay allocated until every stream is drained).
-            unsafe { driver::memcpy_peer_async(dctx.cu_ctx(), dp, sctx.cu_ctx(), sp, bytes, d.stream.cu_stream()) }
-                .map_err(|e| self.fault(dst_rank, what, e))?;
+            // The copy is deliberately not ordered after the source's earlier work: the bytes it
+            // reads may be stale or half-written, which is the canary's defect, never a
+            // memory-safety issue (both buffers stay allocated until every stream is drained).
+            safe::copy_peer(&d.stream, dctx, dp, sctx, sp, bytes).map_err(|e| self.fault(dst_rank, what, e))?;
         }
         self.order_after(src_rank, dst_rank, what)
     }
 
     /// Device-to-device copy on `rank`'s stream (both pointers on its device).
-    fn dtod(
-        &self,
-        rank: usize,
-        dp: driver::CUdeviceptr,
-        sp: driver::CUdeviceptr,
-        bytes: usize,
-        what: &str,
-    ) -> Result<()> {
+    fn dtod(&self, rank: usize, dp: DevicePtr, sp: DevicePtr, bytes: usize, what: &str) -> Result<()> {
         let r = &self.ranks[rank];
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, what, e))?;
-        // SAFETY: both pointers address `bytes` checked bytes of live buffers on this device, the
-        // ranges do not overlap (checked for one buffer; distinct buffers never overlap).
-        unsafe { driver::memcpy_dtod_async(dp, sp, bytes, r.stream.cu_stream()) }.map_err(|e| self.fault(rank, what, e))
+        // The ranges do not overlap (checked for one buffer; distinct buffers never overlap).
+        safe::copy_dtod(&r.stream, dp, sp, bytes).map_err(|e| self.fault(rank, what, e))
     }
 
     fn host_bounce(
         &mut self,
         src_rank: usize,
-        sp: driver::CUdeviceptr,
+        sp: DevicePtr,
         dst_rank: usize,
-        dp: driver::CUdeviceptr,
+        dp: DevicePtr,
         bytes: usize,
     ) -> Result<()> {
         let what = "host-bounce copy";
@@ -363,7 +297,7 @@ impl CudaBackend {
         };
         // Source: wait until the slot's previous upload finished, then download into it.
         self.ranks[src_rank].stream.wait(free).map_err(|e| self.fault(src_rank, what, e))?;
-        self.bounce_through(src_rank, sp, dst_rank, dp, bytes, buf.ptr(), what)?;
+        self.bounce_through(src_rank, sp, dst_rank, dp, bytes, buf.span(), what)?;
         free.record(&self.ranks[dst_rank].stream).map_err(|e| self.fault(dst_rank, what, e))?;
         // The source's later writes queue behind the download on its own stream.
         Ok(())
@@ -376,29 +310,23 @@ impl CudaBackend {
     fn bounce_through(
         &self,
         src_rank: usize,
-        sp: driver::CUdeviceptr,
+        sp: DevicePtr,
         dst_rank: usize,
-        dp: driver::CUdeviceptr,
+        dp: DevicePtr,
         bytes: usize,
-        buf: *mut std::ffi::c_void,
+        buf: HostSpan,
         what: &str,
     ) -> Result<()> {
         let (s, d) = (&self.ranks[src_rank], &self.ranks[dst_rank]);
         s.stream.context().bind_to_thread().map_err(|e| self.fault(src_rank, what, e))?;
-        // SAFETY: the caller guarantees `buf` is pinned, holds at least `bytes` bytes and no
-        // queued copy still uses it; `sp` addresses `bytes` checked device bytes.
-        unsafe { driver::cuMemcpyDtoHAsync_v2(buf, sp, bytes, s.stream.cu_stream()) }
-            .result()
-            .map_err(|e| self.fault(src_rank, what, e))?;
+        // The caller guarantees no queued copy still uses `buf`.
+        safe::copy_dtoh_staged(&s.stream, buf, sp, bytes).map_err(|e| self.fault(src_rank, what, e))?;
         // Destination: after its own earlier work (stream order) and the download, upload.
         s.sync_event.record(&s.stream).map_err(|e| self.fault(src_rank, what, e))?;
         d.stream.wait(&s.sync_event).map_err(|e| self.fault(dst_rank, what, e))?;
         d.stream.context().bind_to_thread().map_err(|e| self.fault(dst_rank, what, e))?;
-        // SAFETY: `dp` addresses `bytes` checked device bytes on the destination device; the
-        // staging bytes were written by the download this stream now waits for.
-        unsafe { driver::cuMemcpyHtoDAsync_v2(dp, buf, bytes, d.stream.cu_stream()) }
-            .result()
-            .map_err(|e| self.fault(dst_rank, what, e))
+        // The staging bytes were written by the download this stream now waits for.
+        safe::copy_htod_staged(&d.stream, dp, buf, bytes).map_err(|e| self.fault(dst_rank, what, e))
     }
 
     /// A host-bounce copy inside a graph capture: through the pinned buffer the capture owns for
@@ -406,13 +334,13 @@ impl CudaBackend {
     fn host_bounce_captured(
         &mut self,
         src_rank: usize,
-        sp: driver::CUdeviceptr,
+        sp: DevicePtr,
         dst_rank: usize,
-        dp: driver::CUdeviceptr,
+        dp: DevicePtr,
         bytes: usize,
     ) -> Result<()> {
         let what = "host-bounce copy (graph capture)";
-        let Some(buf) = self.graphs.capture_staging(bytes).map(|b| b.ptr()) else {
+        let Some(buf) = self.graphs.capture_staging(bytes).map(|b| b.span()) else {
             return Err(RuntimeError::Contract(format!(
                 "{what}: no staging buffer of {bytes} bytes was prepared for this copy"
             )));
@@ -431,17 +359,15 @@ impl CudaBackend {
                 continue;
             }
             let (fctx, tctx) = (self.ctx_of(from_rank), self.ctx_of(to_rank));
-            let mut can: std::ffi::c_int = 0;
-            // SAFETY: both device handles come from live contexts; `can` is a live local.
-            unsafe { driver::cuDeviceCanAccessPeer(&mut can, fctx.cu_device(), tctx.cu_device()) }
-                .result()
+            let can = Device::of(fctx)
+                .can_access_peer(Device::of(tctx))
                 .map_err(|e| driver_err(format!("peer access query {from} → {to}"), e))?;
-            if can == 0 {
+            if !can {
                 return Err(RuntimeError::Unavailable(format!("no peer access from device {from} to device {to}")));
             }
             fctx.bind_to_thread().map_err(|e| driver_err("peer access", e))?;
-            // SAFETY: the accessing context is current; the peer context is live.
-            let r = unsafe { driver::cuCtxEnablePeerAccess(tctx.cu_ctx(), 0) };
+            // The accessing context is current.
+            let r = safe::enable_peer_access(tctx, 0);
             if r != driver::CUresult::CUDA_SUCCESS && r != driver::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
                 return Err(driver_err(format!("enabling peer access {from} → {to}"), driver::DriverError(r)));
             }

@@ -7,7 +7,7 @@ use crate::backend::cuda::driver;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::DigestPart;
 use crate::Result;
-use cudarc::driver::{DeviceRepr, PushKernelArg};
+use cudarc::driver::PushKernelArg;
 
 /// Parts per `digest_batch_f32` launch and values per grid block (digest.cu).
 const DIGEST_BATCH_MAX: usize = 32;
@@ -34,10 +34,8 @@ pub(crate) struct DigestBatch {
     count: u32,
 }
 
-// SAFETY: `DigestBatch` is `repr(C)`, made only of u64/u32 arrays and a u32 (no padding that a
-// kernel could read as uninitialised, no pointers the host owns), and matches the field order and
-// types of `struct DigestBatch` in kernels/cuda/digest.cu, which the kernel takes by value.
-unsafe impl DeviceRepr for DigestBatch {}
+// Passed to the kernel by value: its `DeviceRepr` impl is with the other kernel-argument packing
+// in `launch/mod.rs`.
 
 impl DigestBatch {
     fn empty() -> DigestBatch {

@@ -3,8 +3,8 @@
 //! (`kernels/cuda/gemv.cu`).
 
 use super::{capacity_err, cfg, i32_of, shape_err, GEMV_MAX_TASKS, GEMV_THREADS, TREE_THREADS};
-use crate::backend::cuda::driver;
 use crate::backend::cuda::memory::WeightKind;
+use crate::backend::cuda::safe::{self, DevicePtr};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::Slice;
 use crate::Result;
@@ -46,10 +46,8 @@ pub(crate) struct GemvBatch {
     count: i32,
 }
 
-// SAFETY: `GemvBatch` is `repr(C)` of u64/i32 arrays and an i32, with the field order and types of
-// `struct GemvBatch` in kernels/cuda/gemv.cu (no padding: 64 + 16 + 20 + 4 = 104 bytes, a multiple
-// of its 8-byte alignment); the kernel takes it by value.
-unsafe impl cudarc::driver::DeviceRepr for GemvBatch {}
+// Passed to the kernel by value: its `DeviceRepr` impl is with the other kernel-argument packing
+// in `launch/mod.rs`.
 
 impl CudaBackend {
     fn weight_shape(&self, rank: usize, w: u32, op: &str) -> Result<(WeightKind, usize, usize, usize, usize)> {
@@ -60,14 +58,13 @@ impl CudaBackend {
     }
 
     /// Zero `len` f32 at `ptr` on the rank's stream.
-    fn zero(&self, rank: usize, ptr: driver::CUdeviceptr, len: usize, what: &str) -> Result<()> {
+    fn zero(&self, rank: usize, ptr: DevicePtr, len: usize, what: &str) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
         let r = &self.ranks[rank];
         r.stream.context().bind_to_thread().map_err(|e| self.fault(rank, what, e))?;
-        // SAFETY: `ptr` addresses `len` checked f32 of a live buffer on this rank's device.
-        unsafe { driver::memset_d8_async(ptr, 0, len * 4, r.stream.cu_stream()) }.map_err(|e| self.fault(rank, what, e))
+        safe::memset_d8(&r.stream, ptr, 0, len * 4).map_err(|e| self.fault(rank, what, e))
     }
 
     /// `out` is a slice of `out_rank` (`rank` itself, or the root of a peer store).
@@ -100,7 +97,7 @@ impl CudaBackend {
         }
         if cols == 0 {
             // Rows of an empty view are +0.0 (the canonical fold of no partials).
-            return self.zero(rank, op_ptr, out.len, op);
+            return self.zero(rank, self.slice_region(out_rank, out, op)?, out.len, op);
         }
         let wt = &self.ranks[rank].weights[w as usize];
         let wp = wt.data.ptr();

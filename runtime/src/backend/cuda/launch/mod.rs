@@ -16,7 +16,7 @@
 use crate::backend::Slice;
 use crate::error::RuntimeError;
 use crate::Result;
-use cudarc::driver::LaunchConfig;
+use cudarc::driver::{DeviceRepr, LaunchConfig};
 
 /// Threads per block of the GEMV kernels (8 warps; `GEMV_THREADS` in gemv.cu).
 const GEMV_THREADS: u32 = 256;
@@ -111,6 +111,22 @@ macro_rules! launch {
         unsafe { builder.launch($cfg) }.map(|_| ()).map_err(|e| b.fault(rank, name, e))
     }};
 }
+
+// Kernel-argument packing: the parameter blocks passed by value, and the launch macro below
+// (with `safe/`, the only `unsafe` of the CUDA backend outside the driver layer).
+
+// SAFETY: `GemvBatch` is `repr(C)` of u64/i32 arrays and an i32, with the field order and types of
+// `struct GemvBatch` in kernels/cuda/gemv.cu (no padding: 64 + 16 + 20 + 4 = 104 bytes, a multiple
+// of its 8-byte alignment, asserted below); the kernel takes it by value.
+unsafe impl DeviceRepr for gemv::GemvBatch {}
+const _: () = assert!(std::mem::size_of::<gemv::GemvBatch>() == 104);
+
+// SAFETY: `DigestBatch` is `repr(C)`, made only of u64/u32 arrays and a u32 (no padding that a
+// kernel could read as uninitialised, no pointers the host owns), and matches the field order and
+// types of `struct DigestBatch` in kernels/cuda/digest.cu (2440 bytes, asserted below), which the
+// kernel takes by value.
+unsafe impl DeviceRepr for digest::DigestBatch {}
+const _: () = assert!(std::mem::size_of::<digest::DigestBatch>() == 2440);
 
 mod at;
 mod digest;
