@@ -211,7 +211,7 @@ class Matrix:
         return fold(self.partials(x))
 
 
-# ---- the model file (docs/subject-protocol.md §4.1) -------------------------------------------
+# ---- the model file (docs/subject-protocol.md, section 4.1) -------------------------------------------
 
 def read_safetensors(path):
     with open(path, "rb") as f:
@@ -299,7 +299,7 @@ class Model:
         return (np.array([math.cos(a) for a in ang], dtype=F32), np.array([math.sin(a) for a in ang], dtype=F32))
 
 
-# ---- the seam digest (docs/subject-protocol.md §4.4) ------------------------------------------
+# ---- the seam digest (docs/subject-protocol.md, section 4.4) ------------------------------------------
 
 def splitmix64(z):
     z = z + U64(0x9E3779B97F4A7C15)
@@ -507,7 +507,7 @@ def max_in_order(s):
     return m
 
 
-# ---- the protocol (docs/subject-protocol.md §3, §4.2, §5) -------------------------------------
+# ---- the protocol (docs/subject-protocol.md, sections 3, 4.2 and 5) -------------------------------------
 
 def need(name):
     v = os.environ.get(name, "")
