@@ -3,8 +3,9 @@
 docs/DESIGN.md §3.4 ("Every operation") and docs/subject-protocol.md are the only sources: this
 file imports nothing of the project, and every f32 operation below is the one those documents
 name, in their order (the step numbers in comments are that list's). CI gates it as a
-BIT-IDENTICAL subject (scripts/subjects/docs_engine.toml) on `tiny`, on `edge` and on a battery
-long enough for two attention partitions — the proof that the documents are a complete
+BIT-IDENTICAL subject (scripts/subjects/docs_engine.toml) on `tiny`, on `edge`, on a battery
+long enough for two attention partitions and on the odd shapes of scripts/subjects/odd_model.py
+(scripts/subjects/check-docs-engine.sh) — the proof that the documents are a complete
 specification of the canonical program.
 
 f32 arithmetic: numpy float32 arrays, every operation one IEEE single operation (numpy does not
@@ -71,7 +72,11 @@ def lanes(products, width):
 
 def dot32(w, x):
     """Step 1 over the last axis of w · x (broadcast)."""
-    prod = (w * x).astype(F32, copy=False)
+    return dot_products((w * x).astype(F32, copy=False))
+
+
+def dot_products(prod):
+    """Step 1 over the last axis of already rounded products (any length)."""
     n = prod.shape[-1]
     if n % 32:
         # Padding lanes with +0.0 changes nothing: a lane that started at +0.0 is never −0.0.
@@ -194,8 +199,7 @@ class Matrix:
         prod = self.w * x
         if self.scales is None:
             kw = self.inn // self.g
-            p = prod.reshape(self.out, self.g, kw)
-            return butterfly32(lanes(p, kw)).T.copy()
+            return dot_products(prod.reshape(self.out, self.g, kw)).T.copy()
         nb = self.inn // 128
         blocks = butterfly32(lanes(prod.reshape(self.out, nb, 128), 128))  # [out][nb]
         sp = self.row_scales * blocks
