@@ -25,6 +25,8 @@
 //!    every document the repository cites by name is in the repository.
 //! 6. Every path that the maps (ARCHITECTURE.md, README.md, docs/DESIGN.md, METRICS.md,
 //!    docs/multi-host.md) name exists, so moving a file without its documentation fails here.
+//! 9. Every f32 constant of the canonical arithmetic (`kernels/src/canon.rs`, the attention twin)
+//!    is written in docs/DESIGN.md with its bits, so an engine written from the design keeps them.
 //!
 //! The code rules read source text through `lex`, which blanks comments and literals, so a rule
 //! about code never fires on prose or inside a string. Each rule is a function of (path, text)
@@ -190,6 +192,20 @@ fn design_citations_resolve() {
         v.extend(check_cited_documents(&f.rel, &f.text, &names));
     }
     assert_clean("citations", v);
+}
+
+#[test]
+fn canonical_constants_are_in_the_design() {
+    let design = std::fs::read_to_string(root().join(DESIGN)).expect("docs/DESIGN.md is in the repository");
+    let (mut found, mut v) = (0, Vec::new());
+    for rel in CANONICAL_CONSTANTS {
+        let text = std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let (n, bad) = check_constants_documented(rel, &text, &design);
+        found += n;
+        v.extend(bad);
+    }
+    assert!(found >= 14, "tidy found only {found} canonical constants in {CANONICAL_CONSTANTS:?}");
+    assert_clean("canonical constants", v);
 }
 
 #[test]

@@ -3,6 +3,7 @@
 mod bad_input;
 mod determinism;
 mod diff;
+mod docs_engine;
 mod model_file;
 mod multi_process;
 mod output_dir;

@@ -194,6 +194,42 @@ pub fn check_doc_paths(rel: &str, text: &str, exists: &dyn Fn(&str) -> bool) -> 
     out
 }
 
+// ---------------------------------------------------------------------------------------------
+// Rule 9: the canonical constants are in the design
+// ---------------------------------------------------------------------------------------------
+
+/// The files that define the f32 constants of the canonical arithmetic.
+pub const CANONICAL_CONSTANTS: [&str; 2] = ["kernels/src/canon.rs", "kernels/src/twins/attention.rs"];
+
+/// The f32 bit patterns `source` defines (`f32::from_bits(0x…)`, `…_BITS: u32 = 0x…`) and the
+/// violations: each pattern `design` does not write as `0x` and eight upper-case hex digits. A
+/// bit-identical engine is written from the design (docs/DESIGN.md §3.4, "Every operation"), and
+/// a constant no battery exposes (exp_c's reduction constants) would drift unnoticed otherwise.
+pub fn check_constants_documented(rel: &str, source: &str, design: &str) -> (usize, Vec<Violation>) {
+    let mut out = Vec::new();
+    let mut found = 0;
+    for (n, line) in source.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        let Some(at) =
+            code.find("from_bits(0x").map(|i| i + 10).or_else(|| code.find("_BITS: u32 = 0x").map(|i| i + 13))
+        else {
+            continue;
+        };
+        let hex: String =
+            code[at + 2..].chars().take_while(|c| c.is_ascii_hexdigit() || *c == '_').filter(|c| *c != '_').collect();
+        let bits = format!("0x{:0>8}", hex.to_ascii_uppercase());
+        found += 1;
+        if !design.contains(&bits) {
+            out.push(violation(
+                rel,
+                n + 1,
+                format!("defines the canonical constant {bits}, which {DESIGN} does not write: add it to §3.4's operation list"),
+            ));
+        }
+    }
+    (found, out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,5 +277,15 @@ mod tests {
         let v = check_doc_paths("ARCHITECTURE.md", text, &exists);
         let named: Vec<(usize, bool)> = v.iter().map(|v| (v.line, v.message.contains("gone.rs"))).collect();
         assert_eq!(named, [(2, true), (2, false)], "{v:?}");
+    }
+
+    #[test]
+    fn canonical_constants_must_be_written_in_the_design() {
+        let source = "const A: f32 = f32::from_bits(0x3FB8_AA3B);\npub const S_BITS: u32 = 0x3DB5_04F3;\n// f32::from_bits(0x1)\nfn f() {}\n";
+        let (found, v) = check_constants_documented("k.rs", source, "LOG2E = 0x3FB8AA3B and 0x3DB504F3");
+        assert_eq!((found, v.len()), (2, 0), "{v:?}");
+        let (found, v) = check_constants_documented("k.rs", source, "LOG2E = 0x3FB8AA3C, scale 0x3DB504F3");
+        assert_eq!((found, v.len()), (2, 1), "{v:?}");
+        assert!(v[0].message.contains("0x3FB8AA3B") && v[0].line == 1, "{}", v[0]);
     }
 }
