@@ -3,6 +3,7 @@
 
 pub use crate::door::{Canary, Door, DoorSet};
 use crate::error::RuntimeError;
+pub use memra_kernels::grid::Tp;
 
 /// How bytes move between ranks (docs/DESIGN.md §3.5). A transport never does arithmetic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -91,7 +92,7 @@ pub enum Timing {
 /// Everything that decides one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunConfig {
-    pub tp: usize,
+    pub tp: Tp,
     pub transport: Transport,
     pub doors: DoorSet,
     pub battery: Battery,
@@ -111,9 +112,8 @@ pub struct RunConfig {
 
 impl RunConfig {
     pub fn new(tp: usize, transport: Transport, battery: Battery) -> Result<Self, RuntimeError> {
-        check_tp(tp)?;
         Ok(RunConfig {
-            tp,
+            tp: check_tp(tp)?,
             transport,
             doors: DoorSet::default(),
             battery,
@@ -158,11 +158,8 @@ impl RunConfig {
     }
 }
 
-/// TP must be 1, 2, 4 or 8 (the canonical grid has 8 blocks).
-pub fn check_tp(tp: usize) -> Result<(), RuntimeError> {
-    if memra_kernels::grid::is_tp_size(tp) {
-        Ok(())
-    } else {
-        Err(RuntimeError::UnsupportedTp { tp })
-    }
+/// `tp` as a [`Tp`] (1, 2, 4 or 8: the canonical grid has 8 blocks), or the typed refusal. The
+/// one place a bare TP size becomes a `Tp` in the runtime.
+pub fn check_tp(tp: usize) -> Result<Tp, RuntimeError> {
+    Tp::new(tp).map_err(|e| RuntimeError::UnsupportedTp { tp: e.0 })
 }

@@ -12,6 +12,7 @@ use memra_runtime::backend::{
     capability, Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, Packed, PackedCopies,
     PeerStores, ProbeResult, Slice, Transfer, WeightId, Witness,
 };
+use memra_runtime::config::Tp;
 use memra_runtime::evidence::census::Census;
 use memra_runtime::evidence::defect::TwinDefect;
 use memra_runtime::evidence::record::{CaptureKey, Record, Seam};
@@ -200,7 +201,7 @@ fn counter(r: &Record, name: &str) -> u64 {
 /// OPROJ_DIRECT one per peer per layer; MOE_DIRECT one per peer per layer per sharded slot.
 fn expected_tp_sharded(tp: usize, doors: &DoorSet) -> (u64, u64) {
     let m = tiny();
-    let p = Placement::new(m, tp, doors, false).unwrap();
+    let p = Placement::new(m, Tp::new(tp).unwrap(), doors, false).unwrap();
     assert_eq!(p.experts, ExpertMode::TensorParallel, "tiny at TP{tp} shards its routed experts");
     let layers = m.layers.len() as u64;
     let peers = (tp - 1) as u64;
@@ -270,7 +271,7 @@ fn moe_direct_on_expert_parallel_owners_stores_each_off_root_slot() {
         let what = format!("TP{tp} step_ep+moe_direct+oproj_direct");
         let (r, rec) = run_recorded(tp, doors, keys.clone());
         assert_identical(&r, &what);
-        let p = Placement::new(m, tp, &doors, false).unwrap();
+        let p = Placement::new(m, Tp::new(tp).unwrap(), &doors, false).unwrap();
         assert_eq!(p.experts, ExpertMode::ExpertParallel);
         let mut want = 0u64;
         for cap in r.captures.values() {
@@ -298,7 +299,8 @@ fn a_misplaced_peer_store_is_caught_at_the_seam_it_lands_in() {
     let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery()).unwrap();
     cfg.doors = doors;
     let mut b = Recording::new(tp);
-    let block = (tiny().config.hidden * Placement::new(tiny(), tp, &doors, false).unwrap().o_kblocks / tp) as isize;
+    let block = (tiny().config.hidden * Placement::new(tiny(), Tp::new(tp).unwrap(), &doors, false).unwrap().o_kblocks
+        / tp) as isize;
     b.misplace = Some((0, -block));
     let r = program::run(tiny(), &cfg, &mut b).unwrap();
     assert_eq!(b.stores[0].2.offset, block as usize, "store 0 is rank 1's o_proj partials at its canonical offset");

@@ -21,7 +21,7 @@ fn battery() -> Battery {
 }
 
 fn record(cfg: &RunConfig, mode: HostRanks, corrupt_copies: bool) -> Record {
-    let mut b = HostBackend::with_ranks(cfg.tp, mode).unwrap();
+    let mut b = HostBackend::with_ranks(cfg.tp.get(), mode).unwrap();
     assert_eq!(b.rank_mode(), mode);
     if corrupt_copies {
         b.corrupt_copies_up_to(usize::MAX);
@@ -73,7 +73,7 @@ fn inline_ranks_decode_the_threads_record() {
         let inline = record(&cfg, HostRanks::Inline, false);
         assert!(threads.digests.iter().flatten().count() > 0, "{what}: no decode step was recorded");
         assert!(evidence(&threads) == evidence(&inline), "{what}: inline ranks changed the evidence");
-        if cfg.tp > 1 {
+        if cfg.tp.get() > 1 {
             assert!(inline.copies_verified > 0, "{what}: no cross-rank copy was verified");
         }
     }

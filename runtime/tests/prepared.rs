@@ -47,7 +47,7 @@ fn configs() -> Vec<(&'static str, RunConfig)> {
 }
 
 fn fresh(cfg: &RunConfig) -> Record {
-    let mut b = HostBackend::new(cfg.tp).unwrap();
+    let mut b = HostBackend::new(cfg.tp.get()).unwrap();
     program::run(tiny(), cfg, &mut b).unwrap()
 }
 

@@ -8,6 +8,7 @@
 //! and its tape covers all 8 prompts × 8 tokens.
 
 use memra_runtime::backend::host::HostBackend;
+use memra_runtime::config::Tp;
 use memra_runtime::evidence::record::{CaptureKey, Record, Seam};
 use memra_runtime::model::{gen::generate, Matrix, Model, ModelConfig};
 use memra_runtime::reference::{compare, reference_run, ComparisonReport, ReferenceRun, REFERENCE_REL_BOUND};
@@ -62,7 +63,7 @@ fn capture_keys(battery: &Battery, n_layers: usize, full: usize) -> Vec<CaptureK
 }
 
 fn run(model: &Model, cfg: &RunConfig) -> Record {
-    let mut backend = HostBackend::new(cfg.tp).unwrap();
+    let mut backend = HostBackend::new(cfg.tp.get()).unwrap();
     program::run(model, cfg, &mut backend).unwrap()
 }
 
@@ -134,7 +135,7 @@ fn tp2_record_compares_identically() {
     let f = fixture();
     let t = Instant::now();
     let mut cfg = f.cfg.clone();
-    cfg.tp = 2;
+    cfg.tp = Tp::new(2).unwrap();
     let record = run(&f.model, &cfg);
     let report = compare(&f.reference, &record, REFERENCE_REL_BOUND);
     eprintln!("TP2 run + compare: {:.2?}", t.elapsed());

@@ -25,7 +25,7 @@ fn short() -> Battery {
 }
 
 fn run_cfg(model: &Model, cfg: &RunConfig) -> Record {
-    let mut b = HostBackend::new(cfg.tp).unwrap();
+    let mut b = HostBackend::new(cfg.tp.get()).unwrap();
     program::run(model, cfg, &mut b)
         .unwrap_or_else(|e| panic!("TP{} {} {:?} run failed: {e}", cfg.tp, cfg.transport.name(), cfg.doors))
 }

@@ -13,6 +13,7 @@
 //! case and the first divergent (prompt, step, layer, seam).
 
 use memra_runtime::backend::host::HostBackend;
+use memra_runtime::config::Tp;
 use memra_runtime::evidence::record::Record;
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::program::placement::{ExpertMode, Placement};
@@ -209,7 +210,8 @@ fn engagement_failures(case: &Case, got: &Record) -> Vec<String> {
 
 /// How a case placed its experts: the coverage the property is meant to reach.
 fn placement_label(model: &Model, case: &Case) -> Result<String, String> {
-    let p = Placement::new(model, case.tp, &case.doors, false).map_err(|e| format!("placement refused: {e}"))?;
+    let p = Placement::new(model, Tp::new(case.tp).unwrap(), &case.doors, false)
+        .map_err(|e| format!("placement refused: {e}"))?;
     let experts = match p.experts {
         ExpertMode::TensorParallel => "routed TP-sharded",
         ExpertMode::ExpertParallel if case.doors.step_ep => "routed EP (step_ep door)",

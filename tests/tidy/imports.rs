@@ -33,6 +33,7 @@ pub fn crate_refs(code: &str) -> Vec<(usize, String)> {
 /// The first path segment after every `prefix` (a path ending in `::`) in `code` that does not
 /// continue a longer path, with its 1-based line; `prefix{a, b::c}` names `a` and `b`.
 pub fn prefixed_refs(code: &str, prefix: &str) -> Vec<(usize, String)> {
+    assert!(prefix.ends_with("::"), "a path prefix ends in `::`: {prefix:?}");
     let mut out = Vec::new();
     let ident = |s: &str| -> String { s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect() };
     let mut from = 0;
@@ -100,8 +101,10 @@ pub fn graph_below(
         let Some(from) = top_module(rel, src_root) else { continue };
         let code = mask(text, Lang::Rust).code;
         let mut refs = prefixed_refs(&code, module_path);
-        if module_path != "crate::" {
-            refs.extend(prefixed_refs(&code, &"super::".repeat(depth_below(rel, src_root))));
+        let depth = depth_below(rel, src_root);
+        // The folder's own `mod.rs` (depth 0) names its children by plain paths, not `super::`.
+        if module_path != "crate::" && depth > 0 {
+            refs.extend(prefixed_refs(&code, &"super::".repeat(depth)));
         }
         for (line, to) in refs {
             if to != from && modules.contains(&to) {

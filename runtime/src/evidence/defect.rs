@@ -6,7 +6,7 @@
 //! the canonical arithmetic ONLY on its special path, so a battery that never reaches the path
 //! cannot tell the defect from the real thing.
 //!
-//! The host backend plants them in the twins it runs ([`super::Backend::plant`]); the CUDA
+//! The host backend plants them in the twins it runs (`Witness::plant`, `witness.rs`); the CUDA
 //! backend refuses (its kernels are held to the twins bit for bit by `runtime/tests/gpu`, and the
 //! device-host gate compares a CUDA run with the host oracle over the same battery, so a kernel
 //! with such a defect fails there wherever the battery reaches the path).

@@ -6,7 +6,7 @@
 use super::copies::broadcast;
 use super::{Ctx, SeamPart};
 use crate::backend::{capability, JoinFence, Op, RowOrder, Slice};
-use crate::config::{Canary, Transport};
+use crate::config::Canary;
 use crate::evidence::record::Seam;
 use crate::Result;
 
@@ -190,16 +190,8 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         // NCCL_ALLREDUCE (NUMERIC, o_join only; the moe_join stays canonical): each rank folds
         // its own K-blocks from +0.0 into a local vector (its `xin`, free until ffn_norm), then
         // NCCL sums the TP vectors in its own order into the root's ojoin.
-        if ctx.cfg.transport != Transport::Nccl || ctx.cfg.doors.oproj_tail {
-            return Err(crate::RuntimeError::DoorRefused {
-                door: "MEMRA_NCCL_ALLREDUCE",
-                rule: format!(
-                    "MEMRA_NCCL_ALLREDUCE runs on an NCCL communicator and replaces the o_join fold: it needs the \
-                 nccl transport (not {}) and cannot be combined with MEMRA_OPROJ_TAIL",
-                    ctx.cfg.transport.name()
-                ),
-            });
-        }
+        // Its transport (nccl) and its exclusion of OPROJ_TAIL are registry rules, checked
+        // before the run (`RunConfig::check_doors`).
         let mut sums = Vec::with_capacity(tp);
         for r in 0..tp {
             let rb = &ctx.buffers.ranks[r];

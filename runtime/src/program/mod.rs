@@ -378,7 +378,7 @@ pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepare
 
 /// What every run checks before any work: ranks, doors, model, battery.
 fn check_run(model: &Model, cfg: &RunConfig, b: &dyn Backend) -> Result<()> {
-    if b.ranks() != cfg.tp {
+    if b.ranks() != cfg.tp.get() {
         return Err(RuntimeError::Contract(format!(
             "the backend has {} ranks but the run asks for TP {}",
             b.ranks(),

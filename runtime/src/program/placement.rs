@@ -5,7 +5,7 @@
 //! G canonical K-blocks and rank r owns K-blocks r·G/TP …; TP must divide G, or the matrix cannot
 //! be sharded: routed experts then run expert-parallel (whole experts on owner ranks).
 
-use crate::config::{check_tp, DoorSet};
+use crate::config::{DoorSet, Tp};
 use crate::error::RuntimeError;
 use crate::model::{Model, ModelConfig};
 use std::ops::Range;
@@ -43,8 +43,8 @@ pub struct Placement {
 
 impl Placement {
     /// `nvfp4`: the routed experts are NVFP4 banks (whole experts, expert-parallel).
-    pub fn new(model: &Model, tp: usize, doors: &DoorSet, nvfp4: bool) -> Result<Placement, RuntimeError> {
-        check_tp(tp)?;
+    pub fn new(model: &Model, tp: Tp, doors: &DoorSet, nvfp4: bool) -> Result<Placement, RuntimeError> {
+        let tp = tp.get();
         let c: &ModelConfig = &model.config;
         let o_kblocks = model.layers[0].wo.kblocks()?;
         // NVFP4 banks cut the routed down projection into 16-value groups, not 128-column

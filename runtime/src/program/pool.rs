@@ -208,7 +208,7 @@ impl Pool {
         };
         self.evict(key.backend, expect);
         let attempt = || -> Result<Entry> {
-            let mut backend = open_with(key.backend, key.layout.tp, &key.open)?;
+            let mut backend = open_with(key.backend, key.layout.tp.get(), &key.open)?;
             let prepared = prepare(model, key.layout, backend.as_mut())?;
             self.prepares.fetch_add(1, Ordering::SeqCst);
             Ok(Entry { key: *key, backend, prepared, last_used: 0 })

@@ -11,7 +11,7 @@
 use super::placement::Placement;
 use super::weights::{self, Uploaded};
 use crate::backend::{Backend, Checkpoint};
-use crate::config::{DoorSet, RunConfig};
+use crate::config::{DoorSet, RunConfig, Tp};
 use crate::error::RuntimeError;
 use crate::model::Model;
 use crate::Result;
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// placement, the expert storage, and the RoPE rows uploaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Layout {
-    pub tp: usize,
+    pub tp: Tp,
     /// F32_MIRROR: BF16 shards stored widened.
     pub f32_mirror: bool,
     /// W8: attention projections stored as their int8 mirror.
@@ -103,7 +103,7 @@ impl Prepared {
 /// Place `model` on the ranks of `b` for `layout`: the placement, every weight shard, the
 /// parameter buffers and the expert groups.
 pub fn prepare(model: &Model, layout: Layout, b: &mut dyn Backend) -> Result<Prepared> {
-    if b.ranks() != layout.tp {
+    if b.ranks() != layout.tp.get() {
         return Err(RuntimeError::Contract(format!(
             "the backend has {} ranks but the layout asks for TP {}",
             b.ranks(),

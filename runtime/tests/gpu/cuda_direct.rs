@@ -14,6 +14,7 @@
 
 use crate::harness::{cuda_backend, GpuTest, NotRun, Ran, Skip};
 use memra_kernels::twins::digest::splitmix64;
+use memra_runtime::config::Tp;
 use memra_runtime::backend::cuda::{CudaBackend, CudaOptions, GemvLayout, PlacementPolicy};
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{Backend, Packed, PackedCopies, Slice, Witness};
@@ -261,7 +262,7 @@ fn packed_copy_on_distinct_devices() -> Ran {
 /// `epart_all`), so rank 0 has nothing to copy.
 fn expected_packed(tp: usize, doors: &DoorSet) -> u64 {
     let m = tiny();
-    let p = Placement::new(m, tp, doors, false).unwrap();
+    let p = Placement::new(m, Tp::new(tp).unwrap(), doors, false).unwrap();
     let k = m.config.top_k;
     let runs =
         if p.shared_sharded && p.down_kblocks == p.shared_kblocks { u64::from(k + 1 >= 2) } else { u64::from(k >= 2) };

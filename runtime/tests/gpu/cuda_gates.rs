@@ -56,8 +56,8 @@ fn config(tp: usize, transport: Transport, doors: DoorSet) -> RunConfig {
 
 /// Run on the host and on CUDA (co-resident); `None` after noting a run the machine cannot make.
 fn both(preset: &str, cfg: &RunConfig, not_run: &mut NotRun) -> Result<Option<(Record, Record)>, crate::harness::Skip> {
-    let host = program::run(model(preset), cfg, &mut HostBackend::new(cfg.tp).unwrap()).unwrap();
-    let mut b = cuda_backend(cfg.tp, CO_RESIDENT)?;
+    let host = program::run(model(preset), cfg, &mut HostBackend::new(cfg.tp.get()).unwrap()).unwrap();
+    let mut b = cuda_backend(cfg.tp.get(), CO_RESIDENT)?;
     match program::run(model(preset), cfg, &mut b) {
         Ok(r) => Ok(Some((host, r))),
         Err(RuntimeError::Unavailable(reason)) => {

@@ -673,7 +673,7 @@ fn backends_without_nccl_refuse_all_reduce_and_unfenced_copies() -> Ran {
     cfg.doors.nccl_allreduce = true;
     let err = program::run(&model, &cfg, &mut HostBackend::new(2).unwrap()).unwrap_err();
     assert!(matches!(&err, RuntimeError::DoorRefused { door: "MEMRA_NCCL_ALLREDUCE", .. }), "{err:?}");
-    assert!(err.to_string().contains("needs the nccl transport"), "{err}");
+    assert!(err.to_string().contains("with transport native-p2p: the all-reduce runs on an NCCL communicator"), "{err}");
     cfg.doors = DoorSet { canary: Some(Canary::SkipFence), ..DoorSet::default() };
     let err = program::run(&model, &cfg, &mut HostBackend::new(2).unwrap()).unwrap_err();
     assert!(err.to_string().contains("no producer fence to skip"), "{err}");

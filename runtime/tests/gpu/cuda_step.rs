@@ -12,6 +12,7 @@
 //! with `MEMRA_REQUIRE_GPU=1` that is a failure (`harness.rs`).
 
 use memra_kernels::twins::digest::digest_f32;
+use memra_runtime::config::Tp;
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{Backend, DigestPart, GroupEntry, Op, OwnedSlots, OwnerRule, RowOrder, Slice, SlotOwner};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
@@ -503,7 +504,7 @@ fn placements_and_whole_step_graph_on_cuda_equal_the_host() -> Ran {
         for &tp in tps {
             for t in [Transport::HostBounce, Transport::NativeP2p] {
                 let mut c = cfg.clone();
-                (c.tp, c.transport) = (tp, t);
+                (c.tp, c.transport) = (Tp::new(tp).unwrap(), t);
                 let mut b = cuda_backend(tp, CO_RESIDENT)?;
                 let r = run(&model, &c, &mut b);
                 match first_diff(&dev1, &r) {
@@ -552,7 +553,7 @@ fn step_preset_device_host_gate() -> Ran {
     assert_eq!(dev1.tokens, oracle.tokens);
     for tp in [2, 4] {
         let mut c = cfg.clone();
-        (c.tp, c.transport) = (tp, Transport::NativeP2p);
+        (c.tp, c.transport) = (Tp::new(tp).unwrap(), Transport::NativeP2p);
         let mut b = cuda_backend(tp, CO_RESIDENT)?;
         let r = run(&model, &c, &mut b);
         assert_eq!(first_diff(&dev1, &r), None, "step preset: CUDA TP{tp} co-resident vs CUDA TP1");

@@ -9,7 +9,7 @@ use memra_receipts::schema::{Receipt, RunConfigEvidence};
 use super::PlotError;
 
 /// The canonical program's seams in program order: the 11 of every layer, then the 2 of the head
-/// pseudo-layer after the last layer (`runtime/src/record.rs`, `Seam::LAYER` and `Seam::HEAD`).
+/// pseudo-layer after the last layer (`runtime/src/evidence/record.rs`, `Seam::LAYER` and `Seam::HEAD`).
 /// Seams a receipt names that are not listed here (another engine's) follow in name order.
 pub const SEAM_ORDER: [&str; 13] = [
     "attn_norm",

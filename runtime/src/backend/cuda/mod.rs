@@ -8,9 +8,9 @@
 //! [`Backend::copy`](super::Backend::copy), which orders the copy after both ranks' earlier work and before both ranks'
 //! later work with events or, over `nccl`, with stream order (no host synchronisation inside a
 //! step). Two deliberate departures, each behind its own switch: the NUMERIC door
-//! MEMRA_NCCL_ALLREDUCE ([`Backend::all_reduce_sum`](super::Backend::all_reduce_sum), NCCL's own reduction order) and the
-//! SkipFence canary ([`Backend::copy_unfenced`](super::Backend::copy_unfenced), a copy that does not wait for its producer).
-//! Direct joins ([`Backend::launch_peer_store`](super::Backend::launch_peer_store), `direct.rs`) order a kernel's stores into
+//! MEMRA_NCCL_ALLREDUCE ([`AllReduce`](super::AllReduce), NCCL's own reduction order) and the
+//! SkipFence canary ([`UnfencedCopies`](super::UnfencedCopies), a copy that does not wait for its producer).
+//! Direct joins ([`PeerStores`](super::PeerStores), `direct.rs`) order a kernel's stores into
 //! another rank's memory with the same two fences a copy has (events, or FENCE_MEMOPS doorbells).
 //!
 //! This module is the one room where driver calls live (ARCHITECTURE.md, architecture invariants),

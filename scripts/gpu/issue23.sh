@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issue 23 (the runtime floor: evidence/, capability traits, the safe driver layer, the generated
+# door list) on the GPU machine: every GPU test module of the new build, then the default CUDA run
+# and `selftest --backend cuda` with the build before the refactor (target-gpu/base/memra-gates)
+# and the new one (target-gpu/memra-gates); the receipts' evidence (less the build stamp and the
+# performance block) must be byte-for-byte the same.
+set -uo pipefail
+source scripts/gpu/libs.sh
+export MEMRA_REQUIRE_GPU=1
+bash scripts/gpu/final-check.sh
+for b in base new; do
+  G=target-gpu/memra-gates; [ $b = base ] && G=target-gpu/base/memra-gates
+  t0=$(date +%s); timeout 120 $G run --backend cuda --quiet --out /tmp/$b-run > /tmp/$b-run.log 2>&1
+  echo "$b run --backend cuda exit $? in $(( $(date +%s)-t0 ))s: $(grep -cE 'PASS' /tmp/$b-run.log) PASS lines"
+  t0=$(date +%s); timeout 150 $G selftest --backend cuda --out /tmp/$b-self > /tmp/$b-self.log 2>&1
+  echo "$b selftest --backend cuda exit $? in $(( $(date +%s)-t0 ))s: $(tail -1 /tmp/$b-self.log)"
+done
+python3 - <<'PY'
+import json, glob, os
+def ev(d):
+    out = {}
+    for f in glob.glob(d + '/**/run-*.json', recursive=True):
+        e = json.load(open(f))['evidence']; e.pop('build', None); e.pop('performance', None)
+        out[os.path.relpath(f, d)] = json.dumps(e, sort_keys=True)
+    return out
+for what in ['run', 'self']:
+    a, b = ev(f'/tmp/base-{what}'), ev(f'/tmp/new-{what}')
+    differ = [k for k in a if a[k] != b.get(k)]
+    print(f"{what}: base {len(a)} receipts, new {len(b)}, same names {len(set(a) & set(b))}, evidence differs in {len(differ)}: {differ[:3]}")
+PY
+tar czf $OUT/issue23.tgz -C /tmp base-run.log new-run.log base-self.log new-self.log
