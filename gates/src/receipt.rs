@@ -49,6 +49,7 @@ pub fn transport_of(t: rs::Transport) -> Transport {
 }
 
 /// What evaluating a job produced before it becomes a receipt.
+#[derive(Clone)]
 pub(crate) struct Evaluation {
     pub verdict: Verdict,
     pub reason: Option<String>,
@@ -108,7 +109,7 @@ impl Evaluation {
 }
 
 fn to_divergence(d: &FirstDivergence) -> rs::Divergence {
-    let e = d.element.filter(|_| d.reproduced);
+    let e = d.element.filter(|_| d.reproduced && d.copy_from.is_none());
     rs::Divergence {
         prompt: d.prompt,
         step: d.step,
@@ -117,7 +118,8 @@ fn to_divergence(d: &FirstDivergence) -> rs::Divergence {
         at: if d.copy_from.is_some() { rs::DivergenceAt::Copy } else { rs::DivergenceAt::Seam },
         src_rank: d.copy_from,
         rank: e.and_then(|e| e.rank).or(d.rank),
-        reproduced: e.is_some(),
+        // A copy is located at the copy (no element); reproduced: the other run had the fault.
+        reproduced: if d.copy_from.is_some() { d.reproduced } else { e.is_some() },
         element: e.map(|e| e.index),
         oracle_bits: e.map(|e| format!("0x{:08x}", e.oracle_bits)),
         observed_bits: e.map(|e| format!("0x{:08x}", e.observed_bits)),

@@ -14,3 +14,4 @@ mod run_default;
 mod selftest;
 mod single_matrix;
 mod subject;
+mod subject_hygiene;

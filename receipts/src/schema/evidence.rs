@@ -254,8 +254,10 @@ pub struct Divergence {
     /// The rank whose part differed (a copy's destination rank), when the evidence names one.
     #[serde(deserialize_with = "required")]
     pub rank: Option<usize>,
-    /// Whether a re-run with a full capture reproduced the difference; the element fields are
-    /// present exactly when it did.
+    /// A seam: whether a re-run with a full capture reproduced the difference; the element fields
+    /// are present exactly when it did. A copy (located at the copy, never an element): whether
+    /// the configuration's second run had the same fault — `true` is a deterministic transport
+    /// fault, `false` a fault of one run only (a race is likely).
     pub reproduced: bool,
     /// Flat element index within the seam's tensor.
     #[serde(deserialize_with = "required")]
@@ -283,14 +285,16 @@ pub enum DivergenceAt {
 
 impl Divergence {
     /// One line for tables: `L3.o_join p0 s5 r2 [1234] 0x3f800000→0x3f800001 (1 ulp)`,
-    /// `L0.attn_norm p0 s0 copy r0→r1`, or `L1.experts p0 s3 r1 (not reproduced: race likely)`.
+    /// `L0.attn_norm p0 s0 copy r0→r1 (in both runs: deterministic)`, or
+    /// `L1.experts p0 s3 r1 (not reproduced: race likely)`.
     pub fn short(&self) -> String {
         let rank = self.rank.map(|r| format!(" r{r}")).unwrap_or_default();
         let place = format!("{} p{} s{}", seam_column(self.layer, &self.seam), self.prompt, self.step);
         if self.at == DivergenceAt::Copy {
             let src = self.src_rank.map(|r| format!("r{r}")).unwrap_or_else(|| "?".into());
             let dst = self.rank.map(|r| format!("r{r}")).unwrap_or_else(|| "?".into());
-            return format!("{place} copy {src}→{dst}");
+            let how = if self.reproduced { "in both runs: deterministic" } else { "in one run only: race likely" };
+            return format!("{place} copy {src}→{dst} ({how})");
         }
         match (self.element, &self.oracle_bits, &self.observed_bits, self.ulp) {
             (Some(e), Some(o), Some(b), Some(u)) => format!("{place}{rank} [{e}] {o}→{b} ({u} ulp)"),
