@@ -63,6 +63,9 @@ pub(crate) struct Evaluation {
     /// The coverage of the model and battery (the host oracle's) and the paths the model claims.
     pub coverage: Option<Coverage>,
     pub claims: Vec<String>,
+    /// Who counted the run's census (`rs::Evidence::census_witness`): `None` for memra-gates'
+    /// own backend in process.
+    pub census_witness: Option<String>,
 }
 
 impl Default for Evaluation {
@@ -78,6 +81,7 @@ impl Default for Evaluation {
             probe: Vec::new(),
             coverage: None,
             claims: Vec::new(),
+            census_witness: None,
         }
     }
 }
@@ -183,6 +187,7 @@ pub(crate) fn build_receipt(
         gates: ev.gates.clone(),
         engaged: record.engaged.clone(),
         census: record.census.clone(),
+        census_witness: ev.census_witness.clone(),
         coverage: ev.coverage.as_ref().map(coverage_evidence).unwrap_or_default(),
         claims: {
             let mut c = ev.claims.clone();

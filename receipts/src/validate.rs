@@ -112,6 +112,13 @@ impl Receipt {
                 "names the subject's version when present (leave the field out when unknown)",
             ));
         }
+        if let Some(w) = ev.census_witness.as_deref().filter(|w| !crate::schema::census_witness_ok(w)) {
+            return Err(violation(
+                "evidence.census_witness",
+                w,
+                "is `self-reported` or `outside:<witness>` when present (absent: counted by memra-gates' own backend)",
+            ));
+        }
         if ev.verdict.requires_reason() && ev.reason.as_deref().is_none_or(str::is_empty) {
             return Err(violation(
                 "evidence.reason",

@@ -15,3 +15,4 @@ mod selftest;
 mod single_matrix;
 mod subject;
 mod subject_hygiene;
+mod subject_lies;

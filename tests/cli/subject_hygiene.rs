@@ -58,7 +58,7 @@ fn a_program_that_cannot_start_is_refused_before_any_model_is_built() {
         "--gen-tokens",
         "2",
     ]);
-    o.expect_code(1).expect_stderr(&["exited with status 3"]);
+    o.expect_code(1).expect_stdout(&["exited with status 3"]);
 }
 
 /// Whether process `pid` is gone (or a zombie nobody reaped yet: it runs nothing).

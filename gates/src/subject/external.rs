@@ -55,12 +55,12 @@ struct Guard {
     stdin: Option<std::process::ChildStdin>,
 }
 
-/// The watcher's script: `$1` is the work directory.
+/// The watcher's script: `$1` is the work directory. (`kill -9 -PGID`: dash's `kill` takes no `--`.)
 const GUARD_SCRIPT: &str = r#"trap '' INT TERM HUP
 read -r _ || true
 for f in "$1"/group-*; do
   [ -e "$f" ] || continue
-  kill -KILL -- "-${f##*/group-}" 2>/dev/null
+  kill -9 "-${f##*/group-}" 2>/dev/null
 done
 rm -rf -- "$1"
 "#;
@@ -89,15 +89,17 @@ impl Guard {
     }
 }
 
-/// A running start's mark for the watcher: `group-<pid>` in the work directory while the start
-/// runs; removed as soon as it has been waited for (a pid is reused only after that).
+/// How a start begins: `$0` is the work directory, `$@` the subject's argv.
+const MARK_AND_EXEC: &str = r#": > "$0/group-$$" && exec "$@""#;
+
+/// A running start's mark for the watcher: `group-<pid>` in the work directory, written by the
+/// start itself ([`MARK_AND_EXEC`]); removed as soon as the start has been waited for (a pid is
+/// reused only after that).
 struct GroupMark(PathBuf);
 
 impl GroupMark {
-    fn new(work: &Path, pid: u32) -> GroupMark {
-        let path = work.join(format!("group-{pid}"));
-        let _ = std::fs::write(&path, b"");
-        GroupMark(path)
+    fn of(work: &Path, pid: u32) -> GroupMark {
+        GroupMark(work.join(format!("group-{pid}")))
     }
 }
 
@@ -171,8 +173,11 @@ impl External {
     /// The command of one start: argv with placeholders expanded, the protocol's environment.
     fn command(&self, spec: &RunSpec, doors: &[DoorState], battery: &Path, tape: &Path) -> Command {
         let argv = self.manifest.argv(&self.gates_exe);
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..]).stdin(Stdio::null());
+        // A shell marks the start for the watcher (`group-<pid>`, its pid being the process group's)
+        // before it becomes the subject's program (`exec`: the same pid): marked before any of the
+        // subject's code runs, so no start escapes the watcher.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", MARK_AND_EXEC]).arg(&self.work).args(&argv).stdin(Stdio::null());
         for name in &self.inherited {
             cmd.env_remove(name);
         }
@@ -224,7 +229,7 @@ impl External {
         })?;
         let limit = self.manifest.time_limit;
         let waited = {
-            let _mark = GroupMark::new(&self.work, child.id());
+            let _mark = GroupMark::of(&self.work, child.id());
             wait_at_most(&mut child, limit)
         };
         let status = match waited {

@@ -89,6 +89,9 @@ impl Suite<'_> {
     ) -> Outcome {
         let baselines: Vec<_> =
             job.census.iter().map(|d| (d, self.census_baseline(job, d, forced, capture).map(|r| r.census))).collect();
+        // Whose word the census is goes into the receipt beside it (`census_witness`), not into
+        // this detail: the built-in runtime through the protocol keeps its evidence otherwise
+        // byte-identical to the same plan in process.
         gate::engagement(&run.census, &baselines)
     }
 

@@ -90,6 +90,8 @@ impl Suite<'_> {
             Ok(r) => r,
             Err(e) => return ev.failed(e.verdict(), e.reason()),
         };
+        // A receipt with a census says who counted it.
+        ev.census_witness = self.subject.census_witness(job.backend);
         let at = ev.gates.len();
         let (probe, coverage, claims) = (ev.probe.clone(), ev.coverage.clone(), ev.claims.clone());
         let ctx = Judged { job, oracle: &oracle, forced, capture: &capture };
@@ -98,17 +100,18 @@ impl Suite<'_> {
         }
         // The same gates judge the second run (its failures placed from the first run's location,
         // never re-run), and the two receipts' evidence must be the same bytes.
-        let mut again = Evaluation { probe, coverage, claims, ..Evaluation::default() };
+        let census_witness = ev.census_witness.clone();
+        let mut again = Evaluation { probe, coverage, claims, census_witness, ..Evaluation::default() };
         again.gates = ev.gates[..at].to_vec();
         self.judge(&ctx, &second, &first, Locating::From(ev.divergence.as_ref()), &mut again);
-        let determinism = self.determinism(job, (&first, ev), (&second, again));
+        (ev.record, again.record) = (Some(first), Some(second));
+        let determinism = self.determinism(job, ev, again);
         ev.gates.insert(at, gate_result(Gate::Determinism, &determinism, Verdict::Fail));
-        ev.record = Some(first);
         ev.settle();
     }
 
     /// Every gate but determinism of `run` (one of the job's two runs; `other` is the other one),
-    /// into `ev`, settled, with `run` as its record. Returns false when the job ended in ERROR.
+    /// into `ev`, settled. Returns false when the job ended in ERROR.
     fn judge(&self, ctx: &Judged, run: &Record, other: &Record, locating: Locating, ev: &mut Evaluation) -> bool {
         let job = ctx.job;
         self.common_gates(job, run, (ctx.forced, ctx.capture), ev);
@@ -119,7 +122,6 @@ impl Suite<'_> {
             }
         };
         if done {
-            ev.record = Some(run.clone());
             ev.settle();
         }
         done

@@ -35,6 +35,14 @@ pub struct Evidence {
     /// compares it with the census of the same configuration with each door off. Empty in
     /// receipts read from schema version 1.
     pub census: BTreeMap<String, u64>,
+    /// Who counted `census`: absent when memra-gates' own backend counted it in this process (the
+    /// built-in runtime run in process); [`CENSUS_SELF_REPORTED`] when it is the subject's own
+    /// tape (an external subject: nothing outside its process saw the counters, so its
+    /// engagement is only as good as its word); `"outside:<witness>"` when a witness outside the
+    /// subject's process counted what it issued (e.g. `outside:cupti`, a CUDA injection library)
+    /// — the value an outside witness sets. Absent in receipts written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub census_witness: Option<String>,
     /// Coverage of the special paths of docs/DESIGN.md §3.2 by this run's model and battery, as
     /// the host oracle counted them (`memra_runtime::backend::coverage`): path → count and the
     /// first place reached. Empty when no coverage was counted (and in version 1 receipts).
@@ -60,6 +68,18 @@ pub struct Evidence {
     /// Present exactly in receipts of kind `"performance"`.
     #[serde(deserialize_with = "required")]
     pub performance: Option<PerformanceClaim>,
+}
+
+/// [`Evidence::census_witness`] of a census that only the subject itself reported.
+pub const CENSUS_SELF_REPORTED: &str = "self-reported";
+
+/// Whether `w` is a [`Evidence::census_witness`] value: [`CENSUS_SELF_REPORTED`] or
+/// `"outside:<witness>"` (a non-empty name of `[a-z0-9._-]`).
+pub fn census_witness_ok(w: &str) -> bool {
+    w == CENSUS_SELF_REPORTED
+        || w.strip_prefix("outside:").is_some_and(|n| {
+            !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+        })
 }
 
 /// The configuration of a run: the input of [`run_id`](crate::identity::run_id). Nothing volatile may go here.
