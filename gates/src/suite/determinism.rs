@@ -48,7 +48,9 @@ impl Suite<'_> {
 /// the records' comparison (which passed).
 pub(crate) fn receipt_bytes(records: &str, a: &str, b: &str) -> Outcome {
     if a == b {
-        return Outcome::Pass(format!("{records}; the two receipts' evidence is byte-identical ({} bytes)", a.len()));
+        // No byte count: who counted the census (`census_witness`) is in the evidence, and the
+        // built-in runtime through the protocol must read as it does in process otherwise.
+        return Outcome::Pass(format!("{records}; the two receipts' evidence is byte-identical"));
     }
     let at = a.bytes().zip(b.bytes()).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
     let around = |s: &str| {

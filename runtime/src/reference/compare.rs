@@ -193,7 +193,7 @@ pub fn compare(reference: &ReferenceRun, record: &Record, bound: f64) -> Compari
             first_over: None,
         });
         entry.tensors += 1;
-        if entry.first_over.is_none() && !(rel <= bound) {
+        if entry.first_over.is_none() && (rel.is_nan() || rel > bound) {
             entry.first_over = Some((*key, at, rel));
         }
         if entry.worst.is_none() || rel > entry.max_rel {
