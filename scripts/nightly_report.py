@@ -167,8 +167,15 @@ def main():
             text = fh.read()
         flagged = [ln for ln in text.splitlines() if "REGRESS" in ln.upper() or "flip" in ln.lower()]
         verdict_word = "no regression" if st == "ok" else f"**{st}**: regression or error"
+        # Said as diff says it: a new build whose every digest moved was not compared run for run.
+        if st == "ok" and "sources changed, every digest moved" in text:
+            verdict_word = "**sources changed, every digest moved** (not a regression check: review the change itself)"
         w(f"### `{base}`: {verdict_word} (`diff/{base}.md`)")
         w("")
+        if "host receipts only" in text:
+            w("Host receipts only: the oracle and every run use the same host twins, so the twins were not "
+              "checked against a device tonight.")
+            w("")
         for ln in flagged[:40]:
             w(f"    {ln}")
         if flagged:

@@ -19,6 +19,10 @@ pub struct CensusDecl {
     pub off: DoorSet,
     /// The same door values as the environment names them (what an external subject is told).
     pub off_vars: BTreeMap<String, bool>,
+    /// The door's class when it and every door switched off with it claim to change no number
+    /// (BIT-IDENTICAL, VALUE-IDENTICAL, SCHEDULING-ONLY): then this run must equal the run with
+    /// them off bit for bit — checked in NUMERIC jobs, where identity with the oracle is not.
+    pub identity: Option<&'static str>,
 }
 
 /// What the gate of a job is.

@@ -49,6 +49,7 @@ pub fn transport_of(t: rs::Transport) -> Transport {
 }
 
 /// What evaluating a job produced before it becomes a receipt.
+#[derive(Clone)]
 pub(crate) struct Evaluation {
     pub verdict: Verdict,
     pub reason: Option<String>,
@@ -62,6 +63,9 @@ pub(crate) struct Evaluation {
     /// The coverage of the model and battery (the host oracle's) and the paths the model claims.
     pub coverage: Option<Coverage>,
     pub claims: Vec<String>,
+    /// Who counted the run's census (`rs::Evidence::census_witness`): `None` for memra-gates'
+    /// own backend in process.
+    pub census_witness: Option<String>,
 }
 
 impl Default for Evaluation {
@@ -77,6 +81,7 @@ impl Default for Evaluation {
             probe: Vec::new(),
             coverage: None,
             claims: Vec::new(),
+            census_witness: None,
         }
     }
 }
@@ -108,7 +113,7 @@ impl Evaluation {
 }
 
 fn to_divergence(d: &FirstDivergence) -> rs::Divergence {
-    let e = d.element.filter(|_| d.reproduced);
+    let e = d.element.filter(|_| d.reproduced && d.copy_from.is_none());
     rs::Divergence {
         prompt: d.prompt,
         step: d.step,
@@ -117,7 +122,8 @@ fn to_divergence(d: &FirstDivergence) -> rs::Divergence {
         at: if d.copy_from.is_some() { rs::DivergenceAt::Copy } else { rs::DivergenceAt::Seam },
         src_rank: d.copy_from,
         rank: e.and_then(|e| e.rank).or(d.rank),
-        reproduced: e.is_some(),
+        // A copy is located at the copy (no element); reproduced: the other run had the fault.
+        reproduced: if d.copy_from.is_some() { d.reproduced } else { e.is_some() },
         element: e.map(|e| e.index),
         oracle_bits: e.map(|e| format!("0x{:08x}", e.oracle_bits)),
         observed_bits: e.map(|e| format!("0x{:08x}", e.observed_bits)),
@@ -181,6 +187,7 @@ pub(crate) fn build_receipt(
         gates: ev.gates.clone(),
         engaged: record.engaged.clone(),
         census: record.census.clone(),
+        census_witness: ev.census_witness.clone(),
         coverage: ev.coverage.as_ref().map(coverage_evidence).unwrap_or_default(),
         claims: {
             let mut c = ev.claims.clone();

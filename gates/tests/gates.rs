@@ -25,6 +25,7 @@ fn decl(door: &str, changes: &[(&str, Change)]) -> CensusDecl {
         changes: changes.iter().map(|(c, ch)| CensusChange { counter: c.to_string(), change: *ch }).collect(),
         off: DoorSet::default(),
         off_vars: BTreeMap::new(),
+        identity: None,
     }
 }
 
@@ -215,4 +216,56 @@ fn a_routing_flip_leaves_out_the_rest_of_its_step_and_nothing_else() {
     let never = gate::uncompared_seams(&oracle, &errors);
     assert!(never.contains(&(0, Seam::Experts)) && never.contains(&(2, Seam::Logits)), "{never:?}");
     assert!(!never.contains(&(0, Seam::OJoin)), "seams before the router were compared");
+}
+
+/// A NaN or ±inf at a seam fails the budget, named (the fold with `f64::max` once dropped NaN and
+/// read the seam as 0.0 error): the negative control plants a NaN in the logits of step 1.
+#[test]
+fn a_non_finite_value_fails_the_error_budget_with_its_place() {
+    let oracle = captured_two_layers();
+    let (clean, _) = gate::error_budget(&oracle, &oracle.clone());
+    assert!(clean.iter().all(|e| e.non_finite.is_none()) && gate::worst_rel(&clean) == 0.0);
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut run = oracle.clone();
+        set(&mut run, 1, 2, Seam::Logits, vec![1.0f32.to_bits(), 1.0f32.to_bits(), bad.to_bits(), 1.0f32.to_bits()]);
+        let (errors, _) = gate::error_budget(&oracle, &run);
+        assert!(gate::worst_rel(&errors).is_nan(), "{bad}: {errors:?}");
+        let e = errors.iter().find(|e| e.non_finite.is_some()).expect("a non-finite seam");
+        let text = e.describe_non_finite().unwrap();
+        assert!(text.starts_with("L2.logits p0 s1 [2]: the run has"), "{text}");
+        assert_eq!(errors.iter().filter(|e| e.non_finite.is_some()).count(), 1);
+    }
+    // The same non-finite bits on both sides are equal, not an error.
+    let mut both = oracle.clone();
+    set(&mut both, 0, 0, Seam::Qkv, vec![f32::INFINITY.to_bits(); 4]);
+    let (errors, _) = gate::error_budget(&both, &both.clone());
+    assert!(errors.iter().all(|e| e.non_finite.is_none()), "{errors:?}");
+}
+
+/// Non-triviality holds per prompt: a subject that writes step 0's values again at every step of
+/// each prompt fails, naming the prompt, even when the battery as a whole varies.
+#[test]
+fn non_triviality_fails_a_prompt_that_repeats_its_first_step() {
+    let mut r = Record { n_layers: 1, ..Record::default() };
+    let per = r.seams_per_step();
+    let row = |p: u64, s: u64| (0..per as u64).map(|i| 1 + i + 100 * s + 10_000 * p).collect::<Vec<u64>>();
+    r.digests = (0..2).map(|p| (0..3).map(|s| row(p, s)).collect()).collect();
+    r.tokens = vec![vec![1, 2], vec![3, 4]];
+    r.top2 = vec![vec![(2.0, 1.0), (3.0, 1.0)], vec![(4.0, 1.0), (5.0, 1.0)]];
+    let o = gate::non_triviality(&r);
+    assert!(o.passed(), "{}", o.detail());
+    // Prompt 1 repeats step 0 at every step (the battery still varies across prompts).
+    let mut repeat = r.clone();
+    repeat.digests[1] = vec![row(1, 0); 3];
+    let o = gate::non_triviality(&repeat);
+    assert!(
+        !o.passed() && o.detail().starts_with("prompt 1: the last layer's residual is identical"),
+        "{}",
+        o.detail()
+    );
+    // Only the top-two logits repeating within a prompt: caught too.
+    let mut logits = r.clone();
+    logits.top2[0] = vec![(2.0, 1.0), (2.0, 1.0)];
+    let o = gate::non_triviality(&logits);
+    assert!(!o.passed() && o.detail().starts_with("prompt 0: the top-two logits"), "{}", o.detail());
 }

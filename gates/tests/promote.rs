@@ -178,6 +178,7 @@ fn clean_receipt(reg: &Registry, config: &Configuration, started_at_unix_ms: u64
         gates,
         engaged,
         census: BTreeMap::new(),
+        census_witness: None,
         coverage: BTreeMap::new(),
         claims: vec![],
         planted: None,

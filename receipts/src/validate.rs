@@ -62,8 +62,8 @@ impl Receipt {
     /// - each gate appears at most once; VOID, SKIP, NOT-APPLICABLE and ERROR carry a non-empty reason
     /// - `evidence.performance` is present exactly when `kind` is `"performance"`
     /// - each latency entry has `n_samples ≥ 1` and `min ≤ median ≤ p90 ≤ max`; (layer, seam) unique
-    /// - a divergence names its element (with bits and ulp) exactly when `reproduced`; a copy
-    ///   divergence names both ranks, a seam divergence no source rank
+    /// - a seam divergence names its element (with bits and ulp) exactly when `reproduced`, and
+    ///   no source rank; a copy divergence names both ranks and no element
     /// - `claims` are sorted and unique
     pub fn validate(&self) -> Result<(), Violation> {
         if !READ_VERSIONS.contains(&self.schema_version) {
@@ -112,6 +112,13 @@ impl Receipt {
                 "names the subject's version when present (leave the field out when unknown)",
             ));
         }
+        if let Some(w) = ev.census_witness.as_deref().filter(|w| !crate::schema::census_witness_ok(w)) {
+            return Err(violation(
+                "evidence.census_witness",
+                w,
+                "is `self-reported` or `outside:<witness>` when present (absent: counted by memra-gates' own backend)",
+            ));
+        }
         if ev.verdict.requires_reason() && ev.reason.as_deref().is_none_or(str::is_empty) {
             return Err(violation(
                 "evidence.reason",
@@ -127,11 +134,13 @@ impl Receipt {
         }
         if let Some(d) = &ev.first_divergence {
             let located = [d.element.is_some(), d.oracle_bits.is_some(), d.observed_bits.is_some(), d.ulp.is_some()];
-            if located.iter().any(|l| *l != d.reproduced) {
+            // A copy is located at the copy: no element, whether or not its fault reproduced.
+            let want = d.reproduced && d.at == DivergenceAt::Seam;
+            if located.iter().any(|l| *l != want) {
                 return Err(violation(
                     "evidence.first_divergence",
                     (d.reproduced, located),
-                    "element, oracle_bits, observed_bits and ulp are present exactly when the divergence was reproduced",
+                    "element, oracle_bits, observed_bits and ulp are present exactly when a seam divergence was reproduced (never for a copy)",
                 ));
             }
             if let (Some(o), Some(b)) = (&d.oracle_bits, &d.observed_bits) {
@@ -139,7 +148,7 @@ impl Receipt {
                 check_bits("evidence.first_divergence.observed_bits", b)?;
             }
             let copy_ok = match d.at {
-                DivergenceAt::Copy => d.src_rank.is_some() && d.rank.is_some() && !d.reproduced,
+                DivergenceAt::Copy => d.src_rank.is_some() && d.rank.is_some(),
                 DivergenceAt::Seam => d.src_rank.is_none(),
             };
             if !copy_ok {

@@ -372,3 +372,38 @@ fn a_slower_single_run_counts_on_cuda_and_is_reported_on_host() {
     assert!(r.latency_changes[0].regression && r.regressed(), "{}", r.to_text());
     assert!(r.to_text().contains("REGRESSION ×2.50"), "{}", r.to_text());
 }
+
+/// Every paired run's digests moved with the build (`kernel_source_digest`): the headline says
+/// "sources changed, every digest moved", not "no regression"; a host-only pair says its twins
+/// were not checked against a device. The controls: the same digest moves without a source
+/// change, and a set with a CUDA run.
+#[test]
+fn sources_changed_with_every_digest_moved_is_named_not_no_regression() {
+    let moved = |r: &mut Receipt, build: &str| {
+        r.evidence.build.kernel_source_digest = build.to_string();
+        r.evidence.token_tape_digest = "00".repeat(8);
+        r.evidence.tokens = Vec::new();
+    };
+    let (old, mut new) = (on_host(set()), on_host(set()));
+    for r in &mut new {
+        moved(r, "abcd");
+    }
+    let report = d(&old, &new);
+    assert_eq!((report.counts.digest_changes, report.counts.paired), (3, 3));
+    let head = report.headline();
+    assert!(head.starts_with("sources changed, every digest moved"), "{head}");
+    assert!(head.ends_with("host receipts only: the twins were not checked against a device"), "{head}");
+    // Control: the same moves with the same sources are no regression (and say nothing of sources).
+    let mut same = on_host(set());
+    let build = old[0].evidence.build.kernel_source_digest.clone();
+    for r in &mut same {
+        moved(r, &build);
+    }
+    let head = d(&old, &same).headline();
+    assert!(head.starts_with("no regression:"), "{head}");
+    // Control: a set with a device run does not claim host only.
+    let mut cuda = set();
+    cuda[0].evidence.config.backend = Backend::Cuda;
+    cuda[0].run_id = run_id(&cuda[0].evidence.config);
+    assert!(!d(&cuda, &cuda).headline().contains("host receipts only"));
+}

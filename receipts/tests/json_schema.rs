@@ -184,6 +184,11 @@ fn schema_and_reader_refuse_bad_summaries() {
 /// receipts of it were written (those receipts stay readable; every receipt written now has them).
 const OPTIONAL_PROPERTIES: &[(&str, &str, &str)] = &[
     (
+        "receipt/$defs/evidence",
+        "census_witness",
+        "written only when memra-gates' own backend did not count the census (an external subject: self-reported); absent in process and in receipts written before it",
+    ),
+    (
         "receipt v1/$defs/build",
         "subject_version",
         "added with the subject protocol (docs/DESIGN.md §10); receipts written before it do not name the subject's version",

@@ -113,6 +113,7 @@ pub fn receipt_with(cfg: RunConfigEvidence, layers: usize, prompts: usize, steps
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect(),
+        census_witness: None,
         coverage: [(
             "router.tie_in_topk".to_string(),
             CoverageCount {
@@ -444,7 +445,7 @@ prop_compose! {
     ) -> Evidence {
         Evidence {
             config, build: BuildEvidence { kernel_source_digest, nvrtc_options, subject_version }, verdict, reason, gates, engaged,
-            census, coverage, claims: claims.into_iter().collect(), planted, first_divergence, digests, token_tape_digest: token_tape_digest(&tokens), tokens, error_budget, near_ties,
+            census, census_witness: None, coverage, claims: claims.into_iter().collect(), planted, first_divergence, digests, token_tape_digest: token_tape_digest(&tokens), tokens, error_budget, near_ties,
             performance,
         }
     }

@@ -15,3 +15,5 @@ mod run_default;
 mod selftest;
 mod single_matrix;
 mod subject;
+mod subject_hygiene;
+mod subject_lies;

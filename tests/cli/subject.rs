@@ -10,12 +10,13 @@ use memra_receipts::schema::{Gate, Verdict};
 use memra_receipts::Receipt;
 use std::path::Path;
 
-/// The `evidence` block of a receipt file, byte for byte.
+/// The `evidence` block of a receipt file, byte for byte, but for the line that differs by design:
+/// who counted the census (absent in process; `self-reported` through the protocol).
 fn evidence_text(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap();
     let a = text.find("\n  \"evidence\": {").expect("an evidence block");
     let b = text.find("\n  \"measurements\": {").expect("a measurements block");
-    text[a..b].to_string()
+    text[a..b].lines().filter(|l| !l.starts_with("    \"census_witness\": ")).collect::<Vec<_>>().join("\n")
 }
 
 /// Receipt file name → evidence text, for every receipt of `dir`.
@@ -64,7 +65,14 @@ fn the_builtin_runtime_through_the_protocol_writes_byte_identical_evidence() {
     assert!(receipts.iter().any(|r| r.evidence.first_divergence.as_ref().is_some_and(|d| d.rank.is_some())));
     assert!(receipts.iter().any(|r| !r.evidence.error_budget.is_empty()));
     assert!(receipts.iter().any(|r| r.evidence.engaged.get("oproj_direct.peer_stores").is_some_and(|n| *n > 0)));
+    // Only the subject vouches for its census through the protocol; in process the gates' own
+    // backend counted it.
+    for (_, r) in read_receipts(&a) {
+        assert_eq!(r.evidence.census_witness, None, "{}", r.label());
+    }
     for r in &receipts {
+        let ran = !r.evidence.gates.is_empty();
+        assert_eq!(r.evidence.census_witness.as_deref(), ran.then_some("self-reported"), "{}", r.label());
         assert_eq!(r.evidence.config.subject, "memra-runtime");
         assert_eq!(r.evidence.build.subject_version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
     }

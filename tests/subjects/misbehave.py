@@ -3,7 +3,7 @@ runtime (it runs `memra-gates subject` and hands on the tape under its own name)
 what MODE says — so one plan shows both the verdict of the misbehaviour and that the matrix goes
 on past it.
 
-    misbehave.py MODE MEMRA_GATES    (MODE: crash, hang, truncate, skip_seam, lie)
+    misbehave.py MODE MEMRA_GATES    (MODE: one of the list below)
 
 - crash: exits with status 3 before writing anything.
 - hang: waits on a child process far past any time limit (memra-gates must kill the group).
@@ -14,10 +14,22 @@ on past it.
 - nudge: at every TP size, the built-in runtime under its own name, except that the lowest bit of
   element 0 of every capture is flipped — a defect only full captures show (the negative control
   of the byte-identity test).
+- repeat: writes step 0's digests again at every step of each prompt (tokens stay honest).
+- nan (every TP size, a NUMERIC-CLASS manifest): element 0 of every captured logits tensor is NaN,
+  its digests agree with that, the tokens and top-two logits stay honest.
+- volatile (every TP size, a NUMERIC-CLASS manifest): one captured logit moves by a random amount
+  in each run, the digests stay the same — only what is judged from captures varies.
+- numeric_door (a NUMERIC-CLASS manifest): with MEMRA_ROUTES_PRESTAGE (declared BIT-IDENTICAL) on,
+  it runs the built-in runtime with MEMRA_STEP_TP_W8 too, hiding that door's counters — the door
+  changes the numbers it claims to keep.
+- honest: the built-in runtime under the name misbehave, at every TP size (the controls).
+- forge: with its own door MEMRA_FORGED on, it runs the built-in runtime unchanged and writes a
+  forged counter `forged.calls` (census and backend census) and claims the door engaged.
 """
 
 import json
 import os
+import random
 import struct
 import subprocess
 import sys
@@ -28,9 +40,9 @@ import memra_subject as ms  # noqa: E402
 NAME, VERSION = "misbehave", "1"
 
 
-def builtin_tape(gates):
-    """Run the built-in runtime on this start's environment; return its tape's parts."""
-    done = subprocess.run([gates, "subject"], stdin=subprocess.DEVNULL)
+def builtin_tape(gates, env=None):
+    """Run the built-in runtime on this start's environment (or `env`); return its tape's parts."""
+    done = subprocess.run([gates, "subject"], stdin=subprocess.DEVNULL, env=env)
     if done.returncode != 0:
         sys.exit(done.returncode)
     meta, tensors = ms.read_safetensors(os.environ["MEMRA_SUBJECT_TAPE"])
@@ -57,9 +69,73 @@ def drop_column(tensors, tape, column):
     tape["seams"].remove(column)
 
 
+def rows_of(tensors, name):
+    """The rows (one per step) of a U64 tensor of shape [steps, …], as raw bytes."""
+    dtype, shape, raw = tensors[name]
+    size = len(raw) // shape[0]
+    return dtype, shape, [raw[r * size:(r + 1) * size] for r in range(shape[0])]
+
+
+def repeat_first_step(tensors):
+    for name in [n for n in tensors if n.split(".", 1)[-1] in ("digests", "rank_digests", "timings_ns", "layer_timings_ns")]:
+        dtype, shape, rows = rows_of(tensors, name)
+        tensors[name] = (dtype, shape, rows[0] * len(rows))
+
+
+def set_u64(tensors, name, flat_index, value):
+    dtype, shape, raw = tensors[name]
+    vals = list(struct.unpack("<%dQ" % (len(raw) // 8), raw))
+    vals[flat_index] = value % 2**64
+    tensors[name] = (dtype, shape, struct.pack("<%dQ" % len(vals), *vals))
+
+
+def get_u64(tensors, name, flat_index):
+    return struct.unpack_from("<Q", tensors[name][2], 8 * flat_index)[0]
+
+
+def nan_logits(tensors, tape):
+    """Element 0 of every captured logits tensor becomes NaN; its digests (and rank 0's share) follow."""
+    layers = tape["layers"]
+    column = tape["seams"].index("L%d.logits" % layers)
+    s = len(tape["seams"])
+    for name in [n for n in tensors if n.startswith("capture.") and n.endswith("L%d.logits" % layers)]:
+        _, p, st, _, _ = name.split(".")
+        prompt, step = int(p[1:]), int(st[1:])
+        dtype, shape, raw = tensors[name]
+        old = struct.unpack_from("<I", raw, 0)[0]
+        nan = 0x7FC00000
+        tensors[name] = (dtype, shape, struct.pack("<I", nan) + raw[4:])
+        delta = ms.digest_bits([nan], 0) - ms.digest_bits([old], 0)
+        at = step * s + column
+        set_u64(tensors, "p%d.digests" % prompt, at, get_u64(tensors, "p%d.digests" % prompt, at) + delta)
+        ranks = "p%d.rank_digests" % prompt
+        if ranks in tensors:
+            r = tensors[ranks][1][2]
+            set_u64(tensors, ranks, at * r, get_u64(tensors, ranks, at * r) + delta)
+
+
 def main():
     mode, gates = sys.argv[1], sys.argv[2]
     misbehave = os.environ["MEMRA_SUBJECT_TP"] == "2"
+    if mode in ("nan", "volatile"):
+        misbehave = True
+    if mode == "forge":
+        env = {k: v for k, v in os.environ.items() if k != "MEMRA_FORGED"}
+        meta, tape, tensors = builtin_tape(gates, env)
+        if os.environ.get("MEMRA_FORGED") == "1" and tape.get("error") is None:
+            tape["census"]["forged.calls"] = 7
+            if "backend_census" in tape:
+                tape["backend_census"]["forged.calls"] = 7
+            tape["engaged_doors"] = sorted(tape["engaged_doors"] + ["MEMRA_FORGED"])
+        write(meta, tape, tensors)
+        return
+    if mode == "numeric_door" and os.environ.get("MEMRA_ROUTES_PRESTAGE") == "1":
+        meta, tape, tensors = builtin_tape(gates, dict(os.environ, MEMRA_STEP_TP_W8="1"))
+        if tape.get("error") is None:
+            tape["engaged_doors"] = [d for d in tape["engaged_doors"] if d != "MEMRA_STEP_TP_W8"]
+            tape["census"] = {k: v for k, v in tape["census"].items() if not k.startswith("w8.")}
+        write(meta, tape, tensors)
+        return
     if misbehave and mode == "crash":
         print("misbehave: crashing on purpose at TP2", file=sys.stderr)
         sys.exit(3)
@@ -80,6 +156,17 @@ def main():
         for name in [n for n in tensors if n.startswith("capture.")]:
             dtype, shape, raw = tensors[name]
             tensors[name] = (dtype, shape, bytes([raw[0] ^ 1]) + raw[1:])
+    if misbehave and mode == "repeat":
+        repeat_first_step(tensors)
+    if mode == "nan":
+        nan_logits(tensors, tape)
+    if mode == "volatile":
+        layers = tape["layers"]
+        for name in [n for n in tensors if n.startswith("capture.") and n.endswith("L%d.logits" % layers)][:1]:
+            dtype, shape, raw = tensors[name]
+            (v,) = struct.unpack_from("<f", raw, 4)
+            moved = struct.pack("<f", v * (1 + random.uniform(1e-6, 1e-5)))
+            tensors[name] = (dtype, shape, raw[:4] + moved + raw[8:])
     if misbehave and mode == "skip_seam":
         drop_column(tensors, tape, "L0.o_join")
     if mode == "lie" and tape.get("engaged_doors"):

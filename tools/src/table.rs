@@ -64,7 +64,11 @@ pub fn summary_table(receipts: &[Receipt]) -> String {
             (None, Verdict::Pass) => "identical".to_string(),
             (None, _) => ev.reason.clone().unwrap_or_default(),
         };
-        let engaged = engaged_doors(&ev.engaged).into_iter().collect::<Vec<_>>().join(",");
+        let mut engaged = engaged_doors(&ev.engaged).into_iter().collect::<Vec<_>>().join(",");
+        // Engagement only the subject itself vouches for says so.
+        if let Some(w) = &ev.census_witness {
+            engaged = format!("{} ({w})", if engaged.is_empty() { "-" } else { &engaged });
+        }
         Row {
             backend: ev.config.backend.as_str().to_string(),
             tp: ev.config.tp,
@@ -73,7 +77,7 @@ pub fn summary_table(receipts: &[Receipt]) -> String {
             verdict: ev.verdict.as_str().to_string(),
             seams: if compared == 0 { "-".into() } else { compared.to_string() },
             detail: clip(&detail, 70),
-            engaged: if engaged.is_empty() { "-".into() } else { clip(&engaged, 40) },
+            engaged: if engaged.is_empty() { "-".into() } else { clip(&engaged, 56) },
             tape: ev.token_tape_digest.chars().take(12).collect(),
             wall: format!("{:.2}s", r.measurements.wall_ms / 1e3),
             model: ev.config.model.preset.clone(),

@@ -84,6 +84,7 @@ fn receipt(cfg: RunConfigEvidence, scale: f64, started_at_unix_ms: u64, timed: b
         gates: vec![],
         engaged: BTreeMap::new(),
         census: BTreeMap::new(),
+        census_witness: None,
         coverage: BTreeMap::new(),
         claims: vec![],
         planted: None,

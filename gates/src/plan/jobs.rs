@@ -139,11 +139,16 @@ pub fn job_of(
                 .map(String::as_str)
                 .collect();
             let off_vars = off.iter().filter_map(|id| registry.door(id)).map(|d| (d.env.clone(), true)).collect();
+            let exact = |d: &Door| {
+                matches!(d.class, DoorClass::BitIdentical | DoorClass::ValueIdentical | DoorClass::SchedulingOnly)
+            };
+            let dropped = doors.iter().filter(|x| !off.contains(&x.id.as_str()));
             Ok(CensusDecl {
                 door: d.id.clone(),
                 changes: d.census.clone(),
                 off: registry.to_door_set(&off, flip)?,
                 off_vars,
+                identity: dropped.clone().all(|x| exact(x)).then(|| d.class.name()),
             })
         })
         .collect::<Result<Vec<_>, GateError>>()?;

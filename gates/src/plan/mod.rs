@@ -104,6 +104,11 @@ impl RunPlan {
     pub fn from_args(args: &RunArgs) -> Result<RunPlan, GateError> {
         // An external subject brings its own doors: its manifest's registry is the plan's.
         let subject = args.subject.as_deref().map(Manifest::load).transpose()?;
+        if let Some(m) = &subject {
+            let exe = std::env::current_exe()
+                .map_err(|e| GateError::usage(format!("cannot find this executable for {{memra_gates}}: {e}")))?;
+            m.check_program(&exe)?;
+        }
         let registry = match &subject {
             Some(m) => m.registry.clone(),
             None => load_registry(&args.registry)?,

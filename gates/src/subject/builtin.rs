@@ -113,6 +113,9 @@ impl Subject for Builtin {
     fn version(&self) -> &str {
         BUILTIN_VERSION
     }
+    fn census_witness(&self, _: memra_runtime::backend::BackendKind) -> Option<String> {
+        None
+    }
     fn exact(&self) -> bool {
         true
     }

@@ -39,6 +39,74 @@ pub struct External {
     /// `MEMRA_*` variables of this process, removed from every subject's environment.
     inherited: Vec<String>,
     next: AtomicUsize,
+    /// The watcher that ends the subject's process groups and removes `work` when this process
+    /// ends in any way (`Guard`).
+    guard: Option<Guard>,
+}
+
+/// A small shell process in a process group of its own, holding the read end of a pipe whose
+/// write end only this process has: when this process ends — returning, a SIGINT or SIGTERM with
+/// the default action, a watchdog exit, SIGKILL — the pipe closes, and the watcher kills the
+/// process group of every subject start still marked (`group-<pid>` files in the work directory,
+/// present exactly while a start runs) and removes the work directory. Its own process group keeps
+/// it out of a terminal's Ctrl-C, and it ignores SIGINT, SIGTERM and SIGHUP.
+struct Guard {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+}
+
+/// The watcher's script: `$1` is the work directory. (`kill -9 -PGID`: dash's `kill` takes no `--`.)
+const GUARD_SCRIPT: &str = r#"trap '' INT TERM HUP
+read -r _ || true
+for f in "$1"/group-*; do
+  [ -e "$f" ] || continue
+  kill -9 "-${f##*/group-}" 2>/dev/null
+done
+rm -rf -- "$1"
+"#;
+
+impl Guard {
+    fn start(work: &Path) -> Result<Guard, GateError> {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", GUARD_SCRIPT, "memra-subject-guard"])
+            .arg(work)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut child = cmd.spawn().map_err(|e| {
+            GateError::usage(format!("cannot start the watcher (sh) that cleans up after the subject: {e}"))
+        })?;
+        let stdin = child.stdin.take();
+        Ok(Guard { child, stdin })
+    }
+
+    /// Close the pipe (the watcher cleans up now) and wait for it.
+    fn finish(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// How a start begins: `$0` is the work directory, `$@` the subject's argv.
+const MARK_AND_EXEC: &str = r#": > "$0/group-$$" && exec "$@""#;
+
+/// A running start's mark for the watcher: `group-<pid>` in the work directory, written by the
+/// start itself ([`MARK_AND_EXEC`]); removed as soon as the start has been waited for (a pid is
+/// reused only after that).
+struct GroupMark(PathBuf);
+
+impl GroupMark {
+    fn of(work: &Path, pid: u32) -> GroupMark {
+        GroupMark(work.join(format!("group-{pid}")))
+    }
+}
+
+impl Drop for GroupMark {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 impl External {
@@ -47,6 +115,13 @@ impl External {
     /// `MEMRA_*` names of this process's environment (`crate::env::memra_names`).
     pub fn prepare(manifest: Manifest, runtime: &Builtin, inherited: Vec<String>) -> Result<External, GateError> {
         let work = private_dir()?;
+        let guard = match Guard::start(&work) {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&work);
+                return Err(e);
+            }
+        };
         let model_path = work.join("model.safetensors");
         memra_runtime::model::format::save(&runtime.model, &model_path)?;
         let gates_exe = std::env::current_exe()
@@ -60,6 +135,7 @@ impl External {
             gates_exe,
             inherited,
             next: AtomicUsize::new(0),
+            guard: Some(guard),
         })
     }
 
@@ -96,12 +172,12 @@ impl External {
 
     /// The command of one start: argv with placeholders expanded, the protocol's environment.
     fn command(&self, spec: &RunSpec, doors: &[DoorState], battery: &Path, tape: &Path) -> Command {
-        let dir = self.manifest.dir().display().to_string();
-        let exe = self.gates_exe.display().to_string();
-        let expand = |a: &String| a.replace("{manifest_dir}", &dir).replace("{memra_gates}", &exe);
-        let argv: Vec<String> = self.manifest.command.iter().map(expand).collect();
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..]).stdin(Stdio::null());
+        let argv = self.manifest.argv(&self.gates_exe);
+        // A shell marks the start for the watcher (`group-<pid>`, its pid being the process group's)
+        // before it becomes the subject's program (`exec`: the same pid): marked before any of the
+        // subject's code runs, so no start escapes the watcher.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", MARK_AND_EXEC]).arg(&self.work).args(&argv).stdin(Stdio::null());
         for name in &self.inherited {
             cmd.env_remove(name);
         }
@@ -152,7 +228,11 @@ impl External {
             ))
         })?;
         let limit = self.manifest.time_limit;
-        let status = match wait_at_most(&mut child, limit) {
+        let waited = {
+            let _mark = GroupMark::of(&self.work, child.id());
+            wait_at_most(&mut child, limit)
+        };
+        let status = match waited {
             Ok(Some(status)) => status,
             Ok(None) => {
                 return Err(self.error(format!(
@@ -228,6 +308,9 @@ impl Subject for External {
 
 impl Drop for External {
     fn drop(&mut self) {
+        if let Some(mut g) = self.guard.take() {
+            g.finish();
+        }
         let _ = std::fs::remove_dir_all(&self.work);
     }
 }

@@ -104,6 +104,15 @@ pub trait Subject: Sync {
     /// device-host gate (its CUDA TP1 record equals the host oracle). A NUMERIC-class subject
     /// makes no such claim; its runs are held to the oracle by the NUMERIC gates instead.
     fn exact(&self) -> bool;
+    /// Who counts the census of a run on `backend` (`memra_receipts::schema::Evidence::census_witness`):
+    /// `None` when memra-gates' own backend counts it in this process (the built-in runtime);
+    /// `Some("self-reported")` when only the subject's own tape says it (the default: a subject
+    /// outside this process); a subject whose runs an outside witness counts returns
+    /// `Some("outside:<witness>")`.
+    fn census_witness(&self, backend: memra_runtime::backend::BackendKind) -> Option<String> {
+        let _ = backend;
+        Some(memra_receipts::schema::CENSUS_SELF_REPORTED.to_string())
+    }
     /// Run one configuration.
     fn run(&self, spec: RunSpec) -> Result<Record, SubjectError>;
     /// [`Subject::run`], with `uploading(true)` / `uploading(false)` around any time spent placing

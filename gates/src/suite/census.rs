@@ -12,7 +12,6 @@ use crate::gate::{self, Outcome};
 use crate::job::{CensusDecl, Job};
 use crate::subject::RunSpec;
 use memra_runtime::backend::BackendKind;
-use memra_runtime::evidence::census::Census;
 use memra_runtime::record::{CaptureKey, Record};
 use memra_runtime::{DoorSet, ExpertFormat, Transport};
 
@@ -37,13 +36,15 @@ fn key(
 }
 
 impl Suite<'_> {
+    /// The run of `job`'s configuration with `decl`'s door off (its captures dropped): its census
+    /// is the door's engagement baseline, its digests the door's identity baseline.
     fn census_baseline(
         &self,
         job: &Job,
         decl: &CensusDecl,
         forced: Option<&Record>,
         capture: &[CaptureKey],
-    ) -> Result<Census, String> {
+    ) -> Result<Record, String> {
         let off = decl.off;
         // The expert storage is part of the door (NVFP4_EP2 implies NVFP4 banks): the baseline
         // takes the storage its own doors imply.
@@ -62,7 +63,7 @@ impl Suite<'_> {
             forced,
             capture: capture.to_vec(),
         };
-        let c = self.subject_as(Phase::Oracle, spec).map(|r| r.census).map_err(|e| e.to_string());
+        let c = self.subject_as(Phase::Oracle, spec).map(without_captures).map_err(|e| e.to_string());
         self.census_baselines.lock().expect("census baseline lock").insert(key, c.clone());
         c
     }
@@ -75,7 +76,7 @@ impl Suite<'_> {
             .lock()
             .expect("census baseline lock")
             .entry(key)
-            .or_insert_with(|| Ok(run.census.clone()));
+            .or_insert_with(|| Ok(without_captures(run.clone())));
     }
 
     /// The engagement gate of `run` (the job's gated run, made with `forced` and `capture`).
@@ -86,9 +87,62 @@ impl Suite<'_> {
         forced: Option<&Record>,
         capture: &[CaptureKey],
     ) -> Outcome {
-        let baselines: Vec<_> = job.census.iter().map(|d| (d, self.census_baseline(job, d, forced, capture))).collect();
+        let baselines: Vec<_> =
+            job.census.iter().map(|d| (d, self.census_baseline(job, d, forced, capture).map(|r| r.census))).collect();
+        // Whose word the census is goes into the receipt beside it (`census_witness`), not into
+        // this detail: the built-in runtime through the protocol keeps its evidence otherwise
+        // byte-identical to the same plan in process.
         gate::engagement(&run.census, &baselines)
     }
+
+    /// Each door of `job` that claims to change no number (`CensusDecl::identity`), against the
+    /// subject's own run of the same configuration without it (the run its engagement is judged
+    /// against): the digests must be equal bit for bit. `None` when no such door is on. A NUMERIC
+    /// job is held to the oracle only within a budget, so without this a door declared
+    /// BIT-IDENTICAL on a NUMERIC subject could change the numbers unseen.
+    pub(super) fn door_identity(
+        &self,
+        job: &Job,
+        run: &Record,
+        forced: Option<&Record>,
+        capture: &[CaptureKey],
+    ) -> Option<Outcome> {
+        let mut held = Vec::new();
+        let mut broken = Vec::new();
+        for decl in job.census.iter().filter(|d| d.identity.is_some()) {
+            let class = decl.identity.unwrap_or_default();
+            match self.census_baseline(job, decl, forced, capture) {
+                Err(e) => broken.push(format!("{} ({class}): its run without the door failed: {e}", decl.door)),
+                Ok(off) => match gate::first_digest_divergence(&off, run) {
+                    Err(structure) => broken.push(format!("{} ({class}): {structure}", decl.door)),
+                    Ok(None) => held.push(decl.door.clone()),
+                    Ok(Some(d)) => broken.push(format!(
+                        "{} is declared {class} but changes the numbers: this run differs from the subject's own run \
+                         without it first at L{}.{} p{} s{}",
+                        decl.door,
+                        d.layer,
+                        d.seam.name(),
+                        d.prompt,
+                        d.step
+                    )),
+                },
+            }
+        }
+        if held.is_empty() && broken.is_empty() {
+            return None;
+        }
+        Some(if broken.is_empty() {
+            Outcome::Pass(format!("bit-identical to the same configuration without {}", held.join(", ")))
+        } else {
+            Outcome::Fail(broken.join("; "))
+        })
+    }
+}
+
+/// A baseline kept for its census and digests: captures are large and never read from it.
+fn without_captures(mut r: Record) -> Record {
+    r.captures.clear();
+    r
 }
 
 #[cfg(test)]

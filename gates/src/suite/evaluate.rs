@@ -7,7 +7,7 @@
 //! matrix: it becomes an ERROR receipt.
 
 use super::{format_of, Phase, Suite};
-use crate::gate::{self, Outcome};
+use crate::gate::{self, FirstDivergence, Outcome};
 use crate::job::{Job, JobClass};
 use crate::receipt::{now_ms, Evaluation};
 use crate::subject::RunSpec;
@@ -90,35 +90,52 @@ impl Suite<'_> {
             Ok(r) => r,
             Err(e) => return ev.failed(e.verdict(), e.reason()),
         };
-        self.common_gates(job, &first, &second, (forced, &capture), ev);
+        // A receipt with a census says who counted it.
+        ev.census_witness = self.subject.census_witness(job.backend);
+        let at = ev.gates.len();
+        let (probe, coverage, claims) = (ev.probe.clone(), ev.coverage.clone(), ev.claims.clone());
+        let ctx = Judged { job, oracle: &oracle, forced, capture: &capture };
+        if !self.judge(&ctx, &first, &second, Locating::Rerun, ev) {
+            return;
+        }
+        // The same gates judge the second run (its failures placed from the first run's location,
+        // never re-run), and the two receipts' evidence must be the same bytes.
+        let census_witness = ev.census_witness.clone();
+        let mut again = Evaluation { probe, coverage, claims, census_witness, ..Evaluation::default() };
+        again.gates = ev.gates[..at].to_vec();
+        self.judge(&ctx, &second, &first, Locating::From(ev.divergence.as_ref()), &mut again);
+        (ev.record, again.record) = (Some(first), Some(second));
+        let determinism = self.determinism(job, ev, again);
+        ev.gates.insert(at, gate_result(Gate::Determinism, &determinism, Verdict::Fail));
+        ev.settle();
+    }
+
+    /// Every gate but determinism of `run` (one of the job's two runs; `other` is the other one),
+    /// into `ev`, settled. Returns false when the job ended in ERROR.
+    fn judge(&self, ctx: &Judged, run: &Record, other: &Record, locating: Locating, ev: &mut Evaluation) -> bool {
+        let job = ctx.job;
+        self.common_gates(job, run, (ctx.forced, ctx.capture), ev);
         let done = match job.class {
-            JobClass::Identity | JobClass::Canary => self.identity_gate(job, &first, ev),
+            JobClass::Identity | JobClass::Canary => self.identity_gate(job, run, other, locating, ev),
             JobClass::Numeric { margin_budget, rel_budget, class_identity } => {
-                self.numeric_gates(job, &oracle, &first, (margin_budget, rel_budget, class_identity), ev)
+                self.numeric_gates(ctx, run, other, locating, (margin_budget, rel_budget, class_identity), ev)
             }
         };
         if done {
-            ev.record = Some(first);
             ev.settle();
         }
+        done
     }
 
-    /// Determinism, non-triviality, engagement, copies, coverage, the f64 reference, and on CUDA
-    /// the device-host gate (for a subject that claims the canonical program's bits).
+    /// Non-triviality, engagement, copies, coverage, the f64 reference, and on CUDA the
+    /// device-host gate (for a subject that claims the canonical program's bits).
     fn common_gates(
         &self,
         job: &Job,
         first: &Record,
-        second: &Record,
         (forced, capture): (Option<&Record>, &[CaptureKey]),
         ev: &mut Evaluation,
     ) {
-        let evidence = |r: &Record| crate::record_evidence::sections(r);
-        ev.gates.push(gate_result(
-            Gate::Determinism,
-            &gate::determinism(&evidence(first), &evidence(second)),
-            Verdict::Fail,
-        ));
         ev.gates.push(gate_result(Gate::NonTriviality, &gate::non_triviality(first), Verdict::Fail));
         let engagement = self.engagement_gate(job, first, forced, capture);
         ev.gates.push(gate_result(Gate::Engagement, &engagement, Verdict::Void));
@@ -161,7 +178,7 @@ impl Suite<'_> {
 
     /// Identity with the reference (host oracle or CUDA TP1) — every seam digest, and every
     /// cross-rank copy — located on failure. Returns false when the job ended in ERROR.
-    fn identity_gate(&self, job: &Job, first: &Record, ev: &mut Evaluation) -> bool {
+    fn identity_gate(&self, job: &Job, run: &Record, other: &Record, locating: Locating, ev: &mut Evaluation) -> bool {
         let reference = match self.reference_for(job) {
             Ok(r) => r,
             Err(e) => {
@@ -169,15 +186,13 @@ impl Suite<'_> {
                 return false;
             }
         };
-        let outcome = match gate::first_difference(&reference, first) {
+        let outcome = match gate::first_difference(&reference, run) {
             Err(structure) => Outcome::Fail(structure),
-            Ok(None) if steps(first) == 0 => Outcome::Fail("no decode step was compared".to_string()),
-            Ok(None) => {
-                Outcome::Pass(format!("{} steps × {} seams bit-identical", steps(first), first.seams_per_step()))
-            }
+            Ok(None) if steps(run) == 0 => Outcome::Fail("no decode step was compared".to_string()),
+            Ok(None) => Outcome::Pass(format!("{} steps × {} seams bit-identical", steps(run), run.seams_per_step())),
             Ok(Some(mut d)) => {
                 let reference = RunSpec::oracle(job.backend, ExpertFormat::E4m3);
-                self.locate(&mut d, first, reference, self.spec(job, None, &[]));
+                self.place(&mut d, (run, other), locating, reference, self.spec(job, None, &[]));
                 let text = format!("first divergence at {}", d.describe());
                 ev.divergence = Some(d);
                 Outcome::Fail(text)
@@ -187,47 +202,74 @@ impl Suite<'_> {
         true
     }
 
+    /// Where `d`, a difference of `run`, is: a cross-rank copy is located at the copy already (and
+    /// is deterministic when `other`, the job's other run, has the same fault); a seam difference
+    /// is located by a capture re-run of both sides (`Locating::Rerun`), or takes the location
+    /// found for the other run when it is the same place (`Locating::From`).
+    fn place(
+        &self,
+        d: &mut FirstDivergence,
+        (run, other): (&Record, &Record),
+        locating: Locating,
+        reference: RunSpec,
+        job: RunSpec,
+    ) {
+        if d.copy_from.is_some() {
+            d.reproduced = gate::copy_fault_in(d, other);
+            return;
+        }
+        match locating {
+            Locating::Rerun => self.locate(d, run, reference, job),
+            Locating::From(Some(found)) if found.copy_from.is_none() && found.key() == d.key() => *d = found.clone(),
+            Locating::From(_) => {}
+        }
+    }
+
     /// Argmax tape, class identity (where the door's gate has it and this run is not the class
-    /// baseline itself; located like identity) and the error budget. Returns false when the job
-    /// ended in ERROR.
+    /// baseline itself; located like identity) together with the identity of each door that
+    /// claims to change no number against the run without it, and the error budget. Returns false
+    /// when the job ended in ERROR.
     fn numeric_gates(
         &self,
-        job: &Job,
-        oracle: &Record,
-        first: &Record,
+        ctx: &Judged,
+        run: &Record,
+        other: &Record,
+        locating: Locating,
         (margin_budget, rel_budget, class_identity): (f32, f64, bool),
         ev: &mut Evaluation,
     ) -> bool {
-        let (tape, ties) = gate::argmax_tape(oracle, first, margin_budget, rel_budget);
+        let (job, oracle) = (ctx.job, ctx.oracle);
+        let (tape, ties) = gate::argmax_tape(oracle, run, margin_budget, rel_budget);
         ev.gates.push(gate_result(Gate::ArgmaxTape, &tape, Verdict::Fail));
         ev.near_ties = ties;
         // A door whose registry gate has no class identity gets no such gate (a gate that was not
         // evaluated must not read as passed); the class baseline run itself is not compared with
         // itself (that would pass vacuously): its reproduction is what the determinism gate checks.
-        if class_identity && !job.is_class_baseline() {
-            let class = match self.class_baseline(job, oracle) {
-                Err(e) => Outcome::Fail(e),
-                Ok(base) => match gate::first_difference(&base, first) {
-                    Err(structure) => Outcome::Fail(structure),
-                    Ok(None) => Outcome::Pass(format!(
-                        "bit-identical to the door's TP{} {} class baseline",
-                        job.baseline_tp,
-                        job.baseline_transport.name()
-                    )),
-                    Ok(Some(mut d)) => {
-                        let baseline = RunSpec {
-                            tp: job.baseline_tp,
-                            transport: job.baseline_transport,
-                            ..self.spec(job, Some(oracle), &[])
-                        };
-                        self.locate(&mut d, first, baseline, self.spec(job, Some(oracle), &[]));
-                        let text = format!("differs from the class baseline first at {}", d.describe());
-                        ev.divergence = Some(d);
-                        Outcome::Fail(text)
-                    }
-                },
-            };
-            ev.gates.push(gate_result(Gate::ClassIdentity, &class, Verdict::Fail));
+        let class = (class_identity && !job.is_class_baseline()).then(|| match self.class_baseline(job, oracle) {
+            Err(e) => Outcome::Fail(e),
+            Ok(base) => match gate::first_difference(&base, run) {
+                Err(structure) => Outcome::Fail(structure),
+                Ok(None) => Outcome::Pass(format!(
+                    "bit-identical to the door's TP{} {} class baseline",
+                    job.baseline_tp,
+                    job.baseline_transport.name()
+                )),
+                Ok(Some(mut d)) => {
+                    let baseline = RunSpec {
+                        tp: job.baseline_tp,
+                        transport: job.baseline_transport,
+                        ..self.spec(job, Some(oracle), &[])
+                    };
+                    self.place(&mut d, (run, other), locating, baseline, self.spec(job, Some(oracle), &[]));
+                    let text = format!("differs from the class baseline first at {}", d.describe());
+                    ev.divergence = Some(d);
+                    Outcome::Fail(text)
+                }
+            },
+        });
+        let doors = self.door_identity(job, run, ctx.forced, ctx.capture);
+        if let Some(outcome) = gate::both(class, doors) {
+            ev.gates.push(gate_result(Gate::ClassIdentity, &outcome, Verdict::Fail));
         }
         let captured = match self.oracle_captured(format_of(job)) {
             Ok(oc) => oc,
@@ -236,36 +278,27 @@ impl Suite<'_> {
                 return false;
             }
         };
-        let (errors, flips) = gate::error_budget(&captured, first);
-        let worst = errors.iter().map(|e| e.max_rel).fold(0.0f64, f64::max);
-        let bitwise = errors.iter().all(|e| e.max_ulp == 0);
-        let uncompared = gate::uncompared_seams(&captured, &errors);
-        let outcome = if errors.is_empty() {
-            Outcome::Fail("no seam was compared: the error-budget captures are missing".to_string())
-        } else if worst.is_nan() || worst > rel_budget {
-            Outcome::Fail(format!("max normwise relative error {worst:.3e} exceeds the budget {rel_budget:.1e}"))
-        } else {
-            Outcome::Pass(format!(
-                "max normwise relative error {worst:.3e} within {rel_budget:.1e}; {flips} routing flip(s) excluded{}{}",
-                match uncompared.first() {
-                    // Said, never hidden: a model built with router ties (`edge`) can flip at
-                    // every step, and then these seams were compared nowhere.
-                    Some((layer, seam)) => format!(
-                        "; {} seam(s) never compared (flips at every step), first layer {layer} {}",
-                        uncompared.len(),
-                        seam.name()
-                    ),
-                    None => String::new(),
-                },
-                if bitwise {
-                    "; NOTE: bit-identical to the oracle — the NUMERIC class may be mislabeled"
-                } else {
-                    ""
-                }
-            ))
-        };
+        let (outcome, errors) = gate::error_budget_gate(&captured, run, rel_budget);
         ev.gates.push(gate_result(Gate::ErrorBudget, &outcome, Verdict::Fail));
         ev.errors = errors;
         true
     }
+}
+
+/// What both runs of a job are judged with.
+pub(super) struct Judged<'a> {
+    pub job: &'a Job,
+    /// The oracle the job is held to (NUMERIC: its tokens are the forced tape).
+    pub oracle: &'a Record,
+    pub forced: Option<&'a Record>,
+    pub capture: &'a [CaptureKey],
+}
+
+/// How a failure of a judged run is located.
+#[derive(Clone, Copy)]
+pub(super) enum Locating<'a> {
+    /// Re-run both sides with a full capture of the failing seam (the job's first run).
+    Rerun,
+    /// Take this location when the failure is at the same place (the job's second run).
+    From(Option<&'a FirstDivergence>),
 }

@@ -15,6 +15,7 @@
 //! ([`Builtin`]), whatever the subject under test is (docs/DESIGN.md §10).
 
 mod census;
+mod determinism;
 mod evaluate;
 mod locate;
 mod phases;
@@ -77,8 +78,9 @@ pub struct Suite<'a> {
     /// The byte-integrity probe per (backend, TP, transport), run once before the first job
     /// over that transport at that TP size.
     probes: Mutex<ProbeCache>,
-    /// Census of each configuration with a door off (`census`).
-    census_baselines: Mutex<HashMap<census::BaselineKey, Result<memra_runtime::evidence::census::Census, String>>>,
+    /// The run of each configuration with a door off, captures dropped: the door's census and
+    /// identity baseline (`census`).
+    census_baselines: Mutex<HashMap<census::BaselineKey, Result<Record, String>>>,
     /// The f64 reference check of the oracle record, once per suite (`reference`).
     reference: Mutex<Option<gate::Outcome>>,
     /// Milliseconds the host oracle took (receipts' `phase_plan_oracle_ms`).

@@ -57,6 +57,14 @@ pub struct DiffReport {
     pub missing: Vec<RunRef>,
     /// Anomalies in the inputs (e.g. a run_id present twice in one set).
     pub notes: Vec<String>,
+    /// Whether the paired runs were built from other sources (their build digests,
+    /// `kernel_source_digest`, differ): then moved digests are the build's doing, and every
+    /// digest moving is "sources changed", not "no regression".
+    pub sources_changed: bool,
+    /// Whether every receipt of both sets ran on the host backend: the oracle and every run then
+    /// use the same host twins, so a changed twin moves digests without any gate seeing it — the
+    /// twins were not checked against a device.
+    pub host_only: bool,
 }
 
 /// Totals for the one-line summary.
@@ -171,6 +179,8 @@ pub fn diff(old: &[Receipt], new: &[Receipt], threshold: Option<f64>) -> Result<
         added: Vec::new(),
         missing: Vec::new(),
         notes,
+        sources_changed: false,
+        host_only: old.iter().chain(new).all(|r| r.evidence.config.backend == crate::schema::Backend::Host),
     };
 
     let pairs: Vec<(&Receipt, &Receipt)> =
@@ -183,6 +193,7 @@ pub fn diff(old: &[Receipt], new: &[Receipt], threshold: Option<f64>) -> Result<
             continue;
         };
         report.counts.paired += 1;
+        report.sources_changed |= o.evidence.build.kernel_source_digest != n.evidence.build.kernel_source_digest;
         let mut changed = moved.contains(id);
         let (ov, nv) = (o.evidence.verdict, n.evidence.verdict);
         if ov != nv {

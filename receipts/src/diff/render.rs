@@ -54,9 +54,21 @@ impl DiffReport {
             ),
             _ => String::new(),
         };
+        let every_digest = c.paired > 0 && c.digest_changes == c.paired;
+        let word = if self.regressed {
+            "REGRESSED"
+        } else if self.sources_changed && every_digest {
+            // Nothing was compared run for run: the new build computes other numbers everywhere.
+            "sources changed, every digest moved (not a regression check: review the change itself)"
+        } else if self.sources_changed {
+            "no regression (sources changed)"
+        } else {
+            "no regression"
+        };
+        let twins =
+            if self.host_only { " · host receipts only: the twins were not checked against a device" } else { "" };
         format!(
-            "{}: {} paired ({} unchanged) · {} · {} · {} · {} · {} beyond noise (×{:.2} normalised, {}; METRICS.md){speed} · {} · {}",
-            if self.regressed { "REGRESSED" } else { "no regression" },
+            "{word}: {} paired ({} unchanged) · {} · {} · {} · {} · {} beyond noise (×{:.2} normalised, {}; METRICS.md){speed} · {} · {}{twins}",
             c.paired,
             c.unchanged,
             plural(c.regressions, "regression", "regressions"),

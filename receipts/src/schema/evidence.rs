@@ -35,6 +35,14 @@ pub struct Evidence {
     /// compares it with the census of the same configuration with each door off. Empty in
     /// receipts read from schema version 1.
     pub census: BTreeMap<String, u64>,
+    /// Who counted `census`: absent when memra-gates' own backend counted it in this process (the
+    /// built-in runtime run in process); [`CENSUS_SELF_REPORTED`] when it is the subject's own
+    /// tape (an external subject: nothing outside its process saw the counters, so its
+    /// engagement is only as good as its word); `"outside:<witness>"` when a witness outside the
+    /// subject's process counted what it issued (e.g. `outside:cupti`, a CUDA injection library)
+    /// — the value an outside witness sets. Absent in receipts written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub census_witness: Option<String>,
     /// Coverage of the special paths of docs/DESIGN.md §3.2 by this run's model and battery, as
     /// the host oracle counted them (`memra_runtime::evidence::coverage`): path → count and the
     /// first place reached. Empty when no coverage was counted (and in version 1 receipts).
@@ -60,6 +68,18 @@ pub struct Evidence {
     /// Present exactly in receipts of kind `"performance"`.
     #[serde(deserialize_with = "required")]
     pub performance: Option<PerformanceClaim>,
+}
+
+/// [`Evidence::census_witness`] of a census that only the subject itself reported.
+pub const CENSUS_SELF_REPORTED: &str = "self-reported";
+
+/// Whether `w` is a [`Evidence::census_witness`] value: [`CENSUS_SELF_REPORTED`] or
+/// `"outside:<witness>"` (a non-empty name of `[a-z0-9._-]`).
+pub fn census_witness_ok(w: &str) -> bool {
+    w == CENSUS_SELF_REPORTED
+        || w.strip_prefix("outside:").is_some_and(|n| {
+            !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+        })
 }
 
 /// The configuration of a run: the input of [`run_id`](crate::identity::run_id). Nothing volatile may go here.
@@ -254,8 +274,10 @@ pub struct Divergence {
     /// The rank whose part differed (a copy's destination rank), when the evidence names one.
     #[serde(deserialize_with = "required")]
     pub rank: Option<usize>,
-    /// Whether a re-run with a full capture reproduced the difference; the element fields are
-    /// present exactly when it did.
+    /// A seam: whether a re-run with a full capture reproduced the difference; the element fields
+    /// are present exactly when it did. A copy (located at the copy, never an element): whether
+    /// the configuration's second run had the same fault — `true` is a deterministic transport
+    /// fault, `false` a fault of one run only (a race is likely).
     pub reproduced: bool,
     /// Flat element index within the seam's tensor.
     #[serde(deserialize_with = "required")]
@@ -283,14 +305,16 @@ pub enum DivergenceAt {
 
 impl Divergence {
     /// One line for tables: `L3.o_join p0 s5 r2 [1234] 0x3f800000→0x3f800001 (1 ulp)`,
-    /// `L0.attn_norm p0 s0 copy r0→r1`, or `L1.experts p0 s3 r1 (not reproduced: race likely)`.
+    /// `L0.attn_norm p0 s0 copy r0→r1 (in both runs: deterministic)`, or
+    /// `L1.experts p0 s3 r1 (not reproduced: race likely)`.
     pub fn short(&self) -> String {
         let rank = self.rank.map(|r| format!(" r{r}")).unwrap_or_default();
         let place = format!("{} p{} s{}", seam_column(self.layer, &self.seam), self.prompt, self.step);
         if self.at == DivergenceAt::Copy {
             let src = self.src_rank.map(|r| format!("r{r}")).unwrap_or_else(|| "?".into());
             let dst = self.rank.map(|r| format!("r{r}")).unwrap_or_else(|| "?".into());
-            return format!("{place} copy {src}→{dst}");
+            let how = if self.reproduced { "in both runs: deterministic" } else { "in one run only: race likely" };
+            return format!("{place} copy {src}→{dst} ({how})");
         }
         match (self.element, &self.oracle_bits, &self.observed_bits, self.ulp) {
             (Some(e), Some(o), Some(b), Some(u)) => format!("{place}{rank} [{e}] {o}→{b} ({u} ulp)"),

@@ -24,6 +24,7 @@
 //! │  ├─ gates                  one verdict per gate that ran
 //! │  ├─ engaged                call-site counters ("<door_id>.<what>" → count, as named in doors.toml)
 //! │  ├─ census                 what the backend carried out (v2; the engagement gate's evidence)
+//! │  ├─ census_witness         who counted it, when not memra-gates' own backend ("self-reported")
 //! │  ├─ coverage, claims       special paths reached by the model and battery, and those it claims (v2)
 //! │  ├─ planted                where a canary planted its defect, when chosen per run (v2)
 //! │  ├─ first_divergence       where the run first differed from its reference, if it did
@@ -45,6 +46,13 @@
 //!   reproduced it (`reproduced`; the element fields are `null` otherwise);
 //! - the gates `copies`, `coverage` and `probe` are new;
 //! - a probe entry names its `transport` (version 1 probed native-p2p only).
+//!
+//! Within version 2, two later additions that older version 2 readers do not know:
+//! `evidence.census_witness` (optional, written only when memra-gates' own backend did not count
+//! the census: `"self-reported"` for an external subject, `"outside:<witness>"` for a witness
+//! outside its process), and a copy divergence's `reproduced` (it was always `false`; it now says
+//! whether the configuration's second run had the same fault — a deterministic transport fault —
+//! and a copy never names an element).
 //!
 //! # Conventions
 //!

@@ -146,6 +146,7 @@ impl From<ReceiptV1> for Receipt {
                     .collect(),
                 engaged: e.engaged,
                 census: BTreeMap::new(),
+                census_witness: None,
                 coverage: BTreeMap::new(),
                 claims: Vec::new(),
                 planted: None,

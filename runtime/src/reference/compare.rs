@@ -25,6 +25,9 @@ pub struct SeamError {
     pub max_rel: f64,
     /// The tensor holding the worst error and the element where its largest difference is.
     pub worst: Option<(CaptureKey, usize)>,
+    /// The first tensor over the bound in (prompt, step, layer) order, the element of its
+    /// largest difference and its error: where a failure of this seam is named.
+    pub first_over: Option<(CaptureKey, usize, f64)>,
 }
 
 /// One generated token compared with the reference argmax.
@@ -187,8 +190,12 @@ pub fn compare(reference: &ReferenceRun, record: &Record, bound: f64) -> Compari
             tensors: 0,
             max_rel: 0.0,
             worst: None,
+            first_over: None,
         });
         entry.tensors += 1;
+        if entry.first_over.is_none() && (rel.is_nan() || rel > bound) {
+            entry.first_over = Some((*key, at, rel));
+        }
         if entry.worst.is_none() || rel > entry.max_rel {
             entry.max_rel = rel;
             entry.worst = Some((*key, at));

@@ -166,6 +166,36 @@ impl Manifest {
         })
     }
 
+    /// The argv of one start, its placeholders expanded (`gates_exe` is `{memra_gates}`).
+    pub fn argv(&self, gates_exe: &Path) -> Vec<String> {
+        let dir = self.dir().display().to_string();
+        let exe = gates_exe.display().to_string();
+        self.command.iter().map(|a| a.replace("{manifest_dir}", &dir).replace("{memra_gates}", &exe)).collect()
+    }
+
+    /// Refuse a command whose program cannot start — a path that does not exist or is not an
+    /// executable file, or a bare name found on no `PATH` directory — before any model is built
+    /// (a usage error, exit status 2), rather than as an ERROR at every run of the plan.
+    pub fn check_program(&self, gates_exe: &Path) -> Result<(), GateError> {
+        let argv = self.argv(gates_exe);
+        let program = Path::new(&argv[0]);
+        let refuse = |why: String| bad(&self.path, "command", &self.command[0], why);
+        if argv[0].contains('/') {
+            return match executable(program) {
+                Ok(()) => Ok(()),
+                Err(why) => Err(refuse(format!("the program {} cannot start: {why}", program.display()))),
+            };
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        if std::env::split_paths(&path).any(|dir| executable(&dir.join(program)).is_ok()) {
+            return Ok(());
+        }
+        Err(refuse(format!(
+            "the program `{}` cannot start: it is on no directory of PATH as an executable file",
+            argv[0]
+        )))
+    }
+
     /// The directory `{manifest_dir}` names.
     pub fn dir(&self) -> &Path {
         self.path.parent().unwrap_or(Path::new("."))
@@ -197,6 +227,22 @@ impl Manifest {
         }
         None
     }
+}
+
+/// Whether `path` is a file this process may execute (`Err`: why not, in words).
+fn executable(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{e}"))?;
+    if !meta.is_file() {
+        return Err("it is not a file".into());
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o111 == 0 {
+            return Err("it is not executable (no x permission)".into());
+        }
+    }
+    Ok(())
 }
 
 /// Name, version, command and time limit: present and well formed.
