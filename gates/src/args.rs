@@ -381,6 +381,10 @@ pub struct PromoteArgs {
     /// contains the door passed).
     #[arg(long, default_value = "full")]
     pub coverage: String,
+    /// Nights of the window in which a door must pay: faster beyond noise at every TP size it
+    /// ran (or its declared benefit). Default: two thirds of --nights, rounded up.
+    #[arg(long, value_name = "K")]
+    pub gain_nights: Option<usize>,
     /// Write the updated defaults block here.
     #[arg(long, default_value = "doors-defaults.toml")]
     pub out: PathBuf,

@@ -291,4 +291,3 @@ pub fn read_effects(path: &Path) -> Result<DoorEffects, ReceiptError> {
     let bytes = std::fs::read(path).map_err(|e| ReceiptError::io(path, "read", e))?;
     parse_effects(&bytes, path)
 }
-
