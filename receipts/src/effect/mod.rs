@@ -32,6 +32,7 @@
 //! Comparison             median_ns, parent_median_ns, ratio, noise, lo, hi, effect
 //! ```
 
+pub mod render;
 pub mod rule;
 mod summary;
 
