@@ -130,3 +130,52 @@ fn the_file_reads_back_and_refuses_other_versions_and_kinds() {
     let extra = text.replacen("\"effects\"", "\"surprise\": 1,\n  \"effects\"", 1);
     assert!(parse_effects(extra.as_bytes(), &path).is_err(), "unknown fields are refused");
 }
+
+#[test]
+fn diff_lists_a_door_that_stopped_paying_as_a_regression_on_cuda_only() {
+    let old = night(2);
+    // MEMRA_A's mechanism no longer helps: its sets are as slow as their parents.
+    let new = vec![
+        timed(2, &[], 1.0),
+        timed(2, &["MEMRA_A"], 1.0),
+        timed(2, &["MEMRA_B"], 1.0),
+        timed(2, &["MEMRA_A", "MEMRA_B"], 1.0),
+    ];
+    // A threshold of ×2 keeps the whole-set move (×1.2) out of it: only the door counts here.
+    let report = memra_receipts::diff(&old, &new, Some(1.0)).unwrap();
+    assert_eq!(report.door_changes.len(), 1, "{:#?}", report.door_changes);
+    let c = &report.door_changes[0];
+    assert_eq!((c.door.as_str(), c.tp, c.old_effect, c.new_effect), ("MEMRA_A", 2, Effect::Faster, Effect::Same));
+    assert!(c.stopped_paying && c.regression, "{c:?}");
+    assert!(report.regressed() && report.counts.regressions == 1, "{:?}", report.counts);
+    let md = report.to_markdown();
+    assert!(md.contains("Door effects that changed") && md.contains("A cuda tp2: FASTER ×0.70 → SAME ×1.00"), "{md}");
+    assert!(report.headline().contains("1 door effect stopped paying"), "{}", report.headline());
+    // The control: the same night twice changes no door.
+    assert!(memra_receipts::diff(&old, &old, Some(1.0)).unwrap().door_changes.is_empty());
+    // On host receipts it is reported, not counted.
+    let host = |rs: &[Receipt]| -> Vec<Receipt> {
+        rs.iter()
+            .cloned()
+            .map(|mut r| {
+                r.evidence.config.backend = memra_receipts::Backend::Host;
+                r.run_id = memra_receipts::run_id(&r.evidence.config);
+                r
+            })
+            .collect()
+    };
+    // Host's noise floor (×1.5) hides a 30% gain: make it a 60% gain there.
+    let mut old_host = host(&old);
+    for r in old_host.iter_mut().filter(|r| r.evidence.config.doors.contains_key("MEMRA_A")) {
+        for l in &mut r.measurements.latency {
+            for x in [&mut l.min_ns, &mut l.median_ns, &mut l.p90_ns, &mut l.max_ns] {
+                *x = *x * 4 / 7;
+            }
+        }
+    }
+    let report = memra_receipts::diff(&old_host, &host(&new), Some(5.0)).unwrap();
+    let c = report.door_changes.iter().find(|c| c.door == "MEMRA_A").expect("the change is reported");
+    assert!(c.stopped_paying && !c.regression, "{c:?}");
+    assert!(!report.regressed(), "{}", report.headline());
+    assert!(report.headline().contains("not counted on host receipts"), "{}", report.headline());
+}
