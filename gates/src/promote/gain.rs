@@ -63,12 +63,11 @@ fn backend_name(b: Backend) -> &'static str {
     b.as_str()
 }
 
-/// Requirement (d) over the window; `required` holds each night's required sizes.
-pub(super) fn check_gain(
-    door: &Door,
-    nights: &[(String, BTreeSet<(Backend, usize)>, &NightGain)],
-    needed: usize,
-) -> GainOutcome {
+/// The (backend, TP) sizes a night requires of a door.
+pub(super) type Sizes = BTreeSet<(Backend, usize)>;
+
+/// Requirement (d) over the window: per night its label, its required sizes and its effects.
+pub(super) fn check_gain(door: &Door, nights: &[(String, Sizes, &NightGain)], needed: usize) -> GainOutcome {
     let mut paying = 0;
     let mut last: Option<String> = None;
     let mut first_short: Option<String> = None;
@@ -98,7 +97,7 @@ pub(super) fn check_gain(
 }
 
 /// Whether one night pays, and what it showed at each required size.
-fn night_pays(door: &Door, required: &BTreeSet<(Backend, usize)>, gain: &NightGain) -> (bool, String) {
+fn night_pays(door: &Door, required: &Sizes, gain: &NightGain) -> (bool, String) {
     if required.is_empty() {
         return (false, "no PASS configuration contains the door".to_string());
     }

@@ -180,7 +180,7 @@ pub fn door_effects(receipts: &[Receipt]) -> DoorEffects {
     effects.sort_by(|a, b| {
         (&a.door, a.backend, a.tp, a.transport, &a.run_id).cmp(&(&b.door, b.backend, b.tp, b.transport, &b.run_id))
     });
-    exactness_cost.sort_by(|a, b| (a.backend, a.tp, a.transport).cmp(&(b.backend, b.tp, b.transport)));
+    exactness_cost.sort_by_key(|c| (c.backend, c.tp, c.transport));
     DoorEffects {
         schema_version: EFFECTS_SCHEMA_VERSION,
         kind: "door-effects".to_string(),
