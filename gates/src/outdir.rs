@@ -135,7 +135,7 @@ impl OutDir {
     }
 
     /// Write the matrix outputs beside the receipts: summary.json, junit.xml, latency.csv,
-    /// summary.md, door-effects.json (each door against its parent set, METRICS.md §9). Every file is attempted; the ones that fail are returned with their errors.
+    /// summary.md, door-effects.json (each door against its parent set, METRICS.md, "Door effects"). Every file is attempted; the ones that fail are returned with their errors.
     pub fn write_outputs(&self, name: &str, receipts: &[Receipt]) -> (Summary, Vec<(PathBuf, String)>) {
         let summary = Summary::from_receipts(name, receipts);
         let mut failed = Vec::new();

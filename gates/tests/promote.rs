@@ -209,7 +209,7 @@ pub(crate) fn clean_receipt(reg: &Registry, config: &Configuration, started_at_u
 }
 
 /// Every door halves the step (seams `qkv` and `o_join` of one layer, 8 samples within ±1%): each
-/// door is faster than its parent beyond the host's noise floor (METRICS.md §9), so the exactness
+/// door is faster than its parent beyond the host's noise floor (METRICS.md, "Door effects"), so the exactness
 /// tests below see promotable doors; `crate::promote_gain` plants slowdowns in it.
 pub(crate) fn paying_latency(n_doors: usize) -> Vec<SeamLatency> {
     let scale = 0.5f64.powi(n_doors as i32);

@@ -1,4 +1,4 @@
-//! Door effects (`memra_receipts::effect`, METRICS.md §9): each door paired with its parent
+//! Door effects (`memra_receipts::effect`, METRICS.md, "Door effects"): each door paired with its parent
 //! configuration in one receipt set, the interval's verdicts, the cost of exactness, the file.
 
 use memra_receipts::effect::{

@@ -88,7 +88,7 @@ fn run_torch(args: &BenchArgs, model: &Model, positions: usize) -> Result<serde_
     serde_json::from_slice(&out.stdout).map_err(|e| format!("the PyTorch anchor printed no JSON: {e}"))
 }
 
-/// What the receipt records of the PyTorch anchor (METRICS.md §6): the halves and the fastest
+/// What the receipt records of the PyTorch anchor (METRICS.md, "bench"): the halves and the fastest
 /// eager and graph layers (`pytorch_<key>_median_us`), every form the script timed
 /// (`pytorch_form.<form>.<eager|graph>_median_us`) and the fastest of all, named in its key
 /// (`pytorch_fastest.<form>.<mode>_median_us`).

@@ -1,6 +1,6 @@
 //! `memra-gates effects DIR`: what each door does to the latency of one receipt set (one night,
 //! one machine) against its parent configurations, and what exactness costs (docs/DESIGN.md §7,
-//! METRICS.md §9). Writes `DIR/door-effects.json` (the versioned file of
+//! METRICS.md, "Door effects"). Writes `DIR/door-effects.json` (the versioned file of
 //! `memra_receipts::effect`) and prints the Markdown section the nightly report includes. A
 //! matrix run writes the same file for its own receipts; this command is for a set merged from
 //! shards, where a configuration and its parent may have run in different processes.

@@ -39,7 +39,7 @@
 //! - **(d) gain.** Exactness is necessary, not sufficient: the door must pay, in at least
 //!   `gain_nights` nights of the window (default two thirds, rounded up: 5 of 7), at every TP size
 //!   it allows that the night ran with it — faster beyond noise than the same configurations
-//!   without it (its parent sets, same night, same machine: METRICS.md §9), or, for a door that
+//!   without it (its parent sets, same night, same machine: METRICS.md, "Door effects"), or, for a door that
 //!   declares a `benefit` in the registry, that saving in every comparison ([`gain`] states the
 //!   rule). A door that meets (a)–(c) but not (d) is **exact, no gain**: never promoted silently.
 //!

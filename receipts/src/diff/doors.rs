@@ -1,5 +1,5 @@
 //! Door-effect changes between two receipt sets (`diff`, docs/DESIGN.md §5 and §7): each door's
-//! per-TP summary of the old set against the new one (`effect::door_nights`, METRICS.md §9). A
+//! per-TP summary of the old set against the new one (`effect::door_nights`, METRICS.md, "Door effects"). A
 //! (door, backend, TP) whose effect changed is listed; one that was FASTER and is no longer — a
 //! door that **stopped paying** — is a regression on CUDA receipts, and is reported only on host
 //! receipts (host latency moves by more than any door's gain; the same policy as a whole-set

@@ -214,7 +214,7 @@ impl DiffReport {
             .collect();
         section(
             &mut md,
-            "Door effects that changed (each door against its parent sets, METRICS.md §9)",
+            "Door effects that changed (each door against its parent sets, METRICS.md, door effects)",
             door_rows.len(),
             self.door_changes.iter().any(|d| d.regression),
             "| door backend TP: old → new [new interval] |\n|---|",

@@ -1,4 +1,4 @@
-//! Door effects (docs/DESIGN.md §7, METRICS.md §9): what each door does to the latency of one
+//! Door effects (docs/DESIGN.md §7, METRICS.md, "Door effects"): what each door does to the latency of one
 //! night, and what exactness costs. The one definition of the door-effect file
 //! (`door-effects.json`, beside a receipt set's `summary.json`), of its computation from a receipt
 //! set, and of its reader.

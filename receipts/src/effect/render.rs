@@ -1,6 +1,6 @@
 //! The door effects of one receipt set as Markdown (`memra-gates effects`, the nightly report):
 //! the door × TP summaries, and the cost of exactness line and table. Every number is defined in
-//! METRICS.md §9.
+//! METRICS.md, "Door effects".
 
 use super::{door_nights, DoorEffects, ExactnessCost};
 
@@ -52,7 +52,7 @@ pub fn to_markdown(e: &DoorEffects) -> String {
     let mut s = String::new();
     let r = &e.rule;
     s.push_str(&format!(
-        "Step latency with each door ÷ the same configuration without it, same night (median over its configurations at each TP size; interval `[r/(1+ν), r·(1+ν)]`, ν ≥ {} on host, ≥ {} on CUDA; SAME needs ν ≤ {}; METRICS.md §9). {} comparison(s).\n\n",
+        "Step latency with each door ÷ the same configuration without it, same night (median over its configurations at each TP size; interval `[r/(1+ν), r·(1+ν)]`, ν ≥ {} on host, ≥ {} on CUDA; SAME needs ν ≤ {}; METRICS.md, door effects). {} comparison(s).\n\n",
         r.host_floor,
         r.cuda_floor,
         r.same_max_noise,

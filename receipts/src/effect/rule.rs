@@ -1,4 +1,4 @@
-//! The noise interval of a door effect (METRICS.md §9): one latency of a configuration against the
+//! The noise interval of a door effect (METRICS.md, "Door effects"): one latency of a configuration against the
 //! same latency of its parent configuration, measured in the same night on the same machine, with
 //! an interval that says whether the difference is beyond noise. In the spirit of nvbench's
 //! `compare.py`: a relative difference within the measurements' own noise is SAME, outside it is
@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::schema::{Backend, SeamLatency};
 
 /// Noise floor of a host comparison: back-to-back host runs on a shared machine move whole runs by
-/// ×0.72–×1.38 (METRICS.md §4), which no run's own spread shows.
+/// ×0.72–×1.38 (METRICS.md, "diff"), which no run's own spread shows.
 pub const HOST_FLOOR: f64 = 0.5;
 /// Noise floor of a CUDA comparison (device events on a dedicated device).
 pub const CUDA_FLOOR: f64 = 0.03;

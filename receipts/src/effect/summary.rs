@@ -1,4 +1,4 @@
-//! A door's effect at one TP size in one night (METRICS.md §9): the door's comparisons there —
+//! A door's effect at one TP size in one night (METRICS.md, "Door effects"): the door's comparisons there —
 //! every configuration containing it at that TP size, on every transport, against its parent —
 //! summed up into one ratio and interval. This is what the door chart plots, what `promote` asks to
 //! be FASTER, and what `diff` compares between nights.

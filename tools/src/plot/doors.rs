@@ -1,4 +1,4 @@
-//! `door-effects`: what each door buys, at a glance (docs/DESIGN.md §7, METRICS.md §9). One row
+//! `door-effects`: what each door buys, at a glance (docs/DESIGN.md §7, METRICS.md, "Door effects"). One row
 //! per door; x: the nights, oldest at the left; in each night one point per (backend,) TP size:
 //! the door's step-latency ratio against its parent configurations (the median over its
 //! configurations at that TP size, [`memra_receipts::effect::DoorNight`]) with its noise interval
