@@ -3,6 +3,7 @@
 mod bad_input;
 mod determinism;
 mod diff;
+mod door_effects;
 mod model_file;
 mod multi_process;
 mod output_dir;
