@@ -8,7 +8,8 @@
 #   shards/I/       each shard's own run outputs (summary.json, summary.md, junit.xml, latency.csv)
 #   step/           the step-shape receipts          selftest/  the canaries' receipts and summary
 #   bench/          the performance receipt          diff/      <set>.md against the previous night
-#   plots/<set>/    plot --history (SVG + PNG)       promote/   <set>.txt tables, <set>.toml blocks
+#   plots/<set>/    plot --history (one screen) and  promote/   <set>.txt tables, <set>.toml blocks
+#                   plot --doors (door-effects.*)    effects/   <set>.md: door effects, cost of exactness
 #   logs/           every step's output              report.md  verdicts, regressions, promotable
 #                                                               doors, phase times, step statuses
 #
@@ -323,10 +324,11 @@ else
     done
 fi
 
-# 7. plot --history and promote --history over the window, set by set (one model per set).
+# 7. plot --history, effects, plot --doors and promote --history over the window, set by set (one
+#    model per set).
 pn=()
 [ -n "$promote_nights" ] && pn=(--nights "$promote_nights")
-mkdir -p "$night/plots" "$night/promote"
+mkdir -p "$night/plots" "$night/promote" "$night/effects"
 for s in "${sets[@]}"; do
     dirs=()
     for w in "${window[@]}"; do has_receipts "$w/$s" && dirs+=("$w/$s"); done
@@ -337,6 +339,19 @@ for s in "${sets[@]}"; do
     step "plot-$(setname "$s")" "$bin" plot --history "${dirs[@]}" --out "$night/plots/$(setname "$s")"
     if [ "$s" = step ]; then
         continue # the step run has no door matrix to promote from
+    fi
+    # Door effects of this night's set (each door against its parent sets, the cost of
+    # exactness), then the door chart over the window's nights that have any door effect.
+    step "effects-$(setname "$s")" sh -c '"$@" >"$0"' "$night/effects/$(setname "$s").md" \
+        "$bin" effects "$night/$s"
+    paying=()
+    for d in "${dirs[@]}"; do
+        "$bin" effects "$d" --no-write 2>/dev/null | grep -q '^| door |' && paying+=("$d")
+    done
+    if [ "${#paying[@]}" -eq 0 ]; then
+        skipped "doors-$(setname "$s")" "no night of the window has a door configuration beside its parent set"
+    else
+        step "doors-$(setname "$s")" "$bin" plot --doors "${paying[@]}" --out "$night/plots/$(setname "$s")"
     fi
     step "promote-$(setname "$s")" sh -c '"$@" >"$0"' "$night/promote/$(setname "$s").txt" \
         "$bin" promote --history "${dirs[@]}" "${pn[@]}" --out "$night/promote/$(setname "$s").toml"

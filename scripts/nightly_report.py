@@ -193,7 +193,7 @@ def main():
             lines = fh.read().splitlines()
         head = next((ln for ln in lines if ln.startswith("promotion over")), "")
         tally = next((ln for ln in lines if "promotable" in ln and "door(s)" in ln), "")
-        rows = [ln for ln in lines if "│" in ln and " promotable " in ln]
+        rows = [ln for ln in lines if "│" in ln and (" promotable " in ln or " exact, no gain " in ln)]
         w(f"### `{base}`: {tally or 'no tally (see the log)'}")
         w("")
         if head:
@@ -201,8 +201,29 @@ def main():
             w("")
         for ln in rows:
             cells = [c.strip() for c in ln.strip("│").split("│")]
-            w(f"- **{cells[0]}** ({cells[1]}): {cells[-1]}")
-        w(f"\nTable: `promote/{base}.txt`; defaults block: `promote/{base}.toml`.")
+            # door, env, class, status, evidence, performance (requirement (d): the door pays)
+            w(f"- **{cells[0]}** ({cells[1]}) {cells[3]}: {cells[4]}; performance: {cells[5] if len(cells) > 5 else '?'}")
+        w(f"\nTable (with a performance column for every door): `promote/{base}.txt`; defaults block: "
+          f"`promote/{base}.toml`.")
+        w("")
+
+    w("## Door effects and the cost of exactness")
+    w("")
+    effects = sorted(glob.glob(os.path.join(night, "effects", "*.md")))
+    if not effects:
+        w("No door effects were written (see the steps).")
+    for e in effects:
+        base = os.path.splitext(os.path.basename(e))[0]
+        w(f"### `{base}`")
+        w("")
+        chart = os.path.join("plots", base, "door-effects.png")
+        if os.path.exists(os.path.join(night, chart)):
+            w(f"Door chart over the window's nights: ![door effects]({chart}) (`{chart}`, SVG beside it)")
+        else:
+            w("Door chart: not drawn (no night of the window has a door configuration beside its parent set).")
+        w("")
+        with open(e) as fh:
+            w(fh.read().rstrip())
         w("")
 
     w("## Phase times")
@@ -245,7 +266,9 @@ def main():
     for sub, what in [("matrix", f"--matrix {a.matrix} receipts (tiny; further models in matrix/<preset>/)"),
                       ("shards", "each shard's run outputs (summary.json, summary.md, junit.xml, latency.csv)"),
                       ("step", "step-shape run"), ("selftest", "canaries"), ("bench", "performance receipt"),
-                      ("diff", "diff against the previous night"), ("plots", "plot --history, one folder per set"),
+                      ("diff", "diff against the previous night"),
+                      ("plots", "plot --history and plot --doors, one folder per set"),
+                      ("effects", "door effects and the cost of exactness, one Markdown file per set"),
                       ("promote", "promote tables and defaults blocks"), ("logs", "every step's output")]:
         if os.path.exists(os.path.join(night, sub)):
             w(f"- `{sub}/`: {what}")

@@ -96,6 +96,9 @@ pub enum Command {
     Plot(PlotArgs),
     /// Which doors have earned default-on over the nightly history.
     Promote(PromoteArgs),
+    /// Each door's latency against its parent configurations in one receipt set, and the cost
+    /// of exactness (writes DIR/door-effects.json, prints Markdown).
+    Effects(EffectsArgs),
     /// Devices, byte-integrity probe and copy cost of every transport.
     Probe(ProbeArgs),
     /// The built-in runtime as a protocol subject (docs/subject-protocol.md): run the one
@@ -363,9 +366,28 @@ pub struct PlotArgs {
     /// Directory for the SVG and PNG files.
     #[arg(long, default_value = "memra-plots")]
     pub out: PathBuf,
-    /// One line per seam across the receipt sets, ordered by their date.
+    /// One line per seam across the receipt sets, ordered by their date: the median over the
+    /// configurations (one screen), or one panel per configuration with --per-config.
     #[arg(long)]
     pub history: bool,
+    /// With --history: one panel per configuration instead of their median.
+    #[arg(long, requires = "history")]
+    pub per_config: bool,
+    /// One chart of what each door buys: a row per door, its step-latency ratio against its
+    /// parent sets per TP size with the noise interval, across the nights given (one directory
+    /// per night, like --history): `door-effects.{svg,png}`.
+    #[arg(long, conflicts_with = "history")]
+    pub doors: bool,
+}
+
+/// `effects`.
+#[derive(Args, Debug)]
+pub struct EffectsArgs {
+    /// One night's receipt directory.
+    pub dir: PathBuf,
+    /// Print only; do not write DIR/door-effects.json.
+    #[arg(long)]
+    pub no_write: bool,
 }
 
 /// `promote`.
@@ -381,6 +403,10 @@ pub struct PromoteArgs {
     /// contains the door passed).
     #[arg(long, default_value = "full")]
     pub coverage: String,
+    /// Nights of the window in which a door must pay: faster beyond noise at every TP size it
+    /// ran (or its declared benefit). Default: two thirds of --nights, rounded up.
+    #[arg(long, value_name = "K")]
+    pub gain_nights: Option<usize>,
     /// Write the updated defaults block here.
     #[arg(long, default_value = "doors-defaults.toml")]
     pub out: PathBuf,

@@ -38,7 +38,8 @@ pub struct OutDir {
 }
 
 /// The matrix outputs written beside the receipts.
-pub const MATRIX_OUTPUTS: [&str; 4] = ["summary.json", "junit.xml", "latency.csv", "summary.md"];
+pub const MATRIX_OUTPUTS: [&str; 5] =
+    ["summary.json", "junit.xml", "latency.csv", "summary.md", memra_receipts::effect::EFFECTS_FILE];
 
 impl OutDir {
     /// Take `dir` for a plan whose receipts are `run_ids`.
@@ -134,7 +135,7 @@ impl OutDir {
     }
 
     /// Write the matrix outputs beside the receipts: summary.json, junit.xml, latency.csv,
-    /// summary.md. Every file is attempted; the ones that fail are returned with their errors.
+    /// summary.md, door-effects.json (each door against its parent set, METRICS.md, "Door effects"). Every file is attempted; the ones that fail are returned with their errors.
     pub fn write_outputs(&self, name: &str, receipts: &[Receipt]) -> (Summary, Vec<(PathBuf, String)>) {
         let summary = Summary::from_receipts(name, receipts);
         let mut failed = Vec::new();
@@ -150,6 +151,11 @@ impl OutDir {
         note(csv.clone(), export::latency_csv(receipts).and_then(|t| store::write_atomic(&csv, t.as_bytes())));
         let md = self.dir.join("summary.md");
         note(md.clone(), store::write_atomic(&md, export::summary_markdown(&summary).as_bytes()));
+        let effects = memra_receipts::effect::door_effects(receipts);
+        note(
+            memra_receipts::effect::effects_path(&self.dir),
+            memra_receipts::effect::write_effects(&self.dir, &effects).map(|_| ()),
+        );
         (summary, failed)
     }
 }

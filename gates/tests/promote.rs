@@ -15,14 +15,14 @@ use memra_gating::promote::{
 use memra_gating::registry::{BackendKind, DoorClass, Registry};
 use memra_receipts::store::write_receipt;
 use memra_receipts::{
-    token_tape_digest, Backend, BuildEvidence, DigestRow, Evidence, Gate, GateResult, Measurements, ModelEvidence,
-    Receipt, ReceiptKind, RunConfigEvidence, SeamDigests, Transport, Verdict,
+    token_tape_digest, Backend, BuildEvidence, DigestRow, Evidence, Gate, GateResult, LatencyStats, Measurements,
+    ModelEvidence, Receipt, ReceiptKind, RunConfigEvidence, SeamDigests, SeamLatency, Transport, Verdict,
 };
 use memra_runtime::config::Transport as RtTransport;
 
 /// Two BIT-IDENTICAL doors, one NUMERIC-CLASS door and a canary; TP 1 and 2, host-bounce only,
 /// host backend only: 2^3 door sets × 2 TP sizes = 16 legal configurations.
-const REGISTRY: &str = r#"
+pub(crate) const REGISTRY: &str = r#"
 schema_version = 2
 
 [[door]]
@@ -95,15 +95,15 @@ requires = []
 conflicts = []
 "#;
 
-fn registry() -> Registry {
+pub(crate) fn registry() -> Registry {
     Registry::from_toml_str(REGISTRY, "test registry").expect("test registry is valid")
 }
 
 /// 2026-11-21 03:00 UTC: night `k` (0-based) starts `k` days later.
-const FIRST_NIGHT_MS: u64 = 1_795_230_000_000;
-const DAY_MS: u64 = 86_400_000;
+pub(crate) const FIRST_NIGHT_MS: u64 = 1_795_230_000_000;
+pub(crate) const DAY_MS: u64 = 86_400_000;
 
-fn night_date(k: usize) -> String {
+pub(crate) fn night_date(k: usize) -> String {
     utc_date(FIRST_NIGHT_MS + k as u64 * DAY_MS)
 }
 
@@ -113,7 +113,7 @@ fn nightly_configs(reg: &Registry, kind: MatrixKind) -> Vec<Configuration> {
     enumerate(reg, &kind, &[1, 2], &[RtTransport::HostBounce], &[BackendKind::Host]).expect("enumerates").legal
 }
 
-fn legal_configs(reg: &Registry) -> Vec<Configuration> {
+pub(crate) fn legal_configs(reg: &Registry) -> Vec<Configuration> {
     nightly_configs(reg, MatrixKind::All)
 }
 
@@ -123,7 +123,7 @@ fn hash(s: &str) -> u64 {
 
 /// A clean, validated PASS receipt of `config`, deterministic in the configuration (so the same
 /// configuration gives the same tapes and digests every night).
-fn clean_receipt(reg: &Registry, config: &Configuration, started_at_unix_ms: u64) -> Receipt {
+pub(crate) fn clean_receipt(reg: &Registry, config: &Configuration, started_at_unix_ms: u64) -> Receipt {
     let doors: BTreeMap<String, bool> =
         config.doors.iter().map(|id| (reg.door(id).expect("known door").env.clone(), true)).collect();
     let numeric = config.doors.iter().any(|id| reg.door(id).is_some_and(|d| d.class == DoorClass::Numeric));
@@ -198,7 +198,7 @@ fn clean_receipt(reg: &Registry, config: &Configuration, started_at_unix_ms: u64
         performance: None,
     };
     let measurements = Measurements {
-        latency: vec![],
+        latency: paying_latency(config.doors.len()),
         wall_ms: 12.5,
         host: "test host".to_string(),
         device: None,
@@ -209,8 +209,29 @@ fn clean_receipt(reg: &Registry, config: &Configuration, started_at_unix_ms: u64
     Receipt::new(ReceiptKind::Run, evidence, measurements)
 }
 
+/// Every door halves the step (seams `qkv` and `o_join` of one layer, 8 samples within ±1%): each
+/// door is faster than its parent beyond the host's noise floor (METRICS.md, "Door effects"), so the exactness
+/// tests below see promotable doors; `crate::promote_gain` plants slowdowns in it.
+pub(crate) fn paying_latency(n_doors: usize) -> Vec<SeamLatency> {
+    let scale = 0.5f64.powi(n_doors as i32);
+    ["qkv", "o_join"]
+        .iter()
+        .map(|seam| {
+            let med = (100_000.0 * scale) as u64;
+            let stats = LatencyStats {
+                n_samples: 8,
+                min_ns: med * 99 / 100,
+                median_ns: med,
+                p90_ns: med * 101 / 100,
+                max_ns: med * 102 / 100,
+            };
+            SeamLatency::new(0, *seam, stats)
+        })
+        .collect()
+}
+
 /// What a planted defect does to one night's receipt of one configuration.
-enum Edit {
+pub(crate) enum Edit {
     Keep,
     /// Leave the receipt out of the night.
     Drop,
@@ -219,7 +240,7 @@ enum Edit {
 /// Write `n_nights` nights under `root` (directories named by date) from `configs`; `plant` may
 /// change or drop any receipt (night index, configuration, receipt). Returns the directories in
 /// night order.
-fn write_history(
+pub(crate) fn write_history(
     root: &Path,
     reg: &Registry,
     configs: &[Configuration],
@@ -245,11 +266,11 @@ fn write_history(
     dirs
 }
 
-fn is(config: &Configuration, tp: usize, doors: &[&str]) -> bool {
+pub(crate) fn is(config: &Configuration, tp: usize, doors: &[&str]) -> bool {
     config.tp == tp && config.doors.iter().map(String::as_str).eq(doors.iter().copied())
 }
 
-fn history(
+pub(crate) fn history(
     n_nights: usize,
     plant: impl Fn(usize, &Configuration, &mut Receipt) -> Edit,
 ) -> (tempfile::TempDir, Vec<Night>) {
@@ -260,19 +281,19 @@ fn history(
     (tmp, nights)
 }
 
-fn report_of(nights: &[Night]) -> PromotionReport {
+pub(crate) fn report_of(nights: &[Night]) -> PromotionReport {
     promote(&registry(), nights, DEFAULT_NIGHTS)
 }
 
 #[track_caller]
-fn assert_promotable(report: &PromotionReport, id: &str) {
+pub(crate) fn assert_promotable(report: &PromotionReport, id: &str) {
     let row = report.row(id).expect("row exists");
     assert!(row.promotable, "{id} must be promotable; got {row:?}\n{}", report.to_table());
     assert_eq!(row.status, DoorStatus::Promotable);
 }
 
 #[track_caller]
-fn assert_blocked(report: &PromotionReport, id: &str, needles: &[&str]) {
+pub(crate) fn assert_blocked(report: &PromotionReport, id: &str, needles: &[&str]) {
     let row = report.row(id).expect("row exists");
     assert!(!row.promotable, "{id} must be refused; got {row:?}");
     assert_eq!(row.status, DoorStatus::Blocked);
@@ -451,7 +472,7 @@ fn night_missing_a_legal_combination_is_refused_naming_it() {
     }
     assert_promotable(&report, "num_c");
     // Coverage::Ran asks only that what ran passed: the gap does not block there.
-    let ran = promote_with(&registry(), &nights, Policy { n_last: 7, coverage: Coverage::Ran });
+    let ran = promote_with(&registry(), &nights, Policy { n_last: 7, coverage: Coverage::Ran, gain_nights: None });
     assert_promotable(&ran, "door_a");
     assert_promotable(&ran, "door_b");
 }
@@ -599,7 +620,7 @@ fn coverage_ran_accepts_a_single_matrix_night_but_full_does_not() {
     let nights = load_history(&dirs).unwrap().nights;
     let full = promote(&reg, &nights, 7);
     assert_blocked(&full, "door_a", &["night 2026-11-21: no receipt for tp1 host-bounce host +door_a+door_b"]);
-    let ran = promote_with(&reg, &nights, Policy { n_last: 7, coverage: Coverage::Ran });
+    let ran = promote_with(&reg, &nights, Policy { n_last: 7, coverage: Coverage::Ran, gain_nights: None });
     assert_promotable(&ran, "door_a");
     assert_eq!(ran.row("door_a").unwrap().evidence, "passed 7 nights, 14 runs");
 
@@ -615,7 +636,7 @@ fn coverage_ran_accepts_a_single_matrix_night_but_full_does_not() {
         Edit::Keep
     });
     let nights = load_history(&dirs).unwrap().nights;
-    let ran = promote_with(&reg, &nights, Policy { n_last: 7, coverage: Coverage::Ran });
+    let ran = promote_with(&reg, &nights, Policy { n_last: 7, coverage: Coverage::Ran, gain_nights: None });
     assert_blocked(&ran, "door_a", &["night 2026-11-27", "tp2 host-bounce host +door_a", "verdict FAIL"]);
     assert_blocked(&ran, "door_b", &["night 2026-11-23: no PASS receipt contains door_b"]);
     assert_promotable(&ran, "num_c");
@@ -725,6 +746,7 @@ fn registry_update_applies_to_the_builtin_doors_toml() {
                 blockers: vec![],
                 nights: 7,
                 runs: 1,
+                gain: String::new(),
             }
         })
         .collect();

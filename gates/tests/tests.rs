@@ -4,6 +4,7 @@
 
 mod gates;
 mod promote;
+mod promote_gain;
 mod registry;
 mod subject_manifest;
 mod subject_tape;

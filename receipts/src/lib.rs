@@ -19,6 +19,7 @@
 
 pub mod canonical;
 pub mod diff;
+pub mod effect;
 pub mod error;
 pub mod export;
 pub mod identity;

@@ -4,6 +4,7 @@ mod util;
 
 mod canonical;
 mod diff;
+mod effect;
 mod export;
 mod json_schema;
 mod store;

@@ -1,33 +1,51 @@
 #!/usr/bin/env python3
-"""PyTorch anchor for `memra-gates bench`: one Step-like MoE decode layer, batch 1, timed with
-CUDA events in the same session as the memra-gates run.
+"""PyTorch anchor for `memra-gates bench` (docs/DESIGN.md §8): one Step-like MoE decode layer,
+batch 1, in several honest forms a PyTorch user would write, all timed in this one process; the
+fastest is reported and named, and every form is in the output (bench records each in its receipt).
+A slow anchor flatters the program and misleads, so the anchor is the best of these forms.
 
 The layer matches the canonical program's shapes and data flow: RMSNorm, Q/K/V/gate projections
 (BF16), per-head q/k RMSNorm + NeoX RoPE, attention over `ctx` cached positions with a per-head
 sigmoid gate, O projection, residual + RMSNorm, sigmoid top-k router, top-k routed SwiGLU experts
-plus the shared expert, weighted combine, residual.
+plus the shared expert, weighted combine, residual. The attention half is the same in every form;
+the forms differ in how the routed experts are computed:
 
-Two forms of the layer are timed:
-- eager (`layer_eager`): the route ids go to the host once per layer and the experts are plain
-  views of the expert banks (what an eager PyTorch layer does);
-- whole-layer CUDA-graph replay (`layer_graph`): the route stays on the device, so the selected
-  experts' weights are gathered on the device (`index_select` of the k experts, then batched
-  GEMVs) and the whole layer is captured once and replayed — the form memra-gates' whole-step
-  graph is compared with. The gather copies the k experts' weights once per layer (read + write
-  of their bytes): that is the price of device-side routing in plain PyTorch.
-The attention half alone is also graphed (`attention_graph`), and the MoE half timed eagerly.
+- `index_einsum`: the route stays on the device; the k experts' weights are taken by plain
+  indexing of the expert banks (`eg[ids]`) and applied with `torch.einsum`;
+- `gather_bmm`: the route stays on the device; `index_select` of the k experts, batched GEMVs
+  (`torch.bmm`);
+- `host_loop`: the route ids go to the host once per layer (`ids.tolist()`) and each expert is a
+  plain view of its bank, one `F.linear` per projection (no gather; cannot be graph-captured).
+
+Each form is timed eagerly (`<form>.eager`) and, when it has no host synchronisation, under
+CUDA-graph replay of the whole layer (`<form>.graph`). The forms are checked against each other
+(`max_rel_diff` against the first form's output) so a fast form that computes something else is
+refused rather than reported.
 
 Expert weights are BF16 here: PyTorch has no batch-1 FP8 GEMV, so this anchor reads 2x the expert
-bytes that the E4M3 kernels read.
+bytes that the E4M3 kernels read. `torch.compile` of the plain layer was measured on an H200 at
+6.9-7.0 ms (18x slower than its CUDA graph), so it is not a form today.
 
-Output: one JSON object on stdout.
+Output: one JSON object on stdout:
+  forms:            {"<form>.<eager|graph>": {median_us, min_us, p90_us, n}} for every form timed
+  not_timed:        {"<form>.graph": why} for forms that cannot run that way here
+  fastest:          {"form": name, "median_us": ...} over every form
+  layer_eager / layer_graph (+ _form): the fastest eager and graph form (bench's ratios use them)
+  attention_eager, attention_graph, moe_eager: the halves (moe_eager: the fastest form's, eager)
+  max_rel_diff:     {"<form>": relative difference of its output from the first form's}
+`--device cpu` runs everything on the CPU with a wall clock and no graphs (for tests).
 """
 import argparse
 import json
 import statistics
+import time
 
 import torch
 import torch.nn.functional as F
+
+# Relative output difference above which a form is refused (bf16 weights, f32 accumulation; the
+# forms only reorder sums, so they agree to about 1e-3).
+AGREE = 3e-2
 
 
 def rmsnorm(x, w, eps):
@@ -40,8 +58,8 @@ def rope(x, cos, sin):
     return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
 
 
-def main():
-    p = argparse.ArgumentParser()
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--q-heads", type=int, default=32)
     p.add_argument("--kv-heads", type=int, default=8)
@@ -52,99 +70,141 @@ def main():
     p.add_argument("--ctx", type=int, default=32)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=50)
-    a = p.parse_args()
-    dev = torch.device("cuda")
-    torch.manual_seed(0)
-    bf = torch.bfloat16
-    H, QH, KVH, D = a.hidden, a.q_heads, a.kv_heads, a.head_dim
-    s = H ** -0.5
-    wq = (torch.randn(QH * D, H, device=dev) * s).to(bf)
-    wk = (torch.randn(KVH * D, H, device=dev) * s).to(bf)
-    wv = (torch.randn(KVH * D, H, device=dev) * s).to(bf)
-    wg = (torch.randn(QH, H, device=dev) * s).to(bf)
-    wo = (torch.randn(H, QH * D, device=dev) * (QH * D) ** -0.5).to(bf)
-    wr = (torch.randn(a.experts, H, device=dev) * s).to(bf)
-    bias = torch.zeros(a.experts, device=dev)
-    eg = (torch.randn(a.experts, a.width, H, device=dev, dtype=bf) * s)
-    eu = (torch.randn(a.experts, a.width, H, device=dev, dtype=bf) * s)
-    ed = (torch.randn(a.experts, H, a.width, device=dev, dtype=bf) * a.width ** -0.5)
-    sg, su, sd = eg[0].clone(), eu[0].clone(), ed[0].clone()
-    n1 = torch.ones(H, device=dev)
-    n2 = torch.ones(H, device=dev)
-    qn = torch.ones(D, device=dev)
-    kn = torch.ones(D, device=dev)
-    kc = torch.randn(KVH, a.ctx, D, device=dev)
-    vc = torch.randn(KVH, a.ctx, D, device=dev)
-    ang = torch.arange(D // 2, device=dev, dtype=torch.float32)
-    cos = torch.cos(ang)
-    sin = torch.sin(ang)
-    x = torch.randn(H, device=dev)
-    eps = 1e-6
+    p.add_argument("--device", default="cuda", help="cuda (default) or cpu (tests: wall clock, no graphs)")
+    return p.parse_args(argv)
 
-    def attention_half(x):
-        h = rmsnorm(x, n1, eps).to(bf)
-        q = F.linear(h, wq).float().view(QH, D)
-        k = F.linear(h, wk).float().view(KVH, D)
-        v = F.linear(h, wv).float().view(KVH, D)
-        g = F.linear(h, wg).float()
-        q = rope(rmsnorm(q, qn, eps), cos, sin)
-        k = rope(rmsnorm(k, kn, eps), cos, sin)
-        kk = torch.cat([kc, k.unsqueeze(1)], dim=1)
-        vv = torch.cat([vc, v.unsqueeze(1)], dim=1)
-        rep = QH // KVH
-        kk = kk.repeat_interleave(rep, 0)
-        vv = vv.repeat_interleave(rep, 0)
+
+class Layer:
+    """The weights of one layer and its two halves; the routed experts in each form."""
+
+    def __init__(self, a, dev):
+        torch.manual_seed(0)
+        bf = torch.bfloat16
+        self.a, self.bf = a, bf
+        H, QH, KVH, D = a.hidden, a.q_heads, a.kv_heads, a.head_dim
+        s = H ** -0.5
+        rnd = lambda *shape: torch.randn(*shape, device=dev)  # noqa: E731
+        self.wq = (rnd(QH * D, H) * s).to(bf)
+        self.wk = (rnd(KVH * D, H) * s).to(bf)
+        self.wv = (rnd(KVH * D, H) * s).to(bf)
+        self.wg = (rnd(QH, H) * s).to(bf)
+        self.wo = (rnd(H, QH * D) * (QH * D) ** -0.5).to(bf)
+        self.wr = (rnd(a.experts, H) * s).to(bf)
+        self.bias = torch.zeros(a.experts, device=dev)
+        self.eg = (torch.randn(a.experts, a.width, H, device=dev, dtype=bf) * s)
+        self.eu = (torch.randn(a.experts, a.width, H, device=dev, dtype=bf) * s)
+        self.ed = (torch.randn(a.experts, H, a.width, device=dev, dtype=bf) * a.width ** -0.5)
+        self.sg, self.su, self.sd = self.eg[0].clone(), self.eu[0].clone(), self.ed[0].clone()
+        self.n1 = torch.ones(H, device=dev)
+        self.n2 = torch.ones(H, device=dev)
+        self.qn = torch.ones(D, device=dev)
+        self.kn = torch.ones(D, device=dev)
+        self.kc = rnd(KVH, a.ctx, D)
+        self.vc = rnd(KVH, a.ctx, D)
+        ang = torch.arange(D // 2, device=dev, dtype=torch.float32)
+        self.cos, self.sin = torch.cos(ang), torch.sin(ang)
+        self.eps = 1e-6
+
+    def attention_half(self, x):
+        a, bf = self.a, self.bf
+        QH, KVH, D = a.q_heads, a.kv_heads, a.head_dim
+        h = rmsnorm(x, self.n1, self.eps).to(bf)
+        q = F.linear(h, self.wq).float().view(QH, D)
+        k = F.linear(h, self.wk).float().view(KVH, D)
+        v = F.linear(h, self.wv).float().view(KVH, D)
+        g = F.linear(h, self.wg).float()
+        q = rope(rmsnorm(q, self.qn, self.eps), self.cos, self.sin)
+        k = rope(rmsnorm(k, self.kn, self.eps), self.cos, self.sin)
+        kk = torch.cat([self.kc, k.unsqueeze(1)], dim=1).repeat_interleave(QH // KVH, 0)
+        vv = torch.cat([self.vc, v.unsqueeze(1)], dim=1).repeat_interleave(QH // KVH, 0)
         o = F.scaled_dot_product_attention(q.unsqueeze(1), kk, vv).squeeze(1)
         o = o * torch.sigmoid(g).unsqueeze(-1)
-        att = F.linear(o.reshape(-1).to(bf), wo).float()
-        hres = x + att
-        return hres, rmsnorm(hres, n2, eps)
+        hres = x + F.linear(o.reshape(-1).to(bf), self.wo).float()
+        return hres, rmsnorm(hres, self.n2, self.eps)
 
-    def moe_half(hres, xin):
-        xb = xin.to(bf)
-        logits = F.linear(xb, wr).float()
-        score = torch.sigmoid(logits)
-        w, ids = torch.topk(score + bias, a.top_k)
+    def route(self, xb):
+        score = torch.sigmoid(F.linear(xb, self.wr).float())
+        _, ids = torch.topk(score + self.bias, self.a.top_k)
         w = score[ids]
-        w = w / w.sum()
-        ids_h = ids.tolist()  # one host sync per layer, as in memra-gates
-        acc = torch.zeros(H, device=dev)
-        for j, e in enumerate(ids_h):
-            gt = F.linear(xb, eg[e]).float()
-            up = F.linear(xb, eu[e]).float()
-            act = (F.silu(gt) * up).to(bf)
-            acc = acc + w[j] * F.linear(act, ed[e]).float()
-        gt = F.linear(xb, sg).float()
-        up = F.linear(xb, su).float()
-        shared = F.linear((F.silu(gt) * up).to(bf), sd).float()
-        return hres + (acc + shared)
+        return ids, w / w.sum()
 
-    def layer(x):
-        hres, xin = attention_half(x)
-        return moe_half(hres, xin)
+    def shared(self, xb):
+        gt = F.linear(xb, self.sg).float()
+        up = F.linear(xb, self.su).float()
+        return F.linear((F.silu(gt) * up).to(self.bf), self.sd).float()
 
-    def moe_half_device(hres, xin):
-        # Routing on the device (no host sync): gather the k experts, batched GEMVs.
-        xb = xin.to(bf)
-        logits = F.linear(xb, wr).float()
-        score = torch.sigmoid(logits)
-        _, ids = torch.topk(score + bias, a.top_k)
-        w = score[ids]
-        w = w / w.sum()
-        xk = xb.view(1, H, 1).expand(a.top_k, H, 1)
-        gt = torch.bmm(eg.index_select(0, ids), xk).float().squeeze(-1)
-        up = torch.bmm(eu.index_select(0, ids), xk).float().squeeze(-1)
-        act = (F.silu(gt) * up).to(bf).unsqueeze(-1)
-        y = torch.bmm(ed.index_select(0, ids), act).float().squeeze(-1)
-        acc = (w.unsqueeze(-1) * y).sum(0)
-        gt = F.linear(xb, sg).float()
-        up = F.linear(xb, su).float()
-        shared = F.linear((F.silu(gt) * up).to(bf), sd).float()
-        return hres + (acc + shared)
+    # ---- the routed experts, one method per form -------------------------------------------
+    def experts_index_einsum(self, xb, ids, w):
+        gt = torch.einsum("kwh,h->kw", self.eg[ids], xb).float()
+        up = torch.einsum("kwh,h->kw", self.eu[ids], xb).float()
+        act = (F.silu(gt) * up).to(self.bf)
+        y = torch.einsum("khw,kw->kh", self.ed[ids], act).float()
+        return (w.unsqueeze(-1) * y).sum(0)
 
-    def layer_device(x):
-        hres, xin = attention_half(x)
-        return moe_half_device(hres, xin)
+    def experts_gather_bmm(self, xb, ids, w):
+        k, H = self.a.top_k, self.a.hidden
+        xk = xb.view(1, H, 1).expand(k, H, 1)
+        gt = torch.bmm(self.eg.index_select(0, ids), xk).float().squeeze(-1)
+        up = torch.bmm(self.eu.index_select(0, ids), xk).float().squeeze(-1)
+        act = (F.silu(gt) * up).to(self.bf).unsqueeze(-1)
+        y = torch.bmm(self.ed.index_select(0, ids), act).float().squeeze(-1)
+        return (w.unsqueeze(-1) * y).sum(0)
+
+    def experts_host_loop(self, xb, ids, w):
+        acc = torch.zeros(self.a.hidden, device=xb.device)
+        for j, e in enumerate(ids.tolist()):  # one host sync per layer
+            gt = F.linear(xb, self.eg[e]).float()
+            up = F.linear(xb, self.eu[e]).float()
+            acc = acc + w[j] * F.linear((F.silu(gt) * up).to(self.bf), self.ed[e]).float()
+        return acc
+
+    def moe_half(self, form, hres, xin):
+        xb = xin.to(self.bf)
+        ids, w = self.route(xb)
+        return hres + (getattr(self, "experts_" + form)(xb, ids, w) + self.shared(xb))
+
+    def layer(self, form, x):
+        hres, xin = self.attention_half(x)
+        return self.moe_half(form, hres, xin)
+
+
+# (form, whether it can be captured in a CUDA graph: no host synchronisation)
+FORMS = [("index_einsum", True), ("gather_bmm", True), ("host_loop", False)]
+
+
+def summary(t):
+    t = sorted(t)
+    return {"median_us": statistics.median(t), "min_us": t[0], "p90_us": t[int(0.9 * (len(t) - 1))], "n": len(t)}
+
+
+def main(argv=None):
+    a = parse(argv)
+    cuda = a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("torch_layer.py: --device cuda, but torch.cuda.is_available() is false")
+    dev = torch.device(a.device)
+    L = Layer(a, dev)
+    x = torch.randn(a.hidden, device=dev)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def time_it(fn, n):
+        times = []
+        for _ in range(n):
+            if cuda:
+                s0, s1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s0.record()
+                fn()
+                s1.record()
+                torch.cuda.synchronize()
+                times.append(s0.elapsed_time(s1) * 1000.0)
+            else:
+                t0 = time.perf_counter_ns()
+                fn()
+                times.append((time.perf_counter_ns() - t0) / 1000.0)
+        return summary(times)
 
     def graphed(fn, arg):
         g = torch.cuda.CUDAGraph()
@@ -158,44 +218,60 @@ def main():
             fn(arg)
         return g
 
-    def time_it(fn, n):
-        times = []
-        for _ in range(n):
-            s0 = torch.cuda.Event(enable_timing=True)
-            s1 = torch.cuda.Event(enable_timing=True)
-            s0.record()
-            fn()
-            s1.record()
-            torch.cuda.synchronize()
-            times.append(s0.elapsed_time(s1) * 1000.0)
-        return times
+    # Every form computes the same layer: checked before anything is timed.
+    with torch.no_grad():
+        outs = {f: L.layer(f, x) for f, _ in FORMS}
+        ref = outs[FORMS[0][0]]
+        max_rel = {f: float((o - ref).abs().max() / ref.abs().max().clamp_min(1e-30)) for f, o in outs.items()}
+        bad = {f: d for f, d in max_rel.items() if not d <= AGREE}
+        if bad:
+            raise SystemExit(f"torch_layer.py: forms disagree with {FORMS[0][0]} beyond {AGREE}: {bad}")
 
-    for _ in range(a.warmup):
-        layer(x)
-    torch.cuda.synchronize()
-    eager = time_it(lambda: layer(x), a.iters)
-    attn_eager = time_it(lambda: attention_half(x), a.iters)
-    # CUDA-graph replays (no host sync inside them): the attention half, and the whole layer with
-    # device-side routing.
-    static_x = x.clone()
-    attn_graph = time_it(graphed(attention_half, static_x).replay, a.iters)
-    layer_graph = time_it(graphed(layer_device, static_x).replay, a.iters)
-    moe_eager = time_it(lambda: moe_half(x, x), a.iters)
+        forms, not_timed = {}, {}
+        static_x = x.clone()
+        for f, graphable in FORMS:
+            for _ in range(a.warmup):
+                L.layer(f, x)
+            sync()
+            forms[f + ".eager"] = time_it(lambda f=f: L.layer(f, x), a.iters)
+            if not graphable:
+                not_timed[f + ".graph"] = "reads the route ids on the host: a CUDA graph cannot capture it"
+            elif not cuda:
+                not_timed[f + ".graph"] = "CUDA graphs need --device cuda"
+            else:
+                forms[f + ".graph"] = time_it(graphed(lambda t, f=f: L.layer(f, t), static_x).replay, a.iters)
 
-    def summary(t):
-        t = sorted(t)
-        return {"median_us": statistics.median(t), "min_us": t[0], "p90_us": t[int(0.9 * (len(t) - 1))], "n": len(t)}
+        def best(keys):
+            keys = [k for k in keys if k in forms]
+            return min(keys, key=lambda k: forms[k]["median_us"]) if keys else None
 
-    print(json.dumps({
+        fastest = best(forms)
+        eager = best(k for k in forms if k.endswith(".eager"))
+        graph = best(k for k in forms if k.endswith(".graph"))
+        moe_form = fastest.split(".")[0]
+        halves = {
+            "attention_eager": time_it(lambda: L.attention_half(x), a.iters),
+            "moe_eager": time_it(lambda: L.moe_half(moe_form, x, x), a.iters),
+        }
+        if cuda:
+            halves["attention_graph"] = time_it(graphed(L.attention_half, static_x).replay, a.iters)
+
+    out = {
         "torch": torch.__version__,
-        "device": torch.cuda.get_device_name(0),
-        "layer_eager": summary(eager),
-        "layer_graph": summary(layer_graph),
-        "attention_eager": summary(attn_eager),
-        "attention_graph": summary(attn_graph),
-        "moe_eager": summary(moe_eager),
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "expert_dtype": "bf16",
-    }))
+        "forms": forms,
+        "not_timed": not_timed,
+        "fastest": {"form": fastest, "median_us": forms[fastest]["median_us"]},
+        "layer_eager": forms[eager],
+        "layer_eager_form": eager,
+        "max_rel_diff": max_rel,
+        **halves,
+    }
+    if graph:
+        out["layer_graph"] = forms[graph]
+        out["layer_graph_form"] = graph
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

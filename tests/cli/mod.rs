@@ -4,6 +4,7 @@ mod bad_input;
 mod determinism;
 mod diff;
 mod docs_engine;
+mod door_effects;
 mod model_file;
 mod multi_process;
 mod output_dir;

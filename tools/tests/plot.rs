@@ -42,7 +42,7 @@ fn median_us(layer: usize, seam: &str, scale: f64) -> f64 {
     (base * scale * (1.0 + 0.25 * layer as f64)).round()
 }
 
-fn config(tp: usize, transport: Transport, doors: &[&str]) -> RunConfigEvidence {
+pub(crate) fn config(tp: usize, transport: Transport, doors: &[&str]) -> RunConfigEvidence {
     RunConfigEvidence {
         subject: "memra-runtime".into(),
         backend: Backend::Host,
@@ -57,7 +57,7 @@ fn config(tp: usize, transport: Transport, doors: &[&str]) -> RunConfigEvidence 
 
 /// A PASS receipt with latencies of every seam of 2 layers and the head (`scale` × the base
 /// medians), or, with `timed == false`, a SKIP receipt without any.
-fn receipt(cfg: RunConfigEvidence, scale: f64, started_at_unix_ms: u64, timed: bool) -> Receipt {
+pub(crate) fn receipt(cfg: RunConfigEvidence, scale: f64, started_at_unix_ms: u64, timed: bool) -> Receipt {
     let mut latency = Vec::new();
     if timed {
         for layer in 0..=N_LAYERS {
@@ -134,7 +134,7 @@ fn matrix() -> (Vec<Receipt>, Vec<&'static str>) {
 }
 
 /// Every `<text>` of an SVG: (content, x, y).
-fn svg_texts(path: &Path) -> Vec<(String, f64, f64)> {
+pub(crate) fn svg_texts(path: &Path) -> Vec<(String, f64, f64)> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let doc =
         roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{} is not well-formed XML: {e}", path.display()));
@@ -148,7 +148,7 @@ fn svg_texts(path: &Path) -> Vec<(String, f64, f64)> {
         .collect()
 }
 
-fn svg_size(path: &Path) -> (u32, u32) {
+pub(crate) fn svg_size(path: &Path) -> (u32, u32) {
     let text = std::fs::read_to_string(path).unwrap();
     let doc = roxmltree::Document::parse(&text).unwrap();
     let root = doc.root_element();
@@ -157,7 +157,7 @@ fn svg_size(path: &Path) -> (u32, u32) {
 }
 
 /// (width, height, RGB pixels) of a PNG.
-fn read_png(path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
+pub(crate) fn read_png(path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
     let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut reader =
         png::Decoder::new(file).read_info().unwrap_or_else(|e| panic!("{} is not a PNG: {e}", path.display()));
@@ -169,7 +169,7 @@ fn read_png(path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
     (info.width, info.height, pixels)
 }
 
-fn seam_legend_px(n_seams: u32) -> u32 {
+pub(crate) fn seam_legend_px(n_seams: u32) -> u32 {
     n_seams.div_ceil(7) * 28 + 12
 }
 
@@ -347,7 +347,7 @@ fn short_labels_keep_what_differs_and_disambiguate_collisions() {
     assert!(long.chars().count() <= "tp2 native-p2p ".len() + 44, "{long}");
 }
 
-fn history_sets() -> Vec<(String, Vec<Receipt>)> {
+pub(crate) fn history_sets() -> Vec<(String, Vec<Receipt>)> {
     let day = 86_400_000;
     let t0 = 1_764_400_000_000;
     let set = |days: u64, scale: f64| -> Vec<Receipt> {
@@ -363,7 +363,7 @@ fn history_sets() -> Vec<(String, Vec<Receipt>)> {
 #[test]
 fn history_draws_sets_in_date_order() {
     let dir = tempfile::tempdir().unwrap();
-    let files = plot_history(&history_sets(), dir.path()).unwrap();
+    let files = plot_history(&history_sets(), dir.path(), true).unwrap();
     let names: Vec<String> = files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
     assert_eq!(names, ["latency-history.svg", "latency-history.png"]);
     let texts = svg_texts(&files[0]);
@@ -404,9 +404,9 @@ fn history_draws_sets_in_date_order() {
 #[test]
 fn history_errors_name_the_set_and_the_rule() {
     let out = tempfile::tempdir().unwrap();
-    let msg = |sets: &[(String, Vec<Receipt>)]| plot_history(sets, out.path()).unwrap_err().to_string();
+    let msg = |sets: &[(String, Vec<Receipt>)]| plot_history(sets, out.path(), true).unwrap_err().to_string();
 
-    assert!(matches!(plot_history(&[], out.path()), Err(PlotError::NoSets)));
+    assert!(matches!(plot_history(&[], out.path(), true), Err(PlotError::NoSets)));
 
     let mut sets = history_sets();
     sets[1].1.clear();

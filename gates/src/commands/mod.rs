@@ -6,6 +6,7 @@ mod bench;
 mod bench_gating;
 mod diff;
 mod doors;
+mod effects;
 mod gen_model;
 mod matrix;
 mod matrix_estimate;
@@ -40,6 +41,7 @@ pub fn dispatch(command: Command, prov: Provenance) -> Result<Status, GateError>
         Command::Diff(a) => diff::diff(&a),
         Command::Bench(a) => bench::bench(&a, prov),
         Command::Plot(a) => plot::plot(&a),
+        Command::Effects(a) => effects::effects(&a),
         Command::Promote(a) => promote::promote(&a),
         Command::Probe(a) => probe::probe(&a),
         Command::Subject(a) => subject::subject(&a),

@@ -1,5 +1,6 @@
 //! `memra-gates plot`: latency plots from receipts (docs/DESIGN.md §6). A history compares one
-//! model's nights: sets of different models are refused, like `promote` refuses them.
+//! model's nights: sets of different models are refused, like `promote` refuses them. `--doors`:
+//! the door chart over nights (docs/DESIGN.md §7).
 
 use super::{load_receipts, Status};
 use crate::args::PlotArgs;
@@ -36,8 +37,25 @@ fn labels(paths: &[std::path::PathBuf]) -> Vec<String> {
     tail(longest)
 }
 
+/// `plot --doors`: each directory is one night; its door summaries are computed from its
+/// receipts (the same function as `door-effects.json`), and the nights are drawn oldest first
+/// (earliest receipt start, ties by label).
+fn door_nights(args: &PlotArgs) -> Result<Vec<(String, Vec<memra_receipts::effect::DoorNight>)>, GateError> {
+    let mut nights = Vec::new();
+    for (label, p) in labels(&args.receipts).into_iter().zip(&args.receipts) {
+        let receipts = load_receipts(p)?;
+        let start = receipts.iter().map(|r| r.measurements.started_at_unix_ms).min().unwrap_or(u64::MAX);
+        let sums = memra_receipts::effect::door_nights(&memra_receipts::effect::door_effects(&receipts));
+        nights.push((start, label, sums));
+    }
+    nights.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    Ok(nights.into_iter().map(|(_, l, s)| (l, s)).collect())
+}
+
 pub fn plot(args: &PlotArgs) -> Result<Status, GateError> {
-    let files = if args.history {
+    let files = if args.doors {
+        memra_tools::plot::plot_doors(&door_nights(args)?, &args.out)
+    } else if args.history {
         let sets = labels(&args.receipts)
             .into_iter()
             .zip(&args.receipts)
@@ -51,7 +69,7 @@ pub fn plot(args: &PlotArgs) -> Result<Status, GateError> {
                 all.into_iter().collect::<Vec<_>>().join(", ")
             )));
         }
-        memra_tools::plot::plot_history(&sets, &args.out)
+        memra_tools::plot::plot_history(&sets, &args.out, args.per_config)
     } else {
         let mut all = Vec::new();
         for p in &args.receipts {

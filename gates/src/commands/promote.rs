@@ -13,7 +13,10 @@ pub fn promote(args: &PromoteArgs) -> Result<Status, GateError> {
         None => crate::plan::load_registry(&args.registry)?,
     };
     let coverage = Coverage::parse(&args.coverage)?;
-    let policy = Policy::new(args.nights, coverage)?;
+    let mut policy = Policy::new(args.nights, coverage)?;
+    if let Some(k) = args.gain_nights {
+        policy = policy.with_gain_nights(k)?;
+    }
     let history = load_history(&args.history)?;
     for w in &history.warnings {
         eprintln!("memra-gates: warning: {w}");

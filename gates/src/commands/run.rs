@@ -167,7 +167,7 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
             }
             failed.push((
                 out.path().join("summary.json"),
-                "not written (nor junit.xml, latency.csv, summary.md): it would describe receipts that are not there"
+                "not written (nor junit.xml, latency.csv, summary.md, door-effects.json): it would describe receipts that are not there"
                     .into(),
             ));
         }

@@ -36,6 +36,13 @@
 //!   on every backend of the door that the window ran, and those receipts are unchanged from the
 //!   first such night of the window: same run ids, same `token_tape_digest`, same seam digests.
 //!
+//! - **(d) gain.** Exactness is necessary, not sufficient: the door must pay, in at least
+//!   `gain_nights` nights of the window (default two thirds, rounded up: 5 of 7), at every TP size
+//!   it allows that the night ran with it — faster beyond noise than the same configurations
+//!   without it (its parent sets, same night, same machine: METRICS.md, "Door effects"), or, for a door that
+//!   declares a `benefit` in the registry, that saving in every comparison ([`gain`] states the
+//!   rule). A door that meets (a)–(c) but not (d) is **exact, no gain**: never promoted silently.
+//!
 //! Fewer than N nights blocks ("only 3 of the required 7 nights"). CANARY doors are never
 //! promotable. Doors already default-on are reported as such and not evaluated.
 //!
@@ -50,6 +57,7 @@
 //! form to commit. The history (`history`: nights, their identity, duplicates and models) and the
 //! report (`report`) have modules of their own.
 
+pub mod gain;
 mod history;
 mod report;
 
@@ -102,16 +110,19 @@ impl Coverage {
     }
 }
 
-/// The promotion policy: how many nights, and which coverage.
+/// The promotion policy: how many nights, which coverage, and how many nights must pay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     pub n_last: usize,
     pub coverage: Coverage,
+    /// Nights of the window that must pay (requirement (d)); `None`:
+    /// [`gain::default_gain_nights`] of `n_last`.
+    pub gain_nights: Option<usize>,
 }
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { n_last: DEFAULT_NIGHTS, coverage: Coverage::Full }
+        Policy { n_last: DEFAULT_NIGHTS, coverage: Coverage::Full, gain_nights: None }
     }
 }
 
@@ -121,7 +132,27 @@ impl Policy {
         if n_last == 0 {
             return Err(zero_nights());
         }
-        Ok(Policy { n_last, coverage })
+        Ok(Policy { n_last, coverage, gain_nights: None })
+    }
+
+    /// This policy with `k` nights that must pay: 1 ≤ k ≤ `n_last`.
+    pub fn with_gain_nights(self, k: usize) -> Result<Policy, PromoteError> {
+        if k == 0 || k > self.n_last {
+            return Err(PromoteError::Policy {
+                thing: "--gain-nights".to_string(),
+                value: k.to_string(),
+                rule: format!(
+                    "between 1 and --nights ({}): 0 would promote a door that never paid, more than the window can never be met",
+                    self.n_last
+                ),
+            });
+        }
+        Ok(Policy { gain_nights: Some(k), ..self })
+    }
+
+    /// The nights that must pay.
+    pub fn needed_gain_nights(&self) -> usize {
+        self.gain_nights.unwrap_or_else(|| gain::default_gain_nights(self.n_last))
     }
 }
 
@@ -169,7 +200,7 @@ pub enum PromoteError {
 
 /// [`promote_with`] under docs/DESIGN.md §7's full coverage.
 pub fn promote(registry: &Registry, nights: &[Night], n_last: usize) -> PromotionReport {
-    promote_with(registry, nights, Policy { n_last, coverage: Coverage::Full })
+    promote_with(registry, nights, Policy { n_last, coverage: Coverage::Full, gain_nights: None })
 }
 
 /// Decide every door of `registry` over the last `policy.n_last` of `nights` (sorted by date
@@ -193,6 +224,7 @@ fn decide(
     cache: &mut ExpectedCache,
 ) -> DoorRow {
     let row = |status: DoorStatus, evidence: String, blockers: Vec<String>, runs: usize| DoorRow {
+        gain: String::new(),
         id: door.id.clone(),
         env: door.env.clone(),
         class: door.class,
@@ -229,13 +261,25 @@ fn decide(
     if door.class == DoorClass::Numeric {
         check_class_baseline(registry, door, window, &mut blockers);
     }
-    if blockers.0.is_empty() {
-        let baseline = if door.class == DoorClass::Numeric { ", class baseline unchanged" } else { "" };
-        row(DoorStatus::Promotable, format!("passed {} nights, {runs} runs{baseline}", window.len()), vec![], runs)
-    } else {
+    let nights: Vec<_> = window.iter().map(|n| (n.label.clone(), n.required_sizes(door), &n.gain)).collect();
+    let gain = gain::check_gain(door, &nights, policy.needed_gain_nights());
+    let mut decided = if !blockers.0.is_empty() {
         let evidence = blockers.summary();
         row(DoorStatus::Blocked, evidence, blockers.0, runs)
-    }
+    } else if !gain.gains() {
+        let evidence = format!(
+            "exact over {} nights, {runs} runs; no gain: {} of the {} night(s) needed paid",
+            window.len(),
+            gain.paying,
+            gain.needed
+        );
+        row(DoorStatus::ExactNoGain, evidence, vec![], runs)
+    } else {
+        let baseline = if door.class == DoorClass::Numeric { ", class baseline unchanged" } else { "" };
+        row(DoorStatus::Promotable, format!("passed {} nights, {runs} runs{baseline}", window.len()), vec![], runs)
+    };
+    decided.gain = gain.summary;
+    decided
 }
 
 /// Blocking findings, in order, each once.
@@ -282,11 +326,12 @@ fn blocker_kind(b: &str) -> &'static str {
     }
 }
 
-/// One night's run receipts by configuration.
+/// One night's run receipts by configuration, and its door effects.
 struct NightIndex<'n> {
     label: String,
     backends: Vec<BackendKind>,
     by_config: BTreeMap<Configuration, Vec<&'n Receipt>>,
+    gain: gain::NightGain<'n>,
 }
 
 impl<'n> NightIndex<'n> {
@@ -298,7 +343,20 @@ impl<'n> NightIndex<'n> {
             backends.insert(c.backend);
             by_config.entry(c).or_default().push(r);
         }
-        NightIndex { label: night.label.clone(), backends: backends.into_iter().collect(), by_config }
+        let gain = gain::NightGain::new(&night.receipts);
+        NightIndex { label: night.label.clone(), backends: backends.into_iter().collect(), by_config, gain }
+    }
+
+    /// Requirement (d)'s sizes: (backend, TP) with a PASS receipt containing the door at a TP
+    /// size the door allows.
+    fn required_sizes(&self, door: &Door) -> BTreeSet<(memra_receipts::Backend, usize)> {
+        self.by_config
+            .iter()
+            .filter(|(c, _)| c.doors.contains(&door.id) && door.tp.allowed.contains(&c.tp))
+            .flat_map(|(_, rs)| rs.iter())
+            .filter(|r| r.evidence.verdict == Verdict::Pass)
+            .map(|r| (r.evidence.config.backend, r.evidence.config.tp))
+            .collect()
     }
 }
 

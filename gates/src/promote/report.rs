@@ -18,6 +18,8 @@ pub enum DoorStatus {
     Promotable,
     /// Some requirement did not hold; `evidence` names the first blocking receipt.
     Blocked,
+    /// Exact over the window (requirements (a)–(c)) but it did not pay often enough (d).
+    ExactNoGain,
     /// Already on by default in the registry (not evaluated).
     AlreadyDefault,
     /// A planted defect: never promoted.
@@ -29,6 +31,7 @@ impl DoorStatus {
         match self {
             DoorStatus::Promotable => "promotable",
             DoorStatus::Blocked => "blocked",
+            DoorStatus::ExactNoGain => "exact, no gain",
             DoorStatus::AlreadyDefault => "already default",
             DoorStatus::Canary => "canary",
         }
@@ -53,6 +56,10 @@ pub struct DoorRow {
     pub nights: usize,
     /// Receipts that counted for the door over the window.
     pub runs: usize,
+    /// Requirement (d): in how many nights the door paid, and what the last night showed per TP
+    /// size (`faster beyond noise in 6 of 7 night(s) (needs 5); last night: cuda tp2 ×0.81 …`);
+    /// empty for doors not evaluated.
+    pub gain: String,
 }
 
 /// The decision for every door of a registry, in registry order.
@@ -75,10 +82,10 @@ impl PromotionReport {
         self.rows.iter().filter(|r| r.promotable).map(|r| r.id.as_str()).collect()
     }
 
-    /// One row per door: id, env, class, status, evidence.
+    /// One row per door: id, env, class, status, evidence, performance (requirement (d)).
     pub fn to_table(&self) -> String {
         let mut b = Builder::default();
-        b.push_record(["door", "env", "class", "status", "evidence"]);
+        b.push_record(["door", "env", "class", "status", "evidence", "performance"]);
         for r in &self.rows {
             b.push_record([
                 r.id.clone(),
@@ -86,15 +93,17 @@ impl PromotionReport {
                 r.class.name().to_string(),
                 r.status.name().to_string(),
                 r.evidence.clone(),
+                r.gain.clone(),
             ]);
         }
         let mut t = b.build();
         t.with(Style::sharp());
         let window = if self.window.is_empty() { "(no nights)".to_string() } else { self.window.join(", ") };
         format!(
-            "promotion over the last {} night(s), coverage {}: {window}\n{t}\n{} of {} door(s) promotable\n",
+            "promotion over the last {} night(s), coverage {}, gain in {} night(s): {window}\n{t}\n{} of {} door(s) promotable\n",
             self.policy.n_last,
             self.policy.coverage.name(),
+            self.policy.needed_gain_nights(),
             self.promotable().len(),
             self.rows.len()
         )

@@ -43,6 +43,41 @@ impl Change {
     }
 }
 
+/// What a door saves when its purpose is not speed (`benefit` in `gates/doors.toml`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Saves {
+    /// Kernel launches (a `launch.*` counter, or any counter of what is issued).
+    Launches,
+    /// Device bytes (a counter that counts bytes).
+    DeviceBytes,
+}
+
+impl Saves {
+    pub fn name(self) -> &'static str {
+        match self {
+            Saves::Launches => "launches",
+            Saves::DeviceBytes => "device-bytes",
+        }
+    }
+}
+
+/// A door's declared benefit: `counter` (a census counter or pattern, as in `census`) must be
+/// lower with the door on than in its parent configuration, in every comparison of a night.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Benefit {
+    pub saves: Saves,
+    pub counter: String,
+    pub why: String,
+}
+
+impl Benefit {
+    /// The counter's value in `census` (summed like a census change's).
+    pub fn value(&self, census: &BTreeMap<String, u64>) -> u64 {
+        CensusChange { counter: self.counter.clone(), change: Change::Fewer }.value(census)
+    }
+}
+
 /// One declared census change of a door.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CensusChange {

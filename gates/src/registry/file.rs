@@ -31,6 +31,9 @@
 //! # NUMERIC-CLASS only:
 //! # error_budget = { max_rel_error = 1e-3, near_tie_margin = 1e-2, per_seam = { qkv = 5e-2 }, why = "..." }
 //! # gate_why = "..."                # required when a NUMERIC-CLASS door cannot have class identity
+//! # A door whose purpose is not speed (docs/DESIGN.md §7): the saving promotion asks to repeat
+//! # instead of a faster step; `counter` is a census counter or pattern, as in `census`.
+//! # benefit = { saves = "launches", counter = "launch.*", why = "..." }   # saves: launches | device-bytes
 //!
 //! [[setting]]
 //! env = "MEMRA_REQUIRE_GPU"
@@ -60,6 +63,7 @@
 //!   whose oracle top-1 minus top-2 logit is at or below it is a near-tie.
 //! - CANARY doors are default-off; `engagement` starts with `<id>.` and is unique.
 //! - a setting's `default` parses under its `format`.
+//! - `benefit`, when present, names a well-formed census counter and says why.
 //!
 //! # The census expression (`census`, [`super::census`])
 //! `census` lists what the door must change in the backend's census (what it really issued,
@@ -130,6 +134,16 @@ pub(super) struct RawDoor {
     pub(super) conflicts: Vec<RawLink>,
     #[serde(default)]
     pub(super) error_budget: Option<RawBudget>,
+    #[serde(default)]
+    pub(super) benefit: Option<RawBenefit>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBenefit {
+    pub(super) saves: super::census::Saves,
+    pub(super) counter: String,
+    pub(super) why: String,
 }
 
 #[derive(Deserialize)]

@@ -150,6 +150,9 @@ pub struct Door {
     /// Declared in either direction in the file; holds both ways here.
     pub conflicts: Vec<Link>,
     pub error_budget: Option<ErrorBudget>,
+    /// What the door saves when its purpose is not speed (docs/DESIGN.md §7): promotion asks
+    /// that saving to repeat instead of a faster step.
+    pub benefit: Option<census::Benefit>,
 }
 
 impl Door {

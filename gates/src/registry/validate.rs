@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use memra_runtime::config::Transport;
 use memra_runtime::record::Seam;
 
-use super::census::{counter_rule, CensusChange};
+use super::census::{counter_rule, Benefit, CensusChange};
 use super::file::{RawAllowed, RawBudget, RawCensus, RawDoor, RawFile, RawLink, RawSetting};
 use super::{
     Allowed, BackendKind, Door, DoorClass, DoorGate, ErrorBudget, Link, Registry, RegistryError, Setting, TP_SIZES,
@@ -128,6 +128,14 @@ fn check_door(ck: &mut Checker, rd: &RawDoor, index: usize, subject: bool) -> Do
     let error_budget = check_class_and_gate(ck, &id, rd, &tp, &transports);
     let requires = check_links(ck, &id, "requires", &rd.requires);
     let conflicts = check_links(ck, &id, "conflicts", &rd.conflicts);
+    let benefit = rd.benefit.as_ref().and_then(|b| {
+        if let Some(rule) = counter_rule(&b.counter, &families) {
+            ck.fail(at("benefit.counter"), format!("{:?}", b.counter), rule);
+            return None;
+        }
+        ck.text(at("benefit.why"), &b.why);
+        Some(Benefit { saves: b.saves, counter: b.counter.clone(), why: b.why.clone() })
+    });
     Door {
         id: id.clone(),
         env: rd.env.clone(),
@@ -146,6 +154,7 @@ fn check_door(ck: &mut Checker, rd: &RawDoor, index: usize, subject: bool) -> Do
         requires,
         conflicts,
         error_budget,
+        benefit,
     }
 }
 

@@ -16,11 +16,15 @@
 //!   speed, judged per run (with separated sample ranges), per seam across runs, and for the whole
 //!   set. Slower findings are regressions (a whole-set slowdown only on CUDA receipts); faster
 //!   ones never are.
+//! - **Door effects**: each door's per-TP effect against its parent sets in OLD and in NEW
+//!   ([`doors`]); a door that was FASTER and no longer is has *stopped paying*: a regression on
+//!   CUDA receipts, reported only on host receipts.
 //! - **Added / missing**: runs only in NEW / only in OLD. A missing run is a regression (coverage
 //!   was lost); an added run is a regression only when it is FAIL or ERROR.
 //!
 //! [`DiffReport::regressed`] decides the exit status (1 when true).
 
+pub mod doors;
 pub mod latency;
 mod render;
 
@@ -53,6 +57,8 @@ pub struct DiffReport {
     pub seam_changes: Vec<SeamChange>,
     /// How the whole set moved.
     pub set_speed: Option<SetSpeed>,
+    /// Doors whose per-TP effect against their parent sets changed.
+    pub door_changes: Vec<doors::DoorChange>,
     pub added: Vec<RunRef>,
     pub missing: Vec<RunRef>,
     /// Anomalies in the inputs (e.g. a run_id present twice in one set).
@@ -86,6 +92,8 @@ pub struct DiffCounts {
     pub latency_within_noise: usize,
     pub added: usize,
     pub missing: usize,
+    /// Door × TP that were FASTER and no longer are.
+    pub doors_stopped_paying: usize,
 }
 
 /// A run present in only one set.
@@ -176,6 +184,7 @@ pub fn diff(old: &[Receipt], new: &[Receipt], threshold: Option<f64>) -> Result<
         latency_changes: Vec::new(),
         seam_changes: Vec::new(),
         set_speed: None,
+        door_changes: Vec::new(),
         added: Vec::new(),
         missing: Vec::new(),
         notes,
@@ -225,6 +234,7 @@ pub fn diff(old: &[Receipt], new: &[Receipt], threshold: Option<f64>) -> Result<
     report.latency_changes = findings.run_changes;
     report.seam_changes = findings.seam_changes;
     report.set_speed = findings.set_speed;
+    report.door_changes = doors::door_changes(old, new, &report.noise);
 
     let c = &mut report.counts;
     c.verdict_changes = report.verdict_changes.len();
@@ -235,7 +245,9 @@ pub fn diff(old: &[Receipt], new: &[Receipt], threshold: Option<f64>) -> Result<
     c.seams_faster = report.seam_changes.len() - c.seams_slower;
     c.added = report.added.len();
     c.missing = report.missing.len();
-    c.regressions = report.verdict_changes.iter().filter(|v| v.regression).count()
+    c.doors_stopped_paying = report.door_changes.iter().filter(|d| d.stopped_paying).count();
+    c.regressions = report.door_changes.iter().filter(|d| d.regression).count()
+        + report.verdict_changes.iter().filter(|v| v.regression).count()
         + report.latency_changes.iter().filter(|l| l.regression).count()
         + c.seams_slower
         + usize::from(report.set_speed.as_ref().is_some_and(|s| s.regression))

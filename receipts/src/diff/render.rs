@@ -67,8 +67,17 @@ impl DiffReport {
         };
         let twins =
             if self.host_only { " · host receipts only: the twins were not checked against a device" } else { "" };
+        let doors = if c.doors_stopped_paying > 0 {
+            format!(
+                " · {} stopped paying{}",
+                plural(c.doors_stopped_paying, "door effect", "door effects"),
+                if self.noise.whole_set_counts { "" } else { " (not counted on host receipts)" }
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "{word}: {} paired ({} unchanged) · {} · {} · {} · {} · {} beyond noise (×{:.2} normalised, {}; METRICS.md){speed} · {} · {}{twins}",
+            "{word}: {} paired ({} unchanged) · {} · {} · {} · {} · {} beyond noise (×{:.2} normalised, {}; METRICS.md){speed}{doors} · {} · {}{twins}",
             c.paired,
             c.unchanged,
             plural(c.regressions, "regression", "regressions"),
@@ -210,6 +219,19 @@ impl DiffReport {
             "| normalised change | run | seam | old median [min – max] | new median [min – max] |\n|---:|---|---|---|---|",
             lc,
         );
+        let door_rows: Vec<String> = self
+            .door_changes
+            .iter()
+            .map(|d| format!("| {}{} |", if d.regression { "❌ " } else { "" }, md_cell(&d.one_line())))
+            .collect();
+        section(
+            &mut md,
+            "Door effects that changed (each door against its parent sets, METRICS.md, door effects)",
+            door_rows.len(),
+            self.door_changes.iter().any(|d| d.regression),
+            "| door backend TP: old → new [new interval] |\n|---|",
+            door_rows,
+        );
         let refs = |v: &[RunRef], bad: fn(Verdict) -> bool| -> Vec<String> {
             v.iter()
                 .map(|r| {
@@ -343,6 +365,14 @@ impl DiffReport {
                         ns(l.new_max_ns)
                     )
                 })
+                .collect(),
+        );
+        cap(
+            &mut t,
+            "door effects that changed",
+            self.door_changes
+                .iter()
+                .map(|d| format!("{}{}", if d.regression { "REGRESSION " } else { "" }, d.one_line()))
                 .collect(),
         );
         cap(

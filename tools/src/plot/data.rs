@@ -173,6 +173,8 @@ pub(crate) struct History {
     /// `values[config][set][seam]`: Σ over layers of the seam's median (µs); `None` when the set
     /// has no such configuration or seam.
     pub values: Vec<Vec<Vec<Option<f64>>>>,
+    /// `Some(n)` when this is [`History::collapsed`] of `n` configurations.
+    pub collapsed_from: Option<usize>,
 }
 
 impl History {
@@ -242,7 +244,33 @@ impl History {
             seams,
             common: table.common,
             values,
+            collapsed_from: None,
         })
+    }
+
+    /// The one-screen form (`plot --history` without `--per-config`): a single panel whose seam
+    /// value in a set is the median (lower median) over the configurations that have it there.
+    pub fn collapsed(&self) -> History {
+        let n_sets = self.sets.len();
+        let values = vec![(0..n_sets)
+            .map(|set| {
+                (0..self.seams.len())
+                    .map(|si| {
+                        let mut v: Vec<f64> = self.values.iter().filter_map(|c| c[set][si]).collect();
+                        v.sort_by(f64::total_cmp);
+                        (!v.is_empty()).then(|| v[(v.len() - 1) / 2])
+                    })
+                    .collect()
+            })
+            .collect()];
+        History {
+            sets: self.sets.clone(),
+            configs: vec![(String::new(), format!("median over {} configuration(s)", self.configs.len()))],
+            seams: self.seams.clone(),
+            common: self.common.clone(),
+            values,
+            collapsed_from: Some(self.configs.len()),
+        }
     }
 }
 

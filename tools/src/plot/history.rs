@@ -1,7 +1,9 @@
 //! `latency-history`: how each seam's latency moved across receipt sets (nights, builds), oldest
 //! at the left. One panel per configuration (paired across sets by run id, with its own y scale so
 //! a drift is visible whatever the configuration's size), one line per seam: the seam's median
-//! summed over layers. A configuration missing from a set leaves a gap.
+//! summed over layers. A configuration missing from a set leaves a gap. The default form is one
+//! panel, each seam's median over the configurations (`History::collapsed`): one screen whatever
+//! the matrix; `plot --history --per-config` draws the panels.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -41,9 +43,13 @@ impl Figure for HistoryFigure<'_> {
         let h = self.history;
         let years: Vec<i64> = h.sets.iter().map(|(_, d)| utc_year_and_rest(*d).0).collect();
         let year = if years.windows(2).all(|w| w[0] == w[1]) { format!(", {}", years[0]) } else { String::new() };
+        let panels = match h.collapsed_from {
+            None => "one panel per configuration, own y scale".to_string(),
+            Some(n) => format!("the median of {n} configurations (--per-config: one panel each)"),
+        };
         let subtitle = format!(
-            "{} · one panel per configuration, own y scale · y: each seam's median per decode step, summed over \
-             layers (µs) · x: receipt sets by earliest start (UTC{year})",
+            "{} · {panels} · y: each seam's median per decode step, summed over layers (µs) · x: receipt sets by \
+             earliest start (UTC{year})",
             h.common
         );
         let rest = title_band(root, "Seam latency across receipt sets", subtitle.trim_start_matches(" · "))?;

@@ -12,7 +12,8 @@
 //! | `latency-stacked` | [`plot_receipts`]   | per configuration, one bar per layer stacked by seam |
 //! | `latency-heatmap` | [`plot_receipts`]   | per configuration, seam × layer cells on a log colour scale |
 //! | `latency-compare` | [`plot_receipts`]   | all configurations side by side: one bar each, the step total split by seam |
-//! | `latency-history` | [`plot_history`]    | per configuration, one line per seam across receipt sets |
+//! | `latency-history` | [`plot_history`]    | one line per seam across receipt sets: the median over configurations, or one panel per configuration |
+//! | `door-effects`    | [`plot_doors`]      | a row per door: its step-latency ratio against its parent sets per TP size, with the noise interval, across nights |
 //!
 //! # Layout
 //!
@@ -24,22 +25,26 @@
 //! - stacked: `64 + (⌈s/7⌉·28 + 12) + r·`[`STACKED_PANEL_PX`]
 //! - heat map: `64 + r·(`[`HEATMAP_PANEL_EXTRA_PX`]` + s·`[`HEATMAP_ROW_PX`]`)`
 //! - compare: `64 + (⌈s/7⌉·28 + 12) + `[`COMPARE_EXTRA_PX`]` + n·`[`COMPARE_ROW_PX`] for `n` configurations
-//! - history: `64 + (⌈s/7⌉·28 + 12) + r·`[`HISTORY_PANEL_PX`]
+//! - history: `64 + (⌈s/7⌉·28 + 12) + r·`[`HISTORY_PANEL_PX`] (`r` = 1 unless per configuration)
+//! - doors: [`doors_figure_height`]: `64 + 28 + 12 + d·`[`DOOR_ROW_PX`]` + 40` for `d` doors
 
 mod canvas;
 mod compare;
 mod data;
+mod doors;
 mod heatmap;
 mod history;
 mod stacked;
 
 use std::path::{Path, PathBuf};
 
+use memra_receipts::effect::DoorNight;
 use memra_receipts::schema::Receipt;
 
 pub use canvas::FIGURE_WIDTH_PX;
 pub use compare::{COMPARE_EXTRA_PX, COMPARE_ROW_PX};
 pub use data::{short_labels, SEAM_ORDER};
+pub use doors::{doors_figure_height, DOOR_ROW_PX};
 pub use heatmap::{HEATMAP_PANEL_EXTRA_PX, HEATMAP_ROW_PX};
 pub use history::HISTORY_PANEL_PX;
 pub use stacked::STACKED_PANEL_PX;
@@ -67,6 +72,8 @@ pub enum PlotError {
     EmptySet { label: String },
     #[error("receipt set label {label:?} is given twice: each set needs its own label")]
     DuplicateSetLabel { label: String },
+    #[error("no door effect in any of the {n_nights} night(s): no configuration with a door ran beside its parent set (the same doors without it) with latencies")]
+    NoDoorEffects { n_nights: usize },
     #[error("cannot create the output directory {}: {source}", path.display())]
     CreateDir { path: PathBuf, source: std::io::Error },
     #[error("cannot draw {}: {detail}", path.display())]
@@ -107,10 +114,25 @@ pub fn plot_receipts(receipts: &[Receipt], out: &Path) -> Result<Vec<PathBuf>, P
 /// of their date, the earliest `started_at_unix_ms` of their receipts (ties by label), whatever
 /// their order here. Configurations are paired across sets by run id. Errors: no sets, an empty
 /// set, a label given twice, a run id twice in one set, no latency in any receipt.
-pub fn plot_history(sets: &[(String, Vec<Receipt>)], out: &Path) -> Result<Vec<PathBuf>, PlotError> {
-    let history = data::History::from_sets(sets)?;
+///
+/// With `per_config` one panel per configuration; otherwise one panel, each seam's median over
+/// the configurations (readable on one screen whatever the size of the matrix).
+pub fn plot_history(sets: &[(String, Vec<Receipt>)], out: &Path, per_config: bool) -> Result<Vec<PathBuf>, PlotError> {
+    let mut history = data::History::from_sets(sets)?;
+    if !per_config {
+        history = history.collapsed();
+    }
     prepare(out)?;
     render(&history::HistoryFigure { history: &history }, out)
+}
+
+/// Writes `door-effects.{svg,png}` into `out` (created if missing) and returns both paths.
+/// `nights` are (label, the night's door summaries), drawn in the order given (oldest first).
+/// Error: no night holds any door effect.
+pub fn plot_doors(nights: &[(String, Vec<DoorNight>)], out: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    let fig = doors::DoorsFigure::new(nights).ok_or(PlotError::NoDoorEffects { n_nights: nights.len() })?;
+    prepare(out)?;
+    render(&fig, out)
 }
 
 fn prepare(out: &Path) -> Result<(), PlotError> {
