@@ -12,10 +12,8 @@ use crate::util::*;
 
 #[test]
 fn single_matrix_on_host_passes_every_door() {
-    let dir = tempdir();
-    let out_dir = dir.path().join("receipts");
-    let out = run(&short_host_run("1,2", &out_dir, &["--matrix", "single"]));
-    out.expect_code(0);
+    // The shared night: `short_host_run("1,2", …, ["--matrix", "single"])`, which exited 0.
+    let SharedRun { dir: out_dir, out } = single_night();
 
     // The registry: class, engagement counter and host reason of each door, by env name.
     let doors_json = run(&["doors", "--json"]);

@@ -37,6 +37,7 @@ fn labels(paths: &[std::path::PathBuf]) -> Vec<String> {
 }
 
 pub fn plot(args: &PlotArgs) -> Result<Status, GateError> {
+    crate::paths::check_out(&args.out, crate::paths::OutKind::Dir("the plot directory"))?;
     let files = if args.history {
         let sets = labels(&args.receipts)
             .into_iter()

@@ -229,6 +229,15 @@ fn decide(
     if door.class == DoorClass::Numeric {
         check_class_baseline(registry, door, window, &mut blockers);
     }
+    // Last, so a night's evidence stays the first blocker. A default-on door must run in the oracle's configuration (the registry refuses it otherwise).
+    if !door.tp.contains(&1) || !door.transports.contains(&memra_runtime::config::Transport::HostBounce) {
+        blockers.push(format!(
+            "{} cannot be default-on: it does not run in the oracle's configuration, TP1 host-bounce (its `tp` and \
+             `transports` rules)",
+            door.id
+        ));
+    }
+
     if blockers.0.is_empty() {
         let baseline = if door.class == DoorClass::Numeric { ", class baseline unchanged" } else { "" };
         row(DoorStatus::Promotable, format!("passed {} nights, {runs} runs{baseline}", window.len()), vec![], runs)
