@@ -1012,10 +1012,10 @@ fn default_on_doors_must_run_in_the_oracle_configuration() {
     };
     let direct = on("each peer's o_proj GEMV");
     refused(
-        &[direct.clone()],
+        std::slice::from_ref(&direct),
         &["door \"oproj_direct\" default = true", "TP1 host-bounce", "`tp` rule allows only TP 2, 4, 8 (rule: at TP1"],
     );
-    refused(&[direct.clone()], &["`transports` rule allows only native-p2p"]);
+    refused(std::slice::from_ref(&direct), &["`transports` rule allows only native-p2p"]);
     refused(&[on("routed experts are owned whole")], &["door \"step_ep\" default = true", "`tp` rule"]);
     // A default-on door that requires a default-off one; two default-on doors that conflict.
     refused(&[on("the o_join fold is deferred")], &["requires oproj_direct, which is default-off"]);

@@ -23,7 +23,7 @@ fn single_matrix_on_host_passes_every_door() {
     let ids = door_ids_by_env();
 
     let expected: BTreeSet<ConfigKey> = matrix_listing(&SINGLE_TP12_HOST).into_iter().collect();
-    let receipts = read_receipts(&out_dir);
+    let receipts = read_receipts(out_dir);
     let got: BTreeSet<ConfigKey> = receipts.iter().map(|(_, r)| receipt_key(r, &ids)).collect();
     assert_eq!(got, expected, "receipts vs `memra-gates matrix` listing");
     assert_eq!(receipts.len(), expected.len());
