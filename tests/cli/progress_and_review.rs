@@ -158,7 +158,11 @@ fn slow_down_seam(from: &Path, to: &Path, seam: &str, factor: f64) {
     }
 }
 
+/// A long plan with the machine to itself (every other test of the binary waits for it): `.ci/run`
+/// runs it (`cargo test --workspace --release -- --ignored cli::`), the README's
+/// test command reports it ignored.
 #[test]
+#[ignore = "long plan: three --matrix single runs with the machine to itself; .ci/run runs it"]
 fn diff_of_back_to_back_runs_is_quiet_and_a_real_slowdown_of_one_seam_is_not() {
     let dir = tempdir();
     let (a, b, c) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("c"));
