@@ -208,6 +208,10 @@ fn check(case: &Case, dir: &Path, out: &Output) -> Vec<String> {
             Err(e) => wrong.push(format!("{file}: {e}")),
         }
     }
+    // A summary the case reads is also checked against the published schema.
+    for (file, _) in case.files_contain.iter().filter(|(f, _)| f.ends_with("summary.json")) {
+        SchemaValidator::new("summary-v1.schema.json").check_file(&dir.join(file));
+    }
     for p in &case.absent {
         if dir.join(p).exists() {
             wrong.push(format!("{p} exists although the input was refused"));
