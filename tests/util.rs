@@ -275,13 +275,55 @@ pub fn receipt_key(r: &Receipt, ids: &std::collections::BTreeMap<String, String>
 }
 
 /// A short host run (1 prompt, 2 generated tokens) at the TP sizes `tp`, writing receipts to
-/// `out`, followed by `extra` (matrix, transport, doors, model).
+/// `out`, followed by `extra` (matrix, transport, doors, model). Of the `tiny` model only, unless
+/// `extra` names a model: the default model set's second model (`edge`, into `out/edge`) would
+/// double every run for receipts these tests do not read (`run_default.rs` and `.ci/run` gate it).
 pub fn short_host_run<'a>(tp: &'a str, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["run", "--backend", "host", "--tp", tp, "--prompts", "1", "--gen-tokens", "2", "--out", s(out)];
     args.extend_from_slice(extra);
+    if !extra.iter().any(|a| *a == "--model" || *a == "--preset") {
+        args.extend(["--preset", "tiny"]);
+    }
     args
+}
+
+/// The receipts of `short_host_run("1,2", DIR, ["--matrix", "single", "--quiet"])`, run once per
+/// test binary and shared, read-only, by every test that reads such a night (the single matrix's
+/// gates, promote, matrix vs run): the slowest plan of this binary, run once instead of four times.
+/// Its folder lives under cargo's `CARGO_TARGET_TMPDIR` (a static is never dropped).
+pub fn single_night() -> &'static SharedRun {
+    static RUN: std::sync::OnceLock<SharedRun> = std::sync::OnceLock::new();
+    RUN.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("single-night-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("a folder under CARGO_TARGET_TMPDIR")
+            .keep();
+        let night = dir.join("night");
+        let out = run(&short_host_run("1,2", &night, &["--matrix", "single", "--quiet"]));
+        out.expect_code(0);
+        SharedRun { dir: night, out }
+    })
+}
+
+/// A run shared by several tests: where it wrote, and what it said.
+pub struct SharedRun {
+    pub dir: PathBuf,
+    pub out: Output,
 }
 
 /// `memra-gates matrix` arguments of the `single` matrix at TP1/TP2 over both host transports.
 pub const SINGLE_TP12_HOST: [&str; 8] =
     ["--matrix", "single", "--backend", "host", "--tp", "1,2", "--transport", "host-bounce,native-p2p"];
+
+/// The bytes of `gen-model --preset tiny --layers 1` (seed 1), generated once per test binary and
+/// shared by every test that needs a real model file to damage or load.
+pub fn tiny_model_file() -> &'static [u8] {
+    static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BYTES.get_or_init(|| {
+        let dir = tempdir();
+        let file = dir.path().join("tiny-1-layer.safetensors");
+        run(&["gen-model", "--preset", "tiny", "--layers", "1", "--out", s(&file)]).expect_code(0);
+        std::fs::read(&file).expect("the generated model file")
+    })
+}

@@ -131,16 +131,26 @@ where
             }
         } else {
             let case = name.starts_with(PREFIX);
+            let odd = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_'));
             errors.push(RegistryError::UnknownName {
-                name: name.clone(),
+                // Quoted: a trailing space or an empty suffix (`MEMRA_`) must be visible.
+                name: format!("{name:?}"),
                 kind: "MEMRA_* variable".to_string(),
-                rule: if case {
+                rule: if let Some(c) = odd {
+                    format!("the name contains {c:?}; door and setting names are MEMRA_ and upper-case letters, digits and _")
+                } else if name.len() == PREFIX.len() {
+                    "the name is the bare prefix MEMRA_; doors and settings are MEMRA_<NAME>".to_string()
+                } else if case {
                     format!("every MEMRA_* variable must be a door or a setting of {}", registry.origin())
                 } else {
                     "environment names are case-sensitive: doors and settings are spelled MEMRA_ in upper case"
                         .to_string()
                 },
-                suggestion: suggest_env(&name.to_ascii_uppercase(), registry),
+                suggestion: if name.len() > PREFIX.len() {
+                    suggest_env(&name.to_ascii_uppercase(), registry)
+                } else {
+                    None
+                },
             });
         }
     }
@@ -176,6 +186,14 @@ pub fn parse_door_flags(flags: &[String], registry: &Registry) -> Result<DoorReq
             Some((n, v)) => (n, Some(v)),
             None => (flag.as_str(), None),
         };
+        if name.trim().is_empty() {
+            errors.push(RegistryError::Flag {
+                flag: "--door".to_string(),
+                value: flag.clone(),
+                rule: format!("the door name is empty; {RULE}"),
+            });
+            continue;
+        }
         let door = registry.by_env(name).or_else(|| registry.door(&name.to_ascii_lowercase()));
         let Some(door) = door else {
             if registry.setting(name).is_some() {

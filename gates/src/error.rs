@@ -41,6 +41,12 @@ pub enum GateError {
     Receipt(#[from] memra_receipts::ReceiptError),
 }
 
+impl From<crate::paths::OutRefused> for GateError {
+    fn from(r: crate::paths::OutRefused) -> GateError {
+        GateError::OutDir { dir: r.path, rule: r.rule }
+    }
+}
+
 impl GateError {
     /// [`GateError::Usage`] from a message.
     pub fn usage(msg: impl Into<String>) -> GateError {

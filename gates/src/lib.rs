@@ -11,6 +11,8 @@
 //!   configurations, the gates as pure functions over records, the receipt builder, a record's
 //!   canonical evidence, the subjects that produce records (the built-in runtime in process, or an
 //!   external engine over the subject protocol).
+//! - [`interrupt`]: what an interrupted run kept, and the `--resume` command (imports nothing).
+//! - [`paths`]: input files and output paths checked before any work (imports nothing of the crate).
 //! - [`suite`]: running jobs through the gates; [`outdir`]: the output directory.
 //! - [`plan`]: flags → a checked plan; [`promote`]: the promotion policy.
 //! - [`commands`]: one module per command and the one dispatch; nothing imports it back.
@@ -35,9 +37,11 @@ pub mod dist;
 pub mod env;
 pub mod error;
 pub mod gate;
+pub mod interrupt;
 pub mod job;
 pub mod matrix;
 pub mod outdir;
+pub mod paths;
 pub mod plan;
 pub mod promote;
 pub mod receipt;

@@ -8,7 +8,7 @@
 //! holder exits, however it exits); the file names the holder so a second run can say who it is.
 
 use crate::error::GateError;
-use memra_receipts::schema::{Receipt, Summary};
+use memra_receipts::schema::{Receipt, Summary, SummaryExclusion};
 use memra_receipts::{export, store};
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
@@ -45,6 +45,7 @@ impl OutDir {
     /// Take `dir` for a plan whose receipts are `run_ids`.
     pub fn take(dir: &Path, run_ids: &BTreeSet<String>, reuse: Reuse) -> Result<OutDir, GateError> {
         let refuse = |rule: String| GateError::OutDir { dir: dir.to_path_buf(), rule };
+        crate::paths::check_out(dir, crate::paths::OutKind::Dir("the receipt directory"))?;
         std::fs::create_dir_all(dir).map_err(|e| refuse(format!("cannot create the directory: {e}")))?;
         let lock_path = dir.join(LOCK_FILE);
         let mut lock =
@@ -135,9 +136,16 @@ impl OutDir {
     }
 
     /// Write the matrix outputs beside the receipts: summary.json, junit.xml, latency.csv,
-    /// summary.md, door-effects.json (each door against its parent set, METRICS.md, "Door effects"). Every file is attempted; the ones that fail are returned with their errors.
-    pub fn write_outputs(&self, name: &str, receipts: &[Receipt]) -> (Summary, Vec<(PathBuf, String)>) {
-        let summary = Summary::from_receipts(name, receipts);
+    /// summary.md (with `excluded`, the plan's configurations the rules excluded, when it lists
+    /// them), door-effects.json (each door against its parent set, METRICS.md, "Door effects"). Every file is attempted; the ones that fail are returned with their errors.
+    pub fn write_outputs(
+        &self,
+        name: &str,
+        receipts: &[Receipt],
+        excluded: &[SummaryExclusion],
+    ) -> (Summary, Vec<(PathBuf, String)>) {
+        let mut summary = Summary::from_receipts(name, receipts);
+        summary.excluded = excluded.to_vec();
         let mut failed = Vec::new();
         let mut note = |path: PathBuf, r: Result<(), memra_receipts::ReceiptError>| {
             if let Err(e) = r {

@@ -44,3 +44,12 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     }
     d[a.len() * w + b.len()]
 }
+
+/// A schema version as found in a file, for messages: a quoted number is called a string.
+pub fn version_text(value: &str, is_string: bool) -> String {
+    if is_string {
+        format!("{value} (a string, not a number: write it without quotes)")
+    } else {
+        value.to_string()
+    }
+}

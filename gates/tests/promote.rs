@@ -728,39 +728,61 @@ fn utc_dates() {
 
 #[test]
 fn registry_update_applies_to_the_builtin_doors_toml() {
-    // Every non-canary door of the real doors.toml marked promotable: the line edit must find each
-    // entry's `default = false` through the real file's comments and multi-line tables.
+    // Every non-canary door of the real doors.toml that may be default-on (it runs at TP1
+    // host-bounce, the oracle's configuration, needs no other door and conflicts with none chosen
+    // before it) marked promotable: the line edit must find each entry's `default = false` through
+    // the real file's comments and multi-line tables, and pass over the other entries.
     let reg = Registry::builtin().unwrap();
-    let rows = reg
-        .doors()
-        .iter()
-        .map(|d| {
-            let status = if d.is_canary() { DoorStatus::Canary } else { DoorStatus::Promotable };
-            memra_gating::promote::DoorRow {
-                id: d.id.clone(),
-                env: d.env.clone(),
-                class: d.class,
-                status,
-                promotable: status == DoorStatus::Promotable,
-                evidence: "passed 7 nights, 1 runs".to_string(),
-                blockers: vec![],
-                nights: 7,
-                runs: 1,
-                gain: String::new(),
-            }
-        })
-        .collect();
-    let report = PromotionReport { policy: Policy::default(), window: vec![], rows };
+    let mut chosen: Vec<&str> = Vec::new();
+    for d in reg.doors() {
+        let runs_in_oracle = d.tp.contains(&1) && d.transports.contains(&RtTransport::HostBounce);
+        if !d.is_canary() && runs_in_oracle && d.requires.is_empty() && chosen.iter().all(|c| d.conflict(c).is_none()) {
+            chosen.push(&d.id);
+        }
+    }
+    assert!(chosen.len() >= 5, "{chosen:?}");
+    let rows_with = |promoted: &dyn Fn(&str) -> bool| -> Vec<memra_gating::promote::DoorRow> {
+        reg.doors()
+            .iter()
+            .map(|d| {
+                let status = if d.is_canary() {
+                    DoorStatus::Canary
+                } else if promoted(&d.id) {
+                    DoorStatus::Promotable
+                } else {
+                    DoorStatus::Blocked
+                };
+                memra_gating::promote::DoorRow {
+                    id: d.id.clone(),
+                    env: d.env.clone(),
+                    class: d.class,
+                    status,
+                    promotable: status == DoorStatus::Promotable,
+                    evidence: "passed 7 nights, 1 runs".to_string(),
+                    blockers: vec![],
+                    nights: 7,
+                    runs: 1,
+                    gain: String::new(),
+                }
+            })
+            .collect()
+    };
+    let report =
+        PromotionReport { policy: Policy::default(), window: vec![], rows: rows_with(&|id| chosen.contains(&id)) };
     let text = memra_gating::registry::BUILTIN_REGISTRY;
     let updated = report.apply_to_registry_text(text, "doors.toml").unwrap();
     let new_reg = Registry::from_toml_str(&updated, "updated doors.toml").unwrap();
     for d in new_reg.doors() {
-        assert_eq!(d.default, !d.is_canary(), "{}", d.id);
+        assert_eq!(d.default, chosen.contains(&d.id.as_str()), "{}", d.id);
     }
-    let n_flipped = reg.doors().iter().filter(|d| !d.is_canary() && !d.default).count();
-    assert_eq!(updated.len() + n_flipped, text.len());
+    assert_eq!(updated.len() + chosen.len(), text.len());
+    // The negative control: every non-canary door default-on is refused by the registry's rule
+    // that default-on doors run in the oracle's configuration, naming a door that cannot.
+    let all = PromotionReport { policy: Policy::default(), window: vec![], rows: rows_with(&|_| true) };
+    let e = all.apply_to_registry_text(text, "doors.toml").unwrap_err().to_string();
+    assert!(e.contains("door \"oproj_direct\" default = true") && e.contains("TP1 host-bounce"), "{e}");
     // A report naming a door the text does not have is an error naming it.
-    let e = report.apply_to_registry_text(REGISTRY, "test registry").unwrap_err();
+    let e = all.apply_to_registry_text(REGISTRY, "test registry").unwrap_err();
     assert!(e.to_string().contains("oproj_direct"), "{e}");
 }
 

@@ -355,7 +355,7 @@ fn unrelated_variables_are_ignored() {
 fn unknown_names_get_a_did_you_mean() {
     let r = reg();
     let e = err_text(parse_env(env(&[("MEMRA_OPROJ_DIRCT", "1")]), &r));
-    assert!(e.starts_with("MEMRA_OPROJ_DIRCT is not a known MEMRA_* variable"), "{e}");
+    assert!(e.starts_with("\"MEMRA_OPROJ_DIRCT\" is not a known MEMRA_* variable"), "{e}");
     assert!(e.ends_with("did you mean MEMRA_OPROJ_DIRECT?"), "{e}");
     let e = err_text(parse_env(env(&[("MEMRA_BULK_P2P", "1")]), &r));
     assert!(e.ends_with("did you mean MEMRA_STEP_TP_BULK_P2P?"), "the id spelling counts: {e}");
@@ -852,10 +852,10 @@ fn explain_names_each_exclusion_and_its_rule() {
     )));
     assert_eq!(text.lines().count(), 1 + p.excluded.len() + p.not_applicable.len());
     let why = r.door("oproj_direct").unwrap().tp.why.clone().unwrap();
-    let line = format!("EXCLUDED        tp1 native-p2p host +oproj_direct: oproj_direct runs only at TP 2, 4, 8, not TP1 (rule: {why})");
+    let line = format!("EXCLUDED        tp1 native-p2p host +oproj_direct: oproj_direct runs only at TP 2, 4, 8, not TP1 (its `tp` rule: {why})");
     assert!(text.lines().any(|l| l == line), "missing line {line}\n{text}");
     let why = r.door("oproj_direct").unwrap().transports.why.clone().unwrap();
-    let line = format!("EXCLUDED        tp2 host-bounce host +oproj_direct: oproj_direct runs only over native-p2p, not host-bounce (rule: {why})");
+    let line = format!("EXCLUDED        tp2 host-bounce host +oproj_direct: oproj_direct runs only over native-p2p, not host-bounce (its `transports` rule: {why})");
     assert!(text.lines().any(|l| l == line), "missing line {line}");
     assert!(text
         .lines()
@@ -905,13 +905,13 @@ fn door_set_files_in_toml_and_json() {
     let toml_path = dir.path().join("sets.toml");
     std::fs::write(
         &toml_path,
-        "schema_version = 1\nsets = [[], [\"OPROJ_DIRECT\", \"MEMRA_OPROJ_TAIL\"], [\"oproj_tail\"]]\n",
+        "schema_version = 1\nexpect_exclusions = true\nsets = [[], [\"OPROJ_DIRECT\", \"MEMRA_OPROJ_TAIL\"], [\"oproj_tail\"]]\n",
     )
     .unwrap();
     let json_path = dir.path().join("sets.json");
     std::fs::write(
         &json_path,
-        r#"{"schema_version": 1, "sets": [[], ["oproj_direct", "oproj_tail"], ["MEMRA_OPROJ_TAIL"]]}"#,
+        r#"{"schema_version": 1, "expect_exclusions": true, "sets": [[], ["oproj_direct", "oproj_tail"], ["MEMRA_OPROJ_TAIL"]]}"#,
     )
     .unwrap();
     let axes = ([2usize], [Transport::NativeP2p], [BackendKind::Host]);
@@ -920,7 +920,7 @@ fn door_set_files_in_toml_and_json() {
     assert_eq!(a, b);
     assert_eq!(a.legal.len(), 2);
     assert_eq!(a.excluded.len(), 1, "sets are literal: tail without direct is excluded");
-    assert!(a.excluded[0].rule.starts_with("oproj_tail requires oproj_direct (rule: "));
+    assert!(a.excluded[0].rule.starts_with("oproj_tail requires oproj_direct (its `requires` rule: "));
 
     let cases = [
         ("bad.toml", "schema_version = 1\nsets = [[\"oproj_dirct\"]]\n", "did you mean oproj_direct?"),
@@ -929,6 +929,9 @@ fn door_set_files_in_toml_and_json() {
         ("v2.json", r#"{"schema_version": 2, "sets": []}"#, "schema_version 2"),
         ("extra.toml", "schema_version = 1\nsets = []\nruns = 3\n", "runs"),
         ("sets.yaml", "sets: []", ".toml or .json"),
+        ("excl.toml", "schema_version = 1\nsets = [[], [\"oproj_tail\"]]\n", "its `requires` rule"),
+        ("excl2.toml", "schema_version = 1\nsets = [[\"oproj_tail\"]]\n", "expect_exclusions = true"),
+        ("str.json", r#"{"schema_version": "1", "sets": []}"#, "\"1\" (a string, not a number"),
     ];
     for (name, text, says) in cases {
         let p = dir.path().join(name);
@@ -936,6 +939,11 @@ fn door_set_files_in_toml_and_json() {
         let e = err_text(enumerate(&r, &MatrixKind::File(p), &axes.0, &axes.1, &axes.2));
         assert!(e.contains(says), "{name}: {e}");
     }
+    // A set with an unknown door is not an empty set: no "repeats set #0" after the did-you-mean.
+    let typo = dir.path().join("typo.toml");
+    std::fs::write(&typo, "schema_version = 1\nsets = [[], [\"oproj_drect\"]]\n").unwrap();
+    let e = err_text(matrix::read_door_sets(&typo, &r));
+    assert!(e.contains("did you mean oproj_direct?") && !e.contains("repeats"), "{e}");
     let e = err_text(matrix::read_door_sets(&dir.path().join("none.toml"), &r));
     assert!(e.contains("none.toml"), "{e}");
 }
@@ -981,4 +989,47 @@ fn census_declarations_are_validated() {
     let d = reg().door("canary_reverse_kblocks").unwrap().clone();
     assert_eq!(d.census.len(), 1);
     assert_eq!(d.census[0].counter, "launch.fold_reverse");
+}
+
+/// The registry as a whole (issue 28): default-on doors must run together in the oracle's
+/// configuration, TP1 host-bounce, or the oracle would claim "TP1 host-bounce, defaults", a
+/// configuration that cannot exist (and every run with defaults would drop its TP1 runs).
+#[test]
+fn default_on_doors_must_run_in_the_oracle_configuration() {
+    let on = |changes: &str| {
+        (format!("default = false\nchanges = \"{changes}"), format!("default = true\nchanges = \"{changes}"))
+    };
+    let refused = |edits: &[(String, String)], says: &[&str]| {
+        let mut text = BUILTIN_REGISTRY.to_string();
+        for (from, to) in edits {
+            assert!(text.contains(from.as_str()), "{from:?}");
+            text = text.replacen(from.as_str(), to, 1);
+        }
+        let e = err_text(Registry::from_toml_str(&text, "t.toml"));
+        for s in says {
+            assert!(e.contains(s), "{s:?} not in: {e}");
+        }
+    };
+    let direct = on("each peer's o_proj GEMV");
+    refused(
+        std::slice::from_ref(&direct),
+        &["door \"oproj_direct\" default = true", "TP1 host-bounce", "`tp` rule allows only TP 2, 4, 8 (rule: at TP1"],
+    );
+    refused(std::slice::from_ref(&direct), &["`transports` rule allows only native-p2p"]);
+    refused(&[on("routed experts are owned whole")], &["door \"step_ep\" default = true", "`tp` rule"]);
+    // A default-on door that requires a default-off one; two default-on doors that conflict.
+    refused(&[on("the o_join fold is deferred")], &["requires oproj_direct, which is default-off"]);
+    refused(
+        &[on("one fused QKV"), on("int8 weight mirror")],
+        &["two default-on doors conflict: qkv_fused and w8", "rule:"],
+    );
+    // The control: a door that runs at TP1 host-bounce may be default-on.
+    let (from, to) = on("device top-k");
+    assert!(
+        Registry::from_toml_str(&BUILTIN_REGISTRY.replacen(&from, &to, 1), "t.toml")
+            .unwrap()
+            .door("dev_router")
+            .unwrap()
+            .default
+    );
 }

@@ -193,5 +193,16 @@ pub fn summary_markdown(summary: &Summary) -> String {
             r.wall_ms / 1000.0
         );
     }
+    if !summary.excluded.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n{} configuration(s) excluded by the registry's rules (never run):\n",
+            summary.excluded.len()
+        );
+        md.push_str("| configuration | rule |\n|---|---|\n");
+        for e in &summary.excluded {
+            let _ = writeln!(md, "| {} | {} |", md_cell(&e.label), md_cell(&e.rule));
+        }
+    }
     md
 }

@@ -198,6 +198,11 @@ const OPTIONAL_PROPERTIES: &[(&str, &str, &str)] = &[
         "subject_version",
         "optional in v2 too: v1 receipts converted to v2 in memory keep their absence",
     ),
+    (
+        "summary",
+        "excluded",
+        "a door-set file's exclusions (issue 28), written only when the file expects some: every other summary stays as it was",
+    ),
 ];
 
 /// Every object schema lists all its properties as required (but the few of

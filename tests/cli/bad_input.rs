@@ -97,9 +97,7 @@ fn missing_and_corrupt_model_files_are_refused_with_the_file_named() {
     refused(&host(&["--model", s(&garbage)]), &[], &[s(&garbage), "not a valid safetensors file"]);
 
     // A real file, truncated: header intact, tensor data cut short.
-    let real = dir.path().join("real.safetensors");
-    run(&["gen-model", "--preset", "tiny", "--layers", "1", "--out", s(&real)]).expect_code(0);
-    let full = std::fs::read(&real).unwrap();
+    let full = tiny_model_file();
     for cut in [full.len() / 2, full.len() - 1] {
         let truncated = dir.path().join(format!("truncated-{cut}.safetensors"));
         std::fs::write(&truncated, &full[..cut]).unwrap();

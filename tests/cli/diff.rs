@@ -15,8 +15,9 @@ use serde_json::Value;
 use crate::util::*;
 
 fn small(out_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut args = short_host_run("1", out_dir, &["--transport", "host-bounce", "--quiet"]);
-    args.extend_from_slice(extra);
+    let mut all = vec!["--transport", "host-bounce", "--quiet"];
+    all.extend_from_slice(extra);
+    let args = short_host_run("1", out_dir, &all);
     run_env(&args, env)
 }
 

@@ -1,6 +1,7 @@
 //! One module per area of the command line.
 
 mod bad_input;
+mod bad_inputs;
 mod determinism;
 mod diff;
 mod docs_engine;

@@ -17,8 +17,9 @@ use memra_receipts::Verdict;
 use crate::util::*;
 
 fn one_run(out_dir: &std::path::Path, model: &[&str]) -> memra_receipts::Receipt {
-    let mut args = short_host_run("1", out_dir, &["--transport", "host-bounce", "--quiet"]);
-    args.extend_from_slice(model);
+    let mut extra = vec!["--transport", "host-bounce", "--quiet"];
+    extra.extend_from_slice(model);
+    let args = short_host_run("1", out_dir, &extra);
     run(&args).expect_code(0);
     let mut receipts = read_receipts(out_dir);
     assert_eq!(receipts.len(), 1);

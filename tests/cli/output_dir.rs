@@ -58,7 +58,20 @@ fn wait_for(path: &Path, what: &str) {
 fn a_second_run_into_the_same_directory_is_refused_naming_the_first() {
     let dir = tempdir();
     let out_dir = dir.path().join("r");
-    let args = ["run", "--backend", "host", "--tp", "1,2,4,8", "--prompts", "2", "--quiet", "--out", s(&out_dir)];
+    let args = [
+        "run",
+        "--backend",
+        "host",
+        "--preset",
+        "tiny",
+        "--tp",
+        "1,2,4,8",
+        "--prompts",
+        "2",
+        "--quiet",
+        "--out",
+        s(&out_dir),
+    ];
     let shared = machine_shared(); // the first run is a child of this binary too
     let mut first = command(&args, &[]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start");
     wait_for(&out_dir.join(".memra-gates.lock"), "the first run's lock");

@@ -63,7 +63,7 @@ fn matrix_explain_lists_exclusions_with_their_rules() {
     let excluded: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("EXCLUDED")).collect();
     assert!(!excluded.is_empty(), "no excluded configuration explained\n{}", out.transcript());
     for line in &excluded {
-        assert!(line.contains("(rule: "), "an exclusion without its rule: {line}");
+        assert!(line.contains(" rule: "), "an exclusion without its rule: {line}");
     }
     // The count line agrees with the explanation.
     let count: usize = out

@@ -19,7 +19,7 @@ fn resume_after_sigint_completes_the_matrix_without_rewriting_finished_receipts(
     let out_dir = dir.path().join("receipts");
     // Two prompts of 8 tokens (not the usual 1 × 2): each configuration then lasts long enough
     // that the interrupt lands while the matrix is still running, however fast the host twins.
-    let args = ["run", "--backend", "host", "--tp", "1,2", "--prompts", "2", "--gen-tokens", "8"]
+    let args = ["run", "--backend", "host", "--preset", "tiny", "--tp", "1,2", "--prompts", "2", "--gen-tokens", "8"]
         .into_iter()
         .chain(["--out", s(&out_dir), "--matrix", "single", "--quiet"])
         .collect::<Vec<_>>();

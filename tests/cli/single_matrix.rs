@@ -12,10 +12,8 @@ use crate::util::*;
 
 #[test]
 fn single_matrix_on_host_passes_every_door() {
-    let dir = tempdir();
-    let out_dir = dir.path().join("receipts");
-    let out = run(&short_host_run("1,2", &out_dir, &["--matrix", "single"]));
-    out.expect_code(0);
+    // The shared night: `short_host_run("1,2", …, ["--matrix", "single"])`, which exited 0.
+    let SharedRun { dir: out_dir, out } = single_night();
 
     // The registry: class, engagement counter and host reason of each door, by env name.
     let doors_json = run(&["doors", "--json"]);
@@ -25,7 +23,7 @@ fn single_matrix_on_host_passes_every_door() {
     let ids = door_ids_by_env();
 
     let expected: BTreeSet<ConfigKey> = matrix_listing(&SINGLE_TP12_HOST).into_iter().collect();
-    let receipts = read_receipts(&out_dir);
+    let receipts = read_receipts(out_dir);
     let got: BTreeSet<ConfigKey> = receipts.iter().map(|(_, r)| receipt_key(r, &ids)).collect();
     assert_eq!(got, expected, "receipts vs `memra-gates matrix` listing");
     assert_eq!(receipts.len(), expected.len());

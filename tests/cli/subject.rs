@@ -35,7 +35,9 @@ fn differing(a: &Path, b: &Path) -> Vec<String> {
     ea.into_iter().zip(eb).filter(|(x, y)| x.1 != y.1).map(|(x, _)| x.0).collect()
 }
 
-const SHORT: [&str; 4] = ["--prompts", "1", "--gen-tokens", "3"];
+/// One short plan of the tiny model (in process, the default model set would also run `edge`,
+/// whose receipts no test here reads; an external subject runs only the model it is given).
+const SHORT: [&str; 6] = ["--preset", "tiny", "--prompts", "1", "--gen-tokens", "3"];
 
 fn plan<'a>(extra: &[&'a str], out: &'a str) -> Vec<&'a str> {
     let mut v = vec!["run", "--backend", "host", "--quiet", "--out", out];

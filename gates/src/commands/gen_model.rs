@@ -6,6 +6,7 @@ use crate::error::GateError;
 use memra_runtime::model::ModelConfig;
 
 pub fn gen_model(args: &GenModelArgs) -> Result<Status, GateError> {
+    crate::paths::check_out(&args.out, crate::paths::OutKind::File("the model file"))?;
     let cfg = ModelConfig::preset(&args.preset, args.layers)?;
     crate::plan::check_fits(&cfg, &format!("gen-model --preset {}", args.preset))?;
     let model = memra_runtime::model::gen::generate(&cfg, args.seed)?;

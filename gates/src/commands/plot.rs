@@ -53,6 +53,7 @@ fn door_nights(args: &PlotArgs) -> Result<Vec<(String, Vec<memra_receipts::effec
 }
 
 pub fn plot(args: &PlotArgs) -> Result<Status, GateError> {
+    crate::paths::check_out(&args.out, crate::paths::OutKind::Dir("the plot directory"))?;
     let files = if args.doors {
         memra_tools::plot::plot_doors(&door_nights(args)?, &args.out)
     } else if args.history {

@@ -60,6 +60,17 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         (_, true) => Reuse::Replace,
         _ => Reuse::Fresh,
     };
+    // A door-set file's exclusions (it declared `expect_exclusions = true`, or the plan would
+    // have been refused) are printed and written into the summary.
+    let from_file = matches!(crate::matrix::MatrixKind::parse(&matrix_name), Ok(crate::matrix::MatrixKind::File(_)));
+    let excluded: Vec<rs::SummaryExclusion> = if from_file {
+        matrix.excluded.iter().map(|e| rs::SummaryExclusion { label: e.config.label(), rule: e.rule.clone() }).collect()
+    } else {
+        Vec::new()
+    };
+    for line in crate::matrix::exclusion_lines(if from_file { &matrix.excluded } else { &[] }, usize::MAX) {
+        eprintln!("memra-gates: excluded by the rules (the file expects exclusions): {line}");
+    }
     let mut subjects = Vec::new();
     for (i, (model, battery)) in std::iter::once((model, battery)).chain(more_models).enumerate() {
         let out = if writer {
@@ -74,6 +85,9 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         };
         subjects.push((model, battery, out));
     }
+    crate::interrupt::report_on_interrupt(
+        subjects.iter().filter_map(|(_, _, o)| o.as_ref().map(|o| o.path().to_path_buf())).collect(),
+    );
     let mut receipts = Vec::new();
     let mut dirs = Vec::new();
     let mut write_failures = Vec::new();
@@ -175,7 +189,7 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     }
     for (out, dir_receipts) in &dirs {
         let Some(out) = out else { continue };
-        let (summary, mut failed) = out.write_outputs(&matrix_name, dir_receipts);
+        let (summary, mut failed) = out.write_outputs(&matrix_name, dir_receipts, &excluded);
         crate::say!("{}  → {}", summary.counts.one_line(), out.path().display());
         if !failed.is_empty() {
             failed.sort();

@@ -187,7 +187,7 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
     };
     let suite = Suite::new(&subject, &subject, opts)?;
     let done = suite.run_all(&jobs);
-    let (_, mut failed) = out.write_outputs("selftest", &done.receipts);
+    let (_, mut failed) = out.write_outputs("selftest", &done.receipts, &[]);
     failed.extend(done.write_failures.into_iter().map(|w| (w.path, w.error)));
     if !failed.is_empty() {
         return Err(GateError::ReceiptsNotWritten { dir: out.path().to_path_buf(), failed });

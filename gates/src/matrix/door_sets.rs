@@ -2,11 +2,15 @@
 //!
 //! A TOML (`.toml`) or JSON (`.json`) file with a schema version and a list of door sets; each
 //! door is named by its id (any case) or its `MEMRA_*` variable; `[]` is the baseline. Sets are
-//! taken literally (requirements are not added), so an illegal set is reported as excluded with
-//! its rule. Unknown doors, repeated doors and repeated sets are errors.
+//! taken literally (requirements are not added). Unknown doors, repeated doors and repeated sets
+//! are errors. A configuration of a set that the registry's rules exclude (`requires`,
+//! `conflicts`, `tp`, `transports`) is an error naming the rule, unless the file says
+//! `expect_exclusions = true`; then the exclusions are printed by the run and listed in
+//! summary.md / summary.json.
 //! ```toml
 //! schema_version = 1
 //! sets = [[], ["oproj_direct", "oproj_tail"], ["MEMRA_STEP_TP_W8"]]
+//! expect_exclusions = true   # optional: oproj_direct does not run at TP1, and that is expected
 //! ```
 //! ```json
 //! {"schema_version": 1, "sets": [[], ["oproj_direct", "oproj_tail"], ["MEMRA_STEP_TP_W8"]]}
@@ -28,6 +32,15 @@ struct DoorSetFile {
     #[allow(dead_code)] // checked before strict parsing
     schema_version: i64,
     sets: Vec<Vec<String>>,
+    #[serde(default)]
+    expect_exclusions: bool,
+}
+
+/// The door sets of a file, and whether it expects the rules to exclude some configurations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoorSets {
+    pub sets: Vec<BTreeSet<String>>,
+    pub expect_exclusions: bool,
 }
 
 /// How a door-set file is written.
@@ -38,7 +51,7 @@ pub enum SetFileFormat {
 }
 
 /// Read a door-set file (format by extension: `.toml` or `.json`).
-pub fn read_door_sets(path: &Path, registry: &Registry) -> Result<Vec<BTreeSet<String>>, RegistryError> {
+pub fn read_door_sets(path: &Path, registry: &Registry) -> Result<DoorSets, RegistryError> {
     let origin = path.display().to_string();
     let format = match path.extension().and_then(|e| e.to_str()) {
         Some("toml") => SetFileFormat::Toml,
@@ -51,7 +64,7 @@ pub fn read_door_sets(path: &Path, registry: &Registry) -> Result<Vec<BTreeSet<S
             })
         }
     };
-    let text = std::fs::read_to_string(path).map_err(|source| RegistryError::Io { path: origin.clone(), source })?;
+    let text = crate::paths::read_text(path).map_err(|source| RegistryError::Io { path: origin.clone(), source })?;
     parse_door_sets(&text, format, &origin, registry)
 }
 
@@ -61,7 +74,7 @@ pub fn parse_door_sets(
     format: SetFileFormat,
     origin: &str,
     registry: &Registry,
-) -> Result<Vec<BTreeSet<String>>, RegistryError> {
+) -> Result<DoorSets, RegistryError> {
     let parse_err = |message: String| RegistryError::Parse {
         origin: origin.to_string(),
         what: format!("door-set file (schema_version {DOOR_SET_FILE_VERSION})"),
@@ -70,11 +83,11 @@ pub fn parse_door_sets(
     let version = match format {
         SetFileFormat::Toml => {
             let t: toml::Table = toml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
-            t.get("schema_version").map(|v| (v.as_integer(), v.to_string()))
+            t.get("schema_version").map(|v| (v.as_integer(), crate::text::version_text(&v.to_string(), v.is_str())))
         }
         SetFileFormat::Json => {
             let v: serde_json::Value = serde_json::from_str(text).map_err(|e| parse_err(e.to_string()))?;
-            v.get("schema_version").map(|v| (v.as_i64(), v.to_string()))
+            v.get("schema_version").map(|v| (v.as_i64(), crate::text::version_text(&v.to_string(), v.is_string())))
         }
     };
     match version {
@@ -95,6 +108,7 @@ pub fn parse_door_sets(
     let mut errors = Vec::new();
     for (k, names) in file.sets.iter().enumerate() {
         let mut set = BTreeSet::new();
+        let errors_before = errors.len();
         for name in names {
             let door = registry.by_env(name).or_else(|| registry.door(&name.to_ascii_lowercase()));
             match door {
@@ -114,7 +128,9 @@ pub fn parse_door_sets(
                 }),
             }
         }
-        if let Some(first) = sets.iter().position(|s| *s == set) {
+        // A set with an unknown door is not the set it looks like without it: no repeat to report.
+        let whole = errors.len() == errors_before;
+        if let Some(first) = sets.iter().position(|s| *s == set).filter(|_| whole) {
             errors.push(RegistryError::Matrix {
                 thing: format!("{origin} set #{k}"),
                 value: format!("{names:?}"),
@@ -124,5 +140,5 @@ pub fn parse_door_sets(
         sets.push(set);
     }
     RegistryError::collect(errors)?;
-    Ok(sets)
+    Ok(DoorSets { sets, expect_exclusions: file.expect_exclusions })
 }

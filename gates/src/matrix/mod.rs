@@ -27,7 +27,7 @@ mod covering;
 mod door_sets;
 
 use covering::Table;
-pub use door_sets::{parse_door_sets, read_door_sets, SetFileFormat, DOOR_SET_FILE_VERSION};
+pub use door_sets::{parse_door_sets, read_door_sets, DoorSets, SetFileFormat, DOOR_SET_FILE_VERSION};
 
 /// Most doors `--matrix all` and `--matrix pairwise` enumerate over (2^n door sets).
 pub const MAX_ENUMERATED_DOORS: usize = 24;
@@ -182,6 +182,24 @@ impl MatrixPlan {
     }
 }
 
+/// `set [a, b]: rule` per distinct (door set, rule), at most `max` lines and a count of the rest.
+pub fn exclusion_lines(excluded: &[Exclusion], max: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for e in excluded {
+        let doors: Vec<&str> = e.config.doors.iter().map(String::as_str).collect();
+        let line = format!("set [{}]: {}", doors.join(", "), e.rule);
+        if !lines.contains(&line) {
+            lines.push(line);
+        }
+    }
+    if lines.len() > max {
+        let rest = lines.len() - max;
+        lines.truncate(max);
+        lines.push(format!("… and {rest} more (memra-gates matrix --matrix FILE --explain lists them)"));
+    }
+    lines
+}
+
 fn list<T>(items: &[T], name: impl Fn(&T) -> String) -> String {
     items.iter().map(name).collect::<Vec<_>>().join(", ")
 }
@@ -198,21 +216,24 @@ pub fn classify(registry: &Registry, config: &Configuration) -> Result<Legality,
     for d in &doors {
         for l in &d.requires {
             if !config.doors.contains(&l.id) {
-                return Ok(Legality::Excluded(format!("{} requires {} (rule: {})", d.id, l.id, l.why)));
+                return Ok(Legality::Excluded(format!("{} requires {} (its `requires` rule: {})", d.id, l.id, l.why)));
             }
         }
     }
     for d in &doors {
         for l in &d.conflicts {
             if d.id < l.id && config.doors.contains(&l.id) {
-                return Ok(Legality::Excluded(format!("{} conflicts with {} (rule: {})", d.id, l.id, l.why)));
+                return Ok(Legality::Excluded(format!(
+                    "{} conflicts with {} (its `conflicts` rule: {})",
+                    d.id, l.id, l.why
+                )));
             }
         }
     }
     for d in &doors {
         if !d.tp.contains(&config.tp) {
             return Ok(Legality::Excluded(format!(
-                "{} runs only at TP {}, not TP{} (rule: {})",
+                "{} runs only at TP {}, not TP{} (its `tp` rule: {})",
                 d.id,
                 list(&d.tp.allowed, |t| t.to_string()),
                 config.tp,
@@ -223,7 +244,7 @@ pub fn classify(registry: &Registry, config: &Configuration) -> Result<Legality,
     for d in &doors {
         if !d.transports.contains(&config.transport) {
             return Ok(Legality::Excluded(format!(
-                "{} runs only over {}, not {} (rule: {})",
+                "{} runs only over {}, not {} (its `transports` rule: {})",
                 d.id,
                 list(&d.transports.allowed, |t| t.name().to_string()),
                 config.transport.name(),
@@ -340,8 +361,22 @@ pub fn enumerate(
             }
         }
         MatrixKind::File(path) => {
-            for set in read_door_sets(path, registry)? {
-                axes.cross(registry, &set, &mut plan)?;
+            let file = read_door_sets(path, registry)?;
+            for set in &file.sets {
+                axes.cross(registry, set, &mut plan)?;
+            }
+            if !file.expect_exclusions && !plan.excluded.is_empty() {
+                return Err(RegistryError::Matrix {
+                    thing: "door-set file".to_string(),
+                    value: path.display().to_string(),
+                    rule: format!(
+                        "the registry's rules exclude {} of its configuration(s) at the requested TP sizes and \
+                         transports; change the sets (or --tp / --transport), or add `expect_exclusions = true` to \
+                         the file if these exclusions are intended:\n  {}",
+                        plan.excluded.len(),
+                        exclusion_lines(&plan.excluded, 8).join("\n  ")
+                    ),
+                });
             }
         }
         MatrixKind::All => {

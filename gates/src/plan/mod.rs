@@ -141,9 +141,16 @@ impl RunPlan {
         let processes = dist.as_ref().map_or(1, |d| d.spec.processes);
         let jobs = jobs_of(&registry, &matrix, &request, processes, subject.as_ref())?;
         if jobs.is_empty() {
-            return Err(GateError::NothingToTest(format!(
-                "matrix `{matrix_name}` selects no configuration: nothing would be tested"
-            )));
+            let shard = args.shard.as_ref().map(|s| format!(" (shard {s})")).unwrap_or_default();
+            let mut why = format!("matrix `{matrix_name}`{shard} selects no configuration: nothing would be tested");
+            if !matrix.excluded.is_empty() {
+                why += &format!(
+                    "; the registry's rules exclude {} configuration(s):\n  {}",
+                    matrix.excluded.len(),
+                    matrix::exclusion_lines(&matrix.excluded, 8).join("\n  ")
+                );
+            }
+            return Err(GateError::NothingToTest(why));
         }
         let model = ModelPlan::from_args(&args.model)?;
         let battery = battery_for(&model.config, args.battery_seed, args.prompts, args.gen_tokens)?;

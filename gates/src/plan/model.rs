@@ -77,8 +77,12 @@ impl ModelPlan {
         let (source, config, preset, digest) = match &m.model {
             Some(path) => {
                 // The digest is of the file's bytes: the weights exactly as loaded.
-                let bytes =
-                    std::fs::read(path).map_err(|e| GateError::usage(format!("--model {}: {e}", path.display())))?;
+                let bytes = format::read_regular_file(path).map_err(|e| match e {
+                    memra_runtime::RuntimeError::Io { source, .. } => {
+                        GateError::usage(format!("--model {}: {source}", path.display()))
+                    }
+                    other => other.into(),
+                })?;
                 let model = format::from_bytes(&bytes, path)?;
                 let config = model.config.clone();
                 (ModelSource::File(Box::new(model)), config, "file".to_string(), format!("{:016x}", fnv1a64(&bytes)))

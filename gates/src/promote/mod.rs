@@ -261,6 +261,15 @@ fn decide(
     if door.class == DoorClass::Numeric {
         check_class_baseline(registry, door, window, &mut blockers);
     }
+    // Last, so a night's evidence stays the first blocker. A default-on door must run in the oracle's configuration (the registry refuses it otherwise).
+    if !door.tp.contains(&1) || !door.transports.contains(&memra_runtime::config::Transport::HostBounce) {
+        blockers.push(format!(
+            "{} cannot be default-on: it does not run in the oracle's configuration, TP1 host-bounce (its `tp` and \
+             `transports` rules)",
+            door.id
+        ));
+    }
+
     let nights: Vec<_> = window.iter().map(|n| (n.label.clone(), n.required_sizes(door), &n.gain)).collect();
     let gain = gain::check_gain(door, &nights, policy.needed_gain_nights());
     let mut decided = if !blockers.0.is_empty() {

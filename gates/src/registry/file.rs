@@ -195,7 +195,7 @@ impl Registry {
 
     /// A registry from a user file (same format).
     pub fn from_path(path: &Path) -> Result<Registry, RegistryError> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::paths::read_text(path)
             .map_err(|source| RegistryError::Io { path: path.display().to_string(), source })?;
         Registry::from_toml_str(&text, &path.display().to_string())
     }
@@ -224,7 +224,7 @@ impl Registry {
             Some(other) => {
                 return Err(RegistryError::SchemaVersion {
                     origin: origin.to_string(),
-                    found: other.to_string(),
+                    found: crate::text::version_text(&other.to_string(), other.is_str()),
                     supported: SCHEMA_VERSION,
                 })
             }

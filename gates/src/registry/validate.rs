@@ -21,6 +21,9 @@
 //! - `census` declares at least one change, each once, each counter well formed (a census family,
 //!   no empty segment, `*` only as the whole last segment; `super::census::counter_rule`).
 //! - a setting's `default` parses under its `format`.
+//! - the registry as a whole: the default-on doors together run in the oracle's configuration,
+//!   TP1 host-bounce (each allows TP1 and host-bounce, what it requires is default-on too, and no
+//!   two of them conflict), or every run with defaults would drop its TP1 configurations.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -105,6 +108,8 @@ pub(super) fn validate(raw: RawFile, origin: &str, allow_no_door: bool) -> Resul
     let by_id = std::mem::take(&mut ck.by_id);
     let registry = Registry { origin: origin.to_string(), doors, settings, by_id, by_env };
     check_graph(&mut ck, &registry);
+    ck.flush()?;
+    check_defaults(&mut ck, &registry);
     ck.flush()?;
     Ok(registry)
 }
@@ -484,6 +489,57 @@ fn check_graph(ck: &mut Checker, registry: &Registry) {
                         format!("{} needs both {a} and {b}, which conflict, so it can never run", d.id),
                     );
                 }
+            }
+        }
+    }
+}
+
+/// The default-on doors must be able to run together in the oracle's configuration (TP1
+/// host-bounce): the oracle claims "TP1 host-bounce, defaults", which must exist.
+fn check_defaults(ck: &mut Checker, registry: &Registry) {
+    const ORACLE: &str = "a default-on door must run in the oracle's configuration, TP1 host-bounce";
+    for d in registry.doors.iter().filter(|d| d.default) {
+        let at = format!("door {:?} default", d.id);
+        let why = |w: &Option<String>| w.clone().unwrap_or_else(|| "(none given)".to_string());
+        if !d.tp.contains(&1) {
+            let allowed: Vec<String> = d.tp.allowed.iter().map(|t| t.to_string()).collect();
+            ck.fail(
+                at.clone(),
+                "true",
+                format!("{ORACLE}, but its `tp` rule allows only TP {} (rule: {})", allowed.join(", "), why(&d.tp.why)),
+            );
+        }
+        if !d.transports.contains(&Transport::HostBounce) {
+            let allowed: Vec<&str> = d.transports.allowed.iter().map(|t| t.name()).collect();
+            ck.fail(
+                at.clone(),
+                "true",
+                format!(
+                    "{ORACLE}, but its `transports` rule allows only {} (rule: {})",
+                    allowed.join(", "),
+                    why(&d.transports.why)
+                ),
+            );
+        }
+        for l in &d.requires {
+            if registry.door(&l.id).is_some_and(|r| !r.default) {
+                ck.fail(
+                    at.clone(),
+                    "true",
+                    format!(
+                        "{ORACLE} with its requirements on, but it requires {}, which is default-off (rule: {})",
+                        l.id, l.why
+                    ),
+                );
+            }
+        }
+        for l in &d.conflicts {
+            if d.id < l.id && registry.door(&l.id).is_some_and(|c| c.default) {
+                ck.fail(
+                    at.clone(),
+                    "true",
+                    format!("two default-on doors conflict: {} and {} (rule: {})", d.id, l.id, l.why),
+                );
             }
         }
     }

@@ -22,6 +22,18 @@ pub struct Summary {
     pub overall: Verdict,
     /// One row per run, sorted by `run_id`.
     pub rows: Vec<SummaryRow>,
+    /// Configurations of the plan that the registry's rules excluded (a door-set file that
+    /// declares `expect_exclusions = true`), each with the rule; absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded: Vec<SummaryExclusion>,
+}
+
+/// A configuration that was never run, and the rule that excluded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SummaryExclusion {
+    pub label: String,
+    pub rule: String,
 }
 
 /// The `kind` of a [`Summary`]: always `"summary"`.
@@ -135,6 +147,7 @@ impl Summary {
             counts: VerdictCounts::tally(verdicts.iter().copied()),
             overall: overall_verdict(&verdicts),
             rows,
+            excluded: Vec::new(),
         }
     }
 }

@@ -96,7 +96,7 @@ fn bad(path: &Path, field: &str, value: impl std::fmt::Debug, rule: impl std::fm
 impl Manifest {
     /// Read and check a manifest file.
     pub fn load(path: &Path) -> Result<Manifest, GateError> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::paths::read_text(path)
             .map_err(|e| GateError::usage(format!("--subject {}: cannot read the manifest: {e}", path.display())))?;
         let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         Manifest::parse(&text, &abs)

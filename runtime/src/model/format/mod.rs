@@ -75,11 +75,15 @@
 //! and metadata loads.
 //!
 //! This module is the definition (the tables above, the constants, the metadata and value rules)
-//! and the entry points; `write.rs` lays a checked model out as these bytes, `read.rs` reads a
-//! file back tensor by tensor against the same rules.
+//! and the entry points; `write.rs` lays a checked model out as these bytes, `layout.rs` checks a
+//! file's header length and that its header entries tile the data (naming the missing tensor and
+//! the sizes when they do not), `read.rs` reads a file back tensor by tensor against the same rules.
 
+mod layout;
 mod read;
 mod write;
+
+pub use layout::{file_kind, read_regular_file};
 
 use super::{Model, ModelConfig};
 use crate::error::RuntimeError;
@@ -135,6 +139,7 @@ pub fn to_bytes(model: &Model) -> Result<Vec<u8>, RuntimeError> {
 /// Parse and validate a model from safetensors bytes; `origin` names the file in errors.
 pub fn from_bytes(bytes: &[u8], origin: &Path) -> Result<Model, RuntimeError> {
     let file_err = |detail: String| RuntimeError::ModelFile { path: origin.to_path_buf(), detail };
+    layout::check(bytes, &file_err)?;
     let st = SafeTensors::deserialize(bytes)
         .map_err(|e| file_err(format!("not a valid safetensors file ({} bytes): {e}", bytes.len())))?;
     let (_, header) = SafeTensors::read_metadata(bytes)
@@ -204,9 +209,9 @@ pub fn save(model: &Model, path: &Path) -> Result<(), RuntimeError> {
     Ok(())
 }
 
-/// Read and validate.
+/// Read (a regular file only: [`read_regular_file`]) and validate.
 pub fn load(path: &Path) -> Result<Model, RuntimeError> {
-    let bytes = std::fs::read(path).map_err(|source| RuntimeError::Io { path: path.to_path_buf(), source })?;
+    let bytes = read_regular_file(path)?;
     from_bytes(&bytes, path)
 }
 
