@@ -89,6 +89,12 @@ pub fn memra_names() -> Vec<String> {
     process_vars().into_iter().map(|(k, _)| k).collect()
 }
 
+/// This process's `PATH` (empty when unset): where a subject manifest's bare program name is
+/// looked up before the plan runs (`Manifest::check_program`).
+pub fn path_var() -> std::ffi::OsString {
+    std::env::var_os("PATH").unwrap_or_default()
+}
+
 /// Read the `MEMRA_*` variables out of an environment (pass `std::env::vars()` or a test list).
 /// Other variables are ignored. Every problem is reported, one per line.
 pub fn parse_env<I>(vars: I, registry: &Registry) -> Result<DoorRequest, RegistryError>

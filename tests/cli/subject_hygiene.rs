@@ -1,4 +1,4 @@
-//! The subject's process hygiene (docs/subject-protocol.md §1): a manifest whose program cannot
+//! The subject's process hygiene (docs/subject-protocol.md, "What happens"): a manifest whose program cannot
 //! start is refused with exit status 2 before any model is built; SIGINT or SIGTERM to memra-gates
 //! ends the subject's whole process group (whatever it started too) and removes its temporary
 //! directory.

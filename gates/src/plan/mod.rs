@@ -107,7 +107,7 @@ impl RunPlan {
         if let Some(m) = &subject {
             let exe = std::env::current_exe()
                 .map_err(|e| GateError::usage(format!("cannot find this executable for {{memra_gates}}: {e}")))?;
-            m.check_program(&exe)?;
+            m.check_program(&exe, &crate::env::path_var())?;
         }
         let registry = match &subject {
             Some(m) => m.registry.clone(),

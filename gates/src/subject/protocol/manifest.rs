@@ -176,7 +176,8 @@ impl Manifest {
     /// Refuse a command whose program cannot start — a path that does not exist or is not an
     /// executable file, or a bare name found on no `PATH` directory — before any model is built
     /// (a usage error, exit status 2), rather than as an ERROR at every run of the plan.
-    pub fn check_program(&self, gates_exe: &Path) -> Result<(), GateError> {
+    /// `path` is the `PATH` a bare name is looked up on (`crate::env::path_var`).
+    pub fn check_program(&self, gates_exe: &Path, path: &std::ffi::OsStr) -> Result<(), GateError> {
         let argv = self.argv(gates_exe);
         let program = Path::new(&argv[0]);
         let refuse = |why: String| bad(&self.path, "command", &self.command[0], why);
@@ -186,8 +187,7 @@ impl Manifest {
                 Err(why) => Err(refuse(format!("the program {} cannot start: {why}", program.display()))),
             };
         }
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        if std::env::split_paths(&path).any(|dir| executable(&dir.join(program)).is_ok()) {
+        if std::env::split_paths(path).any(|dir| executable(&dir.join(program)).is_ok()) {
             return Ok(());
         }
         Err(refuse(format!(
