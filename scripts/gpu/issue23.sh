@@ -10,21 +10,7 @@ export MEMRA_REQUIRE_GPU=1
 exec > >(tee -a "$OUT/issue23.txt") 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 bash scripts/gpu/final-check.sh
-compare() {
-python3 - "$1" <<'PY'
-import json, glob, os, sys
-what = sys.argv[1]
-def ev(d):
-    out = {}
-    for f in glob.glob(d + '/**/run-*.json', recursive=True):
-        e = json.load(open(f))['evidence']; e.pop('build', None); e.pop('performance', None)
-        out[os.path.relpath(f, d)] = json.dumps(e, sort_keys=True)
-    return out
-a, b = ev(f'/tmp/base-{what}'), ev(f'/tmp/new-{what}')
-differ = [k for k in a if a[k] != b.get(k)]
-print(f"{what}: base {len(a)} receipts, new {len(b)}, same run ids {len(set(a) & set(b))}, evidence differs in {len(differ)} {differ[:3]}")
-PY
-}
+compare() { python3 scripts/compare_evidence.py "$1" /tmp/base-$1 /tmp/new-$1; }
 for b in base new; do
   G=target-gpu/memra-gates; [ $b = base ] && G=target-gpu/base/memra-gates
   t0=$(date +%s); timeout 110 $G run --backend cuda --quiet --out /tmp/$b-run > /tmp/$b-run.log 2>&1
