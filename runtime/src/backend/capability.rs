@@ -95,42 +95,42 @@ impl Capability {
     }
 }
 
-/// `b`'s peer stores, or the refusal naming `b`.
-pub fn peer_stores<B: Backend + ?Sized>(b: &mut B) -> Result<&mut dyn PeerStores> {
-    if b.peer_stores().is_none() {
-        return Err(Capability::PeerStores.refused(b.describe()));
-    }
-    Ok(b.peer_stores().expect("checked just above"))
+/// `pub fn $name(b) -> Result<&mut dyn $trait>`: `b`'s capability, or its one refusal naming `b`.
+/// (Asked twice: a `None` branch cannot describe `b` while the first borrow is alive.)
+macro_rules! accessor {
+    ($(#[$doc:meta])* $name:ident, $trait:ident) => {
+        $(#[$doc])*
+        pub fn $name<B: Backend + ?Sized>(b: &mut B) -> Result<&mut dyn $trait> {
+            if b.$name().is_none() {
+                return Err(Capability::$trait.refused(b.describe()));
+            }
+            Ok(b.$name().expect("checked just above"))
+        }
+    };
 }
 
-/// `b`'s packed copies, or the refusal naming `b`.
-pub fn packed_copies<B: Backend + ?Sized>(b: &mut B) -> Result<&mut dyn PackedCopies> {
-    if b.packed_copies().is_none() {
-        return Err(Capability::PackedCopies.refused(b.describe()));
-    }
-    Ok(b.packed_copies().expect("checked just above"))
-}
-
-/// `b`'s graph segments, or the refusal naming `b`.
-pub fn graphs<B: Backend + ?Sized>(b: &mut B) -> Result<&mut dyn Graphs> {
-    if b.graphs().is_none() {
-        return Err(Capability::Graphs.refused(b.describe()));
-    }
-    Ok(b.graphs().expect("checked just above"))
-}
-
-/// `b`'s NCCL all-reduce, or the refusal naming `b`.
-pub fn all_reduce<B: Backend + ?Sized>(b: &mut B) -> Result<&mut dyn AllReduce> {
-    if b.all_reduce().is_none() {
-        return Err(Capability::AllReduce.refused(b.describe()));
-    }
-    Ok(b.all_reduce().expect("checked just above"))
-}
-
-/// `b`'s unfenced copies, or the refusal naming `b`.
-pub fn unfenced_copies<B: Backend + ?Sized>(b: &mut B) -> Result<&mut dyn UnfencedCopies> {
-    if b.unfenced_copies().is_none() {
-        return Err(Capability::UnfencedCopies.refused(b.describe()));
-    }
-    Ok(b.unfenced_copies().expect("checked just above"))
-}
+accessor!(
+    /// `b`'s peer stores, or the refusal naming `b`.
+    peer_stores,
+    PeerStores
+);
+accessor!(
+    /// `b`'s packed copies, or the refusal naming `b`.
+    packed_copies,
+    PackedCopies
+);
+accessor!(
+    /// `b`'s graph segments, or the refusal naming `b`.
+    graphs,
+    Graphs
+);
+accessor!(
+    /// `b`'s NCCL all-reduce, or the refusal naming `b`.
+    all_reduce,
+    AllReduce
+);
+accessor!(
+    /// `b`'s unfenced copies, or the refusal naming `b`.
+    unfenced_copies,
+    UnfencedCopies
+);
