@@ -336,7 +336,7 @@ fn direct_doors_refuse_transports_without_peer_stores_and_inert_combinations() {
     let e = run(Transport::NativeP2p, DoorSet { fence_memops: true, ..DoorSet::default() });
     assert!(e.contains("without MEMRA_MOE_DIRECT"), "{e}");
     let e = run(Transport::NativeP2p, DoorSet { bulk_p2p: true, moe_direct: true, ..DoorSet::default() });
-    assert!(e.contains("no copies to pack"), "{e}");
+    assert!(e.contains("no copies left to pack"), "{e}");
 }
 
 /// A peer store is refused where it has no meaning, never turned into a launch or a copy.

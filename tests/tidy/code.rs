@@ -11,6 +11,7 @@ use super::{violation, Violation};
 const ENV_READERS: &[(&str, &str)] = &[
     ("gates/src/env.rs", "the one module that reads the tool's environment: MEMRA_* doors and settings, strictly"),
     ("build.rs", "cargo hands a build script its settings (RUSTC) in the environment"),
+    ("runtime/build.rs", "cargo hands a build script its folders (CARGO_MANIFEST_DIR, OUT_DIR) in the environment"),
     (
         "runtime/src/backend/cuda/nccl.rs",
         "checks (never writes) NCCL's own NCCL_NVLS_ENABLE before handing out NCCL; the binary sets it in gates/src/env.rs",
