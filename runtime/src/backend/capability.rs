@@ -2,8 +2,8 @@
 //! carries out; a door's mechanism — a peer store, a packed copy, a captured graph, an NCCL
 //! all-reduce, a copy without its producer fence — is a trait of its own that a backend
 //! implements or does not. A backend hands out a capability with `Backend::peer_stores()` and
-//! friends (`None` by default), and the program asks through [`need`]-style accessors here,
-//! which turn a `None` into the one refusal of that capability. There is no fallback by
+//! friends (`None` by default), and the program asks through the accessors here
+//! (`peer_stores(b)`, …), which turn a `None` into the one refusal of that capability. There is no fallback by
 //! construction: a backend without the trait has no method a door could silently degrade into.
 
 use super::{Backend, JoinFence, Op, Packed, Slice, Transfer};
