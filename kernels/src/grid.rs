@@ -20,11 +20,6 @@ pub fn is_tp_size(tp: usize) -> bool {
 pub struct Tp(u8);
 
 impl Tp {
-    /// Every TP size, ascending.
-    pub const ALL: [Tp; 4] = [Tp(1), Tp(2), Tp(4), Tp(8)];
-    /// TP1, the oracle's size.
-    pub const ONE: Tp = Tp(1);
-
     /// `n` as a TP size, or the error that says which sizes exist.
     pub fn new(n: usize) -> Result<Tp, NotATpSize> {
         if is_tp_size(n) {
@@ -37,11 +32,6 @@ impl Tp {
     /// The size as a count of ranks.
     pub fn get(self) -> usize {
         usize::from(self.0)
-    }
-
-    /// Canonical blocks each rank owns (`GRID_BLOCKS / tp`).
-    pub fn blocks_per_rank(self) -> usize {
-        GRID_BLOCKS / self.get()
     }
 }
 
@@ -97,6 +87,19 @@ pub fn ulp_distance(a: u32, b: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tp_holds_the_grid_sizes_only() {
+        for n in 0..=16 {
+            match Tp::new(n) {
+                Ok(tp) => assert!(TP_SIZES.contains(&n) && tp.get() == n, "{n}"),
+                Err(e) => {
+                    assert!(!TP_SIZES.contains(&n), "{n} refused");
+                    assert!(e.to_string().contains(&format!("TP size {n} is not supported")), "{e}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn ulp_distance_counts_representable_values_and_refuses_nan() {

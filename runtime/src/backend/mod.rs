@@ -104,10 +104,6 @@ impl Transfer {
     pub fn new(transport: Transport, from: (usize, Slice), to: (usize, Slice)) -> Transfer {
         Transfer { transport, from, to }
     }
-    /// Whether the bytes cross ranks.
-    pub fn crosses_ranks(&self) -> bool {
-        self.from.0 != self.to.0
-    }
 }
 
 /// A machine that runs the canonical program: the data plane every backend carries out, its
