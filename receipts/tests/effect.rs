@@ -175,7 +175,34 @@ fn diff_lists_a_door_that_stopped_paying_as_a_regression_on_cuda_only() {
     }
     let report = memra_receipts::diff(&old_host, &host(&new), Some(5.0)).unwrap();
     let c = report.door_changes.iter().find(|c| c.door == "MEMRA_A").expect("the change is reported");
-    assert!(c.stopped_paying && !c.regression, "{c:?}");
+    // Host's floor (ν ≥ 0.5) leaves ×1.00 AMBIGUOUS, never SAME: the gain is lost, not refuted.
+    assert!(c.lost_evidence && !c.stopped_paying && !c.regression, "{c:?}");
     assert!(!report.regressed(), "{}", report.headline());
-    assert!(report.headline().contains("not counted on host receipts"), "{}", report.headline());
+    assert!(report.headline().contains("1 door effect lost its evidence"), "{}", report.headline());
+}
+
+#[test]
+fn a_door_whose_gain_is_lost_in_noise_is_listed_but_not_a_regression() {
+    let old = night(2);
+    // MEMRA_A's sets are a little faster but so noisy (p90 twice the median) that the interval
+    // straddles ×1.00: AMBIGUOUS, not SAME — the night cannot tell.
+    let noisy = |mut r: Receipt| {
+        for l in &mut r.measurements.latency {
+            l.p90_ns = l.median_ns * 2;
+            l.max_ns = l.max_ns.max(l.p90_ns);
+        }
+        r
+    };
+    let new = vec![
+        timed(2, &[], 1.0),
+        noisy(timed(2, &["MEMRA_A"], 0.9)),
+        timed(2, &["MEMRA_B"], 1.0),
+        noisy(timed(2, &["MEMRA_A", "MEMRA_B"], 0.9)),
+    ];
+    let report = memra_receipts::diff(&old, &new, Some(1.0)).unwrap();
+    let c = report.door_changes.iter().find(|c| c.door == "MEMRA_A").expect("MEMRA_A changed");
+    assert_eq!((c.old_effect, c.new_effect), (Effect::Faster, Effect::Ambiguous), "{c:?}");
+    assert!(c.lost_evidence && !c.stopped_paying && !c.regression, "{c:?}");
+    assert!(!report.regressed(), "{}", report.headline());
+    assert!(report.to_markdown().contains("lost its evidence"), "{}", report.to_markdown());
 }

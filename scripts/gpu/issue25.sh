@@ -10,7 +10,7 @@ G=target-gpu/final/memra-gates
 N=/tmp/nights
 for n in night1 night2; do
   t0=$(date +%s)
-  scripts/nightly.sh --backend cuda --bin $G --matrix single --nights $N --name $n --history 2 \
+  timeout 200 scripts/nightly.sh --backend cuda --bin $G --matrix single --nights $N --name $n --history 2 \
     --step-args skip --selftest-args skip --bench-args skip > /tmp/$n.log 2>&1
   echo "$n: exit $? in $(( $(date +%s)-t0 ))s; $(head -1 $N/$n/report.md)"
 done

@@ -1,9 +1,12 @@
 //! Door-effect changes between two receipt sets (`diff`, docs/DESIGN.md §5 and §7): each door's
 //! per-TP summary of the old set against the new one (`effect::door_nights`, METRICS.md, "Door effects"). A
-//! (door, backend, TP) whose effect changed is listed; one that was FASTER and is no longer — a
-//! door that **stopped paying** — is a regression on CUDA receipts, and is reported only on host
-//! receipts (host latency moves by more than any door's gain; the same policy as a whole-set
-//! slowdown in [`super::latency`]).
+//! (door, backend, TP) whose effect changed is listed; one that was FASTER and is now SAME or
+//! SLOWER — a door that **stopped paying**, its interval ruling the old gain out — is a regression
+//! on CUDA receipts, and is reported only on host receipts (host latency moves by more than any
+//! door's gain; the same policy as a whole-set slowdown in [`super::latency`]). FASTER → AMBIGUOUS
+//! is listed as *lost its evidence*, not counted: an interval that straddles ×1.00 says one night
+//! was too noisy to tell, and a nightly that fails on noise teaches reviewers to ignore it (seen on
+//! the H200, 2026-12-03: GRAPH tp8 ×0.64 → ×0.85 [0.50, 1.45] on two configurations).
 
 use std::collections::BTreeMap;
 
@@ -25,8 +28,10 @@ pub struct DoorChange {
     pub new_ratio: f64,
     pub new_lo: f64,
     pub new_hi: f64,
-    /// FASTER before, not FASTER now.
+    /// FASTER before, SAME or SLOWER now (the new interval rules the gain out).
     pub stopped_paying: bool,
+    /// FASTER before, AMBIGUOUS now: listed, never counted.
+    pub lost_evidence: bool,
     /// Counted as a regression (stopped paying, and the rule counts whole-set moves: CUDA).
     pub regression: bool,
 }
@@ -45,7 +50,13 @@ impl DoorChange {
             self.new_ratio,
             self.new_lo,
             self.new_hi,
-            if self.stopped_paying { " (stopped paying)" } else { "" }
+            if self.stopped_paying {
+                " (stopped paying)"
+            } else if self.lost_evidence {
+                " (lost its evidence: too noisy to tell)"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -61,7 +72,9 @@ pub fn door_changes(old: &[Receipt], new: &[Receipt], rule: &NoiseRule) -> Vec<D
             if o.effect == n.effect {
                 return None;
             }
-            let stopped_paying = o.effect == Effect::Faster;
+            let was_faster = o.effect == Effect::Faster;
+            let stopped_paying = was_faster && matches!(n.effect, Effect::Same | Effect::Slower);
+            let lost_evidence = was_faster && n.effect == Effect::Ambiguous;
             Some(DoorChange {
                 door: n.door.clone(),
                 backend: n.backend,
@@ -73,6 +86,7 @@ pub fn door_changes(old: &[Receipt], new: &[Receipt], rule: &NoiseRule) -> Vec<D
                 new_lo: n.lo,
                 new_hi: n.hi,
                 stopped_paying,
+                lost_evidence,
                 regression: stopped_paying && rule.whole_set_counts,
             })
         })

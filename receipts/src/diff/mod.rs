@@ -94,6 +94,8 @@ pub struct DiffCounts {
     pub missing: usize,
     /// Door × TP that were FASTER and no longer are.
     pub doors_stopped_paying: usize,
+    /// Door effects that were FASTER and are now AMBIGUOUS (listed, never counted).
+    pub doors_lost_evidence: usize,
 }
 
 /// A run present in only one set.
@@ -246,6 +248,7 @@ pub fn diff(old: &[Receipt], new: &[Receipt], threshold: Option<f64>) -> Result<
     c.added = report.added.len();
     c.missing = report.missing.len();
     c.doors_stopped_paying = report.door_changes.iter().filter(|d| d.stopped_paying).count();
+    c.doors_lost_evidence = report.door_changes.iter().filter(|d| d.lost_evidence).count();
     c.regressions = report.door_changes.iter().filter(|d| d.regression).count()
         + report.verdict_changes.iter().filter(|v| v.regression).count()
         + report.latency_changes.iter().filter(|l| l.regression).count()

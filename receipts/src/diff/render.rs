@@ -67,7 +67,7 @@ impl DiffReport {
         };
         let twins =
             if self.host_only { " · host receipts only: the twins were not checked against a device" } else { "" };
-        let doors = if c.doors_stopped_paying > 0 {
+        let mut doors = if c.doors_stopped_paying > 0 {
             format!(
                 " · {} stopped paying{}",
                 plural(c.doors_stopped_paying, "door effect", "door effects"),
@@ -76,6 +76,12 @@ impl DiffReport {
         } else {
             String::new()
         };
+        if c.doors_lost_evidence > 0 {
+            doors += &format!(
+                " · {} lost its evidence (too noisy to tell; not counted)",
+                plural(c.doors_lost_evidence, "door effect", "door effects")
+            );
+        }
         format!(
             "{word}: {} paired ({} unchanged) · {} · {} · {} · {} · {} beyond noise (×{:.2} normalised, {}; METRICS.md){speed}{doors} · {} · {}{twins}",
             c.paired,
