@@ -108,6 +108,61 @@ pub struct RunConfig {
     /// Whether seam digests are computed (default on; off only to measure their cost — a record
     /// without digests cannot pass an identity gate).
     pub digests: bool,
+    /// Rows and columns of a pass (docs/DESIGN.md §3.6): how sessions and tokens share one pass.
+    pub pass: PassShape,
+}
+
+/// The shape of one pass of the program (docs/DESIGN.md §3.6): `batch` sessions advance one
+/// token each (rows), or `columns` consecutive tokens of one session are computed together
+/// (verify and prefill). `1 × 1` is single-token decode. Both are 1, 2, 4 or 8, and one of them is
+/// 1: a pass of several sessions' several columns is not a shape this program defines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PassShape {
+    pub batch: usize,
+    pub columns: usize,
+}
+
+impl Default for PassShape {
+    fn default() -> Self {
+        PassShape::SINGLE
+    }
+}
+
+impl PassShape {
+    /// One token of one session per pass.
+    pub const SINGLE: PassShape = PassShape { batch: 1, columns: 1 };
+
+    /// The shape, or the refusal naming the value and the rule.
+    pub fn new(batch: usize, columns: usize) -> Result<PassShape, RuntimeError> {
+        for (axis, n) in [("batch", batch), ("columns", columns)] {
+            if ![1, 2, 4, 8].contains(&n) {
+                return Err(RuntimeError::Contract(format!(
+                    "--{axis} {n}: a pass holds 1, 2, 4 or 8 {}",
+                    if axis == "batch" { "sessions (rows)" } else { "consecutive tokens (columns)" }
+                )));
+            }
+        }
+        if batch > 1 && columns > 1 {
+            return Err(RuntimeError::Contract(format!(
+                "--batch {batch} with --columns {columns}: a pass is rows (several sessions, one token each) or columns (one session, several tokens), not both"
+            )));
+        }
+        Ok(PassShape { batch, columns })
+    }
+
+    /// Lanes of a pass: rows or columns, whichever is above 1.
+    pub fn lanes(self) -> usize {
+        self.batch.max(self.columns)
+    }
+
+    /// `b4`, `t2`, or `` for single-token decode (run labels).
+    pub fn label(self) -> String {
+        match (self.batch, self.columns) {
+            (1, 1) => String::new(),
+            (b, 1) => format!("b{b}"),
+            (_, t) => format!("t{t}"),
+        }
+    }
 }
 
 impl RunConfig {
@@ -122,6 +177,7 @@ impl RunConfig {
             expert_format: ExpertFormat::E4m3,
             timing: Timing::Seams,
             digests: true,
+            pass: PassShape::SINGLE,
         })
     }
 

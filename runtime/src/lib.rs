@@ -17,7 +17,7 @@ pub mod program;
 pub mod provenance;
 pub mod reference;
 
-pub use config::{Battery, ExpertFormat, RunConfig, Timing, Transport};
+pub use config::{Battery, ExpertFormat, PassShape, RunConfig, Timing, Transport};
 pub use door::{Canary, Door, DoorSet};
 pub use error::RuntimeError;
 /// The record's module at the crate root, where other crates name it.

@@ -12,11 +12,13 @@
 //! [`build_digest`] are computed from one list.
 
 /// (workspace-relative path, text) of every runtime source that decides the arithmetic.
-pub const PROGRAM_SOURCES: [(&str, &str); 19] = [
+pub const PROGRAM_SOURCES: [(&str, &str); 21] = [
     ("runtime/src/program/mod.rs", include_str!("program/mod.rs")),
     ("runtime/src/program/layer.rs", include_str!("program/layer.rs")),
     ("runtime/src/program/moe.rs", include_str!("program/moe.rs")),
     ("runtime/src/program/copies.rs", include_str!("program/copies.rs")),
+    ("runtime/src/program/lanes.rs", include_str!("program/lanes.rs")),
+    ("runtime/src/program/passes.rs", include_str!("program/passes.rs")),
     ("runtime/src/program/buffers.rs", include_str!("program/buffers.rs")),
     ("runtime/src/program/placement.rs", include_str!("program/placement.rs")),
     ("runtime/src/program/weights.rs", include_str!("program/weights.rs")),

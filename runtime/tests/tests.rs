@@ -13,5 +13,6 @@ mod launches;
 mod model;
 mod prepared;
 mod reference;
+mod rows_columns;
 mod tp_invariance;
 mod tp_properties;

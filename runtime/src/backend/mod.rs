@@ -131,6 +131,12 @@ pub trait Backend: Witness {
     /// Rank → host, after the rank's prior work.
     fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>>;
     fn launch(&mut self, rank: usize, op: Op) -> Result<()>;
+    /// The same op for every lane of a pass (rows or columns, docs/DESIGN.md §3.6): `ops[i]` is
+    /// lane i's. Defined as launching each in order; a backend may fuse lanes that read the same
+    /// weight into one multi-row launch (each weight read once), which must give the same bits.
+    fn launch_lanes(&mut self, rank: usize, ops: Vec<Op>) -> Result<()> {
+        ops.into_iter().try_for_each(|op| self.launch(rank, op))
+    }
     /// Move the bytes of `c` (ordered after the source's earlier work, before the destination's
     /// later work).
     fn copy(&mut self, c: Transfer) -> Result<()>;

@@ -137,6 +137,10 @@ pub struct Record {
     /// the copy's layer), and those whose destination differed.
     pub copies_verified: u64,
     pub copy_faults: Vec<CopyFault>,
+    /// Rows and columns (docs/DESIGN.md §3.6): `lanes[prompt][step]` = (pass, lane) that
+    /// computed the step — its row (batch) or column (verify/prefill) in that pass. Empty for a
+    /// run of single-token passes.
+    pub lanes: Vec<Vec<(u32, u8)>>,
 }
 
 /// A cross-rank copy whose destination did not equal its source.

@@ -1,9 +1,18 @@
 //! The activation buffers of the decode step, allocated once per run on their ranks. Every
 //! buffer is fully overwritten before its consumers read it within a step; only the KV caches
 //! carry state from one step to the next.
+//!
+//! Rows and columns (docs/DESIGN.md §3.6): a pass of `lanes` rows or columns holds one copy of
+//! every activation buffer per lane, lane `i`'s at `i × stride` of the same allocation (the
+//! stride is the buffer's one-lane size), so a slice of lane 0 names the same tensor of every
+//! lane ([`Buffers::shift`]) and a multi-row GEMM reads `[lanes][len]` at a fixed pitch. KV caches
+//! are per session: rows have one cache per lane (a session keeps its lane), columns share one.
 
 use super::placement::Placement;
+use std::collections::HashMap;
+
 use crate::backend::{Backend, BufId, Slice};
+use crate::config::PassShape;
 use crate::model::ModelConfig;
 use crate::Result;
 
@@ -82,20 +91,72 @@ pub struct Buffers {
     pub slots: usize,
     /// Values between two slots of `ea` (the widest expert's intermediate width).
     pub act_pitch: usize,
+    /// Lanes of a pass (rows or columns; 1 for single-token decode).
+    pub lanes: usize,
+    /// Per (rank, buffer): the distance between two lanes' copies. Buffers not listed (weights,
+    /// parameters, the shared KV caches of columns) are the same for every lane.
+    strides: HashMap<(usize, BufId), usize>,
 }
 
-fn whole(b: &mut dyn Backend, rank: usize, len: usize) -> Result<Slice> {
-    Ok(Slice::new(b.alloc(rank, len)?, 0, len))
+impl Buffers {
+    /// Lane `lane`'s copy of `s` (a slice of lane 0 on `rank`).
+    pub fn shift(&self, rank: usize, s: Slice, lane: usize) -> Slice {
+        match self.strides.get(&(rank, s.buf)) {
+            Some(stride) if lane > 0 => Slice::new(s.buf, s.offset + lane * stride, s.len),
+            _ => s,
+        }
+    }
+
+    /// The distance between two lanes' copies of `s` on `rank` (0: shared by every lane).
+    pub fn lane_stride(&self, rank: usize, s: Slice) -> usize {
+        self.strides.get(&(rank, s.buf)).copied().unwrap_or(0)
+    }
 }
 
-pub fn allocate(b: &mut dyn Backend, c: &ModelConfig, p: &Placement, n_layers: usize) -> Result<Buffers> {
+/// Allocation of one run's buffers: `lanes` copies of each, the strides recorded.
+struct Alloc<'a> {
+    b: &'a mut dyn Backend,
+    lanes: usize,
+    strides: HashMap<(usize, BufId), usize>,
+}
+
+impl Alloc<'_> {
+    /// A buffer of `len` values per lane, as lane 0's slice.
+    fn whole(&mut self, rank: usize, len: usize) -> Result<Slice> {
+        let buf = self.b.alloc(rank, len * self.lanes)?;
+        if self.lanes > 1 {
+            self.strides.insert((rank, buf), len);
+        }
+        Ok(Slice::new(buf, 0, len))
+    }
+
+    /// A KV cache of `len` values: one per lane for rows (`per_lane`), one shared for columns.
+    fn cache(&mut self, rank: usize, len: usize, per_lane: bool) -> Result<BufId> {
+        if per_lane {
+            Ok(self.whole(rank, len)?.buf)
+        } else {
+            self.b.alloc(rank, len)
+        }
+    }
+}
+
+pub fn allocate(
+    b: &mut dyn Backend,
+    c: &ModelConfig,
+    p: &Placement,
+    n_layers: usize,
+    shape: PassShape,
+) -> Result<Buffers> {
+    let lanes = shape.lanes();
+    let mut a = Alloc { b, lanes, strides: HashMap::new() };
+    let rows = shape.batch > 1;
     let hd = c.head_dim;
     let gmax = p.down_kblocks.max(p.shared_kblocks);
     let slots = c.top_k + 1;
     let width_max = c.expert_width.max(c.shared_width);
     let mut ranks = Vec::new();
-    let ey_all = whole(b, 0, p.tp * slots * c.hidden)?;
-    let epart_all = whole(b, 0, slots * gmax * c.hidden)?;
+    let ey_all = a.whole(0, p.tp * slots * c.hidden)?;
+    let epart_all = a.whole(0, slots * gmax * c.hidden)?;
     for r in 0..p.tp {
         let lq = p.q_heads_per_rank * hd;
         let lkv = p.kv_heads_per_rank * hd;
@@ -103,47 +164,47 @@ pub fn allocate(b: &mut dyn Backend, c: &ModelConfig, p: &Placement, n_layers: u
         let mut kc = Vec::new();
         let mut vc = Vec::new();
         for _ in 0..n_layers {
-            kc.push(b.alloc(r, c.max_positions * lkv)?);
-            vc.push(b.alloc(r, c.max_positions * lkv)?);
+            kc.push(a.cache(r, c.max_positions * lkv, rows)?);
+            vc.push(a.cache(r, c.max_positions * lkv, rows)?);
         }
         ranks.push(RankBuffers {
-            normed: whole(b, r, c.hidden)?,
-            q: whole(b, r, lq)?,
-            k: whole(b, r, lkv)?,
-            v: whole(b, r, lkv)?,
-            g: whole(b, r, p.q_heads_per_rank)?,
-            q_r: whole(b, r, lq)?,
-            k_r: whole(b, r, lkv)?,
-            attn: whole(b, r, lq)?,
-            opart: whole(b, r, g_local * c.hidden)?,
-            xin: whole(b, r, c.hidden)?,
-            route: whole(b, r, 2 * c.top_k)?,
-            ea: whole(b, r, slots * width_max)?,
-            epart: if r == 0 { epart_all } else { whole(b, r, slots * gmax * c.hidden)? },
-            ey: if r == 0 { ey_all.sub(0, slots * c.hidden) } else { whole(b, r, slots * c.hidden)? },
-            rw: whole(b, r, 2 * c.top_k)?,
-            esum: whole(b, r, 3 * c.hidden)?,
-            pos: whole(b, r, 1)?,
+            normed: a.whole(r, c.hidden)?,
+            q: a.whole(r, lq)?,
+            k: a.whole(r, lkv)?,
+            v: a.whole(r, lkv)?,
+            g: a.whole(r, p.q_heads_per_rank)?,
+            q_r: a.whole(r, lq)?,
+            k_r: a.whole(r, lkv)?,
+            attn: a.whole(r, lq)?,
+            opart: a.whole(r, g_local * c.hidden)?,
+            xin: a.whole(r, c.hidden)?,
+            route: a.whole(r, 2 * c.top_k)?,
+            ea: a.whole(r, slots * width_max)?,
+            epart: if r == 0 { epart_all } else { a.whole(r, slots * gmax * c.hidden)? },
+            ey: if r == 0 { ey_all.sub(0, slots * c.hidden) } else { a.whole(r, slots * c.hidden)? },
+            rw: a.whole(r, 2 * c.top_k)?,
+            esum: a.whole(r, 3 * c.hidden)?,
+            pos: a.whole(r, 1)?,
             kc,
             vc,
         });
     }
     let root = RootBuffers {
-        x: whole(b, 0, c.hidden)?,
-        opart_all: whole(b, 0, p.o_kblocks * c.hidden)?,
-        ojoin: whole(b, 0, c.hidden)?,
-        h: whole(b, 0, c.hidden)?,
-        router_logits: whole(b, 0, c.experts)?,
+        x: a.whole(0, c.hidden)?,
+        opart_all: a.whole(0, p.o_kblocks * c.hidden)?,
+        ojoin: a.whole(0, c.hidden)?,
+        h: a.whole(0, c.hidden)?,
+        router_logits: a.whole(0, c.experts)?,
         route: ranks[0].route,
         epart_all,
         ey_all,
-        y: whole(b, 0, slots * c.hidden)?,
-        moe: whole(b, 0, 2 * c.hidden)?,
-        moe_sum: whole(b, 0, c.hidden)?,
-        rank_sums: whole(b, 0, 2 * c.hidden)?,
-        fnorm: whole(b, 0, c.hidden)?,
-        logits: whole(b, 0, c.vocab)?,
-        amax: whole(b, 0, 1)?,
+        y: a.whole(0, slots * c.hidden)?,
+        moe: a.whole(0, 2 * c.hidden)?,
+        moe_sum: a.whole(0, c.hidden)?,
+        rank_sums: a.whole(0, 2 * c.hidden)?,
+        fnorm: a.whole(0, c.hidden)?,
+        logits: a.whole(0, c.vocab)?,
+        amax: a.whole(0, 1)?,
     };
-    Ok(Buffers { ranks, root, gmax, slots, act_pitch: width_max })
+    Ok(Buffers { ranks, root, gmax, slots, act_pitch: width_max, lanes, strides: a.strides })
 }

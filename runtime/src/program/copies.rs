@@ -18,6 +18,8 @@ use crate::Result;
 /// One checked copy of the current step.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CopyCheck {
+    /// The lane of the pass whose tensor moved (rows and columns).
+    lane: usize,
     layer: usize,
     seam: Seam,
     src_rank: usize,
@@ -28,8 +30,15 @@ impl Ctx<'_> {
     /// Copy `src` of `src_rank` to `dst` of `dst_rank` over the run's transport, and check the
     /// destination when the ranks differ. `seam`: the seam whose tensor moves.
     pub fn copy(&mut self, seam: Seam, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
-        self.backend.copy(Transfer::new(self.cfg.transport, (src_rank, src), (dst_rank, dst)))?;
-        self.check_copy(seam, (src_rank, DigestPart::plain(src, 0)), (dst_rank, DigestPart::plain(dst, 0)));
+        for (l, t) in self.lane_transfers(Transfer::new(self.cfg.transport, (src_rank, src), (dst_rank, dst))) {
+            self.backend.copy(t)?;
+            self.check_copy(
+                l,
+                seam,
+                (src_rank, DigestPart::plain(t.from.1, 0)),
+                (dst_rank, DigestPart::plain(t.to.1, 0)),
+            );
+        }
         Ok(())
     }
 
@@ -42,15 +51,29 @@ impl Ctx<'_> {
         dst_rank: usize,
         dst: Slice,
     ) -> Result<()> {
-        let c = Transfer::new(self.cfg.transport, (src_rank, src), (dst_rank, dst));
-        capability::unfenced_copies(self.backend)?.copy_unfenced(c)?;
-        self.check_copy(seam, (src_rank, DigestPart::plain(src, 0)), (dst_rank, DigestPart::plain(dst, 0)));
+        for (l, t) in self.lane_transfers(Transfer::new(self.cfg.transport, (src_rank, src), (dst_rank, dst))) {
+            capability::unfenced_copies(self.backend)?.copy_unfenced(t)?;
+            self.check_copy(
+                l,
+                seam,
+                (src_rank, DigestPart::plain(t.from.1, 0)),
+                (dst_rank, DigestPart::plain(t.to.1, 0)),
+            );
+        }
         Ok(())
     }
 
     /// One packed copy of `p.blocks` blocks, every block checked (block i with base i·len on
     /// both sides).
     pub fn copy_packed(&mut self, seam: Seam, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
+        for l in self.active.clone() {
+            let p = self.lane_packed(src_rank, dst_rank, p, l);
+            self.copy_packed_lane(l, seam, src_rank, dst_rank, p)?;
+        }
+        Ok(())
+    }
+
+    fn copy_packed_lane(&mut self, lane: usize, seam: Seam, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
         capability::packed_copies(self.backend)?.copy_packed(self.cfg.transport, src_rank, dst_rank, p)?;
         let len = p.src.len;
         let side = |s: Slice, pitch: usize| DigestPart {
@@ -61,33 +84,37 @@ impl Ctx<'_> {
             base_pitch: len as u64,
             owned: None,
         };
-        self.check_copy(seam, (src_rank, side(p.src, p.src_pitch)), (dst_rank, side(p.dst, p.dst_pitch)));
+        self.check_copy(lane, seam, (src_rank, side(p.src, p.src_pitch)), (dst_rank, side(p.dst, p.dst_pitch)));
         Ok(())
     }
 
-    fn check_copy(&mut self, seam: Seam, src: (usize, DigestPart), dst: (usize, DigestPart)) {
+    /// Both sides of a copy (already on lane `lane`'s buffers) join the layer's digest.
+    fn check_copy(&mut self, lane: usize, seam: Seam, src: (usize, DigestPart), dst: (usize, DigestPart)) {
         if !self.cfg.digests || src.0 == dst.0 {
             return;
         }
         let i = self.checks.len();
-        self.checks.push(CopyCheck { layer: self.layer, seam, src_rank: src.0, dst_rank: dst.0 });
+        self.checks.push(CopyCheck { lane, layer: self.layer, seam, src_rank: src.0, dst_rank: dst.0 });
         let n = self.record.seams_per_step();
-        self.batch.push((n + 2 * i, src.0, src.1));
-        self.batch.push((n + 2 * i + 1, dst.0, dst.1));
+        self.batch.push((lane, n + 2 * i, src.0, src.1));
+        self.batch.push((lane, n + 2 * i + 1, dst.0, dst.1));
     }
 }
 
-/// Settle one step's digest tickets: the seam row (wrapping sum over ranks), each rank's share
-/// per seam, and the copy checks (faults go into the record).
-pub(crate) fn settle(ctx: &mut Ctx, digests: &[u64], prompt: usize, step: usize) -> (Vec<u64>, Vec<Vec<u64>>) {
+/// One lane's seam row of a pass (wrapping sums over ranks) and each rank's share per seam.
+pub(crate) type LaneDigests = (Vec<u64>, Vec<Vec<u64>>);
+
+/// Settle one pass's digest tickets: per lane, the seam row (wrapping sum over ranks) and each
+/// rank's share per seam; and the copy checks (faults of live lanes go into the record).
+pub(crate) fn settle(ctx: &mut Ctx, digests: &[u64]) -> Vec<LaneDigests> {
     let n = ctx.record.seams_per_step();
     let tp = ctx.placement.tp;
-    let mut row = vec![0u64; n];
-    let mut ranks = vec![vec![0u64; tp]; n];
+    let mut lanes = vec![(vec![0u64; n], vec![vec![0u64; tp]; n]); ctx.pass.len()];
     let mut sides = vec![(0u64, 0u64); ctx.checks.len()];
-    for (idx, rank, tickets) in ctx.pending.drain(..) {
+    for (lane, idx, rank, tickets) in ctx.pending.drain(..) {
         let v = tickets.iter().fold(0u64, |acc, t| acc.wrapping_add(digests[*t]));
         if idx < n {
+            let (row, ranks) = &mut lanes[lane];
             row[idx] = row[idx].wrapping_add(v);
             ranks[idx][rank] = ranks[idx][rank].wrapping_add(v);
         } else {
@@ -100,11 +127,15 @@ pub(crate) fn settle(ctx: &mut Ctx, digests: &[u64], prompt: usize, step: usize)
         }
     }
     for (c, (src, dst)) in ctx.checks.drain(..).zip(sides) {
+        let lane = ctx.pass[c.lane];
+        if !lane.live {
+            continue;
+        }
         ctx.record.copies_verified += 1;
         if src != dst {
             ctx.record.copy_faults.push(CopyFault {
-                prompt,
-                step,
+                prompt: lane.prompt,
+                step: lane.step,
                 layer: c.layer,
                 seam: c.seam,
                 src_rank: c.src_rank,
@@ -112,7 +143,7 @@ pub(crate) fn settle(ctx: &mut Ctx, digests: &[u64], prompt: usize, step: usize)
             });
         }
     }
-    (row, ranks)
+    lanes
 }
 
 /// Root → every other rank (the replicated rows of attn_norm and ffn_norm), each copy checked.
@@ -130,11 +161,16 @@ pub(super) fn broadcast(
         let broken = ctx.cfg.doors.canary == Some(crate::config::Canary::BrokenBroadcast)
             && r == tp - 1
             && ctx.layer == 0
-            && ctx.step == 0
             && seam == Seam::AttnNorm;
         if broken {
-            ctx.backend.launch(r, crate::backend::Op::FlipLowBit { x: d.sub(0, 1) })?;
-            ctx.count("canary_broken_broadcast.corrupted_copies");
+            ctx.lanes_where(
+                |lane| lane.live && lane.step == 0,
+                |ctx| {
+                    ctx.launch(r, crate::backend::Op::FlipLowBit { x: d.sub(0, 1) })?;
+                    ctx.count("canary_broken_broadcast.corrupted_copies");
+                    Ok(())
+                },
+            )?;
         }
     }
     Ok(())

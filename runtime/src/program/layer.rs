@@ -5,7 +5,7 @@
 
 use super::copies::broadcast;
 use super::{Ctx, SeamPart};
-use crate::backend::{capability, JoinFence, Op, RowOrder, Slice};
+use crate::backend::{JoinFence, Op, RowOrder, Slice};
 use crate::config::Canary;
 use crate::evidence::record::Seam;
 use crate::Result;
@@ -21,11 +21,10 @@ pub(super) fn store_to_root(
     fence: JoinFence,
     counter: &str,
 ) -> Result<()> {
-    let op = op.with_store_target(dst);
     if rank == 0 {
-        ctx.backend.launch(0, op)
+        ctx.launch(0, op.with_store_target(dst))
     } else {
-        capability::peer_stores(ctx.backend)?.launch_peer_store(rank, op, 0, fence)?;
+        ctx.peer_store(rank, op, dst, fence)?;
         ctx.count(counter);
         Ok(())
     }
@@ -53,7 +52,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     // attn_norm: root normalizes the residual stream, then replicates it.
     ctx.begin(l, Seam::AttnNorm)?;
     let normed0 = ctx.buffers.ranks[0].normed;
-    ctx.backend.launch(0, Op::RmsNorm { x: root.x, w: lay.attn_norm(ctx.weights.params[0], l), eps, out: normed0 })?;
+    ctx.launch(0, Op::RmsNorm { x: root.x, w: lay.attn_norm(ctx.weights.params[0], l), eps, out: normed0 })?;
     ctx.seam(l, Seam::AttnNorm, &Ctx::root_part(normed0))?;
     broadcast(ctx, Seam::AttnNorm, normed0, |rb| rb.normed)?;
 
@@ -65,10 +64,10 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         let items = vec![(h.wq, rb.q), (h.wk, rb.k), (h.wv, rb.v), (h.wg, rb.g)];
         if order == RowOrder::Canonical && !ctx.cfg.doors.w8 {
             // One launch for the four projections (same input, same canonical rows).
-            ctx.backend.launch(r, Op::GemvRowsBatch { items, x: rb.normed })?;
+            ctx.launch(r, Op::GemvRowsBatch { items, x: rb.normed })?;
         } else {
             for (w, out) in items {
-                ctx.backend.launch(r, Op::GemvRows { w, x: rb.normed, out, order })?;
+                ctx.launch(r, Op::GemvRows { w, x: rb.normed, out, order })?;
             }
         }
         let (lq, lkv) = (rb.q.len, rb.k.len);
@@ -96,7 +95,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         let prm = ctx.weights.params[r];
         let lkv = rb.k.len;
         let (k_cache, v_cache) = (Slice::new(rb.kc[l], 0, max_len * lkv), Slice::new(rb.vc[l], 0, max_len * lkv));
-        ctx.backend.launch(
+        ctx.launch(
             r,
             Op::RopeAppend {
                 q: rb.q,
@@ -127,7 +126,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         let (q_heads, kv_heads) = (ctx.placement.q_heads_per_rank, ctx.placement.kv_heads_per_rank);
         let (k, v) = (Slice::new(rb.kc[l], 0, max_len * lkv), Slice::new(rb.vc[l], 0, max_len * lkv));
         let op = Op::AttentionAt { q: rb.q_r, k, v, gate: rb.g, pos: rb.pos, max_len, q_heads, kv_heads, out: rb.attn };
-        ctx.backend.launch(r, op)?;
+        ctx.launch(r, op)?;
         parts.push(SeamPart { rank: r, slice: rb.attn, offset: (r * rb.attn.len) as u64 });
     }
     ctx.seam(l, Seam::Attn, &parts)?;
@@ -163,14 +162,14 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         }
         let op = Op::GemvPartials { w: wo, x: rb.attn, out: rb.opart };
         if r == 0 && root_in_place && !direct {
-            ctx.backend.launch(0, op.with_store_target(at))?;
+            ctx.launch(0, op.with_store_target(at))?;
             parts.push(SeamPart { rank: 0, slice: at, offset: base });
         } else if direct {
             // The seam's digest reads the root-resident slice: same global indices, same bits.
             store_to_root(ctx, r, op, at, JoinFence::Events, "oproj_direct.peer_stores")?;
             parts.push(SeamPart { rank: 0, slice: at, offset: base });
         } else {
-            ctx.backend.launch(r, op)?;
+            ctx.launch(r, op)?;
             parts.push(SeamPart { rank: r, slice: rb.opart, offset: base });
             if fallback && r != 0 {
                 ctx.count("oproj_direct.peer_stores");
@@ -196,10 +195,10 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         for r in 0..tp {
             let rb = &ctx.buffers.ranks[r];
             let (opart, local) = (rb.opart, rb.xin);
-            ctx.backend.launch(r, Op::Fold { parts: opart, n_parts: g / tp, reverse: false, out: local })?;
+            ctx.launch(r, Op::Fold { parts: opart, n_parts: g / tp, reverse: false, out: local })?;
             sums.push((r, local));
         }
-        capability::all_reduce(ctx.backend)?.all_reduce_sum(&sums, 0, root.ojoin)?;
+        ctx.all_reduce(&sums, 0, root.ojoin)?;
         ctx.count("nccl_allreduce.allreduces");
     } else if ctx.stale() {
         ctx.count("canary_stale_buffer.stale_reads");
@@ -217,7 +216,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     let ffn_w = lay.ffn_norm(ctx.weights.params[0], l);
     if ctx.cfg.doors.oproj_tail {
         // The add happens inside the ffn_norm kernel: same operands, same order.
-        ctx.backend.launch(
+        ctx.launch(
             0,
             Op::FoldAddRmsNorm {
                 parts: root.opart_all,
@@ -232,7 +231,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         )?;
         ctx.count("oproj_tail.fused_joins");
     } else if !ctx.cfg.doors.nccl_allreduce {
-        ctx.backend.launch(0, Op::Fold { parts: root.opart_all, n_parts: g, reverse, out: root.ojoin })?;
+        ctx.launch(0, Op::Fold { parts: root.opart_all, n_parts: g, reverse, out: root.ojoin })?;
         if reverse {
             // Counted only where the reversed fold really ran (the OPROJ_TAIL kernel has none).
             ctx.count("canary_reverse_kblocks.reversed_folds");
@@ -244,7 +243,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     ctx.begin(l, Seam::FfnNorm)?;
     let xin0 = ctx.buffers.ranks[0].xin;
     if !ctx.cfg.doors.oproj_tail {
-        ctx.backend.launch(0, Op::AddRmsNorm { x: root.x, a: root.ojoin, w: ffn_w, eps, h: root.h, out: xin0 })?;
+        ctx.launch(0, Op::AddRmsNorm { x: root.x, a: root.ojoin, w: ffn_w, eps, h: root.h, out: xin0 })?;
     }
     let parts =
         [SeamPart { rank: 0, slice: root.h, offset: 0 }, SeamPart { rank: 0, slice: xin0, offset: hidden as u64 }];

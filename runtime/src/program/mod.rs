@@ -7,8 +7,10 @@
 
 pub mod buffers;
 mod copies;
+mod lanes;
 mod layer;
 mod moe;
+mod passes;
 pub mod payloads;
 pub mod placement;
 pub mod pool;
@@ -61,7 +63,7 @@ pub(crate) enum GraphMode {
 }
 
 /// Segment key of the whole-step graph (per-layer segments use the layer index).
-const STEP_SEGMENT: u64 = 1 << 40;
+pub(super) const STEP_SEGMENT: u64 = 1 << 40;
 
 /// Everything the step functions need.
 pub(crate) struct Ctx<'a> {
@@ -76,23 +78,25 @@ pub(crate) struct Ctx<'a> {
     /// The activation buffers and KV caches of every rank.
     pub buffers: Buffers,
     pub record: Record,
-    /// (seam index in the row, rank, digest tickets) queued during the current step; a seam's
-    /// value is the wrapping sum over all its entries' tickets. Indices past the row are the two
-    /// sides of a copy check (`copies.rs`).
-    pending: Vec<(usize, usize, Vec<usize>)>,
+    /// (lane, seam index in the row, rank, digest tickets) queued during the current pass; a
+    /// seam's value is the wrapping sum over all its entries' tickets. Indices past the row are
+    /// the two sides of a copy check (`copies.rs`).
+    pending: Vec<(usize, usize, usize, Vec<usize>)>,
     /// Cross-rank copies of this step whose destinations are checked (`copies.rs`).
     checks: Vec<copies::CopyCheck>,
     /// The layer being issued (the head: `n_layers`).
     layer: usize,
-    /// Digest parts of the seams closed since the last flush: (seam index, rank, part).
-    batch: Vec<(usize, usize, DigestPart)>,
+    /// Digest parts of the seams closed since the last flush: (lane, seam index, rank, part).
+    batch: Vec<(usize, usize, usize, DigestPart)>,
     /// Intervals timed this step: (what, first mark, second mark), marks counted per rank.
     timed: Vec<(Timed, usize, usize)>,
     marks: usize,
     seam_start: Option<usize>,
     layer_start: Option<usize>,
-    prompt: usize,
-    step: usize,
+    /// The lanes of the current pass (rows or columns; one for single-token decode).
+    pass: Vec<lanes::Lane>,
+    /// The lanes the next launch, copy or seam is issued for (indices into `pass`).
+    active: Vec<usize>,
 }
 
 impl Ctx<'_> {
@@ -107,7 +111,8 @@ impl Ctx<'_> {
     /// program is (coverage's first places), and every rank gets a timing mark (per-seam timing).
     pub fn begin(&mut self, layer: usize, seam: Seam) -> Result<()> {
         self.layer = layer;
-        self.backend.note_position(SeamPoint { prompt: self.prompt, step: self.step, layer, seam });
+        let first = self.pass[self.active[0]];
+        self.backend.note_position(SeamPoint { prompt: first.prompt, step: first.step, layer, seam });
         if self.cfg.timing == Timing::Seams {
             self.seam_start = Some(self.mark()?);
         }
@@ -137,20 +142,20 @@ impl Ctx<'_> {
     fn flush_digests(&mut self) -> Result<()> {
         let batch = std::mem::take(&mut self.batch);
         for rank in 0..self.placement.tp {
-            let mut idxs: Vec<usize> = Vec::new();
+            let mut keys: Vec<(usize, usize)> = Vec::new();
             let mut groups: Vec<Vec<DigestPart>> = Vec::new();
-            for (idx, _, part) in batch.iter().filter(|e| e.1 == rank) {
-                if idxs.last() != Some(idx) {
-                    idxs.push(*idx);
+            for &(lane, idx, _, part) in batch.iter().filter(|e| e.2 == rank) {
+                if keys.last() != Some(&(lane, idx)) {
+                    keys.push((lane, idx));
                     groups.push(Vec::new());
                 }
-                groups.last_mut().expect("pushed above").push(*part);
+                groups.last_mut().expect("pushed above").push(part);
             }
             if groups.is_empty() {
                 continue;
             }
             let tickets = self.backend.digest_batch(rank, &groups)?;
-            self.pending.extend(idxs.into_iter().zip(tickets).map(|(idx, t)| (idx, rank, t)));
+            self.pending.extend(keys.into_iter().zip(tickets).map(|((lane, idx), t)| (lane, idx, rank, t)));
         }
         Ok(())
     }
@@ -162,51 +167,74 @@ impl Ctx<'_> {
         self.seam_parts(layer, seam, &parts)
     }
 
-    /// Close a seam: end mark, the flip canary if it targets this seam, the parts queued for the
-    /// layer's batched digest, and a full capture when requested.
+    /// Close a seam: end mark, then for every active lane the flip canary if it targets this
+    /// seam and the lane's step, the lane's parts queued for the layer's batched digest, and a
+    /// full capture when requested. `parts` are lane 0's.
     pub fn seam_parts(&mut self, layer: usize, seam: Seam, parts: &[(usize, DigestPart)]) -> Result<()> {
         let idx = Record::seam_index(self.record.n_layers, layer, seam);
         if let Some(start) = self.seam_start.take() {
             let end = self.mark()?;
             self.timed.push((Timed::Seam(idx), start, end));
         }
-        if let Some(Canary::FlipBit { layer: cl, seam: cs, step: st, element }) = self.cfg.doors.canary {
-            if cl == layer && cs == seam && st == self.step {
-                let e = element as u64;
-                let SeamPart { rank, slice, offset } = self
-                    .resolve_parts(parts)?
-                    .into_iter()
-                    .find(|p| p.offset <= e && e < p.offset + p.slice.len as u64)
-                    .ok_or_else(|| {
-                        RuntimeError::DoorRefused { door: "MEMRA_CANARY_FLIP_BIT", rule: format!(
-                            "the flip canary's element {element} of seam {} (layer {layer}) is held by no rank:                              choose an element of the seam's logical tensor (program::payloads::seam_elements)",
-                            seam.name()
-                        ) }
-                    })?;
-                self.backend.launch(rank, Op::FlipLowBit { x: slice.sub((e - offset) as usize, 1) })?;
-                self.record.bump("canary_flip_bit.flips");
+        for l in self.active.clone() {
+            let lane = self.pass[l];
+            let parts: Vec<(usize, DigestPart)> = parts.iter().map(|&(r, p)| (r, self.lane_part(r, p, l))).collect();
+            if lane.live {
+                self.flip_canary(layer, seam, lane.step, &parts)?;
+            }
+            if self.cfg.digests {
+                self.batch.extend(parts.iter().map(|&(rank, part)| (l, idx, rank, part)));
+            }
+            let key = CaptureKey { prompt: lane.prompt, step: lane.step, layer, seam };
+            if lane.live && self.cfg.capture.contains(&key) {
+                self.capture(key, &parts)?;
             }
         }
-        if self.cfg.digests {
-            self.batch.extend(parts.iter().map(|&(rank, part)| (idx, rank, part)));
+        Ok(())
+    }
+
+    /// The flip canary, when it targets this seam at `step`: the low bit of its element flipped
+    /// on the rank holding it (parts already on the lane's buffers).
+    fn flip_canary(&mut self, layer: usize, seam: Seam, step: usize, parts: &[(usize, DigestPart)]) -> Result<()> {
+        let Some(Canary::FlipBit { layer: cl, seam: cs, step: st, element }) = self.cfg.doors.canary else {
+            return Ok(());
+        };
+        if cl != layer || cs != seam || st != step {
+            return Ok(());
         }
-        let key = CaptureKey { prompt: self.prompt, step: self.step, layer, seam };
-        if self.cfg.capture.contains(&key) {
-            let parts = self.resolve_parts(parts)?;
-            // Parts may leave gaps (the expert slot stride is the largest G); gaps read as +0.0.
-            let total: usize = parts.iter().map(|p| p.offset as usize + p.slice.len).max().unwrap_or(0);
-            let mut bits = vec![0u32; total];
-            let mut owners = Vec::new();
-            for &SeamPart { rank, slice, offset } in &parts {
-                let v = self.backend.read(rank, slice)?;
-                let start = offset as usize;
-                for (i, x) in v.iter().enumerate() {
-                    bits[start + i] = x.to_bits();
-                }
-                owners.push((rank, start, v.len()));
+        let e = element as u64;
+        let SeamPart { rank, slice, offset } = self
+            .resolve_parts(parts)?
+            .into_iter()
+            .find(|p| p.offset <= e && e < p.offset + p.slice.len as u64)
+            .ok_or_else(|| RuntimeError::DoorRefused {
+                door: "MEMRA_CANARY_FLIP_BIT",
+                rule: format!(
+                    "the flip canary's element {element} of seam {} (layer {layer}) is held by no rank: choose an element of the seam's logical tensor (program::payloads::seam_elements)",
+                    seam.name()
+                ),
+            })?;
+        self.backend.launch(rank, Op::FlipLowBit { x: slice.sub((e - offset) as usize, 1) })?;
+        self.record.bump("canary_flip_bit.flips");
+        Ok(())
+    }
+
+    /// A full capture of a seam (parts already on the lane's buffers).
+    fn capture(&mut self, key: CaptureKey, parts: &[(usize, DigestPart)]) -> Result<()> {
+        let parts = self.resolve_parts(parts)?;
+        // Parts may leave gaps (the expert slot stride is the largest G); gaps read as +0.0.
+        let total: usize = parts.iter().map(|p| p.offset as usize + p.slice.len).max().unwrap_or(0);
+        let mut bits = vec![0u32; total];
+        let mut owners = Vec::new();
+        for &SeamPart { rank, slice, offset } in &parts {
+            let v = self.backend.read(rank, slice)?;
+            let start = offset as usize;
+            for (i, x) in v.iter().enumerate() {
+                bits[start + i] = x.to_bits();
             }
-            self.record.captures.insert(key, Capture { bits, owners });
+            owners.push((rank, start, v.len()));
         }
+        self.record.captures.insert(key, Capture { bits, owners });
         Ok(())
     }
 
@@ -264,11 +292,15 @@ impl Ctx<'_> {
             return GraphMode::AttentionHalves;
         }
         if let Some(Canary::FlipBit { step, .. }) = d.canary {
-            if step == self.step {
+            if self.any_lane(|lane| lane.step == step) {
                 return GraphMode::Eager;
             }
         }
-        if self.cfg.capture.iter().any(|k| k.prompt == self.prompt && k.step == self.step) {
+        // Rows: a session starting in a later pass gets the broken copy of its step 0.
+        if d.canary == Some(Canary::BrokenBroadcast) && self.any_lane(|lane| lane.step == 0) {
+            return GraphMode::Eager;
+        }
+        if self.any_lane(|lane| self.cfg.capture.iter().any(|k| k.prompt == lane.prompt && k.step == lane.step)) {
             return GraphMode::Eager;
         }
         GraphMode::Step
@@ -281,16 +313,20 @@ impl Ctx<'_> {
             return false;
         }
         if let Some(Canary::FlipBit { layer, step, .. }) = d.canary {
-            if layer == l && step == self.step {
+            if layer == l && self.any_lane(|lane| lane.step == step) {
                 return false;
             }
         }
-        !self.cfg.capture.iter().any(|k| k.prompt == self.prompt && k.step == self.step && k.layer == l)
+        !self.any_lane(|lane| {
+            self.cfg.capture.iter().any(|k| k.prompt == lane.prompt && k.step == lane.step && k.layer == l)
+        })
     }
 
     /// Issue `calls` as the graph segment `key` (GRAPH): recorded, captured, then replayed by the
     /// backend; an error abandons the segment.
+    /// The key carries the pass's lane count: a pass of n lanes issues its own sequence.
     pub fn in_segment(&mut self, key: u64, calls: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        let key = key ^ ((self.active.len() as u64) << 48);
         capability::graphs(self.backend)?.segment_begin(key)?;
         match calls(self) {
             Ok(()) => capability::graphs(self.backend)?.segment_end(),
@@ -303,9 +339,10 @@ impl Ctx<'_> {
         }
     }
 
-    /// Whether this step reads a stale buffer (the StaleBuffer canary, after the first step).
+    /// Whether this pass reads a stale buffer (the StaleBuffer canary, once a lane is past its
+    /// first step).
     pub fn stale(&self) -> bool {
-        self.cfg.doors.canary == Some(Canary::StaleBuffer) && self.step > 0
+        self.cfg.doors.canary == Some(Canary::StaleBuffer) && self.any_lane(|lane| lane.step > 0)
     }
 }
 
@@ -333,7 +370,7 @@ pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepare
     let c = &model.config;
     let p = prepared.placement.clone();
     let w = prepared.uploaded.clone();
-    let buf = buffers::allocate(b, c, &p, model.layers.len())?;
+    let buf = buffers::allocate(b, c, &p, model.layers.len(), cfg.pass)?;
     let n_layers = model.layers.len();
     if let Some(d) = cfg.doors.canary.and_then(|c| c.twin_defect()) {
         b.plant(d)?;
@@ -357,15 +394,13 @@ pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepare
         marks: 0,
         seam_start: None,
         layer_start: None,
-        prompt: 0,
-        step: 0,
+        pass: vec![lanes::Lane { prompt: 0, step: 0, live: true }],
+        active: vec![0],
     };
     if ctx.weights.widened > 0 {
         ctx.record.engaged.insert("f32_mirror.widened_matrices".into(), ctx.weights.widened);
     }
-    for prompt in 0..cfg.battery.prompts.len() {
-        decode_prompt(&mut ctx, prompt)?;
-    }
+    passes::run_battery(&mut ctx)?;
     for (counter, n) in ctx.backend.engagement() {
         if n > 0 {
             *ctx.record.engaged.entry(counter).or_insert(0) += n;
@@ -421,61 +456,6 @@ fn check_run(model: &Model, cfg: &RunConfig, b: &dyn Backend) -> Result<()> {
     Ok(())
 }
 
-fn decode_prompt(ctx: &mut Ctx, prompt: usize) -> Result<()> {
-    let cfg = ctx.cfg;
-    let tokens = &cfg.battery.prompts[prompt];
-    let n_prompt = tokens.len();
-    let steps = cfg.battery.steps_of(prompt);
-    let mut generated: Vec<u32> = Vec::new();
-    let mut top2 = Vec::new();
-    let mut digests = Vec::new();
-    let mut rank_digests = Vec::new();
-    ctx.prompt = prompt;
-    for step in 0..steps {
-        ctx.step = step;
-        let token = if let Some(t) = tokens.get(step) {
-            *t
-        } else {
-            let j = step - n_prompt;
-            match &cfg.forced_tokens {
-                Some(f) => *f.get(prompt).and_then(|t| t.get(j)).ok_or_else(|| RuntimeError::Battery {
-                    prompt: Some(prompt),
-                    rule: format!("teacher-forced tape has no token {j} for prompt {prompt}"),
-                })?,
-                None => generated[j],
-            }
-        };
-        decode_step(ctx, token, step)?;
-        let got = ctx.backend.collect()?;
-        // Seam digests: wrapping sum of the parts' digests (per rank, and over ranks); copy
-        // checks: each side's sum, compared.
-        let (row, ranks) = copies::settle(ctx, &got.digests, prompt, step);
-        // Timing: for each interval, the slowest rank's (end − begin).
-        for (what, start, end) in ctx.timed.drain(..) {
-            let dur =
-                got.marks_ns.iter().filter_map(|m| Some(m.get(end)?.saturating_sub(*m.get(start)?))).max().unwrap_or(0);
-            match what {
-                Timed::Seam(idx) => ctx.record.timings_ns[idx].push(dur),
-                Timed::Layer(l) => ctx.record.layer_timings_ns[l].push(dur),
-            }
-        }
-        ctx.marks = 0;
-        digests.push(row);
-        rank_digests.push(ranks);
-        if step + 1 >= n_prompt {
-            let logits = ctx.backend.read(0, ctx.buffers.root.logits)?;
-            let amax = ctx.backend.read(0, ctx.buffers.root.amax)?[0].to_bits();
-            top2.push(top_two(&logits));
-            generated.push(amax);
-        }
-    }
-    ctx.record.digests.push(digests);
-    ctx.record.rank_digests.push(rank_digests);
-    ctx.record.tokens.push(generated);
-    ctx.record.top2.push(top2);
-    Ok(())
-}
-
 /// The two largest logits (for near-tie margins).
 pub fn top_two(x: &[f32]) -> (f32, f32) {
     let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
@@ -490,24 +470,8 @@ pub fn top_two(x: &[f32]) -> (f32, f32) {
     (a, b)
 }
 
-fn decode_step(ctx: &mut Ctx, token: u32, pos: usize) -> Result<()> {
-    let embed = embed_row(ctx.model, token);
-    let x = ctx.buffers.root.x;
-    ctx.backend.write(0, x, &embed)?;
-    // The position every rope and attention launch reads (battery validation keeps it inside the
-    // cache): device-held, so a captured step replays unchanged at every position.
-    for r in 0..ctx.placement.tp {
-        let out = ctx.buffers.ranks[r].pos;
-        ctx.backend.launch(r, Op::SetU32 { out, value: pos as u32 })?;
-    }
-    if ctx.graph_mode() != GraphMode::Step {
-        return step_calls(ctx);
-    }
-    ctx.in_segment(STEP_SEGMENT, step_calls)
-}
-
 /// Every layer and the head, as issued in one step.
-fn step_calls(ctx: &mut Ctx) -> Result<()> {
+pub(super) fn step_calls(ctx: &mut Ctx) -> Result<()> {
     for l in 0..ctx.model.layers.len() {
         ctx.layer_begin()?;
         layer::attention_half(ctx, l)?;
@@ -518,7 +482,7 @@ fn step_calls(ctx: &mut Ctx) -> Result<()> {
 }
 
 /// The f32 embedding row of `token` (BF16 widened exactly).
-fn embed_row(model: &Model, token: u32) -> Vec<f32> {
+pub(super) fn embed_row(model: &Model, token: u32) -> Vec<f32> {
     let h = model.config.hidden;
     match &model.embed {
         crate::model::Matrix::Bf16 { bits, .. } => bits[token as usize * h..(token as usize + 1) * h]
@@ -538,12 +502,11 @@ fn head(ctx: &mut Ctx) -> Result<()> {
     ctx.layer_begin()?;
     ctx.begin(n, Seam::FinalNorm)?;
     let w = ctx.weights.param_layout.final_norm(params);
-    ctx.backend.launch(0, Op::RmsNorm { x: r.x, w, eps, out: r.fnorm })?;
+    ctx.launch(0, Op::RmsNorm { x: r.x, w, eps, out: r.fnorm })?;
     ctx.seam(n, Seam::FinalNorm, &Ctx::root_part(r.fnorm))?;
     ctx.begin(n, Seam::Logits)?;
-    ctx.backend
-        .launch(0, Op::GemvRows { w: ctx.weights.lm_head, x: r.fnorm, out: r.logits, order: RowOrder::Canonical })?;
-    ctx.backend.launch(0, Op::Argmax { x: r.logits, out: r.amax })?;
+    ctx.launch(0, Op::GemvRows { w: ctx.weights.lm_head, x: r.fnorm, out: r.logits, order: RowOrder::Canonical })?;
+    ctx.launch(0, Op::Argmax { x: r.logits, out: r.amax })?;
     ctx.seam(n, Seam::Logits, &Ctx::root_part(r.logits))?;
     ctx.layer_end(n)
 }

@@ -38,9 +38,8 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     // router: root GEMV + sigmoid top-k.
     ctx.begin(l, Seam::Router)?;
     let router_w = ctx.weights.layers[l][0].router.expect("the root holds the router");
-    ctx.backend
-        .launch(0, Op::GemvRows { w: router_w, x: xin0, out: root.router_logits, order: RowOrder::Canonical })?;
-    ctx.backend.launch(
+    ctx.launch(0, Op::GemvRows { w: router_w, x: xin0, out: root.router_logits, order: RowOrder::Canonical })?;
+    ctx.launch(
         0,
         Op::Router {
             logits: root.router_logits,
@@ -64,16 +63,24 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     if !doors.routes_prestage {
         broadcast(ctx, Seam::FfnNorm, xin0, |rb| rb.xin)?;
     }
-    let host_ids = if ctx.host_routes() { Some(read_ids(ctx, l)?) } else { None };
-    experts(ctx, l, host_ids.as_deref())?;
-    moe_join(ctx, l, host_ids.as_deref())?;
+    if ctx.host_routes() {
+        // The launches depend on each lane's route: lane by lane.
+        ctx.each_lane(|ctx| {
+            let ids = read_ids(ctx, l)?;
+            experts(ctx, l, Some(&ids))?;
+            moe_join(ctx, l, Some(&ids))
+        })?;
+    } else {
+        experts(ctx, l, None)?;
+        moe_join(ctx, l, None)?;
+    }
     residual(ctx, l)
 }
 
 /// The route ids read on the host (MOE_DIRECT on expert-parallel owners only), checked.
 fn read_ids(ctx: &mut Ctx, l: usize) -> Result<Vec<usize>> {
     let (k, experts) = (ctx.model.config.top_k, ctx.model.config.experts);
-    let route = ctx.backend.read(0, ctx.buffers.root.route)?;
+    let route = ctx.read_lane(0, ctx.buffers.root.route)?;
     let ids: Vec<usize> = route[..k].iter().map(|v| v.to_bits() as usize).collect();
     if let Some(bad) = ids.iter().find(|e| **e >= experts) {
         return Err(crate::RuntimeError::Device {
@@ -152,7 +159,7 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                             act,
                             act_pitch: pitch,
                         };
-                        ctx.backend.launch(r, op)?;
+                        ctx.launch(r, op)?;
                     }
                 }
             }
@@ -167,7 +174,7 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                     act: rb.ea,
                     act_pitch: pitch,
                 };
-                ctx.backend.launch(r, op)?;
+                ctx.launch(r, op)?;
             }
         }
         // down partials: locally, or (MOE_DIRECT, TP-sharded slots) straight into the root's
@@ -176,13 +183,13 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
         let shared_len = if shared_sharded { g_s / tp * hidden } else { g_s * hidden };
         let local_all = host_ids.is_none() && !routed_direct && !shared_direct;
         if local_all {
-            ctx.backend.launch(r, down(0, slots, rb.epart))?;
+            ctx.launch(r, down(0, slots, rb.epart))?;
         } else {
             match host_ids {
                 Some(ids) => {
                     for (s, e) in ids.iter().enumerate() {
                         if held(ctx, l, r, Some(*e)) {
-                            ctx.backend.launch(r, down(s, 1, rb.epart.sub(s * stride, stride)))?;
+                            ctx.launch(r, down(s, 1, rb.epart.sub(s * stride, stride)))?;
                         }
                     }
                 }
@@ -192,14 +199,14 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                         store_to_root(ctx, r, down(s, 1, at), at, fence, "moe_direct.peer_stores")?;
                     }
                 }
-                None => ctx.backend.launch(r, down(0, k, rb.epart.sub(0, k * stride)))?,
+                None => ctx.launch(r, down(0, k, rb.epart.sub(0, k * stride)))?,
             }
             if holds_shared {
                 if shared_direct {
                     let at = root.epart_all.sub(k * stride + r * shared_len, shared_len);
                     store_to_root(ctx, r, down(k, 1, at), at, fence, "moe_direct.peer_stores")?;
                 } else {
-                    ctx.backend.launch(r, down(k, 1, rb.epart.sub(k * stride, stride)))?;
+                    ctx.launch(r, down(k, 1, rb.epart.sub(k * stride, stride)))?;
                 }
             }
         }
@@ -301,14 +308,14 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
         // Every slot folded and combined in one kernel: the moe_join seam is complete.
         let parts = root.epart_all.sub(0, k * stride + g_r * hidden);
         let w = root.route.sub(k, k);
-        ctx.backend.launch(0, Op::FoldCombine { parts, pitch: stride, n_parts: g_r, w, out: root.moe })?;
+        ctx.launch(0, Op::FoldCombine { parts, pitch: stride, n_parts: g_r, w, out: root.moe })?;
         return ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe));
     }
     if routed_sharded {
-        ctx.backend.launch(0, fold_root(0, k, g_r))?;
+        ctx.launch(0, fold_root(0, k, g_r))?;
     }
     if shared_sharded && !merged {
-        ctx.backend.launch(0, fold_root(k, 1, g_s))?;
+        ctx.launch(0, fold_root(k, 1, g_s))?;
     }
     if !shared_sharded {
         // The whole shared expert on rank 0 folds straight into the root's slot.
@@ -324,7 +331,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             scales: None,
             out: root.y.sub(k * hidden, hidden),
         };
-        ctx.backend.launch(0, op)?;
+        ctx.launch(0, op)?;
     }
     // Whole routed experts: each owner folds its slots (the NVFP4 down scale once, after the fold).
     if !routed_sharded {
@@ -366,7 +373,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                         scales: nvfp4.then_some(group),
                         out: rb.ey.sub(0, k * hidden),
                     };
-                    ctx.backend.launch(r, op)?;
+                    ctx.launch(r, op)?;
                 }
                 // NVFP4_EP2 keeps routed slot outputs on their owners (they sum them there);
                 // otherwise each rank's folded slots go to the root, which selects every slot
@@ -385,7 +392,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                         rank_pitch: region,
                         out: root.y.sub(0, k * hidden),
                     };
-                    ctx.backend.launch(0, op)?;
+                    ctx.launch(0, op)?;
                 }
             }
         }
@@ -409,16 +416,16 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                 w: rb.rw.sub(0, k),
                 out: acc,
             };
-            ctx.backend.launch(r, op)?;
+            ctx.launch(r, op)?;
             ctx.copy(Seam::MoeJoin, r, acc, 0, root.rank_sums.sub(owner * hidden, hidden))?;
         }
-        ctx.backend.launch(
+        ctx.launch(
             0,
             Op::Add { a: root.rank_sums.sub(0, hidden), b: root.rank_sums.sub(hidden, hidden), out: routed },
         )?;
         ctx.copy(Seam::MoeJoin, 0, root.y.sub(k * hidden, hidden), 0, shared)?;
     } else {
-        ctx.backend.launch(0, Op::CombineShared { y: root.y, w: weights, out: root.moe })?;
+        ctx.launch(0, Op::CombineShared { y: root.y, w: weights, out: root.moe })?;
     }
     ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe))
 }
@@ -429,7 +436,7 @@ fn residual(ctx: &mut Ctx, l: usize) -> Result<()> {
     let root = ctx.buffers.root.clone();
     let (routed, shared) = (root.moe.sub(0, hidden), root.moe.sub(hidden, hidden));
     ctx.begin(l, Seam::Residual)?;
-    ctx.backend.launch(0, Op::ResidualAdd { h: root.h, a: routed, b: shared, sum: root.moe_sum, out: root.x })?;
+    ctx.launch(0, Op::ResidualAdd { h: root.h, a: routed, b: shared, sum: root.moe_sum, out: root.x })?;
     ctx.seam(l, Seam::Residual, &Ctx::root_part(root.x))
 }
 

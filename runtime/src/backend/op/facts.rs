@@ -42,6 +42,44 @@ impl Op {
         }
     }
 
+    /// Apply `f` to every slice the op touches, in [`Op::slices`]'s order (rows and columns:
+    /// the program moves an op to another lane's buffers this way).
+    pub fn map_slices(&mut self, mut f: impl FnMut(&mut Slice)) {
+        let slices: Vec<&mut Slice> = match self {
+            Op::GemvRows { x, out, .. } | Op::GemvPartials { x, out, .. } => vec![x, out],
+            Op::GemvRowsBatch { items, x } => std::iter::once(x).chain(items.iter_mut().map(|i| &mut i.1)).collect(),
+            Op::Fold { parts, out, .. } => vec![parts, out],
+            Op::Add { a, b, out } => vec![a, b, out],
+            Op::Scale { x, out, .. } => vec![x, out],
+            Op::RmsNorm { x, w, out, .. } => vec![x, w, out],
+            Op::AddRmsNorm { x, a, w, h, out, .. } => vec![x, a, w, h, out],
+            Op::FoldAddRmsNorm { parts, x, w, a, h, out, .. } => vec![parts, x, w, a, h, out],
+            Op::QkNormRope { x, w, cos_sin, .. } => vec![x, w, cos_sin],
+            Op::Attention { q, k, v, gate, out, .. } => vec![q, k, v, gate, out],
+            Op::Router { logits, bias, out, .. } => vec![logits, bias, out],
+            Op::Swiglu { gate, up, out, .. } => vec![gate, up, out],
+            Op::Combine { y, w, out } => vec![y, w, out],
+            Op::CombineShared { y, w, out } => vec![y, w, out],
+            Op::ResidualAdd { h, a, b, sum, out } => vec![h, a, b, sum, out],
+            Op::Argmax { x, out } => vec![x, out],
+            Op::FlipLowBit { x } => vec![x],
+            Op::SetU32 { out, .. } => vec![out],
+            Op::QkNormRopeAt { x, w, table, pos, .. } => vec![x, w, table, pos],
+            Op::AttentionAt { q, k, v, gate, pos, out, .. } => vec![q, k, v, gate, pos, out],
+            Op::AppendAt { src, cache, pos } => vec![src, cache, pos],
+            Op::RopeAppend { q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache, .. } => {
+                vec![q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache]
+            }
+            Op::ExpertGateUp { route, x, act, .. } => vec![route, x, act],
+            Op::ExpertDown { route, act, out, .. } => vec![route, act, out],
+            Op::FoldSlots { route, parts, out, .. } => vec![route, parts, out],
+            Op::FoldCombine { parts, w, out, .. } => vec![parts, w, out],
+            Op::SelectSlots { route, src, out, .. } => vec![route, src, out],
+            Op::CombineOwned { route, y, w, out, .. } => vec![route, y, w, out],
+        };
+        slices.into_iter().for_each(&mut f);
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Op::GemvRows { .. } => "gemv_rows",
