@@ -122,7 +122,7 @@ __device__ __forceinline__ float max_in_order_c(const float* xs, int n) {
 // each value is the same sequence of IEEE operations either way.
 __device__ __forceinline__ void decode_attention_body(const float* q, const float* k, const float* v,
                                                       const float* gate, int len, int q_heads, int kv_heads,
-                                                      float* out) {
+                                                      int part_len, float* out) {
     extern __shared__ float scores[];
     const int h = blockIdx.x;
     if (h >= q_heads || len < 1) return;  // block-uniform
@@ -139,19 +139,19 @@ __device__ __forceinline__ void decode_attention_body(const float* q, const floa
     __syncthreads();
 
     const int d = threadIdx.x;
-    const int n_parts = (len + ATTN_PARTITION - 1) / ATTN_PARTITION;
+    const int n_parts = (len + part_len - 1) / part_len;
     float m_all = C_ZERO;
     for (int p = 0; p < n_parts; ++p) {
-        const int t0 = p * ATTN_PARTITION;
-        const int cnt = min(ATTN_PARTITION, len - t0);
+        const int t0 = p * part_len;
+        const int cnt = min(part_len, len - t0);
         const float m = max_in_order_c(scores + t0, cnt);
         if (p == 0 || m > m_all) m_all = m;
     }
     float l_all = C_ZERO;
     float o_all = C_ZERO;
     for (int p = 0; p < n_parts; ++p) {
-        const int t0 = p * ATTN_PARTITION;
-        const int cnt = min(ATTN_PARTITION, len - t0);
+        const int t0 = p * part_len;
+        const int cnt = min(part_len, len - t0);
         const float m = max_in_order_c(scores + t0, cnt);
         float l = C_ZERO;
         float o = C_ZERO;
@@ -173,15 +173,16 @@ __device__ __forceinline__ void decode_attention_body(const float* q, const floa
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     decode_attention_f32(const float* q, const float* k, const float* v, const float* gate, int len, int q_heads,
                          int kv_heads, float* out) {
-    decode_attention_body(q, k, v, gate, len, q_heads, kv_heads, out);
+    decode_attention_body(q, k, v, gate, len, q_heads, kv_heads, ATTN_PARTITION, out);
 }
 
 // GRAPH: attention over pos[0] + 1 positions at the device-held position (k, v hold max_len
 // positions; shared memory is sized for max_len). Nothing is written when pos[0] >= max_len.
+// part_len is ATTN_PARTITION in the program; another value is the verify-partitions canary.
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     decode_attention_at_f32(const float* q, const float* k, const float* v, const float* gate, const unsigned* pos,
-                            int max_len, int q_heads, int kv_heads, float* out) {
+                            int max_len, int q_heads, int kv_heads, int part_len, float* out) {
     const unsigned p = pos[0];
-    if (p >= (unsigned)max_len) return;
-    decode_attention_body(q, k, v, gate, (int)p + 1, q_heads, kv_heads, out);
+    if (p >= (unsigned)max_len || part_len < 1) return;
+    decode_attention_body(q, k, v, gate, (int)p + 1, q_heads, kv_heads, part_len, out);
 }

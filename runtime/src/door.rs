@@ -37,6 +37,15 @@ pub enum Canary {
     /// The attn_norm broadcast corrupts the copy to the last rank (one bit of element 0, layer
     /// 0, step 0): the copy check must name that copy.
     BrokenBroadcast,
+    /// Rows: a GEMM whose K order depends on the batch — the o_join folds its K-block partials
+    /// in reverse whenever a pass holds more than one row (batch invariance must fail).
+    BatchKSplit,
+    /// Columns: a verify walk whose partition count depends on T — attention partitions of
+    /// `ATTN_PARTITION >> T` positions in a pass of T > 1 columns (verify = decode must fail).
+    VerifyPartitions,
+    /// Rows: one row attends to its neighbour's session — at layer 0, the second prompt's first
+    /// step reads the KV cache of the row before it.
+    NeighbourSession,
 }
 
 impl Canary {
@@ -64,11 +73,14 @@ impl Canary {
             Canary::Clamp => "canary_clamp",
             Canary::SilentFallback => "canary_silent_fallback",
             Canary::BrokenBroadcast => "canary_broken_broadcast",
+            Canary::BatchKSplit => "canary_batch_ksplit",
+            Canary::VerifyPartitions => "canary_verify_partitions",
+            Canary::NeighbourSession => "canary_neighbour_session",
         }
     }
 
     /// Every canary without a place (the flip-bit one at layer 0, attn_norm, step 0, element 0).
-    pub fn all() -> [Canary; 9] {
+    pub fn all() -> [Canary; 12] {
         [
             Canary::FlipBit { layer: 0, seam: Seam::AttnNorm, step: 0, element: 0 },
             Canary::ReverseKBlocks,
@@ -79,6 +91,9 @@ impl Canary {
             Canary::Clamp,
             Canary::SilentFallback,
             Canary::BrokenBroadcast,
+            Canary::BatchKSplit,
+            Canary::VerifyPartitions,
+            Canary::NeighbourSession,
         ]
     }
 }

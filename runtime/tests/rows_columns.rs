@@ -56,7 +56,12 @@ fn rows_equal_each_session_decoded_alone_at_every_tp_and_transport() {
     for preset in ["tiny", "edge"] {
         let m = model(preset);
         let oracle = run(m, 1, Transport::HostBounce, PassShape::SINGLE, None);
-        for (tp, t) in [(1, Transport::HostBounce), (2, Transport::NativeP2p), (4, Transport::HostBounce), (8, Transport::NativeP2p)] {
+        for (tp, t) in [
+            (1, Transport::HostBounce),
+            (2, Transport::NativeP2p),
+            (4, Transport::HostBounce),
+            (8, Transport::NativeP2p),
+        ] {
             for b in [2, 4, 8] {
                 let r = run(m, tp, t, shape(b, 1), None);
                 assert_eq!(first_divergence(&oracle, &r), None, "{preset} TP{tp} {} batch {b}", t.name());
@@ -80,13 +85,23 @@ fn columns_equal_single_token_steps_prefill_and_verify() {
     for preset in ["tiny", "edge"] {
         let m = model(preset);
         let oracle = run(m, 1, Transport::HostBounce, PassShape::SINGLE, None);
-        for (tp, t) in [(1, Transport::NativeP2p), (2, Transport::HostBounce), (4, Transport::NativeP2p), (8, Transport::HostBounce)] {
+        for (tp, t) in [
+            (1, Transport::NativeP2p),
+            (2, Transport::HostBounce),
+            (4, Transport::NativeP2p),
+            (8, Transport::HostBounce),
+        ] {
             for cols in [2, 4, 8] {
                 // Teacher-forced from the oracle's tape: every draft is right, every column kept.
                 let forced = Some(oracle.tokens.iter().map(|g| g[..g.len() - 1].to_vec()).collect());
                 for (label, f) in [("own drafts", None), ("tape drafts", forced)] {
                     let r = run(m, tp, t, shape(1, cols), f);
-                    assert_eq!(first_divergence(&oracle, &r), None, "{preset} TP{tp} {} columns {cols} {label}", t.name());
+                    assert_eq!(
+                        first_divergence(&oracle, &r),
+                        None,
+                        "{preset} TP{tp} {} columns {cols} {label}",
+                        t.name()
+                    );
                     assert_eq!(r.top2, oracle.top2, "{preset} columns {cols} {label}");
                     let widest = r.lanes.iter().flatten().map(|&(_, lane)| lane).max().unwrap();
                     assert!(widest as usize + 1 >= cols.min(6), "{preset} columns {cols}: widest lane {widest}");
@@ -101,5 +116,59 @@ fn pass_shapes_outside_the_grid_are_refused_with_the_rule() {
     for (b, t, needle) in [(3, 1, "--batch 3"), (1, 16, "--columns 16"), (0, 1, "--batch 0"), (2, 2, "not both")] {
         let err = PassShape::new(b, t).unwrap_err().to_string();
         assert!(err.contains(needle), "{b}×{t}: {err}");
+    }
+}
+
+/// The first divergence of a canary run against the single-token oracle, as (prompt, step,
+/// layer, seam name, lane).
+fn planted(
+    m: &Model,
+    canary: memra_runtime::Canary,
+    tp: usize,
+    s: PassShape,
+) -> (Record, Option<(usize, usize, usize, &'static str, (u32, u8))>) {
+    let oracle = run(m, 1, Transport::HostBounce, PassShape::SINGLE, None);
+    let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery(m.config.vocab)).unwrap();
+    cfg.pass = s;
+    cfg.doors.canary = Some(canary);
+    let mut b = HostBackend::new(tp).unwrap();
+    let r = program::run(m, &cfg, &mut b).unwrap();
+    for (p, (a, b)) in oracle.digests.iter().zip(&r.digests).enumerate() {
+        for (st, (x, y)) in a.iter().zip(b).enumerate() {
+            if let Some(i) = x.iter().zip(y).position(|(u, v)| u != v) {
+                let (l, seam) = Record::seam_at(oracle.n_layers, i);
+                let lane = r.lanes.get(p).map_or((0, 0), |v| v[st]);
+                return (r, Some((p, st, l, seam.name(), lane)));
+            }
+        }
+    }
+    (r, None)
+}
+
+#[test]
+fn each_rows_and_columns_canary_is_caught_where_planted_and_only_on_its_axis() {
+    use memra_runtime::Canary;
+    let m = model("tiny");
+    for tp in [1, 2] {
+        // A K order chosen by the batch: caught at the o_join of the first two-row pass.
+        let (r, d) = planted(m, Canary::BatchKSplit, tp, shape(2, 1));
+        let (p, st, l, seam, (pass, _)) = d.expect("the batch K split must diverge");
+        assert_eq!((l, seam), (0, "o_join"), "TP{tp}: prompt {p} step {st}");
+        assert!(pass >= 1 && r.engaged.get("canary_batch_ksplit.reversed_folds").copied().unwrap_or(0) > 0);
+        // A neighbour's session: the second prompt's first step, its attn seam, row 1.
+        let (_, d) = planted(m, Canary::NeighbourSession, tp, shape(4, 1));
+        assert_eq!(d.map(|d| (d.0, d.1, d.2, d.3, d.4 .1)), Some((1, 0, 0, "attn", 1)), "TP{tp}");
+        // Partitions chosen by T: the attn seam of a verify or prefill column.
+        let (r, d) = planted(m, Canary::VerifyPartitions, tp, shape(1, 4));
+        let (p, _, _, seam, (pass, _)) = d.expect("the T-dependent partitions must diverge");
+        assert_eq!(seam, "attn", "TP{tp}");
+        let columns_in_pass = r.lanes[p].iter().filter(|&&(q, _)| q == pass).count();
+        assert!(columns_in_pass > 1, "TP{tp}: diverged in a pass of {columns_in_pass} column(s)");
+    }
+    // Off their axis the planted defects never fire: single-token passes equal the oracle.
+    for c in [Canary::BatchKSplit, Canary::NeighbourSession, Canary::VerifyPartitions] {
+        let (r, d) = planted(m, c, 2, PassShape::SINGLE);
+        assert_eq!(d, None, "{c:?} fired in single-token decode");
+        assert!(r.engaged.keys().all(|k| !k.starts_with(c.id())), "{c:?}: {:?}", r.engaged);
     }
 }

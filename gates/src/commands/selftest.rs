@@ -52,8 +52,10 @@ fn first_reach(ev: &Evidence, paths: &[&str]) -> Expected {
     }
 }
 
-/// Where canary `c` must first show in a run at `tp` whose receipt evidence is `ev`.
-pub fn expected(c: &Canary, tp: usize, ev: &Evidence) -> Expected {
+/// Where canary `c` must first show in a run at `tp` whose receipt evidence is `ev`; the rows and
+/// columns canaries run at [`canary_shape`] over a battery whose first prompt has `first_prompt`
+/// tokens.
+pub fn expected(c: &Canary, tp: usize, first_prompt: usize, ev: &Evidence) -> Expected {
     let at = |place| Expected::At { place, element: None, copy: None };
     match *c {
         Canary::FlipBit { layer, seam, step, element } => {
@@ -72,6 +74,44 @@ pub fn expected(c: &Canary, tp: usize, ev: &Evidence) -> Expected {
         Canary::BrokenBroadcast => {
             Expected::At { place: (0, 0, 0, Seam::AttnNorm), element: None, copy: Some((0, tp - 1)) }
         }
+        // Rows (selftest runs them at batch 2+): lane j takes its first session at pass j, so the
+        // first pass of two rows is pass 1 — prompt 0's step 1 beside prompt 1's step 0 — and
+        // the reversed fold first shows in prompt 0, step 1, at layer 0's o_join.
+        Canary::BatchKSplit => at((0, 1, 0, Seam::OJoin)),
+        // The second prompt's first step reads its neighbour's cache at layer 0.
+        Canary::NeighbourSession => at((1, 0, 0, Seam::Attn)),
+        // Columns: prompt 0's prefill pass holds steps 0..T; partitions of P = 32 >> T positions
+        // first differ from one partition at the step whose length is P + 1 (step P).
+        Canary::VerifyPartitions => verify_partitions_place(CANARY_COLUMNS, first_prompt),
+    }
+}
+
+/// The batch selftest runs the rows canaries at (lanes 0..4: ragged, refilled).
+pub const CANARY_BATCH: usize = 4;
+/// The columns selftest runs the columns canaries at.
+pub const CANARY_COLUMNS: usize = 4;
+
+/// The pass shape canary `c` is planted in: rows, columns, or single-token decode.
+pub fn canary_shape(c: &Canary) -> memra_runtime::PassShape {
+    let (b, t) = match c {
+        Canary::BatchKSplit | Canary::NeighbourSession => (CANARY_BATCH, 1),
+        Canary::VerifyPartitions => (1, CANARY_COLUMNS),
+        _ => (1, 1),
+    };
+    memra_runtime::PassShape::new(b, t).expect("the selftest shapes are on the grid")
+}
+
+/// Where the verify-partitions canary first shows: step `P = ATTN_PARTITION >> T` of prompt 0
+/// (attention over P + 1 positions is the first to span two partitions), when prompt 0's first
+/// pass (its prefill, min(T, prompt length) columns) reaches it.
+fn verify_partitions_place(t: usize, first_prompt: usize) -> Expected {
+    let p = (memra_kernels::twins::attention::ATTN_PARTITION >> t).max(1);
+    if t > 1 && p < t.min(first_prompt) {
+        Expected::At { place: (0, p, 0, Seam::Attn), element: None, copy: None }
+    } else {
+        Expected::Unreached(format!(
+            "a pass of {t} column(s) over a first prompt of {first_prompt} tokens never spans two partitions of {p}"
+        ))
     }
 }
 
@@ -176,6 +216,7 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
         .map(|j| memra_receipts::run_id(&crate::receipt::config_evidence(j, &model.evidence, &battery)))
         .collect();
     let out = OutDir::take(&args.out, &ids, Reuse::Fresh)?;
+    let first_prompt = battery.prompts.first().map_or(0, Vec::len);
     let (subject, generate_ms) = model.load_timed(battery, true)?;
     let opts = SuiteOptions {
         out_dir: Some(out.path().to_path_buf()),
@@ -222,7 +263,8 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
                 .ok()
                 .and_then(|d| d.canary)
         });
-        let exp = canary.map(|c| expected(&c, job.tp, ev)).unwrap_or(Expected::Unreached("no canary".into()));
+        let exp =
+            canary.map(|c| expected(&c, job.tp, first_prompt, ev)).unwrap_or(Expected::Unreached("no canary".into()));
         let ok = caught(&exp, ev);
         all_caught &= ok;
         let obs = match &ev.first_divergence {

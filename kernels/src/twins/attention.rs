@@ -76,6 +76,25 @@ pub fn decode_attention(
     kv_heads: usize,
     out: &mut [f32],
 ) {
+    decode_attention_parts(q, k, v, gate, len, q_heads, kv_heads, ATTN_PARTITION, out)
+}
+
+/// [`decode_attention`] with partitions of `part_len` positions. The program always uses
+/// [`ATTN_PARTITION`]; another length is the planted defect of a verify walk whose partition
+/// count depends on the pass (the `canary_verify_partitions` canary). `part_len >= 1`.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_attention_parts(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    gate: &[f32],
+    len: usize,
+    q_heads: usize,
+    kv_heads: usize,
+    part_len: usize,
+    out: &mut [f32],
+) {
+    assert!(part_len >= 1, "decode_attention: partition length must be at least 1");
     assert!(len >= 1, "decode_attention: len must be at least 1");
     assert!(kv_heads >= 1, "decode_attention: kv_heads must be at least 1");
     assert!(
@@ -97,7 +116,7 @@ pub fn decode_attention(
 
     let group = q_heads / kv_heads;
     let scale = f32::from_bits(ATTN_SCALE_BITS);
-    let n_parts = len.div_ceil(ATTN_PARTITION);
+    let n_parts = len.div_ceil(part_len);
     let mut scores = vec![0.0f32; len];
     let mut part_m = vec![0.0f32; n_parts];
     let mut part_l = vec![0.0f32; n_parts];
@@ -112,7 +131,7 @@ pub fn decode_attention(
         }
 
         for (p, ((s_p, (m_p, l_p)), o_p)) in scores
-            .chunks(ATTN_PARTITION)
+            .chunks(part_len)
             .zip(part_m.iter_mut().zip(part_l.iter_mut()))
             .zip(part_o.chunks_exact_mut(HEAD_DIM))
             .enumerate()
@@ -123,7 +142,7 @@ pub fn decode_attention(
             for (j, &s) in s_p.iter().enumerate() {
                 let e = exp_c(s - m);
                 l += e;
-                for (o, &vd) in o_p.iter_mut().zip(row(v, p * ATTN_PARTITION + j)) {
+                for (o, &vd) in o_p.iter_mut().zip(row(v, p * part_len + j)) {
                     *o += e * vd;
                 }
             }
@@ -181,8 +200,8 @@ pub fn qk_norm_rope_at(x: &mut [f32], w: &[f32], eps: f32, table: &[f32], pos: u
     true
 }
 
-/// Twin of `decode_attention_at_f32`: [`decode_attention`] over `pos + 1` positions of caches
-/// holding `max_len`; nothing is written (and `false` returned) when `pos >= max_len`.
+/// Twin of `decode_attention_at_f32`: [`decode_attention_parts`] over `pos + 1` positions of
+/// caches holding `max_len`, partitions of `part_len` (the program's: [`ATTN_PARTITION`]); nothing is written (and `false` returned) when `pos >= max_len`.
 #[allow(clippy::too_many_arguments)]
 pub fn decode_attention_at(
     q: &[f32],
@@ -193,12 +212,13 @@ pub fn decode_attention_at(
     max_len: usize,
     q_heads: usize,
     kv_heads: usize,
+    part_len: usize,
     out: &mut [f32],
 ) -> bool {
     if pos as usize >= max_len {
         return false;
     }
-    decode_attention(q, k, v, gate, pos as usize + 1, q_heads, kv_heads, out);
+    decode_attention_parts(q, k, v, gate, pos as usize + 1, q_heads, kv_heads, part_len, out);
     true
 }
 

@@ -9,6 +9,7 @@ use crate::backend::{JoinFence, Op, RowOrder, Slice};
 use crate::config::Canary;
 use crate::evidence::record::Seam;
 use crate::Result;
+use memra_kernels::twins::attention::ATTN_PARTITION;
 
 /// Run `op` with its output going to `dst`, a slice of the root: rank 0 launches it there
 /// directly; a peer stores into the root's memory (a direct join's peer store, counted under
@@ -125,8 +126,36 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         let lkv = rb.k.len;
         let (q_heads, kv_heads) = (ctx.placement.q_heads_per_rank, ctx.placement.kv_heads_per_rank);
         let (k, v) = (Slice::new(rb.kc[l], 0, max_len * lkv), Slice::new(rb.vc[l], 0, max_len * lkv));
-        let op = Op::AttentionAt { q: rb.q_r, k, v, gate: rb.g, pos: rb.pos, max_len, q_heads, kv_heads, out: rb.attn };
-        ctx.launch(r, op)?;
+        let partition = verify_partition(ctx);
+        let op = Op::AttentionAt {
+            q: rb.q_r,
+            k,
+            v,
+            gate: rb.g,
+            pos: rb.pos,
+            max_len,
+            q_heads,
+            kv_heads,
+            partition,
+            out: rb.attn,
+        };
+        match neighbour_victim(ctx, l) {
+            Some(victim) => {
+                // NeighbourSession canary: the victim row attends over lane 0's caches.
+                let others: Vec<usize> = ctx.active.iter().copied().filter(|&i| i != victim).collect();
+                ctx.with_active(others, |ctx| ctx.launch(r, op.clone()))?;
+                let mut wrong = ctx.lane_op(r, &op, victim);
+                if let Op::AttentionAt { k: wk, v: wv, .. } = &mut wrong {
+                    (*wk, *wv) = (k, v);
+                }
+                ctx.backend.launch(r, wrong)?;
+                ctx.count("canary_neighbour_session.crossed_reads");
+            }
+            None => ctx.launch(r, op)?,
+        }
+        if partition != ATTN_PARTITION {
+            ctx.count("canary_verify_partitions.split_walks");
+        }
         parts.push(SeamPart { rank: r, slice: rb.attn, offset: (r * rb.attn.len) as u64 });
     }
     ctx.seam(l, Seam::Attn, &parts)?;
@@ -212,7 +241,10 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
             ctx.copy(Seam::OProj, r, src, 0, dst)?;
         }
     }
-    let reverse = ctx.cfg.doors.canary == Some(Canary::ReverseKBlocks) && tp > 1;
+    // BatchKSplit canary: the fold order depends on how many rows share the pass.
+    let batch_split =
+        ctx.cfg.doors.canary == Some(Canary::BatchKSplit) && ctx.cfg.pass.batch > 1 && ctx.active.len() > 1;
+    let reverse = (ctx.cfg.doors.canary == Some(Canary::ReverseKBlocks) && tp > 1) || batch_split;
     let ffn_w = lay.ffn_norm(ctx.weights.params[0], l);
     if ctx.cfg.doors.oproj_tail {
         // The add happens inside the ffn_norm kernel: same operands, same order.
@@ -234,7 +266,11 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         ctx.launch(0, Op::Fold { parts: root.opart_all, n_parts: g, reverse, out: root.ojoin })?;
         if reverse {
             // Counted only where the reversed fold really ran (the OPROJ_TAIL kernel has none).
-            ctx.count("canary_reverse_kblocks.reversed_folds");
+            ctx.count(if batch_split {
+                "canary_batch_ksplit.reversed_folds"
+            } else {
+                "canary_reverse_kblocks.reversed_folds"
+            });
         }
     }
     ctx.seam(l, Seam::OJoin, &Ctx::root_part(root.ojoin))?;
@@ -248,4 +284,25 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
     let parts =
         [SeamPart { rank: 0, slice: root.h, offset: 0 }, SeamPart { rank: 0, slice: xin0, offset: hidden as u64 }];
     ctx.seam(l, Seam::FfnNorm, &parts)
+}
+
+/// The attention partition length of this pass: the program's constant, or under the
+/// VerifyPartitions canary `ATTN_PARTITION >> T` (at least 1) in a pass of T > 1 columns — short
+/// enough that the battery's short sessions already span several partitions.
+fn verify_partition(ctx: &Ctx) -> usize {
+    let t = ctx.active.len();
+    if ctx.cfg.doors.canary == Some(Canary::VerifyPartitions) && ctx.cfg.pass.columns > 1 && t > 1 {
+        (ATTN_PARTITION >> t).max(1)
+    } else {
+        ATTN_PARTITION
+    }
+}
+
+/// The NeighbourSession canary's victim row at layer `l`: the lane holding the second prompt's
+/// first step, at layer 0 (one position of one session).
+fn neighbour_victim(ctx: &Ctx, l: usize) -> Option<usize> {
+    if ctx.cfg.doors.canary != Some(Canary::NeighbourSession) || l != 0 || ctx.cfg.pass.batch < 2 {
+        return None;
+    }
+    ctx.active.iter().copied().find(|&i| i > 0 && ctx.pass[i].live && ctx.pass[i].prompt == 1 && ctx.pass[i].step == 0)
 }

@@ -9,6 +9,7 @@ use crate::harness::{self, GpuTest, NotRun, Ran, Skip};
 use crate::segments::SegmentChecker;
 use memra_runtime::backend::cuda::{CudaBackend, CudaOptions, PlacementPolicy};
 use memra_runtime::backend::host::HostBackend;
+use memra_kernels::twins::attention::ATTN_PARTITION;
 use memra_runtime::backend::{Backend, Graphs, Op, Slice, Witness};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::evidence::record::Record;
@@ -94,7 +95,7 @@ fn position_kernels_match_their_twins() -> Ran {
             b.launch(0, Op::SetU32 { out: p, value: pos }).unwrap();
             b.launch(0, Op::QkNormRopeAt { x: q, w, eps: 1e-6, table, pos: p }).unwrap();
             b.launch(0, Op::AppendAt { src: row, cache: k, pos: p }).unwrap();
-            let op = Op::AttentionAt { q, k, v, gate, pos: p, max_len, q_heads: heads, kv_heads, out };
+            let op = Op::AttentionAt { q, k, v, gate, pos: p, max_len, q_heads: heads, kv_heads, partition: ATTN_PARTITION, out };
             b.launch(0, op).unwrap();
             results.push(s.iter().map(|x| b.read(0, *x).unwrap()).collect::<Vec<_>>());
         }

@@ -307,11 +307,11 @@ pub(super) fn execute(a: &mut Arena, op: Op, obs: Observe) {
                 write_slice(a, x, &xv);
             }
         }
-        Op::AttentionAt { q, k, v, gate, pos, max_len, q_heads, kv_heads, out } => {
+        Op::AttentionAt { q, k, v, gate, pos, max_len, q_heads, kv_heads, partition, out } => {
             let p = read_slice(a, pos.sub(0, 1))[0].to_bits();
             let mut o = vec![0.0f32; out.len];
             let (qv, kv, vv, gv) = (read_slice(a, q), read_slice(a, k), read_slice(a, v), read_slice(a, gate));
-            if attention::decode_attention_at(qv, kv, vv, gv, p, max_len, q_heads, kv_heads, &mut o) {
+            if attention::decode_attention_at(qv, kv, vv, gv, p, max_len, q_heads, kv_heads, partition, &mut o) {
                 write_slice(a, out, &o);
             }
         }

@@ -121,7 +121,9 @@ pub enum Op {
     /// when the position is outside the table.
     QkNormRopeAt { x: Slice, w: Slice, eps: f32, table: Slice, pos: Slice },
     /// GRAPH: `Attention` over `pos[0] + 1` positions of caches holding `max_len` (`k`, `v` cover
-    /// `max_len` positions); nothing is written when `pos[0] >= max_len`.
+    /// `max_len` positions); nothing is written when `pos[0] >= max_len`. `partition`: positions
+    /// per partition — the program's constant `ATTN_PARTITION`, another value only under the
+    /// verify-partitions canary.
     AttentionAt {
         q: Slice,
         k: Slice,
@@ -131,6 +133,7 @@ pub enum Op {
         max_len: usize,
         q_heads: usize,
         kv_heads: usize,
+        partition: usize,
         out: Slice,
     },
     /// GRAPH: the KV append at the device-held position: `cache[pos[0] * src.len ..] = src`;

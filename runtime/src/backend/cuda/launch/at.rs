@@ -88,7 +88,7 @@ impl CudaBackend {
                     heads_i
                 )
             }
-            Op::AttentionAt { q, k, v, gate, pos, max_len, q_heads, kv_heads, out } => {
+            Op::AttentionAt { q, k, v, gate, pos, max_len, q_heads, kv_heads, partition, out } => {
                 let what = "attention_at";
                 let (qp, kp, vp, gp, pp, outp) = (
                     self.slice_ptr(rank, q, what)?,
@@ -101,6 +101,7 @@ impl CudaBackend {
                 // Shared memory holds the scores of the longest sequence the graph may see.
                 let smem = attention_shape(what, [q, k, v, gate, out], max_len, q_heads, kv_heads)?;
                 let (max_i, qh, kvh) = (i32_of(what, "max_len", max_len)?, q_heads as i32, kv_heads as i32);
+                let part = i32_of(what, "partition", partition)?;
                 launch!(
                     self,
                     rank,
@@ -114,6 +115,7 @@ impl CudaBackend {
                     max_i,
                     qh,
                     kvh,
+                    part,
                     outp
                 )
             }
