@@ -120,24 +120,20 @@ __device__ __forceinline__ float max_in_order_c(const float* xs, int n) {
 // accumulates o_p[d] in position order; partitions are combined in order with c_p = exp_c(m_p - M).
 // The combine is interleaved with the partitions here while the host runs all partitions first:
 // each value is the same sequence of IEEE operations either way.
-__device__ __forceinline__ void decode_attention_body(const float* q, const float* k, const float* v,
-                                                      const float* gate, int len, int q_heads, int kv_heads,
-                                                      int part_len, float* out) {
-    extern __shared__ float scores[];
-    const int h = blockIdx.x;
-    if (h >= q_heads || len < 1) return;  // block-uniform
-    const int group = q_heads / kv_heads;
-    const size_t stride = (size_t)kv_heads * HEAD_DIM;
-    const size_t kv_off = (size_t)(h / group) * HEAD_DIM;
-    const float* qh = q + (size_t)h * HEAD_DIM;
+// Phase 1 of one head: scores[t] = dot32(q_h, k_t) * scale for t < len (warp w takes t = w, w+4, …).
+__device__ __forceinline__ void attention_scores(const float* qh, const float* k, size_t stride, size_t kv_off,
+                                                 int len, float* scores) {
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     for (int t = warp; t < len; t += ATTN_THREADS / 32) {
         const float s = dot32_warp(qh, k + (size_t)t * stride + kv_off, HEAD_DIM, lane) * C_ATTN_SCALE;
         if (lane == 0) scores[t] = s;
     }
-    __syncthreads();
+}
 
+// Phase 2 of one head: thread d's output dimension from the scores (partitions of part_len).
+__device__ __forceinline__ float attention_combine(const float* scores, const float* v, size_t stride, size_t kv_off,
+                                                   int len, int part_len, float gate_h) {
     const int d = threadIdx.x;
     const int n_parts = (len + part_len - 1) / part_len;
     float m_all = C_ZERO;
@@ -164,16 +160,28 @@ __device__ __forceinline__ void decode_attention_body(const float* q, const floa
         l_all = l_all + l * c;
         o_all = o_all + o * c;
     }
-    const float g = sigmoid_c(gate[h]);
+    const float g = sigmoid_c(gate_h);
     float r = div_c(o_all, l_all);
-    r = r * g;
-    out[(size_t)h * HEAD_DIM + d] = r;
+    return r * g;
+}
+
+__device__ __forceinline__ void decode_attention_body(const float* q, const float* k, const float* v,
+                                                      const float* gate, int len, int q_heads, int kv_heads,
+                                                      int part_len, int h, float* out) {
+    extern __shared__ float scores[];
+    if (h >= q_heads || len < 1) return;  // block-uniform
+    const int group = q_heads / kv_heads;
+    const size_t stride = (size_t)kv_heads * HEAD_DIM;
+    const size_t kv_off = (size_t)(h / group) * HEAD_DIM;
+    attention_scores(q + (size_t)h * HEAD_DIM, k, stride, kv_off, len, scores);
+    __syncthreads();
+    out[(size_t)h * HEAD_DIM + threadIdx.x] = attention_combine(scores, v, stride, kv_off, len, part_len, gate[h]);
 }
 
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     decode_attention_f32(const float* q, const float* k, const float* v, const float* gate, int len, int q_heads,
                          int kv_heads, float* out) {
-    decode_attention_body(q, k, v, gate, len, q_heads, kv_heads, ATTN_PARTITION, out);
+    decode_attention_body(q, k, v, gate, len, q_heads, kv_heads, ATTN_PARTITION, blockIdx.x, out);
 }
 
 // GRAPH: attention over pos[0] + 1 positions at the device-held position (k, v hold max_len
@@ -184,5 +192,64 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
                             int max_len, int q_heads, int kv_heads, int part_len, float* out) {
     const unsigned p = pos[0];
     if (p >= (unsigned)max_len || part_len < 1) return;
-    decode_attention_body(q, k, v, gate, (int)p + 1, q_heads, kv_heads, part_len, out);
+    decode_attention_body(q, k, v, gate, (int)p + 1, q_heads, kv_heads, part_len, blockIdx.x, out);
+}
+
+// DECODE_V2: decode_attention_at_f32 for `rows` lanes in one launch, block b = (lane b / q_heads,
+// head b % q_heads); lane i's q/gate/pos/out at i * their pitch, its k/v at i * kv_pitch (0:
+// columns share one session's caches). Each (lane, head) is exactly the single-lane block.
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
+    decode_attention_rows_f32(const float* q, const float* k, const float* v, const float* gate, const unsigned* pos,
+                              int rows, int q_pitch, int kv_pitch, int gate_pitch, int pos_pitch, int out_pitch,
+                              int max_len, int q_heads, int kv_heads, int part_len, float* out) {
+    const int row = blockIdx.x / q_heads;
+    const int h = blockIdx.x % q_heads;
+    if (row >= rows) return;
+    const unsigned p = pos[(size_t)row * pos_pitch];
+    if (p >= (unsigned)max_len || part_len < 1) return;
+    const size_t kv = (size_t)row * kv_pitch;
+    decode_attention_body(q + (size_t)row * q_pitch, k + kv, v + kv, gate + (size_t)row * gate_pitch, (int)p + 1,
+                          q_heads, kv_heads, part_len, h, out + (size_t)row * out_pitch);
+}
+
+// SPEC_FA2: two columns of one session (shared caches) in one walk: per head, each cached key is
+// visited once for both columns' scores (column c over its own causal bound pos_c + 1), then each
+// column's combine exactly as decode_attention_body's. Shared memory: 2 * max_len scores.
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
+    decode_attention_cols2_f32(const float* q, const float* k, const float* v, const float* gate, const unsigned* pos,
+                               int q_pitch, int gate_pitch, int pos_pitch, int out_pitch, int max_len, int q_heads,
+                               int kv_heads, int part_len, float* out) {
+    extern __shared__ float scores2[];
+    const int h = blockIdx.x;
+    const unsigned p0 = pos[0], p1 = pos[pos_pitch];
+    if (h >= q_heads || part_len < 1) return;  // block-uniform
+    // A column whose position is outside the caches writes nothing (as decode_attention_at_f32).
+    const int len0 = p0 < (unsigned)max_len ? (int)p0 + 1 : 0;
+    const int len1 = p1 < (unsigned)max_len ? (int)p1 + 1 : 0;
+    const int group = q_heads / kv_heads;
+    const size_t stride = (size_t)kv_heads * HEAD_DIM;
+    const size_t kv_off = (size_t)(h / group) * HEAD_DIM;
+    const float* q0 = q + (size_t)h * HEAD_DIM;
+    const float* q1 = q + (size_t)q_pitch + (size_t)h * HEAD_DIM;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int walk = max(len0, len1);
+    for (int t = warp; t < walk; t += ATTN_THREADS / 32) {
+        const float* kt = k + (size_t)t * stride + kv_off;
+        if (t < len0) {
+            const float s = dot32_warp(q0, kt, HEAD_DIM, lane) * C_ATTN_SCALE;
+            if (lane == 0) scores2[t] = s;
+        }
+        if (t < len1) {
+            const float s = dot32_warp(q1, kt, HEAD_DIM, lane) * C_ATTN_SCALE;
+            if (lane == 0) scores2[max_len + t] = s;
+        }
+    }
+    __syncthreads();
+    const int d = threadIdx.x;
+    if (len0 > 0) out[(size_t)h * HEAD_DIM + d] = attention_combine(scores2, v, stride, kv_off, len0, part_len, gate[h]);
+    if (len1 > 0) {
+        out[(size_t)out_pitch + (size_t)h * HEAD_DIM + d] =
+            attention_combine(scores2 + max_len, v, stride, kv_off, len1, part_len, gate[(size_t)gate_pitch + h]);
+    }
 }

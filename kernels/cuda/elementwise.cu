@@ -26,6 +26,11 @@ extern "C" __global__ void set_u32(unsigned* out, unsigned v) {
     if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = v;
 }
 
+// DCW: the device counter advances a lane's position: out[0] += 1 (no host write per token).
+extern "C" __global__ void inc_u32(unsigned* out) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = out[0] + 1u;
+}
+
 // GRAPH: the KV append at the device-held position: cache[pos[0] * n + i] = src[i] for i < n,
 // nothing when pos[0] >= positions (the host twin writes nothing either). A copy, no arithmetic.
 extern "C" __global__ void append_at_f32(const float* src, float* cache, const unsigned* pos, int n, int positions) {

@@ -568,6 +568,20 @@ extern "C" __global__ void __launch_bounds__(TREE_THREADS)
     gemv_tree<FMT_F32>(w, x, out, rows, cols, kw, vec);
 }
 
+// TCOL_OPROJ: fold_f32 (forward) for `lanes` lanes in one launch; lane j's parts at
+// j * parts_pitch, its output at j * out_pitch. Each value is exactly fold_f32's.
+extern "C" __global__ void fold_lanes_f32(const float* parts, int parts_pitch, int n_parts, int width, int lanes,
+                                          float* out, int out_pitch) {
+    const size_t total = (size_t)lanes * width;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total; idx += (size_t)gridDim.x * blockDim.x) {
+        const size_t j = idx / width, i = idx % width;
+        const float* pj = parts + j * parts_pitch;
+        float acc = C_ZERO;
+        for (int k = 0; k < n_parts; ++k) acc = acc + pj[(size_t)k * width + i];
+        out[j * out_pitch + i] = acc;
+    }
+}
+
 // ---- canonical fold of row-parallel partials (twins::gemv::fold_partials):
 // out[i] = ((+0 + p[0][i]) + p[1][i]) + …; `reverse` is the CANARY order.
 extern "C" __global__ void fold_f32(const float* parts, int n_parts, int width, int reverse, float* out) {

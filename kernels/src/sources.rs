@@ -124,6 +124,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "gemv_rows_tree_bf16",
     "gemv_rows_tree_f32",
     "fold_f32",
+    "fold_lanes_f32",
     // experts.cu
     "expert_gate_up_f32",
     "expert_down_f32",
@@ -140,6 +141,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "decode_attention_f32",
     "qk_norm_rope_at_f32",
     "decode_attention_at_f32",
+    "decode_attention_rows_f32",
+    "decode_attention_cols2_f32",
     "rope_append_f32",
     // moe.cu
     "router_topk_f32",
@@ -154,6 +157,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "scale_f32",
     "flip_low_bit_f32",
     "set_u32",
+    "inc_u32",
     "append_at_f32",
     // digest.cu
     "digest_f32",

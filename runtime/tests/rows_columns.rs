@@ -119,14 +119,11 @@ fn pass_shapes_outside_the_grid_are_refused_with_the_rule() {
     }
 }
 
-/// The first divergence of a canary run against the single-token oracle, as (prompt, step,
-/// layer, seam name, lane).
-fn planted(
-    m: &Model,
-    canary: memra_runtime::Canary,
-    tp: usize,
-    s: PassShape,
-) -> (Record, Option<(usize, usize, usize, &'static str, (u32, u8))>) {
+/// A first divergence: (prompt, step, layer, seam name, (pass, lane)).
+type Divergence = (usize, usize, usize, &'static str, (u32, u8));
+
+/// The first divergence of a canary run against the single-token oracle.
+fn planted(m: &Model, canary: memra_runtime::Canary, tp: usize, s: PassShape) -> (Record, Option<Divergence>) {
     let oracle = run(m, 1, Transport::HostBounce, PassShape::SINGLE, None);
     let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery(m.config.vocab)).unwrap();
     cfg.pass = s;
@@ -170,5 +167,59 @@ fn each_rows_and_columns_canary_is_caught_where_planted_and_only_on_its_axis() {
         let (r, d) = planted(m, c, 2, PassShape::SINGLE);
         assert_eq!(d, None, "{c:?} fired in single-token decode");
         assert!(r.engaged.keys().all(|k| !k.starts_with(c.id())), "{c:?}: {:?}", r.engaged);
+    }
+}
+
+/// A run of `shape` with the doors `ids` on (by registry id).
+fn with_doors(m: &Model, tp: usize, t: Transport, s: PassShape, ids: &[&str]) -> Record {
+    let mut cfg = RunConfig::new(tp, t, battery(m.config.vocab)).unwrap();
+    cfg.pass = s;
+    for id in ids {
+        let door =
+            memra_runtime::Door::ALL.into_iter().find(|d| d.id() == *id).unwrap_or_else(|| panic!("no door {id}"));
+        cfg.doors.set(door, true);
+    }
+    let mut b = HostBackend::new(tp).unwrap();
+    program::run(m, &cfg, &mut b).unwrap_or_else(|e| panic!("{ids:?} TP{tp} {s:?}: {e}"))
+}
+
+#[test]
+fn the_rows_and_columns_doors_keep_every_bit_and_engage_only_on_their_axis() {
+    let m = model("edge");
+    let oracle = run(m, 1, Transport::HostBounce, PassShape::SINGLE, None);
+    // (doors, shape, the census kernel that must appear, the engagement counter)
+    let cases: [(&[&str], PassShape, &str, &str); 5] = [
+        (&["f32_mirror", "decode_v2"], shape(4, 1), "attention_rows", "decode_v2.row_attention"),
+        (&["f32_mirror", "decode_v2"], shape(1, 8), "attention_rows", "decode_v2.row_attention"),
+        (&["tcol_oproj"], shape(1, 4), "fold_lanes", "tcol_oproj.column_joins"),
+        (&["dcw", "tcol_oproj", "spec_fa2"], shape(1, 2), "attention_cols_walk_once", "spec_fa2.shared_walks"),
+        (&["dcw"], shape(2, 1), "inc_u32", "dcw.device_increments"),
+    ];
+    for (ids, s, kernel, counter) in cases {
+        for (tp, t) in [(1, Transport::HostBounce), (2, Transport::NativeP2p), (4, Transport::NativeP2p)] {
+            let r = with_doors(m, tp, t, s, ids);
+            assert_eq!(first_divergence(&oracle, &r), None, "{ids:?} TP{tp} {s:?}");
+            assert!(
+                r.engaged.get(counter).copied().unwrap_or(0) > 0,
+                "{ids:?} {s:?}: {counter} never counted: {:?}",
+                r.engaged
+            );
+            let launched: u64 =
+                r.census.iter().filter(|(k, _)| k.starts_with("launch.") && k.ends_with(kernel)).map(|(_, n)| n).sum();
+            assert!(
+                launched > 0,
+                "{ids:?} {s:?}: no {kernel} launch in the census {:?}",
+                r.census.keys().collect::<Vec<_>>()
+            );
+        }
+        // In single-token decode a multi-lane mechanism has nothing to do; DCW's counter advances
+        // single-token steps as well, and must keep every bit there too.
+        let r = with_doors(m, 2, Transport::NativeP2p, PassShape::SINGLE, ids);
+        if counter == "dcw.device_increments" {
+            assert_eq!(first_divergence(&oracle, &r), None, "DCW in single-token decode");
+            assert!(r.engaged.get(counter).copied().unwrap_or(0) > 0, "DCW idle in single-token decode");
+        } else {
+            assert_eq!(r.engaged.get(counter), None, "{ids:?} engaged in single-token decode");
+        }
     }
 }

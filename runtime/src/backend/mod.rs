@@ -29,7 +29,7 @@ mod probe;
 pub use crate::evidence::witness::{Witness, BACKEND_COUNTERS};
 pub use capability::{AllReduce, Capability, Graphs, PackedCopies, PeerStores, UnfencedCopies};
 pub use host::HostRanks;
-pub use op::{peer_store_target, DigestPart, GroupEntry, JoinFence, Op, OwnedSlots, Packed, RowOrder};
+pub use op::{peer_store_target, DigestPart, GroupEntry, JoinFence, Op, OwnedSlots, Packed, RowOrder, RowPitch};
 pub use op::{OwnerRule, SlotOwner};
 pub use open::{cuda_available, cuda_device_count, open, open_distributed, open_with, BackendKind, OpenOptions};
 pub use probe::{measure_copy_bandwidth, probe_word, run_probe, PROBE_SIZES_BYTES};

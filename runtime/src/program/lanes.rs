@@ -49,6 +49,16 @@ impl Ctx<'_> {
         }
     }
 
+    /// Launch `op` (written for lane 0) on `rank` once per active lane, each its own launch —
+    /// the per-lane path of an op whose multi-lane launch is a door (DECODE_V2's attention).
+    pub fn launch_each(&mut self, rank: usize, op: Op) -> Result<()> {
+        for l in self.active.clone() {
+            let op = self.lane_op(rank, &op, l);
+            self.backend.launch(rank, op)?;
+        }
+        Ok(())
+    }
+
     /// A direct join's peer store of `op` (its inputs on `rank`) into `dst` of the root, for
     /// every active lane.
     pub fn peer_store(&mut self, rank: usize, op: Op, dst: Slice, fence: JoinFence) -> Result<()> {

@@ -5,7 +5,7 @@
 
 use super::copies::broadcast;
 use super::{Ctx, SeamPart};
-use crate::backend::{JoinFence, Op, RowOrder, Slice};
+use crate::backend::{JoinFence, Op, RowOrder, RowPitch, Slice};
 use crate::config::Canary;
 use crate::evidence::record::Seam;
 use crate::Result;
@@ -151,7 +151,13 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
                 ctx.backend.launch(r, wrong)?;
                 ctx.count("canary_neighbour_session.crossed_reads");
             }
-            None => ctx.launch(r, op)?,
+            None => match attention_rows(ctx, r, &op) {
+                Some((rows, counter)) => {
+                    ctx.backend.launch(r, rows)?;
+                    ctx.count(counter);
+                }
+                None => ctx.launch_each(r, op)?,
+            },
         }
         if partition != ATTN_PARTITION {
             ctx.count("canary_verify_partitions.split_walks");
@@ -262,6 +268,13 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
             },
         )?;
         ctx.count("oproj_tail.fused_joins");
+    } else if !ctx.cfg.doors.nccl_allreduce && !reverse && tcol_join(ctx) {
+        // TCOL_OPROJ: every column's fold in one T-column join (the same fold per column).
+        let (parts, out) = (root.opart_all, root.ojoin);
+        let (parts_pitch, out_pitch) = (ctx.buffers.lane_stride(0, parts), ctx.buffers.lane_stride(0, out));
+        let lanes = ctx.active.len();
+        ctx.backend.launch(0, Op::FoldLanes { lanes, parts, parts_pitch, n_parts: g, out, out_pitch })?;
+        ctx.count("tcol_oproj.column_joins");
     } else if !ctx.cfg.doors.nccl_allreduce {
         ctx.launch(0, Op::Fold { parts: root.opart_all, n_parts: g, reverse, out: root.ojoin })?;
         if reverse {
@@ -305,4 +318,47 @@ fn neighbour_victim(ctx: &Ctx, l: usize) -> Option<usize> {
         return None;
     }
     ctx.active.iter().copied().find(|&i| i > 0 && ctx.pass[i].live && ctx.pass[i].prompt == 1 && ctx.pass[i].step == 0)
+}
+
+/// Whether the active lanes are the pass's lanes 0..n, n > 1, in order (the multi-lane ops read
+/// lane i at i × the buffer's lane stride).
+fn whole_pass(ctx: &Ctx) -> bool {
+    ctx.active.len() > 1 && ctx.active.iter().enumerate().all(|(i, &l)| i == l)
+}
+
+/// TCOL_OPROJ: whether this pass's o_join is one T-column join (a pass of several columns).
+fn tcol_join(ctx: &Ctx) -> bool {
+    ctx.cfg.doors.tcol_oproj && ctx.cfg.pass.columns > 1 && whole_pass(ctx)
+}
+
+/// DECODE_V2 (any pass of several lanes) or SPEC_FA2 (a pass of exactly two columns): lane 0's
+/// `AttentionAt` on rank `r` as one launch for every lane, with the counter it engages.
+fn attention_rows(ctx: &Ctx, r: usize, op: &Op) -> Option<(Op, &'static str)> {
+    let d = &ctx.cfg.doors;
+    let spec = d.spec_fa2 && ctx.cfg.pass.columns == 2 && ctx.active.len() == 2;
+    if !(d.decode_v2 || spec) || !whole_pass(ctx) {
+        return None;
+    }
+    let Op::AttentionAt { q, k, v, gate, pos, max_len, q_heads, kv_heads, partition, out } = *op else {
+        return None;
+    };
+    let stride = |s| ctx.buffers.lane_stride(r, s);
+    let pitch = RowPitch { q: stride(q), kv: stride(k), gate: stride(gate), pos: stride(pos), out: stride(out) };
+    let rows = ctx.active.len();
+    let op = Op::AttentionRows {
+        rows,
+        q,
+        k,
+        v,
+        gate,
+        pos,
+        out,
+        pitch,
+        max_len,
+        q_heads,
+        kv_heads,
+        partition,
+        walk_once: spec,
+    };
+    Some((op, if spec { "spec_fa2.shared_walks" } else { "decode_v2.row_attention" }))
 }

@@ -97,6 +97,8 @@ pub(crate) struct Ctx<'a> {
     pass: Vec<lanes::Lane>,
     /// The lanes the next launch, copy or seam is issued for (indices into `pass`).
     active: Vec<usize>,
+    /// Per lane: the position its device-held `pos` holds (DCW's counter advances from it).
+    lane_pos: Vec<Option<usize>>,
 }
 
 impl Ctx<'_> {
@@ -396,6 +398,7 @@ pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepare
         layer_start: None,
         pass: vec![lanes::Lane { prompt: 0, step: 0, live: true }],
         active: vec![0],
+        lane_pos: Vec::new(),
     };
     if ctx.weights.widened > 0 {
         ctx.record.engaged.insert("f32_mirror.widened_matrices".into(), ctx.weights.widened);

@@ -216,11 +216,22 @@ fn run_pass(ctx: &mut Ctx, lanes: Vec<Lane>, tokens: &[u32]) -> Result<Vec<LaneD
         ctx.backend.write(0, x, &embed)?;
         // The position every rope and attention launch reads (battery validation keeps it
         // inside the cache): device-held, so a captured pass replays unchanged at every position.
-        let pos = ctx.pass[i].step as u32;
+        // DCW: a lane one position past its previous pass advances on the device counter; a
+        // session start or a restart after rejected columns falls back to the host write.
+        let pos = ctx.pass[i].step;
+        let counter = ctx.cfg.doors.dcw && i < ctx.lane_pos.len() && ctx.lane_pos[i].is_some_and(|p| p + 1 == pos);
         for r in 0..ctx.placement.tp {
             let out = ctx.at_lane(r, ctx.buffers.ranks[r].pos, i);
-            ctx.backend.launch(r, Op::SetU32 { out, value: pos })?;
+            let op = if counter { Op::IncU32 { out } } else { Op::SetU32 { out, value: pos as u32 } };
+            ctx.backend.launch(r, op)?;
         }
+        if counter {
+            ctx.count("dcw.device_increments");
+        }
+        if ctx.lane_pos.len() <= i {
+            ctx.lane_pos.resize(i + 1, None);
+        }
+        ctx.lane_pos[i] = Some(pos);
     }
     if ctx.graph_mode() != GraphMode::Step {
         step_calls(ctx)?;

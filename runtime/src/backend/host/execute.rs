@@ -315,6 +315,39 @@ pub(super) fn execute(a: &mut Arena, op: Op, obs: Observe) {
                 write_slice(a, out, &o);
             }
         }
+        Op::IncU32 { out } => {
+            let p = read_slice(a, out.sub(0, 1))[0].to_bits();
+            write_slice(a, out.sub(0, 1), &[f32::from_bits(p.wrapping_add(1))]);
+        }
+        // Defined lane by lane: each lane is exactly its AttentionAt (walk_once changes how a
+        // device reads the keys, never a value).
+        Op::AttentionRows {
+            rows, q, k, v, gate, pos, out, pitch: pt, max_len, q_heads, kv_heads, partition, ..
+        } => {
+            for i in 0..rows {
+                let b = |s: Slice, pitch: usize| crate::backend::op::block(s, pitch, i);
+                let lane = Op::AttentionAt {
+                    q: b(q, pt.q),
+                    k: b(k, pt.kv),
+                    v: b(v, pt.kv),
+                    gate: b(gate, pt.gate),
+                    pos: b(pos, pt.pos),
+                    max_len,
+                    q_heads,
+                    kv_heads,
+                    partition,
+                    out: b(out, pt.out),
+                };
+                execute(a, lane, obs);
+            }
+        }
+        Op::FoldLanes { lanes, parts, parts_pitch, n_parts, out, out_pitch } => {
+            for i in 0..lanes {
+                let (parts, out) =
+                    (crate::backend::op::block(parts, parts_pitch, i), crate::backend::op::block(out, out_pitch, i));
+                execute(a, Op::Fold { parts, n_parts, reverse: false, out }, obs);
+            }
+        }
         Op::AppendAt { src, cache, pos } => {
             let p = read_slice(a, pos.sub(0, 1))[0].to_bits();
             let sv = read_slice(a, src).to_vec();

@@ -279,6 +279,8 @@ impl HostBackend {
             Op::SetU32 { out: pos, .. }
             | Op::QkNormRopeAt { pos, .. }
             | Op::AttentionAt { pos, .. }
+            | Op::AttentionRows { pos, .. }
+            | Op::IncU32 { out: pos }
             | Op::AppendAt { pos, .. }
             | Op::RopeAppend { pos, .. }
                 if pos.len == 0 =>

@@ -2,7 +2,7 @@
 //! its name, the slices it touches, and the kernel the census names it by. Backends and the
 //! census read these; nothing else names an op.
 
-use super::{GroupId, Op, RowOrder, Slice, WeightId};
+use super::{span, GroupId, Op, RowOrder, Slice, WeightId};
 
 impl Op {
     /// Every slice an op touches (for bounds checks before queueing); an op's store target
@@ -27,6 +27,18 @@ impl Op {
             Op::Argmax { x, out } => vec![x, out],
             Op::FlipLowBit { x } => vec![x],
             Op::SetU32 { out, .. } => vec![out],
+            Op::IncU32 { out } => vec![out],
+            Op::AttentionRows { rows, q, k, v, gate, pos, out, pitch: p, .. } => vec![
+                span(q, p.q, rows),
+                span(k, p.kv, rows),
+                span(v, p.kv, rows),
+                span(gate, p.gate, rows),
+                span(pos, p.pos, rows),
+                span(out, p.out, rows),
+            ],
+            Op::FoldLanes { lanes, parts, parts_pitch, out, out_pitch, .. } => {
+                vec![span(parts, parts_pitch, lanes), span(out, out_pitch, lanes)]
+            }
             Op::QkNormRopeAt { x, w, table, pos, .. } => vec![x, w, table, pos],
             Op::AttentionAt { q, k, v, gate, pos, out, .. } => vec![q, k, v, gate, pos, out],
             Op::AppendAt { src, cache, pos } => vec![src, cache, pos],
@@ -64,6 +76,9 @@ impl Op {
             Op::Argmax { x, out } => vec![x, out],
             Op::FlipLowBit { x } => vec![x],
             Op::SetU32 { out, .. } => vec![out],
+            Op::IncU32 { out } => vec![out],
+            Op::AttentionRows { q, k, v, gate, pos, out, .. } => vec![q, k, v, gate, pos, out],
+            Op::FoldLanes { parts, out, .. } => vec![parts, out],
             Op::QkNormRopeAt { x, w, table, pos, .. } => vec![x, w, table, pos],
             Op::AttentionAt { q, k, v, gate, pos, out, .. } => vec![q, k, v, gate, pos, out],
             Op::AppendAt { src, cache, pos } => vec![src, cache, pos],
@@ -101,6 +116,10 @@ impl Op {
             Op::Argmax { .. } => "argmax",
             Op::FlipLowBit { .. } => "flip_low_bit",
             Op::SetU32 { .. } => "set_u32",
+            Op::IncU32 { .. } => "inc_u32",
+            Op::AttentionRows { walk_once: false, .. } => "attention_rows",
+            Op::AttentionRows { walk_once: true, .. } => "attention_cols_walk_once",
+            Op::FoldLanes { .. } => "fold_lanes",
             Op::QkNormRopeAt { .. } => "qk_norm_rope_at",
             Op::AttentionAt { .. } => "attention_at",
             Op::AppendAt { .. } => "append_at",

@@ -72,6 +72,26 @@ pub enum RowOrder {
     Tree,
 }
 
+/// Distances between two lanes of an [`Op::AttentionRows`], per tensor (elements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RowPitch {
+    pub q: usize,
+    pub kv: usize,
+    pub gate: usize,
+    pub pos: usize,
+    pub out: usize,
+}
+
+/// `n` blocks of `s.len` elements, block i at `s.offset + i · pitch`: the span they cover.
+pub fn span(s: Slice, pitch: usize, n: usize) -> Slice {
+    Slice::new(s.buf, s.offset, if n == 0 { 0 } else { (n - 1) * pitch + s.len })
+}
+
+/// Block `i` of `s` at `pitch`.
+pub fn block(s: Slice, pitch: usize, i: usize) -> Slice {
+    Slice::new(s.buf, s.offset + i * pitch, s.len)
+}
+
 /// One kernel launch on one rank. All slices are on that rank.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
@@ -136,6 +156,32 @@ pub enum Op {
         partition: usize,
         out: Slice,
     },
+    /// DCW: `pos[0] += 1` (u32 bits) — a lane's device-held position advanced by the device
+    /// counter instead of set from the host.
+    IncU32 { out: Slice },
+    /// DECODE_V2 (rows or columns) and SPEC_FA2 (`walk_once`, two columns): [`Op::AttentionAt`]
+    /// for `rows` lanes in one launch. Lane i reads `q`, `gate`, `pos`, `out` at `i ·` their
+    /// pitch from the first lane's slices and `k`, `v` at `i · pitch.kv` (0: the lanes share one
+    /// session's caches, as columns do). `walk_once`: the lanes' scores come from one walk over
+    /// the cached keys. Each lane's values are exactly its `AttentionAt`'s.
+    AttentionRows {
+        rows: usize,
+        q: Slice,
+        k: Slice,
+        v: Slice,
+        gate: Slice,
+        pos: Slice,
+        out: Slice,
+        pitch: RowPitch,
+        max_len: usize,
+        q_heads: usize,
+        kv_heads: usize,
+        partition: usize,
+        walk_once: bool,
+    },
+    /// TCOL_OPROJ: [`Op::Fold`] (forward) of `lanes` lanes in one launch — lane i's parts at
+    /// `i · parts_pitch` of `parts`, its output at `i · out_pitch` of `out`.
+    FoldLanes { lanes: usize, parts: Slice, parts_pitch: usize, n_parts: usize, out: Slice, out_pitch: usize },
     /// GRAPH: the KV append at the device-held position: `cache[pos[0] * src.len ..] = src`;
     /// nothing is written when the row does not fit.
     AppendAt { src: Slice, cache: Slice, pos: Slice },

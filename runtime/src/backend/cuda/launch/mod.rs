@@ -134,3 +134,4 @@ mod expert_ops;
 pub(crate) mod experts;
 mod gemv;
 mod ops;
+mod passes;

@@ -385,6 +385,7 @@ impl CudaBackend {
             Op::SetU32 { .. } | Op::QkNormRopeAt { .. } | Op::AttentionAt { .. } | Op::AppendAt { .. } => {
                 self.launch_at_op(rank, op)
             }
+            Op::IncU32 { .. } | Op::AttentionRows { .. } | Op::FoldLanes { .. } => self.launch_pass_op(rank, op),
             Op::RopeAppend { .. }
             | Op::ExpertGateUp { .. }
             | Op::ExpertDown { .. }
