@@ -25,7 +25,7 @@ pub(crate) struct Lane {
 
 impl Ctx<'_> {
     /// Lane `lane`'s copy of `op`, every slice on `rank`.
-    pub(super) fn lane_op(&self, rank: usize, op: &Op, lane: usize) -> Op {
+    fn lane_op(&self, rank: usize, op: &Op, lane: usize) -> Op {
         let mut op = op.clone();
         op.map_slices(|s| *s = self.buffers.shift(rank, *s, lane));
         op
@@ -103,17 +103,6 @@ impl Ctx<'_> {
                 break;
             }
         }
-        self.active = all;
-        out
-    }
-
-    /// Issue `calls` with `lanes` (indices into the pass) active.
-    pub fn with_active(&mut self, lanes: Vec<usize>, calls: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
-        if lanes.is_empty() {
-            return Ok(());
-        }
-        let all = std::mem::replace(&mut self.active, lanes);
-        let out = calls(self);
         self.active = all;
         out
     }

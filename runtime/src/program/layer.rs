@@ -139,25 +139,21 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
             partition,
             out: rb.attn,
         };
-        match neighbour_victim(ctx, l) {
-            Some(victim) => {
-                // NeighbourSession canary: the victim row attends over lane 0's caches.
-                let others: Vec<usize> = ctx.active.iter().copied().filter(|&i| i != victim).collect();
-                ctx.with_active(others, |ctx| ctx.launch(r, op.clone()))?;
-                let mut wrong = ctx.lane_op(r, &op, victim);
-                if let Op::AttentionAt { k: wk, v: wv, .. } = &mut wrong {
-                    (*wk, *wv) = (k, v);
-                }
-                ctx.backend.launch(r, wrong)?;
-                ctx.count("canary_neighbour_session.crossed_reads");
+        if let Some(victim) = neighbour_victim(ctx, l) {
+            // NeighbourSession canary: the victim row's cached position 0 is overwritten with
+            // its neighbour's (lane 0's) before it attends — one position of another session.
+            for cache in [k, v] {
+                let (src, dst) = (cache.sub(0, lkv), ctx.at_lane(r, cache.sub(0, lkv), victim));
+                ctx.backend.copy(crate::backend::Transfer::new(ctx.cfg.transport, (r, src), (r, dst)))?;
             }
-            None => match attention_rows(ctx, r, &op) {
-                Some((rows, counter)) => {
-                    ctx.backend.launch(r, rows)?;
-                    ctx.count(counter);
-                }
-                None => ctx.launch_each(r, op)?,
-            },
+            ctx.count("canary_neighbour_session.crossed_reads");
+        }
+        match attention_rows(ctx, r, &op) {
+            Some((rows, counter)) => {
+                ctx.backend.launch(r, rows)?;
+                ctx.count(counter);
+            }
+            None => ctx.launch_each(r, op)?,
         }
         if partition != ATTN_PARTITION {
             ctx.count("canary_verify_partitions.split_walks");
@@ -312,7 +308,7 @@ fn verify_partition(ctx: &Ctx) -> usize {
 }
 
 /// The NeighbourSession canary's victim row at layer `l`: the lane holding the second prompt's
-/// first step, at layer 0 (one position of one session).
+/// first step, at layer 0 (one position of one session; its row 0 is then the neighbour's).
 fn neighbour_victim(ctx: &Ctx, l: usize) -> Option<usize> {
     if ctx.cfg.doors.canary != Some(Canary::NeighbourSession) || l != 0 || ctx.cfg.pass.batch < 2 {
         return None;

@@ -147,6 +147,12 @@ impl Op {
             }
             Op::Router { device_variant: true, .. } => "router_dev".to_string(),
             Op::Fold { reverse: true, .. } => "fold_reverse".to_string(),
+            // Only the verify-partitions canary walks other partitions than the program's.
+            Op::AttentionAt { partition, .. } | Op::AttentionRows { partition, .. }
+                if *partition != memra_kernels::twins::attention::ATTN_PARTITION =>
+            {
+                format!("{name}_split")
+            }
             Op::ExpertGateUp { group: g, .. } | Op::ExpertDown { group: g, .. } => format!("{name}.{}", group(*g)),
             _ => name.to_string(),
         }
