@@ -47,7 +47,7 @@ const ALL_BACKENDS: [BackendKind; 2] = [BackendKind::Host, BackendKind::Cuda];
 #[test]
 fn builtin_registry_loads() {
     let r = reg();
-    assert_eq!(r.doors().len(), 24, "15 doors of docs/DESIGN.md §4.3 + 9 canaries");
+    assert_eq!(r.doors().len(), 31, "15 doors of docs/DESIGN.md §4.3 + 4 of §3.6 + 12 canaries");
     // Every door declares the census change that witnesses it.
     assert!(r.doors().iter().all(|d| !d.census.is_empty()));
     assert!(r.setting("MEMRA_REQUIRE_GPU").is_some());
@@ -57,7 +57,7 @@ fn builtin_registry_loads() {
 #[test]
 fn every_design_door_is_present_with_its_class() {
     use DoorClass::*;
-    let expected: [(&str, DoorClass); 15] = [
+    let expected: [(&str, DoorClass); 19] = [
         ("MEMRA_STEP_TP_BULK_P2P", BitIdentical),
         ("MEMRA_OPROJ_DIRECT", BitIdentical),
         ("MEMRA_OPROJ_TAIL", BitIdentical),
@@ -73,6 +73,11 @@ fn every_design_door_is_present_with_its_class() {
         ("MEMRA_STEP_TP_W8", Numeric),
         ("MEMRA_STEP_NVFP4_EP2", Numeric),
         ("MEMRA_NCCL_ALLREDUCE", Numeric),
+        // docs/DESIGN.md §3.6: the rows-and-columns doors.
+        ("MEMRA_STEP_TP_DECODE_V2", BitIdentical),
+        ("MEMRA_TCOL_OPROJ", BitIdentical),
+        ("MEMRA_SPEC_FA2", BitIdentical),
+        ("MEMRA_STEP_TP_DCW", BitIdentical),
     ];
     let r = reg();
     for (env, class) in expected {
@@ -83,7 +88,7 @@ fn every_design_door_is_present_with_its_class() {
         assert_eq!(d.error_budget.is_some(), class == Numeric, "{env} error budget");
     }
     let non_canary = r.doors().iter().filter(|d| !d.is_canary()).count();
-    assert_eq!(non_canary, expected.len(), "no door beyond docs/DESIGN.md §4.3");
+    assert_eq!(non_canary, expected.len(), "no door beyond docs/DESIGN.md §4.3 and §3.6");
     for env in [
         "MEMRA_CANARY_FLIP_BIT",
         "MEMRA_CANARY_REVERSE_KBLOCKS",
@@ -569,7 +574,9 @@ fn single_is_the_baseline_and_each_door_with_its_requirements() {
     assert!(sets.contains(&set(&["oproj_direct", "oproj_tail"])));
     assert!(sets.contains(&set(&["fence_memops", "moe_direct"])));
     assert!(!sets.contains(&set(&["oproj_tail"])));
-    assert!(sets.iter().all(|s| s.len() <= 2));
+    // A door with its requirements: at most SPEC_FA2 with DCW and TCOL_OPROJ.
+    assert!(sets.contains(&set(&["dcw", "spec_fa2", "tcol_oproj"])));
+    assert!(sets.iter().all(|s| s.len() <= 3));
     assert!(sets.iter().flatten().all(|id| !r.door(id).unwrap().is_canary()), "no canary in single");
     // The baseline runs everywhere.
     let baselines = p.legal.iter().filter(|c| c.doors.is_empty()).count();

@@ -46,6 +46,12 @@ class TorchLayer(unittest.TestCase):
         self.assertEqual(set(out["not_timed"]), {f + ".graph" for f in forms})
         self.assertTrue(all(d <= torch_layer.AGREE for d in out["max_rel_diff"].values()), out["max_rel_diff"])
 
+    def test_batched_rows_run_every_form_and_agree(self):
+        out = run(TINY + ["--batch", "3"])
+        self.assertEqual(out["batch"], 3)
+        self.assertEqual({k.split(".")[0] for k in out["forms"]}, {f for f, _ in torch_layer.FORMS})
+        self.assertTrue(all(d <= torch_layer.AGREE for d in out["max_rel_diff"].values()), out["max_rel_diff"])
+
     def test_a_form_that_computes_something_else_is_refused(self):
         real = torch_layer.Layer.experts_gather_bmm
         torch_layer.Layer.experts_gather_bmm = lambda self, xb, ids, w: real(self, xb, ids, w) + 1.0

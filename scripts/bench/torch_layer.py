@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch anchor for `memra-gates bench` (docs/DESIGN.md §8): one Step-like MoE decode layer,
-batch 1, in several honest forms a PyTorch user would write, all timed in this one process; the
+`--batch` B rows (default 1: one session; B > 1: B sessions, each with its own KV cache, one token
+each — batched decode, docs/DESIGN.md §3.6), in several honest forms a PyTorch user would write, all timed in this one process; the
 fastest is reported and named, and every form is in the output (bench records each in its receipt).
 A slow anchor flatters the program and misleads, so the anchor is the best of these forms.
 
@@ -14,8 +15,9 @@ the forms differ in how the routed experts are computed:
   indexing of the expert banks (`eg[ids]`) and applied with `torch.einsum`;
 - `gather_bmm`: the route stays on the device; `index_select` of the k experts, batched GEMVs
   (`torch.bmm`);
-- `host_loop`: the route ids go to the host once per layer (`ids.tolist()`) and each expert is a
-  plain view of its bank, one `F.linear` per projection (no gather; cannot be graph-captured).
+- `host_loop`: the route ids go to the host once per layer (`ids.tolist()`) and each expert the
+  batch selected is a plain view of its bank, one `F.linear` per projection over every row routed
+  to it (the usual batched-MoE grouping; no gather; cannot be graph-captured).
 
 Each form is timed eagerly (`<form>.eager`) and, when it has no host synchronisation, under
 CUDA-graph replay of the whole layer (`<form>.graph`). The forms are checked against each other
@@ -27,6 +29,7 @@ bytes that the E4M3 kernels read. `torch.compile` of the plain layer was measure
 6.9-7.0 ms (18x slower than its CUDA graph), so it is not a form today.
 
 Output: one JSON object on stdout:
+  batch:            the rows B of every timing (a layer's time is for all B rows: per token ÷ B)
   forms:            {"<form>.<eager|graph>": {median_us, min_us, p90_us, n}} for every form timed
   not_timed:        {"<form>.graph": why} for forms that cannot run that way here
   fastest:          {"form": name, "median_us": ...} over every form
@@ -68,6 +71,7 @@ def parse(argv=None):
     p.add_argument("--top-k", type=int, default=8)
     p.add_argument("--width", type=int, default=1280)
     p.add_argument("--ctx", type=int, default=32)
+    p.add_argument("--batch", type=int, default=1, help="rows: sessions decoded together, each its own cache")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (tests: wall clock, no graphs)")
@@ -99,63 +103,73 @@ class Layer:
         self.n2 = torch.ones(H, device=dev)
         self.qn = torch.ones(D, device=dev)
         self.kn = torch.ones(D, device=dev)
-        self.kc = rnd(KVH, a.ctx, D)
-        self.vc = rnd(KVH, a.ctx, D)
+        self.kc = rnd(a.batch, KVH, a.ctx, D)
+        self.vc = rnd(a.batch, KVH, a.ctx, D)
         ang = torch.arange(D // 2, device=dev, dtype=torch.float32)
         self.cos, self.sin = torch.cos(ang), torch.sin(ang)
         self.eps = 1e-6
 
     def attention_half(self, x):
+        """x: [B, H], one row per session; each row attends over its own cache."""
         a, bf = self.a, self.bf
-        QH, KVH, D = a.q_heads, a.kv_heads, a.head_dim
+        B, QH, KVH, D = x.shape[0], a.q_heads, a.kv_heads, a.head_dim
         h = rmsnorm(x, self.n1, self.eps).to(bf)
-        q = F.linear(h, self.wq).float().view(QH, D)
-        k = F.linear(h, self.wk).float().view(KVH, D)
-        v = F.linear(h, self.wv).float().view(KVH, D)
+        q = F.linear(h, self.wq).float().view(B, QH, D)
+        k = F.linear(h, self.wk).float().view(B, KVH, D)
+        v = F.linear(h, self.wv).float().view(B, KVH, D)
         g = F.linear(h, self.wg).float()
         q = rope(rmsnorm(q, self.qn, self.eps), self.cos, self.sin)
         k = rope(rmsnorm(k, self.kn, self.eps), self.cos, self.sin)
-        kk = torch.cat([self.kc, k.unsqueeze(1)], dim=1).repeat_interleave(QH // KVH, 0)
-        vv = torch.cat([self.vc, v.unsqueeze(1)], dim=1).repeat_interleave(QH // KVH, 0)
-        o = F.scaled_dot_product_attention(q.unsqueeze(1), kk, vv).squeeze(1)
+        kk = torch.cat([self.kc, k.unsqueeze(2)], dim=2).repeat_interleave(QH // KVH, 1)
+        vv = torch.cat([self.vc, v.unsqueeze(2)], dim=2).repeat_interleave(QH // KVH, 1)
+        o = F.scaled_dot_product_attention(q.unsqueeze(2), kk, vv).squeeze(2)
         o = o * torch.sigmoid(g).unsqueeze(-1)
-        hres = x + F.linear(o.reshape(-1).to(bf), self.wo).float()
+        hres = x + F.linear(o.reshape(B, -1).to(bf), self.wo).float()
         return hres, rmsnorm(hres, self.n2, self.eps)
 
     def route(self, xb):
         score = torch.sigmoid(F.linear(xb, self.wr).float())
-        _, ids = torch.topk(score + self.bias, self.a.top_k)
-        w = score[ids]
-        return ids, w / w.sum()
+        _, ids = torch.topk(score + self.bias, self.a.top_k, dim=-1)
+        w = torch.gather(score, -1, ids)
+        return ids, w / w.sum(-1, keepdim=True)
 
     def shared(self, xb):
         gt = F.linear(xb, self.sg).float()
         up = F.linear(xb, self.su).float()
         return F.linear((F.silu(gt) * up).to(self.bf), self.sd).float()
 
-    # ---- the routed experts, one method per form -------------------------------------------
+    # ---- the routed experts, one method per form (xb [B, H], ids and w [B, k]) ---------------
     def experts_index_einsum(self, xb, ids, w):
-        gt = torch.einsum("kwh,h->kw", self.eg[ids], xb).float()
-        up = torch.einsum("kwh,h->kw", self.eu[ids], xb).float()
+        gt = torch.einsum("bkwh,bh->bkw", self.eg[ids], xb).float()
+        up = torch.einsum("bkwh,bh->bkw", self.eu[ids], xb).float()
         act = (F.silu(gt) * up).to(self.bf)
-        y = torch.einsum("khw,kw->kh", self.ed[ids], act).float()
-        return (w.unsqueeze(-1) * y).sum(0)
+        y = torch.einsum("bkhw,bkw->bkh", self.ed[ids], act).float()
+        return (w.unsqueeze(-1) * y).sum(1)
 
     def experts_gather_bmm(self, xb, ids, w):
-        k, H = self.a.top_k, self.a.hidden
-        xk = xb.view(1, H, 1).expand(k, H, 1)
-        gt = torch.bmm(self.eg.index_select(0, ids), xk).float().squeeze(-1)
-        up = torch.bmm(self.eu.index_select(0, ids), xk).float().squeeze(-1)
+        (B, k), H = ids.shape, self.a.hidden
+        flat = ids.reshape(-1)
+        xk = xb.repeat_interleave(k, 0).view(B * k, H, 1)
+        gt = torch.bmm(self.eg.index_select(0, flat), xk).float().squeeze(-1)
+        up = torch.bmm(self.eu.index_select(0, flat), xk).float().squeeze(-1)
         act = (F.silu(gt) * up).to(self.bf).unsqueeze(-1)
-        y = torch.bmm(self.ed.index_select(0, ids), act).float().squeeze(-1)
-        return (w.unsqueeze(-1) * y).sum(0)
+        y = torch.bmm(self.ed.index_select(0, flat), act).float().squeeze(-1).view(B, k, H)
+        return (w.unsqueeze(-1) * y).sum(1)
 
     def experts_host_loop(self, xb, ids, w):
-        acc = torch.zeros(self.a.hidden, device=xb.device)
-        for j, e in enumerate(ids.tolist()):  # one host sync per layer
-            gt = F.linear(xb, self.eg[e]).float()
-            up = F.linear(xb, self.eu[e]).float()
-            acc = acc + w[j] * F.linear((F.silu(gt) * up).to(self.bf), self.ed[e]).float()
+        acc = torch.zeros(xb.shape[0], self.a.hidden, device=xb.device)
+        by_expert = {}
+        for b, row in enumerate(ids.tolist()):  # one host sync per layer
+            for j, e in enumerate(row):
+                by_expert.setdefault(e, []).append((b, j))
+        for e, uses in by_expert.items():
+            rows = torch.tensor([b for b, _ in uses], device=xb.device)
+            slots = torch.tensor([j for _, j in uses], device=xb.device)
+            xe = xb.index_select(0, rows)
+            gt = F.linear(xe, self.eg[e]).float()
+            up = F.linear(xe, self.eu[e]).float()
+            y = F.linear((F.silu(gt) * up).to(self.bf), self.ed[e]).float()
+            acc.index_add_(0, rows, w[rows, slots].unsqueeze(-1) * y)
         return acc
 
     def moe_half(self, form, hres, xin):
@@ -184,7 +198,7 @@ def main(argv=None):
         raise SystemExit("torch_layer.py: --device cuda, but torch.cuda.is_available() is false")
     dev = torch.device(a.device)
     L = Layer(a, dev)
-    x = torch.randn(a.hidden, device=dev)
+    x = torch.randn(a.batch, a.hidden, device=dev)
 
     def sync():
         if cuda:
@@ -260,6 +274,7 @@ def main(argv=None):
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "expert_dtype": "bf16",
+        "batch": a.batch,
         "forms": forms,
         "not_timed": not_timed,
         "fastest": {"form": fastest, "median_us": forms[fastest]["median_us"]},
