@@ -29,15 +29,24 @@ pub(crate) struct CopyCheck {
 impl Ctx<'_> {
     /// Copy `src` of `src_rank` to `dst` of `dst_rank` over the run's transport, and check the
     /// destination when the ranks differ. `seam`: the seam whose tensor moves.
+    /// With several lanes, a tensor whose lanes sit back to back on both sides (a whole lane
+    /// block each) moves in one copy; each lane's destination is still checked on its own.
     pub fn copy(&mut self, seam: Seam, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
-        for (l, t) in self.lane_transfers(Transfer::new(self.cfg.transport, (src_rank, src), (dst_rank, dst))) {
-            self.backend.copy(t)?;
-            self.check_copy(
-                l,
-                seam,
-                (src_rank, DigestPart::plain(t.from.1, 0)),
-                (dst_rank, DigestPart::plain(t.to.1, 0)),
-            );
+        let lanes = self.lane_transfers(Transfer::new(self.cfg.transport, (src_rank, src), (dst_rank, dst)));
+        let n = lanes.len();
+        let back_to_back = |rank: usize, s: Slice| self.buffers.lane_stride(rank, s) == s.len;
+        let in_order = self.active.iter().enumerate().all(|(i, &l)| i == l);
+        if n > 1 && in_order && back_to_back(src_rank, src) && back_to_back(dst_rank, dst) {
+            let whole = |s: Slice| Slice::new(s.buf, s.offset, n * s.len);
+            self.backend.copy(Transfer::new(self.cfg.transport, (src_rank, whole(src)), (dst_rank, whole(dst))))?;
+        } else {
+            for (_, t) in &lanes {
+                self.backend.copy(*t)?;
+            }
+        }
+        for (l, t) in lanes {
+            let (from, to) = (DigestPart::plain(t.from.1, 0), DigestPart::plain(t.to.1, 0));
+            self.check_copy(l, seam, (src_rank, from), (dst_rank, to));
         }
         Ok(())
     }
