@@ -133,4 +133,5 @@ mod digest;
 mod expert_ops;
 pub(crate) mod experts;
 mod gemv;
+pub(crate) mod lanes;
 mod ops;
