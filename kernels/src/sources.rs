@@ -6,9 +6,10 @@
 //! includes `canon.cuh` only behind its include guard, so the concatenation needs no include path.
 
 /// (file name, contents) in the fixed concatenation order.
-const SOURCES: [(&str, &str); 8] = [
+const SOURCES: [(&str, &str); 9] = [
     ("canon.cuh", include_str!("../cuda/canon.cuh")),
     ("gemv.cu", include_str!("../cuda/gemv.cu")),
+    ("gemv_lanes.cu", include_str!("../cuda/gemv_lanes.cu")),
     ("experts.cu", include_str!("../cuda/experts.cu")),
     ("norm.cu", include_str!("../cuda/norm.cu")),
     ("attention.cu", include_str!("../cuda/attention.cu")),
@@ -125,6 +126,11 @@ pub const KERNEL_NAMES: &[&str] = &[
     "gemv_rows_tree_f32",
     "fold_f32",
     "fold_lanes_f32",
+    // gemv_lanes.cu
+    "gemv_rows_lanes_bf16",
+    "gemv_rows_lanes_f32",
+    "gemv_partials_lanes_bf16",
+    "gemv_partials_lanes_f32",
     // experts.cu
     "expert_gate_up_f32",
     "expert_down_f32",

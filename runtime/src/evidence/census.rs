@@ -14,6 +14,7 @@
 //! | family | detail | counted |
 //! |---|---|---|
 //! | `launch` | kernel (`Op::kernel`: op name, variant, weight format) | each kernel issued on a rank |
+//! | `launch` | `<op>_lanes.<format>` (CUDA `launch_lanes`, `backend/cuda/launch/lanes.rs`) | each launch of several lanes of one GEMV, each weight read once |
 //! | `peer_store` | kernel | each direct-join kernel storing into another rank's memory |
 //! | `copy` | `<transport>.<bytes>` (`local` for a same-rank copy) | each copy issued |
 //! | `copy_after` | the kernel last issued on the source rank (`none` before any) | each cross-rank copy |

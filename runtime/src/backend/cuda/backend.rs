@@ -172,6 +172,24 @@ impl Backend for CudaBackend {
         self.launch_op(rank, &op)
     }
 
+    /// One `gemv_*_lanes_*` launch where the lanes read the same weights at constant pitches
+    /// (`launch/lanes.rs`), each weight read once for every lane; lane by lane otherwise.
+    fn launch_lanes(&mut self, rank: usize, ops: Vec<Op>) -> Result<()> {
+        self.check_rank(rank)?;
+        let Some(fused) = self.fused_lanes(rank, &ops) else {
+            return ops.into_iter().try_for_each(|op| self.launch(rank, op));
+        };
+        if !self.graph_gate(|| Call::LaunchLanes { rank, ops: ops.clone() })? {
+            return Ok(());
+        }
+        self.launches += 1;
+        if rank == 0 && self.opts.rank0_on_default_stream {
+            self.merged_launches += 1;
+        }
+        self.census.launch(rank, fused.kernel.clone());
+        self.launch_fused_lanes(rank, &fused)
+    }
+
     fn copy(&mut self, c: Transfer) -> Result<()> {
         let Transfer { transport, from: (src_rank, src), to: (dst_rank, dst) } = c;
         if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: true })? {

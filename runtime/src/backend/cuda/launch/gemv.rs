@@ -22,7 +22,7 @@ pub(crate) fn gemv_rows_per_block(rows: usize, nk: usize) -> usize {
 }
 
 /// The row-fold slots a GEMV block holds bound its K-blocks (`GEMV_MAX_TASKS`).
-fn check_kblocks(op: &str, nk: usize) -> Result<()> {
+pub(super) fn check_kblocks(op: &str, nk: usize) -> Result<()> {
     if nk > GEMV_MAX_TASKS {
         return Err(capacity_err(
             op,
@@ -44,6 +44,30 @@ pub(crate) struct GemvBatch {
     rows: [i32; 4],
     block_start: [i32; 5],
     count: i32,
+}
+
+impl GemvBatch {
+    /// A block of `count` weights, every field zero until [`GemvBatch::set`] fills it.
+    pub(super) fn empty(count: usize) -> GemvBatch {
+        GemvBatch { w: [0; 4], out: [0; 4], rows: [0; 4], block_start: [0; 5], count: count as i32 }
+    }
+
+    /// Weight `i`: its data, its output, its rows and the first grid block it owns.
+    pub(super) fn set(&mut self, i: usize, w: u64, out: u64, rows: usize, first_block: usize) -> Result<()> {
+        let op = "gemv_rows_batch";
+        (self.w[i], self.out[i]) = (w, out);
+        self.rows[i] = i32_of(op, "rows", rows)?;
+        self.block_start[i] = i32_of(op, "blocks", first_block)?;
+        Ok(())
+    }
+
+    /// The grid ends at `blocks`: every start after the `count` weights is `blocks`.
+    pub(super) fn close(&mut self, count: usize, blocks: usize) -> Result<()> {
+        for i in count..5 {
+            self.block_start[i] = i32_of("gemv_rows_batch", "blocks", blocks)?;
+        }
+        Ok(())
+    }
 }
 
 // Passed to the kernel by value: its `DeviceRepr` impl is with the other kernel-argument packing
@@ -179,21 +203,17 @@ impl CudaBackend {
         check_kblocks(op, nk)?;
         let total_rows: usize = shapes.iter().map(|s| s.1).sum();
         let rpb = gemv_rows_per_block(total_rows, nk);
-        let mut b = GemvBatch { w: [0; 4], out: [0; 4], rows: [0; 4], block_start: [0; 5], count: items.len() as i32 };
+        let mut b = GemvBatch::empty(items.len());
         let mut blocks = 0usize;
         for (i, ((w, out), s)) in items.iter().zip(&shapes).enumerate() {
             if out.len != s.1 {
                 return Err(shape_err(op, format!("item {i}: out has {} values, the weight {} rows", out.len, s.1)));
             }
-            b.w[i] = self.ranks[rank].weights[*w as usize].data.ptr();
-            b.out[i] = self.slice_ptr(rank, *out, op)?;
-            b.rows[i] = i32_of(op, "rows", s.1)?;
-            b.block_start[i] = i32_of(op, "blocks", blocks)?;
+            let wp = self.ranks[rank].weights[*w as usize].data.ptr();
+            b.set(i, wp, self.slice_ptr(rank, *out, op)?, s.1, blocks)?;
             blocks += s.1.div_ceil(rpb);
         }
-        for i in items.len()..5 {
-            b.block_start[i] = i32_of(op, "blocks", blocks)?;
-        }
+        b.close(items.len(), blocks)?;
         let name = if kind == WeightKind::Bf16 { "gemv_rows_batch_bf16" } else { "gemv_rows_batch_f32" };
         let (cols_i, kw_i, rpb_i, vec_i) = (cols as i32, kw as i32, rpb as i32, vec as i32);
         launch!(self, rank, name, cfg(blocks, GEMV_THREADS, 0), b, xp, cols_i, kw_i, rpb_i, vec_i)

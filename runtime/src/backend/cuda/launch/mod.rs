@@ -133,5 +133,6 @@ mod digest;
 mod expert_ops;
 pub(crate) mod experts;
 mod gemv;
+pub(crate) mod lanes;
 mod ops;
 mod passes;
