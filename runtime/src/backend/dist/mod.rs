@@ -249,6 +249,21 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
         }
     }
 
+    /// Counted like every backend's (`op::lanes::fused_kernel`); the local rank's inner backend
+    /// runs the lanes, a remote rank's lanes are skipped like its launches.
+    fn launch_lanes(&mut self, rank: usize, ops: Vec<Op>) -> Result<()> {
+        self.check_rank(rank)?;
+        let wf = &self.weight_formats[rank];
+        let Some(kernel) = crate::backend::op::lanes::fused_kernel(&ops, |w| wf.get(w as usize).copied()) else {
+            return ops.into_iter().try_for_each(|op| self.launch(rank, op));
+        };
+        self.census.launch(rank, kernel);
+        match self.layout.local(rank) {
+            Some(l) => self.watched("launch", &format!("rank {rank}"), |s| s.inner.launch_lanes(l, ops)),
+            None => Ok(()),
+        }
+    }
+
     fn copy(&mut self, c: Transfer) -> Result<()> {
         let Transfer { transport, from: (src_rank, src), to: (dst_rank, dst) } = c;
         self.check_rank(src_rank)?;

@@ -4,6 +4,7 @@
 
 use super::execute::{digest_group, execute};
 use super::{read_slice, write_slice, Arena, HostBackend, Observe};
+use crate::backend::op::lanes::fused_kernel;
 use crate::backend::{
     Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, PeerStores, ProbeResult, Slice,
     Transfer, WeightId, Witness,
@@ -145,6 +146,26 @@ impl Backend for HostBackend {
         self.census.launch(rank, kernel);
         let obs = Observe { at: self.position, defect: self.defect_for(&op) };
         self.submit(rank, Box::new(move |a: &mut Arena| execute(a, op, obs)))
+    }
+
+    /// Lanes one device launch would serve (`op::lanes::fused_kernel`, the rule the CUDA backend
+    /// fuses by) are counted in the census as that one
+    /// launch; the twins run lane by lane, which is the definition of its bits.
+    fn launch_lanes(&mut self, rank: usize, ops: Vec<Op>) -> Result<()> {
+        self.check_rank(rank)?;
+        let formats = &self.ranks[rank].weight_formats;
+        let Some(kernel) = fused_kernel(&ops, |id| formats.get(id as usize).copied()) else {
+            return ops.into_iter().try_for_each(|op| self.launch(rank, op));
+        };
+        for op in &ops {
+            self.check_op(rank, op)?;
+        }
+        self.census.launch(rank, kernel);
+        for op in ops {
+            let obs = Observe { at: self.position, defect: self.defect_for(&op) };
+            self.submit(rank, Box::new(move |a: &mut Arena| execute(a, op, obs)))?;
+        }
+        Ok(())
     }
 
     fn copy(&mut self, c: Transfer) -> Result<()> {

@@ -4,6 +4,7 @@
 //! the same way.
 
 mod facts;
+pub mod lanes;
 
 use super::{GroupId, Slice, WeightId};
 use crate::Result;
