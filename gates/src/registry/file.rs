@@ -24,6 +24,9 @@
 //! seams = ["o_join", "ffn_norm"]    # seams the mechanism touches (docs/DESIGN.md §3.2 names)
 //! tp = { allowed = [2, 4, 8], why = "inherits oproj_direct's TP sizes" }
 //! transports = { allowed = ["native-p2p"], why = "the deferred partials are peer stores" }
+//! # optional, default every shape: the pass shapes (docs/DESIGN.md §3.6) where the mechanism has
+//! # work — single (one token of one session), b2 b4 b8 (rows), t2 t4 t8 (columns)
+//! # passes = { allowed = ["t2", "t4", "t8"], why = "one T-column join needs several columns" }
 //! backends = ["host", "cuda"]       # where the mechanism exists
 //! not_applicable = {}               # { backend = "reason" } for every backend not in `backends`
 //! requires = [ { id = "oproj_direct", why = "the o_join add is deferred only when peers store partials directly" } ]
@@ -48,9 +51,10 @@
 //! - `tp` values lie in {1, 2, 4, 8}; `transports` are `host-bounce`, `native-p2p`, `nccl`;
 //!   `backends` are `host`, `cuda`. Lists are non-empty and free of repeats. Leaving out any TP
 //!   size or transport needs a non-empty `why`.
+//! - `passes` values lie in {single, b2, b4, b8, t2, t4, t8}; leaving one out needs a `why`.
 //! - every backend is in exactly one of `backends` and `not_applicable` (with a reason).
 //! - `requires` and `conflicts` name known doors other than the door itself, each with a `why`;
-//!   `requires` has no cycle; a door's TP sizes, transports and backends lie inside those of
+//!   `requires` has no cycle; a door's TP sizes, transports, pass shapes and backends lie inside those of
 //!   every door it requires; no door requires (directly or through others) a door it conflicts
 //!   with. So every door has at least one legal configuration of its own.
 //! - the class decides the gate: identity classes and CANARY take `identity`; NUMERIC-CLASS takes
@@ -136,6 +140,8 @@ pub(super) struct RawDoor {
     pub(super) error_budget: Option<RawBudget>,
     #[serde(default)]
     pub(super) benefit: Option<RawBenefit>,
+    #[serde(default)]
+    pub(super) passes: Option<RawAllowed<String>>,
 }
 
 #[derive(Deserialize)]

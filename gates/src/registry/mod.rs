@@ -153,11 +153,36 @@ pub struct Door {
     /// What the door saves when its purpose is not speed (docs/DESIGN.md §7): promotion asks
     /// that saving to repeat instead of a faster step.
     pub benefit: Option<census::Benefit>,
+    /// The pass shapes where the mechanism has work ([`PASS_SHAPES`] labels; default all).
+    pub passes: Allowed<String>,
+}
+
+/// Every pass shape a door may allow, by label: single-token decode, rows, columns.
+pub const PASS_SHAPES: [&str; 7] = ["single", "b2", "b4", "b8", "t2", "t4", "t8"];
+
+/// The registry label of a pass shape (`single`, `b4`, `t2`).
+pub fn pass_label(shape: memra_runtime::PassShape) -> String {
+    if shape.lanes() == 1 {
+        "single".into()
+    } else {
+        shape.label()
+    }
 }
 
 impl Door {
     pub fn is_canary(&self) -> bool {
         self.class == DoorClass::Canary
+    }
+    /// Why the door has nothing to do in passes of `shape`, or `None` when it has.
+    pub fn not_at_pass(&self, shape: memra_runtime::PassShape) -> Option<String> {
+        let label = pass_label(shape);
+        (!self.passes.contains(&label)).then(|| {
+            format!(
+                "{} at {label}: {}",
+                self.id,
+                self.passes.why.clone().unwrap_or_else(|| format!("it allows {}", self.passes.allowed.join(", ")))
+            )
+        })
     }
     /// Why the mechanism has no meaning on `backend`, or `None` when it has.
     pub fn not_applicable_on(&self, backend: BackendKind) -> Option<&str> {

@@ -25,6 +25,7 @@
 //!   TP1 host-bounce (each allows TP1 and host-bounce, what it requires is default-on too, and no
 //!   two of them conflict), or every run with defaults would drop its TP1 configurations.
 
+use crate::registry::PASS_SHAPES;
 use std::collections::{BTreeMap, BTreeSet};
 
 use memra_runtime::config::Transport;
@@ -129,6 +130,7 @@ fn check_door(ck: &mut Checker, rd: &RawDoor, index: usize, subject: bool) -> Do
     let census = check_census(ck, &at("census"), &rd.census, &families);
     let tp = check_tp(ck, &at("tp"), &rd.tp);
     let transports = check_transports(ck, &at("transports"), &rd.transports);
+    let passes = check_passes(ck, &at("passes"), rd.passes.as_ref());
     let (backends, not_applicable) = check_backends(ck, &id, rd);
     let error_budget = check_class_and_gate(ck, &id, rd, &tp, &transports);
     let requires = check_links(ck, &id, "requires", &rd.requires);
@@ -154,6 +156,7 @@ fn check_door(ck: &mut Checker, rd: &RawDoor, index: usize, subject: bool) -> Do
         seams,
         tp: Allowed { allowed: tp, why: rd.tp.why.clone() },
         transports: Allowed { allowed: transports, why: rd.transports.why.clone() },
+        passes,
         backends,
         not_applicable,
         requires,
@@ -460,6 +463,11 @@ fn check_graph(ck: &mut Checker, registry: &Registry) {
                     ck.fail(at("tp"), t.to_string(), format!("{} requires {}, which does not allow TP{t}", d.id, r.id));
                 }
             }
+            for p in &d.passes.allowed {
+                if !r.passes.contains(p) {
+                    ck.fail(at("passes"), p.clone(), format!("{} requires {}, which does not allow {p}", d.id, r.id));
+                }
+            }
             for t in &d.transports.allowed {
                 if !r.transports.contains(t) {
                     ck.fail(
@@ -543,6 +551,26 @@ fn check_defaults(ck: &mut Checker, registry: &Registry) {
             }
         }
     }
+}
+
+/// `passes`: labels of [`PASS_SHAPES`], each once, in that order; absent: every shape.
+fn check_passes(ck: &mut Checker, at: &str, raw: Option<&RawAllowed<String>>) -> Allowed<String> {
+    let Some(raw) = raw else {
+        return Allowed { allowed: PASS_SHAPES.iter().map(|s| s.to_string()).collect(), why: None };
+    };
+    let mut passes = Vec::new();
+    for p in &raw.allowed {
+        if !PASS_SHAPES.contains(&p.as_str()) {
+            ck.fail(at, format!("{p:?}"), format!("the pass shapes are {}", PASS_SHAPES.join(", ")));
+        } else if passes.contains(p) {
+            ck.fail(at, format!("{p:?}"), "a value is listed once");
+        } else {
+            passes.push(p.clone());
+        }
+    }
+    passes.sort_by_key(|p| PASS_SHAPES.iter().position(|s| s == p));
+    check_allowed(ck, at, passes.len(), PASS_SHAPES.len(), &raw.why);
+    Allowed { allowed: passes, why: raw.why.clone() }
 }
 
 fn check_allowed(ck: &mut Checker, thing: &str, n: usize, all: usize, why: &Option<String>) {
