@@ -46,52 +46,18 @@ pub(crate) enum Pass {
 }
 
 /// One call a segment issues, as recorded and as checked on every later pass (compared by
-/// value: a replay formats nothing unless it differs).
+/// value: a replay formats nothing unless it differs). `LaunchLanes` is the lanes of one op
+/// fused into one launch (`Backend::launch_lanes`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Call {
-    Launch {
-        rank: usize,
-        op: Op,
-    },
-    /// The lanes of one op fused into one launch (`Backend::launch_lanes`).
-    LaunchLanes {
-        rank: usize,
-        ops: Vec<Op>,
-    },
-    Copy {
-        transport: Transport,
-        src_rank: usize,
-        src: Slice,
-        dst_rank: usize,
-        dst: Slice,
-        fenced: bool,
-    },
-    PeerStore {
-        rank: usize,
-        op: Op,
-        out_rank: usize,
-        fence: JoinFence,
-    },
-    Packed {
-        transport: Transport,
-        src_rank: usize,
-        dst_rank: usize,
-        packed: Packed,
-    },
-    AllReduce {
-        parts: Vec<(usize, Slice)>,
-        out_rank: usize,
-        out: Slice,
-    },
-    Digest {
-        rank: usize,
-        src: Slice,
-        base: u64,
-    },
-    DigestBatch {
-        rank: usize,
-        groups: Vec<Vec<crate::backend::DigestPart>>,
-    },
+    Launch { rank: usize, op: Op },
+    LaunchLanes { rank: usize, ops: Vec<Op> },
+    Copy { transport: Transport, src_rank: usize, src: Slice, dst_rank: usize, dst: Slice, fenced: bool },
+    PeerStore { rank: usize, op: Op, out_rank: usize, fence: JoinFence },
+    Packed { transport: Transport, src_rank: usize, dst_rank: usize, packed: Packed },
+    AllReduce { parts: Vec<(usize, Slice)>, out_rank: usize, out: Slice },
+    Digest { rank: usize, src: Slice, base: u64 },
+    DigestBatch { rank: usize, groups: Vec<Vec<crate::backend::DigestPart>> },
     Mark,
 }
 
