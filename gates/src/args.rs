@@ -150,6 +150,16 @@ pub struct RunArgs {
     /// Transports, comma separated: host-bounce, native-p2p, nccl.
     #[arg(long, value_delimiter = ',', default_value = "host-bounce,native-p2p")]
     pub transport: Vec<String>,
+    /// Sessions per pass (rows: batched decode, docs/DESIGN.md §3.6), comma separated from 1, 2,
+    /// 4, 8; every configuration runs at each. Without --batch and --columns: single-token, plus
+    /// b4 and t4 at TP1/TP2 with the base door set (`--matrix all`: b2/b4/b8/t2/t4/t8 at every
+    /// TP); `matrix --explain` says which.
+    #[arg(long, value_delimiter = ',', value_name = "B,…")]
+    pub batch: Option<Vec<usize>>,
+    /// Consecutive tokens of one session per pass (columns: verify and prefill), comma separated
+    /// from 1, 2, 4, 8; a pass is rows or columns, so pairs with both above 1 are excluded.
+    #[arg(long, value_delimiter = ',', value_name = "T,…")]
+    pub columns: Option<Vec<usize>>,
     /// auto (CUDA when a driver and device are present), host, or cuda.
     #[arg(long, default_value = "auto")]
     pub backend: String,
@@ -260,6 +270,16 @@ pub struct MatrixArgs {
     /// Transports, comma separated: host-bounce, native-p2p, nccl.
     #[arg(long, value_delimiter = ',', default_value = "host-bounce,native-p2p")]
     pub transport: Vec<String>,
+    /// Sessions per pass (rows: batched decode, docs/DESIGN.md §3.6), comma separated from 1, 2,
+    /// 4, 8; every configuration runs at each. Without --batch and --columns: single-token, plus
+    /// b4 and t4 at TP1/TP2 with the base door set (`--matrix all`: b2/b4/b8/t2/t4/t8 at every
+    /// TP); `matrix --explain` says which.
+    #[arg(long, value_delimiter = ',', value_name = "B,…")]
+    pub batch: Option<Vec<usize>>,
+    /// Consecutive tokens of one session per pass (columns: verify and prefill), comma separated
+    /// from 1, 2, 4, 8; a pass is rows or columns, so pairs with both above 1 are excluded.
+    #[arg(long, value_delimiter = ',', value_name = "T,…")]
+    pub columns: Option<Vec<usize>>,
     /// auto (as `run`: CUDA when a driver and device are present, else host), host, cuda, or
     /// host,cuda (comma separated).
     #[arg(long, value_delimiter = ',', default_value = "auto")]

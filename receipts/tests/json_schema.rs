@@ -346,7 +346,8 @@ fn rows_and_columns_extend_version_2_without_changing_single_token_ids() {
     assert_eq!(single.run_id, parse_receipt(EXAMPLE.as_bytes(), Path::new("example.json")).unwrap().run_id);
     let mut multi = failing(passing(2, Transport::NativeP2p, &[]));
     multi.evidence.config.batch = Some(4);
-    multi.evidence.first_divergence.as_mut().unwrap().lane = Some(LaneEvidence { axis: LaneAxis::Row, index: 3, pass: 9 });
+    multi.evidence.first_divergence.as_mut().unwrap().lane =
+        Some(LaneEvidence { axis: LaneAxis::Row, index: 3, pass: 9 });
     multi.run_id = run_id(&multi.evidence.config);
     assert_ne!(multi.run_id, single.run_id, "the batch axis must be part of the run identity");
     assert!(multi.evidence.config.label().ends_with(" b4"), "{}", multi.evidence.config.label());
@@ -358,8 +359,14 @@ fn rows_and_columns_extend_version_2_without_changing_single_token_ids() {
     let bad: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
         ("batch 3", Box::new(|v: &mut Value| v["evidence"]["config"]["batch"] = json!(3))),
         ("batch and columns", Box::new(|v: &mut Value| v["evidence"]["config"]["columns"] = json!(2))),
-        ("a column in a batch run", Box::new(|v: &mut Value| v["evidence"]["first_divergence"]["lane"]["axis"] = json!("column"))),
-        ("row 4 of a 4-row pass", Box::new(|v: &mut Value| v["evidence"]["first_divergence"]["lane"]["index"] = json!(4))),
+        (
+            "a column in a batch run",
+            Box::new(|v: &mut Value| v["evidence"]["first_divergence"]["lane"]["axis"] = json!("column")),
+        ),
+        (
+            "row 4 of a 4-row pass",
+            Box::new(|v: &mut Value| v["evidence"]["first_divergence"]["lane"]["index"] = json!(4)),
+        ),
     ];
     for (name, edit_value) in bad {
         let mut v: Value = serde_json::from_str(&text).unwrap();

@@ -56,7 +56,12 @@ fn rows_equal_each_session_decoded_alone_at_every_tp_and_transport() {
     for preset in ["tiny", "edge"] {
         let m = model(preset);
         let oracle = run(m, 1, Transport::HostBounce, PassShape::SINGLE, None);
-        for (tp, t) in [(1, Transport::HostBounce), (2, Transport::NativeP2p), (4, Transport::HostBounce), (8, Transport::NativeP2p)] {
+        for (tp, t) in [
+            (1, Transport::HostBounce),
+            (2, Transport::NativeP2p),
+            (4, Transport::HostBounce),
+            (8, Transport::NativeP2p),
+        ] {
             for b in [2, 4, 8] {
                 let r = run(m, tp, t, shape(b, 1), None);
                 assert_eq!(first_divergence(&oracle, &r), None, "{preset} TP{tp} {} batch {b}", t.name());
@@ -80,13 +85,23 @@ fn columns_equal_single_token_steps_prefill_and_verify() {
     for preset in ["tiny", "edge"] {
         let m = model(preset);
         let oracle = run(m, 1, Transport::HostBounce, PassShape::SINGLE, None);
-        for (tp, t) in [(1, Transport::NativeP2p), (2, Transport::HostBounce), (4, Transport::NativeP2p), (8, Transport::HostBounce)] {
+        for (tp, t) in [
+            (1, Transport::NativeP2p),
+            (2, Transport::HostBounce),
+            (4, Transport::NativeP2p),
+            (8, Transport::HostBounce),
+        ] {
             for cols in [2, 4, 8] {
                 // Teacher-forced from the oracle's tape: every draft is right, every column kept.
                 let forced = Some(oracle.tokens.iter().map(|g| g[..g.len() - 1].to_vec()).collect());
                 for (label, f) in [("own drafts", None), ("tape drafts", forced)] {
                     let r = run(m, tp, t, shape(1, cols), f);
-                    assert_eq!(first_divergence(&oracle, &r), None, "{preset} TP{tp} {} columns {cols} {label}", t.name());
+                    assert_eq!(
+                        first_divergence(&oracle, &r),
+                        None,
+                        "{preset} TP{tp} {} columns {cols} {label}",
+                        t.name()
+                    );
                     assert_eq!(r.top2, oracle.top2, "{preset} columns {cols} {label}");
                     let widest = r.lanes.iter().flatten().map(|&(_, lane)| lane).max().unwrap();
                     assert!(widest as usize + 1 >= cols.min(6), "{preset} columns {cols}: widest lane {widest}");

@@ -327,6 +327,7 @@ fn performance_receipt(
         baseline_tp: 1,
         baseline_transport: Transport::HostBounce,
         not_run: None,
+        pass: memra_runtime::PassShape::SINGLE,
     };
     let nt = crate::gate::non_triviality(record);
     let verdict = if nt.passed() { Verdict::Pass } else { Verdict::Fail };

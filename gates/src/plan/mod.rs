@@ -207,18 +207,23 @@ fn run_matrix(
     backend: BackendKind,
     transports: &[Transport],
 ) -> Result<(String, MatrixPlan), GateError> {
-    let (name, mut plan) = match &args.matrix {
-        Some(m) => {
-            let kind = MatrixKind::parse(m)?;
-            let plan = matrix::enumerate(registry, &kind, &args.tp, transports, &[backend])?;
-            (m.clone(), filter_by_request(plan, req))
+    let kind = args.matrix.as_deref().map(MatrixKind::parse).transpose()?;
+    let passes = matrix::Passes::from_flags(kind.as_ref(), args.batch.as_deref(), args.columns.as_deref())?;
+    let (name, mut plan) = match (&args.matrix, &kind) {
+        (Some(m), Some(kind)) => {
+            let plan = matrix::enumerate(registry, kind, &args.tp, transports, &[backend])?;
+            let plan = filter_by_request(plan, req);
+            // The base door set of the default shapes: the baseline, or (filtered by explicit
+            // requests) the smallest set left.
+            let base = plan.legal.iter().map(|c| c.doors.clone()).min_by_key(|d| d.len()).unwrap_or_default();
+            (m.clone(), passes.apply(plan, &base))
         }
-        None => {
+        _ => {
             let doors = req.enabled(registry);
             let mut plan = MatrixPlan::default();
             for &tp in &args.tp {
                 for &t in transports {
-                    let config = Configuration { backend, tp, transport: t, doors: doors.clone() };
+                    let config = Configuration::single(backend, tp, t, doors.clone());
                     let legality = matrix::classify(registry, &config)?;
                     plan.push(config, legality);
                 }
@@ -231,6 +236,7 @@ fn run_matrix(
                     why.join("\n  ")
                 )));
             }
+            let plan = passes.apply(plan, &doors);
             ("requested".to_string(), plan)
         }
     };
