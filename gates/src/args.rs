@@ -318,6 +318,13 @@ pub struct SelftestArgs {
     /// recorded in its receipt), unless MEMRA_CANARY_FLIP_AT names one.
     #[arg(long, default_value_t = 1)]
     pub flip_seed: u64,
+    /// Run every canary at these sessions per pass (rows), comma separated from 1, 2, 4, 8 (1:
+    /// single-token, the default; `--batch 1,4` runs both).
+    #[arg(long, value_delimiter = ',', value_name = "B,…")]
+    pub batch: Option<Vec<usize>>,
+    /// Run every canary at these tokens per pass (columns), comma separated from 1, 2, 4, 8.
+    #[arg(long, value_delimiter = ',', value_name = "T,…")]
+    pub columns: Option<Vec<usize>>,
     /// FOR TESTING SELFTEST ITSELF: run this canary with its defect removed (selftest must fail).
     #[arg(long, value_name = "CANARY_ID")]
     pub disarm: Option<String>,
@@ -375,6 +382,14 @@ pub struct BenchArgs {
     /// Directory to write the performance receipt into (`run-<id>.json`, like every receipt).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Sessions per pass (rows: 1, 2, 4 or 8): B sessions decode together; the table adds the
+    /// per-token latency, per-pass latency ÷ B.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Tokens of one session per pass (columns: 1, 2, 4 or 8), teacher-forced so every column is
+    /// accepted; the table adds the per-token latency, per-pass latency ÷ T.
+    #[arg(long, default_value_t = 1)]
+    pub columns: usize,
 }
 
 /// `plot`.

@@ -123,3 +123,42 @@ fn pass_shapes_outside_the_rule_are_refused() {
         assert!(err.contains(needle), "{flags:?}: {err}");
     }
 }
+
+/// The default shapes: every configuration single-token; `--matrix all` adds b2/b4/b8/t2/t4/t8
+/// at every TP and transport with the base door set only, any other matrix b4 and t4 at TP1 and
+/// TP2; `--explain` says so, and names an excluded rows × columns pair with its rule.
+#[test]
+fn default_shapes_and_their_explanation() {
+    use memra_gating::matrix::{enumerate, MatrixKind, Passes};
+    use memra_gating::registry::{BackendKind, Registry};
+    use memra_runtime::Transport;
+    let r = Registry::builtin().unwrap();
+    let t = [Transport::HostBounce, Transport::NativeP2p];
+    for (kind, shapes, tps) in [
+        (MatrixKind::All, vec!["b2", "b4", "b8", "t2", "t4", "t8"], vec![1, 2, 4, 8]),
+        (MatrixKind::Single, vec!["b4", "t4"], vec![1, 2]),
+    ] {
+        let single = enumerate(&r, &kind, &[1, 2, 4, 8], &t, &[BackendKind::Host]).unwrap();
+        let plan = Passes::from_flags(Some(&kind), None, None).unwrap().apply(single.clone(), &Default::default());
+        let multi: Vec<_> = plan.legal.iter().filter(|c| c.pass().lanes() > 1).collect();
+        assert_eq!(multi.len(), shapes.len() * tps.len() * t.len(), "{kind:?}");
+        assert!(
+            multi.iter().all(|c| c.doors.is_empty() && tps.contains(&c.tp)),
+            "{kind:?}: only the base set, at {tps:?}"
+        );
+        for s in &shapes {
+            assert!(multi.iter().any(|c| c.pass().label() == *s), "{kind:?}: {s} missing");
+        }
+        assert_eq!(plan.legal.len() - multi.len(), single.legal.len(), "{kind:?}: single-token configurations kept");
+        let explain = plan.explain();
+        assert!(
+            explain.contains("passes: every configuration single-token") && explain.contains("--batch 1,2,4,8"),
+            "{explain}"
+        );
+    }
+    let given = Passes::from_flags(Some(&MatrixKind::Single), Some(&[1, 2]), Some(&[1, 8])).unwrap();
+    let single = enumerate(&r, &MatrixKind::Single, &[2], &t, &[BackendKind::Host]).unwrap();
+    let plan = given.apply(single.clone(), &Default::default());
+    assert_eq!(plan.legal.len(), 3 * single.legal.len(), "1×1, b2, t8 for every configuration");
+    assert!(plan.explain().contains("EXCLUDED b2×t8") && plan.explain().contains("not both"), "{}", plan.explain());
+}

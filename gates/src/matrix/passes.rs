@@ -109,6 +109,11 @@ impl Passes {
         Ok(Passes::Given { shapes, refused })
     }
 
+    /// One token of one session per pass only (an external subject without --batch/--columns).
+    pub fn single_only() -> Passes {
+        Passes::Given { shapes: vec![PassShape::SINGLE], refused: Vec::new() }
+    }
+
     /// Apply the axes to `plan`, a single-token plan whose base door set is `base`.
     pub fn apply(&self, mut plan: MatrixPlan, base: &BTreeSet<String>) -> MatrixPlan {
         match self {

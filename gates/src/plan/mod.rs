@@ -137,7 +137,7 @@ impl RunPlan {
         check_tps(&args.tp)?;
         let transports = parse_transports(&args.transport)?;
         let backend = resolve_backend(&args.backend, request.require_gpu(&registry))?;
-        let (matrix_name, matrix) = run_matrix(&registry, args, &request, backend, &transports)?;
+        let (matrix_name, matrix) = run_matrix(&registry, args, &request, backend, &transports, subject.is_some())?;
         let processes = dist.as_ref().map_or(1, |d| d.spec.processes);
         let jobs = jobs_of(&registry, &matrix, &request, processes, subject.as_ref())?;
         if jobs.is_empty() {
@@ -206,9 +206,15 @@ fn run_matrix(
     req: &DoorRequest,
     backend: BackendKind,
     transports: &[Transport],
+    external: bool,
 ) -> Result<(String, MatrixPlan), GateError> {
     let kind = args.matrix.as_deref().map(MatrixKind::parse).transpose()?;
-    let passes = matrix::Passes::from_flags(kind.as_ref(), args.batch.as_deref(), args.columns.as_deref())?;
+    let passes = match (external, &args.batch, &args.columns) {
+        // An external subject speaks the subject protocol version 1 (no rows or columns): no
+        // default multi-lane shapes; asked for, they are NOT-APPLICABLE with the reason.
+        (true, None, None) => matrix::Passes::single_only(),
+        _ => matrix::Passes::from_flags(kind.as_ref(), args.batch.as_deref(), args.columns.as_deref())?,
+    };
     let (name, mut plan) = match (&args.matrix, &kind) {
         (Some(m), Some(kind)) => {
             let plan = matrix::enumerate(registry, kind, &args.tp, transports, &[backend])?;
