@@ -212,7 +212,8 @@ impl SchemaValidator {
 }
 
 /// `(tp, transport, sorted door ids)`: a configuration as `memra-gates matrix` prints it.
-pub type ConfigKey = (usize, String, Vec<String>);
+/// (TP, transport, door ids sorted, pass shape: `b4`, `t2` or `` for single-token).
+pub type ConfigKey = (usize, String, Vec<String>, String);
 
 /// The configurations `memra-gates matrix ARGS…` lists (legal and NOT-APPLICABLE), checking that
 /// its closing count line agrees with the listing.
@@ -237,12 +238,16 @@ pub fn matrix_listing(args: &[&str]) -> Vec<ConfigKey> {
         let (Some(tp), Some(transport), Some(_backend)) = (tp, words.next(), words.next()) else {
             panic!("unexpected `memra-gates matrix` line {line:?}\n{}", out.transcript());
         };
-        let mut doors: Vec<String> = match words.next() {
-            Some(d) => d.trim_start_matches('+').split('+').map(str::to_string).collect(),
-            None => Vec::new(),
-        };
+        // Then `+door+door…` and the pass shape (`b4`, `t2`), each when present.
+        let (mut doors, mut pass) = (Vec::new(), String::new());
+        for w in words {
+            match w.strip_prefix('+') {
+                Some(d) => doors.extend(d.split('+').map(str::to_string)),
+                None => pass = w.to_string(),
+            }
+        }
         doors.sort();
-        keys.push((tp, transport.to_string(), doors));
+        keys.push((tp, transport.to_string(), doors, pass));
     }
     assert_eq!(counted, Some(keys.len()), "the count line disagrees with the listing\n{}", out.transcript());
     keys
@@ -271,18 +276,24 @@ pub fn receipt_key(r: &Receipt, ids: &std::collections::BTreeMap<String, String>
         .map(|(env, _)| ids.get(env).unwrap_or_else(|| panic!("receipt door {env} is not in the registry")).clone())
         .collect();
     doors.sort();
-    (c.tp, c.transport.as_str().to_string(), doors)
+    (c.tp, c.transport.as_str().to_string(), doors, c.pass_label())
 }
 
 /// A short host run (1 prompt, 2 generated tokens) at the TP sizes `tp`, writing receipts to
 /// `out`, followed by `extra` (matrix, transport, doors, model). Of the `tiny` model only, unless
 /// `extra` names a model: the default model set's second model (`edge`, into `out/edge`) would
 /// double every run for receipts these tests do not read (`run_default.rs` and `.ci/run` gate it).
+/// Single-token only (`--batch 1`) unless `extra` names a matrix or a pass axis, for the same
+/// reason: the default rows and columns (b4, t4 at TP1/TP2) are gated by `run_default.rs`,
+/// `gates/tests/rows_columns.rs` and the shared single night, whose matrix lists them.
 pub fn short_host_run<'a>(tp: &'a str, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["run", "--backend", "host", "--tp", tp, "--prompts", "1", "--gen-tokens", "2", "--out", s(out)];
     args.extend_from_slice(extra);
     if !extra.iter().any(|a| *a == "--model" || *a == "--preset") {
         args.extend(["--preset", "tiny"]);
+    }
+    if !extra.iter().any(|a| ["--matrix", "--batch", "--columns"].contains(a)) {
+        args.extend(["--batch", "1"]);
     }
     args
 }

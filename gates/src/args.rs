@@ -150,6 +150,16 @@ pub struct RunArgs {
     /// Transports, comma separated: host-bounce, native-p2p, nccl.
     #[arg(long, value_delimiter = ',', default_value = "host-bounce,native-p2p")]
     pub transport: Vec<String>,
+    /// Sessions per pass (rows: batched decode, docs/DESIGN.md §3.6), comma separated from 1, 2,
+    /// 4, 8; every configuration runs at each. Without --batch and --columns: single-token, plus
+    /// b4 and t4 at TP1/TP2 with the base door set (`--matrix all`: b2/b4/b8/t2/t4/t8 at every
+    /// TP); `matrix --explain` says which.
+    #[arg(long, value_delimiter = ',', value_name = "B,…")]
+    pub batch: Option<Vec<usize>>,
+    /// Consecutive tokens of one session per pass (columns: verify and prefill), comma separated
+    /// from 1, 2, 4, 8; a pass is rows or columns, so pairs with both above 1 are excluded.
+    #[arg(long, value_delimiter = ',', value_name = "T,…")]
+    pub columns: Option<Vec<usize>>,
     /// auto (CUDA when a driver and device are present), host, or cuda.
     #[arg(long, default_value = "auto")]
     pub backend: String,
@@ -260,6 +270,16 @@ pub struct MatrixArgs {
     /// Transports, comma separated: host-bounce, native-p2p, nccl.
     #[arg(long, value_delimiter = ',', default_value = "host-bounce,native-p2p")]
     pub transport: Vec<String>,
+    /// Sessions per pass (rows: batched decode, docs/DESIGN.md §3.6), comma separated from 1, 2,
+    /// 4, 8; every configuration runs at each. Without --batch and --columns: single-token, plus
+    /// b4 and t4 at TP1/TP2 with the base door set (`--matrix all`: b2/b4/b8/t2/t4/t8 at every
+    /// TP); `matrix --explain` says which.
+    #[arg(long, value_delimiter = ',', value_name = "B,…")]
+    pub batch: Option<Vec<usize>>,
+    /// Consecutive tokens of one session per pass (columns: verify and prefill), comma separated
+    /// from 1, 2, 4, 8; a pass is rows or columns, so pairs with both above 1 are excluded.
+    #[arg(long, value_delimiter = ',', value_name = "T,…")]
+    pub columns: Option<Vec<usize>>,
     /// auto (as `run`: CUDA when a driver and device are present, else host), host, cuda, or
     /// host,cuda (comma separated).
     #[arg(long, value_delimiter = ',', default_value = "auto")]
@@ -298,6 +318,13 @@ pub struct SelftestArgs {
     /// recorded in its receipt), unless MEMRA_CANARY_FLIP_AT names one.
     #[arg(long, default_value_t = 1)]
     pub flip_seed: u64,
+    /// Run every canary at these sessions per pass (rows), comma separated from 1, 2, 4, 8 (1:
+    /// single-token, the default; `--batch 1,4` runs both).
+    #[arg(long, value_delimiter = ',', value_name = "B,…")]
+    pub batch: Option<Vec<usize>>,
+    /// Run every canary at these tokens per pass (columns), comma separated from 1, 2, 4, 8.
+    #[arg(long, value_delimiter = ',', value_name = "T,…")]
+    pub columns: Option<Vec<usize>>,
     /// FOR TESTING SELFTEST ITSELF: run this canary with its defect removed (selftest must fail).
     #[arg(long, value_name = "CANARY_ID")]
     pub disarm: Option<String>,
@@ -355,6 +382,14 @@ pub struct BenchArgs {
     /// Directory to write the performance receipt into (`run-<id>.json`, like every receipt).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Sessions per pass (rows: 1, 2, 4 or 8): B sessions decode together; the table adds the
+    /// per-token latency, per-pass latency ÷ B.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Tokens of one session per pass (columns: 1, 2, 4 or 8), teacher-forced so every column is
+    /// accepted; the table adds the per-token latency, per-pass latency ÷ T.
+    #[arg(long, default_value_t = 1)]
+    pub columns: usize,
 }
 
 /// `plot`.

@@ -247,11 +247,8 @@ mod tests {
 
     #[test]
     fn configurations_that_cannot_span_processes_are_not_applicable_with_the_rule() {
-        let c = |backend, tp, transport, doors: &[&str]| Configuration {
-            backend,
-            tp,
-            transport,
-            doors: doors.iter().map(|d| d.to_string()).collect(),
+        let c = |backend, tp, transport, doors: &[&str]| {
+            Configuration::single(backend, tp, transport, doors.iter().map(|d| d.to_string()).collect())
         };
         use BackendKind::{Cuda, Host};
         assert_eq!(rule(&c(Cuda, 2, Transport::Nccl, &[]), 2), None);

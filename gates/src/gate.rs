@@ -6,8 +6,10 @@
 
 use crate::job::CensusDecl;
 use memra_kernels::grid::ulp_distance;
+use memra_receipts::schema::{LaneAxis, LaneEvidence};
 use memra_runtime::evidence::coverage::Coverage;
 use memra_runtime::record::{Capture, CaptureKey, Record, Seam};
+use memra_runtime::PassShape;
 use std::collections::BTreeMap;
 
 /// Where two records first differ, as precisely as the evidence allows: always prompt, step,
@@ -30,6 +32,9 @@ pub struct FirstDivergence {
     pub reproduced: bool,
     /// Filled in by [`localise`] from full captures (only when reproduced).
     pub element: Option<Element>,
+    /// In a run of several rows or columns per pass: the pass and the row or column that computed
+    /// the divergent step ([`name_lane`], from `Record::lanes`).
+    pub lane: Option<LaneEvidence>,
 }
 
 /// The first differing element of a seam tensor.
@@ -45,13 +50,27 @@ pub struct Element {
 impl FirstDivergence {
     /// A difference at a seam, not yet located further.
     pub fn at_seam(prompt: usize, step: usize, layer: usize, seam: Seam) -> FirstDivergence {
-        FirstDivergence { prompt, step, layer, seam, copy_from: None, rank: None, reproduced: false, element: None }
+        FirstDivergence {
+            prompt,
+            step,
+            layer,
+            seam,
+            copy_from: None,
+            rank: None,
+            reproduced: false,
+            element: None,
+            lane: None,
+        }
     }
 
     /// One line: `L0.o_join p0 s1 [17] r1 0x… → 0x… (1 ulp)`, `L0.attn_norm p0 s0 copy r0→r1`, or
-    /// `L1.o_join p0 s2 r1 (not reproduced …)`.
+    /// `L1.o_join p0 s2 r1 (not reproduced …)`; a multi-lane run's place names its lane:
+    /// `L0.o_join p3 s1 (row 2 of pass 5) …`.
     pub fn describe(&self) -> String {
         let mut s = format!("L{}.{} p{} s{}", self.layer, self.seam.name(), self.prompt, self.step);
+        if let Some(l) = self.lane {
+            s += &format!(" ({})", l.describe());
+        }
         let rank = |r: Option<usize>| r.map(|r| format!("r{r}")).unwrap_or_else(|| "r?".into());
         if let Some(src) = self.copy_from {
             let how = if self.reproduced {
@@ -79,6 +98,47 @@ impl FirstDivergence {
     pub fn key(&self) -> CaptureKey {
         CaptureKey { prompt: self.prompt, step: self.step, layer: self.layer, seam: self.seam }
     }
+}
+
+/// Name the lane of `d` in `run`, a run of `pass`'s shape: the row (batch) or column that computed
+/// its (prompt, step), from `Record::lanes`. Nothing for single-token runs (or a record that does
+/// not say, e.g. an external subject's).
+pub fn name_lane(d: &mut FirstDivergence, run: &Record, pass: PassShape) {
+    let axis = match (pass.batch > 1, pass.columns > 1) {
+        (true, _) => LaneAxis::Row,
+        (false, true) => LaneAxis::Column,
+        (false, false) => return,
+    };
+    d.lane = run.lanes.get(d.prompt).and_then(|steps| steps.get(d.step)).map(|&(pass, lane)| LaneEvidence {
+        axis,
+        index: lane as usize,
+        pass: u64::from(pass),
+    });
+}
+
+/// Whether a run of `pass`'s shape really ran several lanes in one pass (docs/DESIGN.md §3.6), from
+/// `Record::lanes`: `Ok` with how many passes held several of the record's steps and the widest,
+/// `Err` when none did — a multi-lane configuration that decoded one token per pass would pass
+/// identity vacuously. `Ok` with nothing to say for a single-token run.
+pub fn lanes_used(run: &Record, pass: PassShape) -> Result<String, String> {
+    if pass.lanes() == 1 {
+        return Ok(String::new());
+    }
+    let mut per_pass: BTreeMap<u32, usize> = BTreeMap::new();
+    for &(p, _) in run.lanes.iter().flatten() {
+        *per_pass.entry(p).or_default() += 1;
+    }
+    let multi = per_pass.values().filter(|n| **n > 1).count();
+    let widest = per_pass.values().copied().max().unwrap_or(0);
+    let what = if pass.batch > 1 { "rows" } else { "columns" };
+    if multi == 0 {
+        return Err(format!(
+            "{}: no pass computed more than one step ({} passes named in the record): the run did not exercise {what}",
+            pass.label(),
+            per_pass.len()
+        ));
+    }
+    Ok(format!("{}: {multi} of {} passes computed several {what} (up to {widest})", pass.label(), per_pass.len()))
 }
 
 /// What one gate concluded, with the detail a receipt shows either way.

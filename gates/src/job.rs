@@ -6,7 +6,7 @@
 use crate::registry::census::CensusChange;
 use memra_receipts::Verdict;
 use memra_runtime::backend::BackendKind;
-use memra_runtime::{DoorSet, Transport};
+use memra_runtime::{DoorSet, PassShape, Transport};
 use std::collections::BTreeMap;
 
 /// What one enabled door must change in the census (`crate::registry::census`), and the door
@@ -60,11 +60,15 @@ pub struct Job {
     pub baseline_transport: Transport,
     /// When set, the job is NOT-APPLICABLE (or SKIP) for this reason and does not run.
     pub not_run: Option<(Verdict, String)>,
+    /// Rows or columns per pass (docs/DESIGN.md §3.6). Every reference the job is compared with
+    /// (the oracle, the CUDA TP1 record, the class baseline) runs one token of one session per
+    /// pass: that comparison is the batch-invariance and verify = decode gate.
+    pub pass: PassShape,
 }
 
 impl Job {
     /// Whether this run is its own class baseline (the door set's fresh tape).
     pub fn is_class_baseline(&self) -> bool {
-        self.tp == self.baseline_tp && self.transport == self.baseline_transport
+        self.tp == self.baseline_tp && self.transport == self.baseline_transport && self.pass == PassShape::SINGLE
     }
 }

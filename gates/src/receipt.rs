@@ -128,6 +128,7 @@ fn to_divergence(d: &FirstDivergence) -> rs::Divergence {
         oracle_bits: e.map(|e| format!("0x{:08x}", e.oracle_bits)),
         observed_bits: e.map(|e| format!("0x{:08x}", e.observed_bits)),
         ulp: e.map(|e| e.ulp),
+        lane: d.lane,
     }
 }
 
@@ -279,6 +280,9 @@ pub fn config_evidence(job: &Job, model: &rs::ModelEvidence, battery: &Battery) 
             BackendKind::Host => "tp1 host-bounce defaults on host".into(),
             BackendKind::Cuda => "tp1 host-bounce defaults on cuda (device-host gated against host)".into(),
         },
+        // Absent for one token of one session per pass: single-token run ids are unchanged.
+        batch: (job.pass.batch > 1).then_some(job.pass.batch),
+        columns: (job.pass.columns > 1).then_some(job.pass.columns),
     }
 }
 
@@ -350,5 +354,5 @@ pub fn configuration_of(registry: &Registry, r: &Receipt) -> Configuration {
         .filter(|(_, on)| **on)
         .map(|(env, _)| registry.by_env(env).map_or_else(|| env.clone(), |d| d.id.clone()))
         .collect();
-    Configuration { backend, tp: c.tp, transport, doors }
+    Configuration { backend, tp: c.tp, transport, doors, batch: c.batch.unwrap_or(1), columns: c.columns.unwrap_or(1) }
 }

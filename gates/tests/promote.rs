@@ -167,6 +167,8 @@ pub(crate) fn clean_receipt(reg: &Registry, config: &Configuration, started_at_u
             model: ModelEvidence { preset: "tiny".to_string(), digest: "9f2c41d07a3be851".to_string() },
             battery_digest: "4be1a6c20d93f7e5".to_string(),
             oracle: "tp1 host-bounce defaults on host".to_string(),
+            batch: None,
+            columns: None,
         },
         build: BuildEvidence {
             kernel_source_digest: "c0ffee0123456789".to_string(),

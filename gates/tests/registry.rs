@@ -549,7 +549,7 @@ fn assert_sorted<T: Ord + std::fmt::Debug>(v: &[T]) {
 #[test]
 fn rules_checker_negative_control() {
     let r = reg();
-    let c = |doors: &[&str], tp, t| Configuration { backend: BackendKind::Cuda, tp, transport: t, doors: set(doors) };
+    let c = |doors: &[&str], tp, t| Configuration::single(BackendKind::Cuda, tp, t, set(doors));
     assert!(!rules_hold(&r, &c(&["oproj_tail"], 2, Transport::NativeP2p)));
     assert!(!rules_hold(&r, &c(&["w8", "qkv_fused"], 1, Transport::HostBounce)));
     assert!(!rules_hold(&r, &c(&["oproj_direct"], 1, Transport::NativeP2p)));
@@ -632,7 +632,7 @@ fn all_is_every_legal_combination() {
         for backend in ALL_BACKENDS {
             for tp in ALL_TP {
                 for transport in Transport::ALL {
-                    let c = Configuration { backend, tp, transport, doors: doors.clone() };
+                    let c = Configuration::single(backend, tp, transport, doors.clone());
                     if rules_hold(&r, &c) && applicable(&r, &c) {
                         expected.insert(c);
                     }
@@ -829,6 +829,7 @@ fn shards_partition_the_plan() {
         excluded: vec![],
         not_applicable: vec![],
         smallest_sets_only: true,
+        pass_notes: vec![],
     };
     let (blocks, spread) = (kept(&shard(&all, 3, 8).unwrap()), kept(&round_robin));
     assert!(blocks > 0.5 && spread < 0.25, "baselines kept in the shard: blocks {blocks:.2}, round robin {spread:.2}");
@@ -873,13 +874,13 @@ fn explain_names_each_exclusion_and_its_rule() {
 
 #[test]
 fn labels_are_short_and_stable() {
-    let c = Configuration {
-        backend: BackendKind::Host,
-        tp: 4,
-        transport: Transport::NativeP2p,
-        doors: set(&["oproj_tail", "oproj_direct"]),
-    };
+    let c = Configuration::single(BackendKind::Host, 4, Transport::NativeP2p, set(&["oproj_tail", "oproj_direct"]));
     assert_eq!(c.label(), "tp4 native-p2p host +oproj_direct+oproj_tail");
+    let rows = c.clone().with_pass(memra_runtime::PassShape::new(4, 1).unwrap());
+    assert_eq!(rows.label(), "tp4 native-p2p host +oproj_direct+oproj_tail b4");
+    let cols = Configuration::baseline(2, Transport::HostBounce, BackendKind::Host)
+        .with_pass(memra_runtime::PassShape::new(1, 2).unwrap());
+    assert_eq!(cols.label(), "tp2 host-bounce host t2");
     assert_eq!(Configuration::baseline(1, Transport::HostBounce, BackendKind::Cuda).label(), "tp1 host-bounce cuda");
     let ds = c.door_set(&reg(), None).unwrap();
     assert!(ds.oproj_direct && ds.oproj_tail && !ds.moe_direct);

@@ -6,5 +6,6 @@ mod gates;
 mod promote;
 mod promote_gain;
 mod registry;
+mod rows_columns;
 mod subject_manifest;
 mod subject_tape;

@@ -34,10 +34,11 @@ pub use error::ReceiptError;
 pub use identity::{digest_hex, f32_bits_hex, fnv1a64, run_id, token_tape_digest};
 pub use schema::seam_column;
 pub use schema::{
-    Backend, BuildEvidence, CoverageCount, DigestRow, Divergence, DivergenceAt, Evidence, Gate, GateResult,
-    LatencyStats, Measurements, ModelEvidence, NearTie, PerformanceClaim, Planted, ProbeEntry, ProbeStatus, Receipt,
-    ReceiptKind, RunConfigEvidence, SeamDigests, SeamError, SeamLatency, SeamPlace, Summary, SummaryExclusion,
-    SummaryKind, SummaryRow, Transport, Verdict, VerdictCounts, READ_VERSIONS, SCHEMA_VERSION, SUMMARY_SCHEMA_VERSION,
+    Backend, BuildEvidence, CoverageCount, DigestRow, Divergence, DivergenceAt, Evidence, Gate, GateResult, LaneAxis,
+    LaneEvidence, LatencyStats, Measurements, ModelEvidence, NearTie, PerformanceClaim, Planted, ProbeEntry,
+    ProbeStatus, Receipt, ReceiptKind, RunConfigEvidence, SeamDigests, SeamError, SeamLatency, SeamPlace, Summary,
+    SummaryExclusion, SummaryKind, SummaryRow, Transport, Verdict, VerdictCounts, READ_VERSIONS, SCHEMA_VERSION,
+    SUMMARY_SCHEMA_VERSION,
 };
 
 /// The published JSON Schema (draft 2020-12) of run and performance receipts, schema v2.

@@ -65,6 +65,8 @@ impl Receipt {
     /// - a seam divergence names its element (with bits and ulp) exactly when `reproduced`, and
     ///   no source rank; a copy divergence names both ranks and no element
     /// - `claims` are sorted and unique
+    /// - `config.batch` / `config.columns`, when present, are 2, 4 or 8 and not both; a
+    ///   divergence names a lane only in such a run, on its axis, below its lane count
     pub fn validate(&self) -> Result<(), Violation> {
         if !READ_VERSIONS.contains(&self.schema_version) {
             return Err(violation("schema_version", self.schema_version, format!("must be one of {READ_VERSIONS:?}")));
@@ -101,6 +103,18 @@ impl Receipt {
         }
         if !TP_SIZES.contains(&cfg.tp) {
             return Err(violation("evidence.config.tp", cfg.tp, "must be 1, 2, 4 or 8"));
+        }
+        for (field, n) in [("evidence.config.batch", cfg.batch), ("evidence.config.columns", cfg.columns)] {
+            if let Some(n) = n.filter(|n| ![2, 4, 8].contains(n)) {
+                return Err(violation(field, n, "is 2, 4 or 8 when present (absent: one per pass)"));
+            }
+        }
+        if cfg.batch.is_some() && cfg.columns.is_some() {
+            return Err(violation(
+                "evidence.config.columns",
+                cfg.columns,
+                "a pass is rows (batch) or columns, not both: at most one of them is present",
+            ));
         }
         check_hex("evidence.config.model.digest", &cfg.model.digest)?;
         check_hex("evidence.config.battery_digest", &cfg.battery_digest)?;
@@ -157,6 +171,19 @@ impl Receipt {
                     (d.at, d.src_rank, d.rank),
                     "a copy divergence names its source and destination ranks (and no element); a seam divergence no source rank",
                 ));
+            }
+            if let Some(l) = d.lane {
+                let lanes = match l.axis {
+                    crate::schema::LaneAxis::Row => cfg.batch,
+                    crate::schema::LaneAxis::Column => cfg.columns,
+                };
+                if lanes.is_none_or(|n| l.index >= n) {
+                    return Err(violation(
+                        "evidence.first_divergence.lane",
+                        (l.axis, l.index, cfg.batch, cfg.columns),
+                        "names a row only in a run with config.batch, a column only with config.columns, below that count",
+                    ));
+                }
             }
         }
         let mut columns = BTreeSet::new();

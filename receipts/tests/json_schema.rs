@@ -199,6 +199,21 @@ const OPTIONAL_PROPERTIES: &[(&str, &str, &str)] = &[
         "optional in v2 too: v1 receipts converted to v2 in memory keep their absence",
     ),
     (
+        "receipt/$defs/config",
+        "batch",
+        "rows per pass (docs/DESIGN.md §3.6), written only above 1: a single-token run's config, and so its run id, is what it was before the axis",
+    ),
+    (
+        "receipt/$defs/config",
+        "columns",
+        "columns per pass, written only above 1, for the same reason as batch",
+    ),
+    (
+        "receipt/$defs/divergence",
+        "lane",
+        "the row or column of a multi-lane run's divergence; absent in single-token runs",
+    ),
+    (
         "summary",
         "excluded",
         "a door-set file's exclusions (issue 28), written only when the file expects some: every other summary stays as it was",
@@ -314,4 +329,58 @@ fn version_1_receipts_are_read_and_never_written() {
     let mut v: Value = serde_json::from_str(EXAMPLE_V1).unwrap();
     v["evidence"]["census"] = json!({});
     assert!(parse_receipt(v.to_string().as_bytes(), Path::new("edited-v1.json")).is_err());
+}
+
+/// Rows and columns (docs/DESIGN.md §3.6) extend version 2 without changing a single-token
+/// receipt: its config writes neither axis, so its run id is unchanged; a multi-lane receipt
+/// names its axis (a different run id) and its divergence's lane, validates against the
+/// published schema and reads back byte-identically; the reader and the schema both refuse a
+/// lane count outside 2/4/8, both axes at once, and a lane on the other axis.
+#[test]
+fn rows_and_columns_extend_version_2_without_changing_single_token_ids() {
+    let single = example();
+    let text = receipt_to_json(&single).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let config = v["evidence"]["config"].as_object().unwrap();
+    assert!(!config.contains_key("batch") && !config.contains_key("columns"), "a 1×1 config names an axis");
+    assert_eq!(single.run_id, parse_receipt(EXAMPLE.as_bytes(), Path::new("example.json")).unwrap().run_id);
+    let mut multi = failing(passing(2, Transport::NativeP2p, &[]));
+    multi.evidence.config.batch = Some(4);
+    multi.evidence.first_divergence.as_mut().unwrap().lane =
+        Some(LaneEvidence { axis: LaneAxis::Row, index: 3, pass: 9 });
+    multi.run_id = run_id(&multi.evidence.config);
+    assert_ne!(multi.run_id, single.run_id, "the batch axis must be part of the run identity");
+    assert!(multi.evidence.config.label().ends_with(" b4"), "{}", multi.evidence.config.label());
+    let text = receipt_to_json(&multi).unwrap();
+    Validator::receipt().check(&text).unwrap();
+    let back = parse_receipt(text.as_bytes(), Path::new("multi.json")).unwrap();
+    assert_eq!(receipt_to_json(&back).unwrap(), text);
+    assert!(back.evidence.first_divergence.unwrap().short().contains("row 3 of pass 9"));
+    let bad: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+        ("batch 3", Box::new(|v: &mut Value| v["evidence"]["config"]["batch"] = json!(3))),
+        ("batch and columns", Box::new(|v: &mut Value| v["evidence"]["config"]["columns"] = json!(2))),
+        (
+            "a column in a batch run",
+            Box::new(|v: &mut Value| v["evidence"]["first_divergence"]["lane"]["axis"] = json!("column")),
+        ),
+        (
+            "row 4 of a 4-row pass",
+            Box::new(|v: &mut Value| v["evidence"]["first_divergence"]["lane"]["index"] = json!(4)),
+        ),
+    ];
+    for (name, edit_value) in bad {
+        let mut v: Value = serde_json::from_str(&text).unwrap();
+        edit_value(&mut v);
+        // The run id follows the edited config, so only the rule under test can refuse it.
+        let cfg: RunConfigEvidence = serde_json::from_value(v["evidence"]["config"].clone()).unwrap();
+        v["run_id"] = json!(run_id(&cfg));
+        let edited = v.to_string();
+        let schema = Validator::receipt().check(&edited).is_err();
+        let reader = parse_receipt(edited.as_bytes(), Path::new("bad.json")).is_err();
+        assert!(reader, "{name}: the reader accepted it");
+        // The schema cannot compare a lane with the config's counts; it refuses the rest.
+        if !name.contains("a column") && !name.contains("row 4") {
+            assert!(schema, "{name}: the schema accepted it");
+        }
+    }
 }

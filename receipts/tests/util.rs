@@ -25,6 +25,8 @@ pub fn config(tp: usize, transport: Transport, doors: &[(&str, bool)]) -> RunCon
         model: ModelEvidence { preset: "tiny".to_string(), digest: "9f2c41d07a3be851".to_string() },
         battery_digest: "4be1a6c20d93f7e5".to_string(),
         oracle: "tp1 host-bounce defaults on host".to_string(),
+        batch: None,
+        columns: None,
     }
 }
 
@@ -182,6 +184,7 @@ pub fn divergence() -> Divergence {
         oracle_bits: Some(f32_bits_hex(oracle)),
         observed_bits: Some(f32_bits_hex(observed)),
         ulp: Some(ulp_distance(oracle.to_bits(), observed.to_bits())),
+        lane: None,
     }
 }
 
@@ -310,8 +313,9 @@ prop_compose! {
         digest in arb_hex(),
         battery_digest in arb_hex(),
         oracle in arb_text(),
+        (batch, columns) in prop::sample::select(vec![(None, None), (Some(2), None), (Some(8), None), (None, Some(4))]),
     ) -> RunConfigEvidence {
-        RunConfigEvidence { subject, backend, tp, transport, doors, model: ModelEvidence { preset, digest }, battery_digest, oracle }
+        RunConfigEvidence { subject, backend, tp, transport, doors, model: ModelEvidence { preset, digest }, battery_digest, oracle, batch, columns }
     }
 }
 
@@ -358,6 +362,7 @@ prop_compose! {
             oracle_bits: reproduced.then(|| format!("0x{a:08x}")),
             observed_bits: reproduced.then(|| format!("0x{b:08x}")),
             ulp: reproduced.then_some(ulp),
+            lane: None,
         }
     }
 }

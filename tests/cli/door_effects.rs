@@ -9,7 +9,8 @@ fn run_writes_door_effects_and_effects_and_plot_doors_state_them() {
     let dir = tempdir();
     let out = dir.path().join("night");
     let pairs = repo(".ci/door-pairs.toml");
-    run(&short_host_run("2", &out, &["--matrix", s(&pairs), "--transport", "native-p2p", "--quiet"])).expect_code(0);
+    run(&short_host_run("2", &out, &["--matrix", s(&pairs), "--transport", "native-p2p", "--batch", "1", "--quiet"]))
+        .expect_code(0);
     let effects = memra_receipts::effect::read_effects(&out.join("door-effects.json")).expect("run wrote it");
     // {} ← {f32_mirror}, {} ← {oproj_direct}, {oproj_direct} ← {oproj_direct, oproj_tail}.
     let mut doors: Vec<&str> = effects.effects.iter().map(|e| e.door.as_str()).collect();
@@ -26,7 +27,11 @@ fn run_writes_door_effects_and_effects_and_plot_doors_state_them() {
     let base_sets = dir.path().join("base.toml");
     std::fs::write(&base_sets, "schema_version = 1\nsets = [[]]\n").unwrap();
     let only_base = dir.path().join("base");
-    run(&short_host_run("2", &only_base, &["--matrix", s(&base_sets), "--transport", "native-p2p", "--quiet"]))
-        .expect_code(0);
+    run(&short_host_run(
+        "2",
+        &only_base,
+        &["--matrix", s(&base_sets), "--transport", "native-p2p", "--batch", "1", "--quiet"],
+    ))
+    .expect_code(0);
     run(&["plot", "--doors", s(&only_base), "--out", s(&plots)]).expect_code(2).expect_stderr(&["no door effect"]);
 }

@@ -66,6 +66,8 @@ fn a_second_run_into_the_same_directory_is_refused_naming_the_first() {
         "tiny",
         "--tp",
         "1,2,4,8",
+        "--batch",
+        "1",
         "--prompts",
         "2",
         "--quiet",

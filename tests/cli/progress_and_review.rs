@@ -63,8 +63,21 @@ fn progress_lines_reach_a_log_and_quiet_silences_them() {
 fn phase_times_reach_receipts_and_the_estimate() {
     let dir = tempdir();
     let out_dir = dir.path().join("r");
-    let args =
-        ["run", "--backend", "host", "--preset", "tiny", "--tp", "1,2", "--transport", "host-bounce", "--prompts", "1"];
+    let args = [
+        "run",
+        "--backend",
+        "host",
+        "--preset",
+        "tiny",
+        "--tp",
+        "1,2",
+        "--transport",
+        "host-bounce",
+        "--batch",
+        "1",
+        "--prompts",
+        "1",
+    ];
     run(&[&args[..], &["--gen-tokens", "2", "--quiet", "--out", s(&out_dir)]].concat()).expect_code(0);
     let receipts = read_receipts(&out_dir);
     assert_eq!(receipts.len(), 2);
@@ -256,5 +269,6 @@ fn version_and_matrix_show_what_run_would_do() {
     let mut listed = listed;
     listed.sort();
     assert_eq!(listed, ran, "matrix and run disagree on what runs");
-    assert!(!listed.iter().any(|(_, t, _)| t == "nccl"), "matrix adds nccl, which run does not run by default");
+    assert!(listed.iter().any(|(_, _, _, pass)| pass == "b4") && listed.iter().any(|(_, _, _, pass)| pass == "t4"));
+    assert!(!listed.iter().any(|(_, t, _, _)| t == "nccl"), "matrix adds nccl, which run does not run by default");
 }

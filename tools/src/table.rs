@@ -12,6 +12,9 @@ struct Row {
     tp: usize,
     #[tabled(rename = "transport")]
     transport: String,
+    /// Rows (`b4`) or columns (`t2`) per pass; `-` for one token of one session.
+    #[tabled(rename = "pass")]
+    pass: String,
     #[tabled(rename = "doors")]
     doors: String,
     #[tabled(rename = "verdict")]
@@ -38,7 +41,7 @@ fn clip(s: &str, n: usize) -> String {
     }
 }
 
-/// One row per receipt: verdict, seams compared, the first divergence (or why it did not run),
+/// One row per receipt: the pass shape (rows or columns), verdict, seams compared, the first divergence (or why it did not run),
 /// engaged doors, the token-tape digest, the wall time and the model (a run may gate several).
 pub fn summary_table(receipts: &[Receipt]) -> String {
     let rows = receipts.iter().map(|r| {
@@ -73,6 +76,7 @@ pub fn summary_table(receipts: &[Receipt]) -> String {
             backend: ev.config.backend.as_str().to_string(),
             tp: ev.config.tp,
             transport: ev.config.transport.as_str().to_string(),
+            pass: Some(ev.config.pass_label()).filter(|p| !p.is_empty()).unwrap_or_else(|| "-".into()),
             doors: clip(&doors, 48),
             verdict: ev.verdict.as_str().to_string(),
             seams: if compared == 0 { "-".into() } else { compared.to_string() },

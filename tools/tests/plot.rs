@@ -52,6 +52,8 @@ pub(crate) fn config(tp: usize, transport: Transport, doors: &[&str]) -> RunConf
         model: ModelEvidence { preset: "tiny".into(), digest: "dccead46e60bfad9".into() },
         battery_digest: "94b4ccc70972dc13".into(),
         oracle: "tp1 host-bounce defaults on host".into(),
+        batch: None,
+        columns: None,
     }
 }
 

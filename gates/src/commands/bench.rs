@@ -158,6 +158,8 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
                 .into(),
         ));
     }
+    let pass = memra_runtime::PassShape::new(args.batch, args.columns)?;
+    let lanes = pass.lanes();
     let warmup = args.warmup;
     let steps = warmup + args.steps;
     let t0 = Instant::now();
@@ -168,7 +170,11 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
             args.steps, model.config.max_positions
         )));
     }
-    let subject = model.load(Battery { prompts: vec![vec![1]], gen_tokens: steps })?;
+    // Rows: one session per lane (each its own one-token prompt); columns: one session, its
+    // steps computed `lanes` at a time. Either way each timed sample is one pass.
+    let sessions = if pass.batch > 1 { pass.batch } else { 1 };
+    let prompts = (0..sessions).map(|i| vec![1 + i as u32]).collect();
+    let subject = model.load(Battery { prompts, gen_tokens: steps })?;
     eprintln!("memra-gates bench: model ready in {:.1}s", t0.elapsed().as_secs_f64());
     let model = &subject.model;
     let mut b = open(backend, 1)?;
@@ -183,6 +189,13 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
         }
         cfg.doors.graph = true;
     }
+    if pass.columns > 1 {
+        // Teacher-forced by the single-token run's own tape: every draft is accepted, so every
+        // pass computes `lanes` steps and per-pass ÷ lanes is the cost of a token.
+        let single = memra_runtime::program::run(model, &cfg, open(backend, 1)?.as_mut())?;
+        cfg.forced_tokens = Some(single.tokens.iter().map(|t| t[..t.len().saturating_sub(1)].to_vec()).collect());
+    }
+    cfg.pass = pass;
     // The weights are placed once; the seam-timed run and the two gating runs share them.
     let t = Instant::now();
     let prepared = memra_runtime::program::prepare(model, memra_runtime::program::Layout::of(&cfg), b.as_mut())?;
@@ -224,6 +237,12 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     // Table.
     let bw_text = bandwidth.map(|bw| format!("{:.2} TB/s (read+write)", bw / 1e12)).unwrap_or("not measured".into());
     crate::say!("device-to-device copy bandwidth: {bw_text}; {} timed steps after {warmup} warm-up", args.steps);
+    if lanes > 1 {
+        crate::say!(
+            "passes of {} ({lanes} lanes): every latency below is PER PASS; per token = per pass ÷ {lanes} (last table)",
+            pass.label()
+        );
+    }
     if args.graph {
         let replays = record.engaged.get("graph.replays").copied().unwrap_or(0);
         crate::say!(
@@ -260,6 +279,16 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     for line in gating.lines() {
         crate::say!("{line}");
     }
+    if lanes > 1 {
+        crate::say!("per token ({}: per-pass layer latency ÷ {lanes}):", pass.label());
+        for (l, bytes, layer_ns, ..) in &rows {
+            let per_token_us = *layer_ns as f64 / 1e3 / lanes as f64;
+            let floor = bandwidth.map(|bw| bytes.total() as f64 / bw * 1e6);
+            let vs = floor.map(|f| format!(", {:.2}× the one-token floor", per_token_us / f)).unwrap_or_default();
+            crate::say!("  L{l}: {per_token_us:.1} µs per token{vs}");
+            ratios.insert(format!("L{l}.layer_per_token_us"), per_token_us);
+        }
+    }
     if let Some(o) = gating.overhead() {
         crate::say!("gate overhead (digests on vs off, same process): {:.1} %", o * 100.0);
     }
@@ -287,8 +316,14 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
         crate::say!("  {k} = {v:.3}");
     }
 
-    let receipt =
+    let mut receipt =
         performance_receipt(&subject, &record, backend, args.graph, ratios, bandwidth, &torch, wall_ms, prov)?;
+    if lanes > 1 {
+        // The shape is part of the run identity (docs/DESIGN.md §3.6).
+        receipt.evidence.config.batch = (pass.batch > 1).then_some(pass.batch);
+        receipt.evidence.config.columns = (pass.columns > 1).then_some(pass.columns);
+        receipt.run_id = memra_receipts::run_id(&receipt.evidence.config);
+    }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)
             .map_err(|e| GateError::OutDir { dir: dir.clone(), rule: format!("cannot create the directory: {e}") })?;
@@ -327,6 +362,7 @@ fn performance_receipt(
         baseline_tp: 1,
         baseline_transport: Transport::HostBounce,
         not_run: None,
+        pass: memra_runtime::PassShape::SINGLE,
     };
     let nt = crate::gate::non_triviality(record);
     let verdict = if nt.passed() { Verdict::Pass } else { Verdict::Fail };

@@ -37,7 +37,9 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
     let transports = plan::parse_transports(&args.transport)?;
     let backends = backends(args, request.require_gpu(&registry))?;
     let kind = MatrixKind::parse(&args.matrix)?;
-    let mut plan = matrix::enumerate(&registry, &kind, &args.tp, &transports, &backends)?;
+    let plan = matrix::enumerate(&registry, &kind, &args.tp, &transports, &backends)?;
+    let passes = matrix::Passes::from_flags(Some(&kind), args.batch.as_deref(), args.columns.as_deref())?;
+    let mut plan = passes.apply(plan, &Default::default());
     if let Some(spec) = &args.shard {
         let (i, n) = matrix::parse_shard(spec)?;
         plan = matrix::shard(&plan, i, n)?;

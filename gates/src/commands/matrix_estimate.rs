@@ -295,12 +295,7 @@ mod tests {
     use memra_runtime::Transport;
 
     fn config(backend: BackendKind, tp: usize, doors: &[&str]) -> Configuration {
-        Configuration {
-            backend,
-            tp,
-            transport: Transport::HostBounce,
-            doors: doors.iter().map(|d| d.to_string()).collect(),
-        }
+        Configuration::single(backend, tp, Transport::HostBounce, doors.iter().map(|d| d.to_string()).collect())
     }
 
     fn sample(c: Configuration, wall: f64, phases: &[(&str, f64)]) -> Sample {

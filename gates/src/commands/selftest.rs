@@ -183,7 +183,13 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
         registry::BackendKind::Host => vec![Transport::HostBounce, Transport::NativeP2p],
         registry::BackendKind::Cuda => Transport::ALL.to_vec(),
     };
-    let canaries = matrix::enumerate(&registry, &MatrixKind::Canaries, &TP_SIZES, &transports, &[backend])?;
+    let mut canaries = matrix::enumerate(&registry, &MatrixKind::Canaries, &TP_SIZES, &transports, &[backend])?;
+    // Rows and columns on request (docs/DESIGN.md §3.6): every canary must be caught at each
+    // shape too, named at its place and lane.
+    if args.batch.is_some() || args.columns.is_some() {
+        let passes = matrix::Passes::from_flags(None, args.batch.as_deref(), args.columns.as_deref())?;
+        canaries = passes.apply(canaries, &BTreeSet::new());
+    }
     let mut jobs = plan::jobs_of(&registry, &canaries, &req, 1, None)?;
     let mut model_args = args.model.clone();
     if model_args.model.is_none() && model_args.preset.is_none() {

@@ -81,6 +81,8 @@ pub fn subject(_: &SubjectArgs) -> Result<Status, GateError> {
         format: ExpertFormat::E4m3,
         forced: forced.as_ref(),
         capture: request.capture,
+        // The subject protocol (version 1) decodes one token of one session per pass.
+        pass: memra_runtime::PassShape::SINGLE,
     };
     let bytes = match runtime.run_canonical(spec) {
         Ok(record) => {

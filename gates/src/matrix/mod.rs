@@ -19,21 +19,23 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use memra_runtime::config::{DoorSet, Transport};
+use memra_runtime::config::{DoorSet, PassShape, Transport};
 
 use crate::registry::{BackendKind, FlipAt, Registry, RegistryError, TP_SIZES};
 
 mod covering;
 mod door_sets;
+mod passes;
 
 use covering::Table;
 pub use door_sets::{parse_door_sets, read_door_sets, DoorSets, SetFileFormat, DOOR_SET_FILE_VERSION};
+pub use passes::Passes;
 
 /// Most doors `--matrix all` and `--matrix pairwise` enumerate over (2^n door sets).
 pub const MAX_ENUMERATED_DOORS: usize = 24;
 
-/// One run: which doors are on, at which TP size, over which transport, on which backend.
-/// Field order is the sort order.
+/// One run: which doors are on, at which TP size, over which transport, on which backend, and
+/// the shape of its passes (rows or columns, docs/DESIGN.md §3.6). Field order is the sort order.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Configuration {
     pub backend: BackendKind,
@@ -41,15 +43,36 @@ pub struct Configuration {
     pub transport: Transport,
     /// Enabled door ids (every other door off).
     pub doors: BTreeSet<String>,
+    /// Sessions per pass (rows): 1, 2, 4 or 8.
+    pub batch: usize,
+    /// Consecutive tokens of one session per pass (columns): 1, 2, 4 or 8; not with `batch` > 1.
+    pub columns: usize,
 }
 
 impl Configuration {
-    /// Every door off.
+    /// Every door off, one token of one session per pass.
     pub fn baseline(tp: usize, transport: Transport, backend: BackendKind) -> Configuration {
-        Configuration { backend, tp, transport, doors: BTreeSet::new() }
+        Configuration::single(backend, tp, transport, BTreeSet::new())
     }
 
-    /// A short stable name, e.g. `tp4 native-p2p host +oproj_direct+oproj_tail`.
+    /// `doors` at one token of one session per pass.
+    pub fn single(backend: BackendKind, tp: usize, transport: Transport, doors: BTreeSet<String>) -> Configuration {
+        Configuration { backend, tp, transport, doors, batch: 1, columns: 1 }
+    }
+
+    /// The same configuration with passes of `pass`'s shape.
+    pub fn with_pass(mut self, pass: PassShape) -> Configuration {
+        (self.batch, self.columns) = (pass.batch, pass.columns);
+        self
+    }
+
+    /// The runtime's pass shape (checked when the configuration was made: 1/2/4/8, not both).
+    pub fn pass(&self) -> PassShape {
+        PassShape { batch: self.batch, columns: self.columns }
+    }
+
+    /// A short stable name, e.g. `tp4 native-p2p host +oproj_direct+oproj_tail`, ending in ` b4`
+    /// or ` t2` for passes of several rows or columns.
     pub fn label(&self) -> String {
         let mut s = format!("tp{} {} {}", self.tp, self.transport.name(), self.backend.name());
         if !self.doors.is_empty() {
@@ -58,6 +81,11 @@ impl Configuration {
                 s.push('+');
                 s.push_str(d);
             }
+        }
+        let pass = self.pass().label();
+        if !pass.is_empty() {
+            s.push(' ');
+            s.push_str(&pass);
         }
         s
     }
@@ -138,6 +166,8 @@ pub struct MatrixPlan {
     /// set (a door with what it requires, or a conflicting pair with what they require); every
     /// larger set containing it is left out by the same rule (ask [`classify`] about any one).
     pub smallest_sets_only: bool,
+    /// What the pass-shape axes include and exclude, and why (`passes`; `--explain`).
+    pub pass_notes: Vec<String>,
 }
 
 impl MatrixPlan {
@@ -158,6 +188,9 @@ impl MatrixPlan {
         }
         for n in &self.not_applicable {
             let _ = writeln!(s, "NOT-APPLICABLE  {}: {}", n.config.label(), n.reason);
+        }
+        for note in &self.pass_notes {
+            let _ = writeln!(s, "{note}");
         }
         s
     }
@@ -329,7 +362,7 @@ impl Axes {
 
     fn cross(&self, registry: &Registry, doors: &BTreeSet<String>, plan: &mut MatrixPlan) -> Result<(), RegistryError> {
         for (backend, tp, transport) in self.each() {
-            let config = Configuration { backend, tp, transport, doors: doors.clone() };
+            let config = Configuration::single(backend, tp, transport, doors.clone());
             let legality = classify(registry, &config)?;
             plan.push(config, legality);
         }
@@ -388,7 +421,7 @@ pub fn enumerate(
                 let doors = table.set_of(mask);
                 for (backend, tp, transport) in axes.each() {
                     if table.runs(mask, backend, tp, transport) {
-                        plan.legal.push(Configuration { backend, tp, transport, doors: doors.clone() });
+                        plan.legal.push(Configuration::single(backend, tp, transport, doors.clone()));
                     }
                 }
             }
@@ -483,6 +516,7 @@ pub fn shard(plan: &MatrixPlan, index: usize, count: usize) -> Result<MatrixPlan
         excluded: pick(&plan.excluded, |e| lane(&e.config), index, count),
         not_applicable: pick(&plan.not_applicable, |n| lane(&n.config), index, count),
         smallest_sets_only: plan.smallest_sets_only,
+        pass_notes: plan.pass_notes.clone(),
     })
 }
 

@@ -137,7 +137,7 @@ impl RunPlan {
         check_tps(&args.tp)?;
         let transports = parse_transports(&args.transport)?;
         let backend = resolve_backend(&args.backend, request.require_gpu(&registry))?;
-        let (matrix_name, matrix) = run_matrix(&registry, args, &request, backend, &transports)?;
+        let (matrix_name, matrix) = run_matrix(&registry, args, &request, backend, &transports, subject.is_some())?;
         let processes = dist.as_ref().map_or(1, |d| d.spec.processes);
         let jobs = jobs_of(&registry, &matrix, &request, processes, subject.as_ref())?;
         if jobs.is_empty() {
@@ -206,19 +206,30 @@ fn run_matrix(
     req: &DoorRequest,
     backend: BackendKind,
     transports: &[Transport],
+    external: bool,
 ) -> Result<(String, MatrixPlan), GateError> {
-    let (name, mut plan) = match &args.matrix {
-        Some(m) => {
-            let kind = MatrixKind::parse(m)?;
-            let plan = matrix::enumerate(registry, &kind, &args.tp, transports, &[backend])?;
-            (m.clone(), filter_by_request(plan, req))
+    let kind = args.matrix.as_deref().map(MatrixKind::parse).transpose()?;
+    let passes = match (external, &args.batch, &args.columns) {
+        // An external subject speaks the subject protocol version 1 (no rows or columns): no
+        // default multi-lane shapes; asked for, they are NOT-APPLICABLE with the reason.
+        (true, None, None) => matrix::Passes::single_only(),
+        _ => matrix::Passes::from_flags(kind.as_ref(), args.batch.as_deref(), args.columns.as_deref())?,
+    };
+    let (name, mut plan) = match (&args.matrix, &kind) {
+        (Some(m), Some(kind)) => {
+            let plan = matrix::enumerate(registry, kind, &args.tp, transports, &[backend])?;
+            let plan = filter_by_request(plan, req);
+            // The base door set of the default shapes: the baseline, or (filtered by explicit
+            // requests) the smallest set left.
+            let base = plan.legal.iter().map(|c| c.doors.clone()).min_by_key(|d| d.len()).unwrap_or_default();
+            (m.clone(), passes.apply(plan, &base))
         }
-        None => {
+        _ => {
             let doors = req.enabled(registry);
             let mut plan = MatrixPlan::default();
             for &tp in &args.tp {
                 for &t in transports {
-                    let config = Configuration { backend, tp, transport: t, doors: doors.clone() };
+                    let config = Configuration::single(backend, tp, t, doors.clone());
                     let legality = matrix::classify(registry, &config)?;
                     plan.push(config, legality);
                 }
@@ -231,6 +242,7 @@ fn run_matrix(
                     why.join("\n  ")
                 )));
             }
+            let plan = passes.apply(plan, &doors);
             ("requested".to_string(), plan)
         }
     };

@@ -505,12 +505,12 @@ pub fn class_baseline_config(registry: &Registry, door: &Door, backend: BackendK
     } else {
         door.transports.allowed.iter().copied().min().unwrap_or(Transport::HostBounce)
     };
-    Configuration {
+    Configuration::single(
         backend,
-        tp: door.tp.allowed.iter().copied().min().unwrap_or(1),
+        door.tp.allowed.iter().copied().min().unwrap_or(1),
         transport,
-        doors: registry.closure_of([door.id.as_str()]),
-    }
+        registry.closure_of([door.id.as_str()]),
+    )
 }
 
 /// Requirement (c): the class baseline is present in every night and unchanged across the window.

@@ -17,10 +17,11 @@ pub use external::External;
 use memra_receipts::schema::Verdict;
 use memra_runtime::backend::BackendKind;
 use memra_runtime::record::{CaptureKey, Record};
-use memra_runtime::{DoorSet, ExpertFormat, RuntimeError, Transport};
+use memra_runtime::{DoorSet, ExpertFormat, PassShape, RuntimeError, Transport};
 use std::collections::BTreeMap;
 
-/// One configuration of a run: where, how wide, over what, with which doors and expert format;
+/// One configuration of a run: where, how wide, over what, with which doors and expert format, in
+/// passes of which shape;
 /// teacher-forced by a record's tokens when given; with full captures of `capture`.
 #[derive(Debug, Clone)]
 pub struct RunSpec<'r> {
@@ -35,6 +36,8 @@ pub struct RunSpec<'r> {
     pub format: ExpertFormat,
     pub forced: Option<&'r Record>,
     pub capture: Vec<CaptureKey>,
+    /// Rows or columns per pass (docs/DESIGN.md §3.6); every reference runs single-token.
+    pub pass: PassShape,
 }
 
 impl RunSpec<'_> {
@@ -49,6 +52,7 @@ impl RunSpec<'_> {
             format,
             forced: None,
             capture: Vec::new(),
+            pass: PassShape::SINGLE,
         }
     }
 }

@@ -13,15 +13,24 @@ use crate::job::{CensusDecl, Job};
 use crate::subject::RunSpec;
 use memra_runtime::backend::BackendKind;
 use memra_runtime::record::{CaptureKey, Record};
-use memra_runtime::{DoorSet, ExpertFormat, Transport};
+use memra_runtime::{DoorSet, ExpertFormat, PassShape, Transport};
 
 /// A census baseline's configuration: backend, TP, transport, door values, expert format, the
 /// teacher-forced tape (the tokens of the oracle a NUMERIC job is held to) and the captures — all
 /// of its run specification, so one key is one run.
 /// The door variables are part of the key: an external subject's doors have no field in the
 /// built-in runtime's door values.
-pub(super) type BaselineKey =
-    (BackendKind, usize, Transport, DoorSet, Vec<String>, ExpertFormat, Option<Vec<Vec<u32>>>, Vec<CaptureKey>);
+pub(super) type BaselineKey = (
+    BackendKind,
+    usize,
+    Transport,
+    PassShape,
+    DoorSet,
+    Vec<String>,
+    ExpertFormat,
+    Option<Vec<Vec<u32>>>,
+    Vec<CaptureKey>,
+);
 
 fn key(
     job: &Job,
@@ -32,7 +41,17 @@ fn key(
     capture: &[CaptureKey],
 ) -> BaselineKey {
     let vars = vars.iter().filter(|(_, on)| **on).map(|(v, _)| v.clone()).collect();
-    (job.backend, job.tp, job.transport, doors, vars, format, forced.map(|r| r.tokens.clone()), capture.to_vec())
+    (
+        job.backend,
+        job.tp,
+        job.transport,
+        job.pass,
+        doors,
+        vars,
+        format,
+        forced.map(|r| r.tokens.clone()),
+        capture.to_vec(),
+    )
 }
 
 impl Suite<'_> {
@@ -57,6 +76,8 @@ impl Suite<'_> {
             backend: job.backend,
             tp: job.tp,
             transport: job.transport,
+            // The census of a pass of several lanes is compared with the same shape's.
+            pass: job.pass,
             doors: off,
             door_vars: decl.off_vars.clone(),
             format,

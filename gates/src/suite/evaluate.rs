@@ -60,6 +60,7 @@ impl Suite<'_> {
             format: format_of(job),
             forced,
             capture: capture.to_vec(),
+            pass: job.pass,
         }
     }
 
@@ -189,8 +190,20 @@ impl Suite<'_> {
         let outcome = match gate::first_difference(&reference, run) {
             Err(structure) => Outcome::Fail(structure),
             Ok(None) if steps(run) == 0 => Outcome::Fail("no decode step was compared".to_string()),
-            Ok(None) => Outcome::Pass(format!("{} steps × {} seams bit-identical", steps(run), run.seams_per_step())),
+            Ok(None) => match gate::lanes_used(run, job.pass) {
+                Err(vacuous) => Outcome::Fail(vacuous),
+                Ok(lanes) if lanes.is_empty() => {
+                    Outcome::Pass(format!("{} steps × {} seams bit-identical", steps(run), run.seams_per_step()))
+                }
+                // Batch invariance / verify = decode: every lane equals the single-token reference.
+                Ok(lanes) => Outcome::Pass(format!(
+                    "{} steps × {} seams bit-identical to the single-token TP1 reference; {lanes}",
+                    steps(run),
+                    run.seams_per_step()
+                )),
+            },
             Ok(Some(mut d)) => {
+                gate::name_lane(&mut d, run, job.pass);
                 let reference = RunSpec::oracle(job.backend, ExpertFormat::E4m3);
                 self.place(&mut d, (run, other), locating, reference, self.spec(job, None, &[]));
                 let text = format!("first divergence at {}", d.describe());
@@ -255,9 +268,11 @@ impl Suite<'_> {
                     job.baseline_transport.name()
                 )),
                 Ok(Some(mut d)) => {
+                    gate::name_lane(&mut d, run, job.pass);
                     let baseline = RunSpec {
                         tp: job.baseline_tp,
                         transport: job.baseline_transport,
+                        pass: memra_runtime::PassShape::SINGLE,
                         ..self.spec(job, Some(oracle), &[])
                     };
                     self.place(&mut d, (run, other), locating, baseline, self.spec(job, Some(oracle), &[]));

@@ -191,6 +191,9 @@ impl<'a> Suite<'a> {
             format: format_of(job),
             forced: Some(oracle),
             capture: vec![],
+            // The class baseline is the door set's single-token fresh tape: a run of several
+            // rows or columns must equal it (batch invariance, verify = decode).
+            pass: memra_runtime::PassShape::SINGLE,
         };
         let r = self.subject_as(Phase::Oracle, spec).map_err(|e| e.to_string());
         self.class_baselines.lock().expect("baseline lock").insert(key, r.clone());
@@ -330,5 +333,6 @@ pub(crate) fn test_job(tp: usize, doors: memra_runtime::DoorSet) -> Job {
         baseline_tp: 1,
         baseline_transport: Transport::HostBounce,
         not_run: None,
+        pass: memra_runtime::PassShape::SINGLE,
     }
 }

@@ -132,6 +132,9 @@ struct SiblingKey {
     model: (String, String),
     battery: String,
     oracle: String,
+    /// Rows and columns per pass (docs/DESIGN.md §3.6): a multi-lane run is no sibling of a
+    /// single-token one.
+    pass: (Option<usize>, Option<usize>),
 }
 
 impl SiblingKey {
@@ -144,6 +147,7 @@ impl SiblingKey {
             model: (c.model.preset.clone(), c.model.digest.clone()),
             battery: c.battery_digest.clone(),
             oracle: c.oracle.clone(),
+            pass: (c.batch, c.columns),
         }
     }
 }

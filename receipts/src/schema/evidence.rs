@@ -100,12 +100,21 @@ pub struct RunConfigEvidence {
     pub battery_digest: String,
     /// What this run was compared against, e.g. `"tp1 host-bounce defaults on host"`.
     pub oracle: String,
+    /// Sessions per pass (rows, docs/DESIGN.md §3.6): 2, 4 or 8; absent for one session per pass,
+    /// so a single-token run's identity (and run id) is what it was before the axis existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<usize>,
+    /// Consecutive tokens of one session per pass (columns: verify and prefill): 2, 4 or 8; absent
+    /// for one token per pass. At most one of `batch` and `columns` is present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<usize>,
 }
 
 impl RunConfigEvidence {
     /// Human-readable run name used in tables, JUnit and CSV:
     /// `"<subject>/<preset> <backend> tp<N> <transport> <doors>"`, where doors are `+NAME` (on) and
     /// `-NAME` (off) without the `MEMRA_` prefix, in key order, or `defaults` when none is set.
+    /// A run of several rows or columns per pass ends in ` b<B>` or ` t<T>` ([`Self::pass_label`]).
     /// Not unique by itself (the oracle and digests are not in it); [`run_id`](crate::identity::run_id) is.
     pub fn label(&self) -> String {
         let doors = if self.doors.is_empty() {
@@ -120,14 +129,30 @@ impl RunConfigEvidence {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
+        let pass = self.pass_label();
+        let pass = if pass.is_empty() { pass } else { format!(" {pass}") };
         format!(
-            "{}/{} {} tp{} {} {doors}",
+            "{}/{} {} tp{} {} {doors}{pass}",
             self.subject,
             self.model.preset,
             self.backend.as_str(),
             self.tp,
             self.transport.as_str()
         )
+    }
+
+    /// `b4` (4 rows per pass), `t2` (2 columns per pass), or `` (one token of one session).
+    pub fn pass_label(&self) -> String {
+        match (self.batch, self.columns) {
+            (Some(b), _) => format!("b{b}"),
+            (None, Some(t)) => format!("t{t}"),
+            (None, None) => String::new(),
+        }
+    }
+
+    /// Lanes of one pass: rows or columns, 1 for single-token decode.
+    pub fn lanes(&self) -> usize {
+        self.batch.or(self.columns).unwrap_or(1)
     }
 }
 
@@ -291,6 +316,41 @@ pub struct Divergence {
     /// Distance in units in the last place between the two values (see [`ulp_distance`](memra_kernels::grid::ulp_distance)).
     #[serde(deserialize_with = "required")]
     pub ulp: Option<u64>,
+    /// In a run of several rows or columns per pass (docs/DESIGN.md §3.6): the pass and the row or
+    /// column that computed the divergent step. Absent in single-token runs (and receipts written
+    /// before the axes existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<LaneEvidence>,
+}
+
+/// The lane of a multi-lane pass that computed a step: `axis` is `row` (batch) or `column`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaneEvidence {
+    pub axis: LaneAxis,
+    /// The row or column within its pass, from 0.
+    pub index: usize,
+    /// The pass of the run (counted from 0 over the whole run).
+    pub pass: u64,
+}
+
+/// Rows (several sessions per pass) or columns (several tokens of one session per pass).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaneAxis {
+    Row,
+    Column,
+}
+
+impl LaneEvidence {
+    /// `row 1 of pass 7` / `column 3 of pass 2`.
+    pub fn describe(&self) -> String {
+        let axis = match self.axis {
+            LaneAxis::Row => "row",
+            LaneAxis::Column => "column",
+        };
+        format!("{axis} {} of pass {}", self.index, self.pass)
+    }
 }
 
 /// What a [`Divergence`] found different.
@@ -307,9 +367,11 @@ impl Divergence {
     /// One line for tables: `L3.o_join p0 s5 r2 [1234] 0x3f800000→0x3f800001 (1 ulp)`,
     /// `L0.attn_norm p0 s0 copy r0→r1 (in both runs: deterministic)`, or
     /// `L1.experts p0 s3 r1 (not reproduced: race likely)`.
+    /// A multi-lane run's place names the lane too: `L3.o_join p0 s5 (row 1 of pass 7) r2 …`.
     pub fn short(&self) -> String {
         let rank = self.rank.map(|r| format!(" r{r}")).unwrap_or_default();
-        let place = format!("{} p{} s{}", seam_column(self.layer, &self.seam), self.prompt, self.step);
+        let lane = self.lane.map(|l| format!(" ({})", l.describe())).unwrap_or_default();
+        let place = format!("{} p{} s{}{lane}", seam_column(self.layer, &self.seam), self.prompt, self.step);
         if self.at == DivergenceAt::Copy {
             let src = self.src_rank.map(|r| format!("r{r}")).unwrap_or_else(|| "?".into());
             let dst = self.rank.map(|r| format!("r{r}")).unwrap_or_else(|| "?".into());

@@ -47,12 +47,16 @@
 //! - the gates `copies`, `coverage` and `probe` are new;
 //! - a probe entry names its `transport` (version 1 probed native-p2p only).
 //!
-//! Within version 2, two later additions that older version 2 readers do not know:
+//! Within version 2, later additions that older version 2 readers do not know:
 //! `evidence.census_witness` (optional, written only when memra-gates' own backend did not count
 //! the census: `"self-reported"` for an external subject, `"outside:<witness>"` for a witness
 //! outside its process), and a copy divergence's `reproduced` (it was always `false`; it now says
 //! whether the configuration's second run had the same fault — a deterministic transport fault —
-//! and a copy never names an element).
+//! and a copy never names an element). Rows and columns (docs/DESIGN.md §3.6) added three more,
+//! all optional so that a single-token receipt, and its run id, stay exactly as they were:
+//! `evidence.config.batch` and `evidence.config.columns` (2, 4 or 8, at most one of them; absent
+//! for one token of one session per pass) and `first_divergence.lane` (`axis` row or column,
+//! `index`, `pass`: the lane of the pass that computed the divergent step).
 //!
 //! # Conventions
 //!

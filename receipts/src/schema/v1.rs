@@ -163,6 +163,7 @@ impl From<ReceiptV1> for Receipt {
                     oracle_bits: Some(d.oracle_bits),
                     observed_bits: Some(d.observed_bits),
                     ulp: Some(d.ulp),
+                    lane: None,
                 }),
                 digests: e.digests,
                 tokens: e.tokens,
