@@ -39,7 +39,7 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
     let kind = MatrixKind::parse(&args.matrix)?;
     let plan = matrix::enumerate(&registry, &kind, &args.tp, &transports, &backends)?;
     let passes = matrix::Passes::from_flags(Some(&kind), args.batch.as_deref(), args.columns.as_deref())?;
-    let mut plan = passes.apply(plan, &Default::default());
+    let mut plan = passes.apply(plan, &Default::default(), &registry);
     if let Some(spec) = &args.shard {
         let (i, n) = matrix::parse_shard(spec)?;
         plan = matrix::shard(&plan, i, n)?;

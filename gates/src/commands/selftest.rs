@@ -52,10 +52,9 @@ fn first_reach(ev: &Evidence, paths: &[&str]) -> Expected {
     }
 }
 
-/// Where canary `c` must first show in a run at `tp` whose receipt evidence is `ev`; the rows and
-/// columns canaries run at [`canary_shape`] over a battery whose first prompt has `first_prompt`
-/// tokens.
-pub fn expected(c: &Canary, tp: usize, first_prompt: usize, ev: &Evidence) -> Expected {
+/// Where canary `c` must first show in a run at `tp` with passes of `columns` columns, over a
+/// battery whose first prompt has `first_prompt` tokens, whose receipt evidence is `ev`.
+pub fn expected(c: &Canary, tp: usize, columns: usize, first_prompt: usize, ev: &Evidence) -> Expected {
     let at = |place| Expected::At { place, element: None, copy: None };
     match *c {
         Canary::FlipBit { layer, seam, step, element } => {
@@ -74,7 +73,7 @@ pub fn expected(c: &Canary, tp: usize, first_prompt: usize, ev: &Evidence) -> Ex
         Canary::BrokenBroadcast => {
             Expected::At { place: (0, 0, 0, Seam::AttnNorm), element: None, copy: Some((0, tp - 1)) }
         }
-        // Rows (selftest runs them at batch 2+): lane j takes its first session at pass j, so the
+        // Rows (batch 2 or more): lane j takes its first session at pass j, so the
         // first pass of two rows is pass 1 — prompt 0's step 1 beside prompt 1's step 0 — and
         // the reversed fold first shows in prompt 0, step 1, at layer 0's o_join.
         Canary::BatchKSplit => at((0, 1, 0, Seam::OJoin)),
@@ -82,23 +81,8 @@ pub fn expected(c: &Canary, tp: usize, first_prompt: usize, ev: &Evidence) -> Ex
         Canary::NeighbourSession => at((1, 0, 0, Seam::Attn)),
         // Columns: prompt 0's prefill pass holds steps 0..T; partitions of P = 32 >> T positions
         // first differ from one partition at the step whose length is P + 1 (step P).
-        Canary::VerifyPartitions => verify_partitions_place(CANARY_COLUMNS, first_prompt),
+        Canary::VerifyPartitions => verify_partitions_place(columns, first_prompt),
     }
-}
-
-/// The batch selftest runs the rows canaries at (lanes 0..4: ragged, refilled).
-pub const CANARY_BATCH: usize = 4;
-/// The columns selftest runs the columns canaries at.
-pub const CANARY_COLUMNS: usize = 4;
-
-/// The pass shape canary `c` is planted in: rows, columns, or single-token decode.
-pub fn canary_shape(c: &Canary) -> memra_runtime::PassShape {
-    let (b, t) = match c {
-        Canary::BatchKSplit | Canary::NeighbourSession => (CANARY_BATCH, 1),
-        Canary::VerifyPartitions => (1, CANARY_COLUMNS),
-        _ => (1, 1),
-    };
-    memra_runtime::PassShape::new(b, t).expect("the selftest shapes are on the grid")
 }
 
 /// Where the verify-partitions canary first shows: step `P = ATTN_PARTITION >> T` of prompt 0
@@ -184,12 +168,15 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
         registry::BackendKind::Cuda => Transport::ALL.to_vec(),
     };
     let mut canaries = matrix::enumerate(&registry, &MatrixKind::Canaries, &TP_SIZES, &transports, &[backend])?;
-    // Rows and columns on request (docs/DESIGN.md §3.6): every canary must be caught at each
-    // shape too, named at its place and lane.
-    if args.batch.is_some() || args.columns.is_some() {
-        let passes = matrix::Passes::from_flags(None, args.batch.as_deref(), args.columns.as_deref())?;
-        canaries = passes.apply(canaries, &BTreeSet::new());
-    }
+    // Rows and columns (docs/DESIGN.md §3.6): on request every canary must be caught at each
+    // shape too, named at its place and lane; without the flags each canary runs single-token,
+    // and the rows and columns canaries at the first shape their registry `passes` allow.
+    let passes = if args.batch.is_some() || args.columns.is_some() {
+        matrix::Passes::from_flags(None, args.batch.as_deref(), args.columns.as_deref())?
+    } else {
+        matrix::Passes::single_only()
+    };
+    canaries = passes.apply(canaries, &BTreeSet::new(), &registry);
     let mut jobs = plan::jobs_of(&registry, &canaries, &req, 1, None)?;
     let mut model_args = args.model.clone();
     if model_args.model.is_none() && model_args.preset.is_none() {
@@ -269,8 +256,9 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
                 .ok()
                 .and_then(|d| d.canary)
         });
-        let exp =
-            canary.map(|c| expected(&c, job.tp, first_prompt, ev)).unwrap_or(Expected::Unreached("no canary".into()));
+        let exp = canary
+            .map(|c| expected(&c, job.tp, job.pass.columns, first_prompt, ev))
+            .unwrap_or(Expected::Unreached("no canary".into()));
         let ok = caught(&exp, ev);
         all_caught &= ok;
         let obs = match &ev.first_divergence {

@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use memra_runtime::config::PassShape;
 
 use super::{Configuration, MatrixKind, MatrixPlan, NotApplicable};
-use crate::registry::RegistryError;
+use crate::registry::{Registry, RegistryError};
 
 /// Which pass shapes a matrix runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,8 +114,17 @@ impl Passes {
         Passes::Given { shapes: vec![PassShape::SINGLE], refused: Vec::new() }
     }
 
-    /// Apply the axes to `plan`, a single-token plan whose base door set is `base`.
-    pub fn apply(&self, mut plan: MatrixPlan, base: &BTreeSet<String>) -> MatrixPlan {
+    /// Apply the axes to `plan`, a single-token plan whose base door set is `base`; then hold
+    /// every configuration to its doors' pass shapes ([`place_by_door_passes`]).
+    pub fn apply(&self, plan: MatrixPlan, base: &BTreeSet<String>, registry: &Registry) -> MatrixPlan {
+        let defaults = match self {
+            Passes::Default { shapes, .. } => shapes.clone(),
+            Passes::Given { .. } => Vec::new(),
+        };
+        place_by_door_passes(self.apply_axes(plan, base), registry, &defaults).finish()
+    }
+
+    fn apply_axes(&self, mut plan: MatrixPlan, base: &BTreeSet<String>) -> MatrixPlan {
         match self {
             Passes::Default { shapes, tps } => {
                 let mut more: Vec<Configuration> = Vec::new();
@@ -155,8 +164,59 @@ impl Passes {
                 }
             }
         }
-        plan.finish()
+        plan
     }
+}
+
+/// The first door of `doors` with nothing to do in passes of `shape`, as its reason.
+fn refused_at(registry: &Registry, doors: &BTreeSet<String>, shape: PassShape) -> Option<String> {
+    doors.iter().filter_map(|id| registry.door(id)).find_map(|d| d.not_at_pass(shape))
+}
+
+/// A door whose mechanism has no work at a shape (its registry `passes`) makes a configuration
+/// with it at that shape NOT-APPLICABLE, with the door's reason — never a run that would be VOID.
+/// A single-token configuration moved out this way runs instead at the `defaults` shapes its
+/// doors allow, or, when they allow none of those, at the first shape they all allow (so every
+/// door of a plan runs somewhere); a door set that allows no shape at all stays NOT-APPLICABLE.
+fn place_by_door_passes(mut plan: MatrixPlan, registry: &Registry, defaults: &[PassShape]) -> MatrixPlan {
+    let legal = std::mem::take(&mut plan.legal);
+    let mut moved = Vec::new();
+    for c in legal {
+        match refused_at(registry, &c.doors, c.pass()) {
+            None => plan.legal.push(c),
+            Some(reason) => moved.push((c, reason)),
+        }
+    }
+    let every: Vec<PassShape> =
+        [(1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (1, 4), (1, 8)].map(|(b, t)| shape(b, t)).to_vec();
+    let mut placed = Vec::new();
+    for (c, reason) in moved {
+        let fits = |s: &PassShape| refused_at(registry, &c.doors, *s).is_none();
+        let mut shapes: Vec<PassShape> = defaults.iter().copied().filter(fits).collect();
+        if shapes.is_empty() {
+            shapes.extend(every.iter().copied().find(fits));
+        }
+        // A shape the matrix was asked for, or no shape the doors allow: NOT-APPLICABLE, with
+        // the door's reason; a single-token configuration that runs elsewhere is moved, not lost.
+        if c.pass() != PassShape::SINGLE || shapes.is_empty() {
+            plan.not_applicable.push(NotApplicable { config: c, reason });
+            continue;
+        }
+        for s in shapes {
+            let c = c.clone().with_pass(s);
+            if !plan.legal.contains(&c) && !placed.contains(&c) {
+                placed.push(c);
+            }
+        }
+    }
+    if !placed.is_empty() {
+        plan.pass_notes.push(format!(
+            "passes: {} configuration(s) whose doors have no work in single-token decode run at the shapes their doors allow (registry `passes`)",
+            placed.len()
+        ));
+    }
+    plan.legal.extend(placed);
+    plan
 }
 
 /// `1×1, b4, t4`.

@@ -222,7 +222,7 @@ fn run_matrix(
             // The base door set of the default shapes: the baseline, or (filtered by explicit
             // requests) the smallest set left.
             let base = plan.legal.iter().map(|c| c.doors.clone()).min_by_key(|d| d.len()).unwrap_or_default();
-            (m.clone(), passes.apply(plan, &base))
+            (m.clone(), passes.apply(plan, &base, registry))
         }
         _ => {
             let doors = req.enabled(registry);
@@ -242,7 +242,7 @@ fn run_matrix(
                     why.join("\n  ")
                 )));
             }
-            let plan = passes.apply(plan, &doors);
+            let plan = passes.apply(plan, &doors, registry);
             ("requested".to_string(), plan)
         }
     };

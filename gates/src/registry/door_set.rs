@@ -38,7 +38,10 @@ impl Registry {
                 let at = flip_at.or_else(|| self.default_flip_at());
                 let canary = canary_of(id, at).ok_or_else(|| RegistryError::NoRuntimeField {
                     id: id.to_string(),
-                    rule: "the runtime's canaries are canary_flip_bit, canary_reverse_kblocks, canary_stale_buffer, canary_skip_fence, canary_tie_break, canary_signed_zero, canary_clamp, canary_silent_fallback, canary_broken_broadcast (and canary_flip_bit needs MEMRA_CANARY_FLIP_AT or its default)".to_string(),
+                    rule: format!(
+                        "the runtime's canaries are {} (and canary_flip_bit needs MEMRA_CANARY_FLIP_AT or its default)",
+                        Canary::all().map(|c| c.id()).join(", ")
+                    ),
                 })?;
                 canaries.push((id, canary));
             } else {
@@ -97,22 +100,16 @@ pub fn canary_id(c: &Canary) -> &'static str {
     c.id()
 }
 
+/// The runtime canary of registry id `id` (`Canary::all` names each once); the flip canary
+/// needs its place.
 fn canary_of(id: &str, flip_at: Option<FlipAt>) -> Option<Canary> {
-    match id {
-        "canary_flip_bit" => flip_at.map(|a| Canary::FlipBit {
+    match Canary::all().into_iter().find(|c| c.id() == id)? {
+        Canary::FlipBit { .. } => flip_at.map(|a| Canary::FlipBit {
             layer: a.layer,
             seam: a.seam,
             step: a.step,
             element: a.element.unwrap_or(0),
         }),
-        "canary_reverse_kblocks" => Some(Canary::ReverseKBlocks),
-        "canary_stale_buffer" => Some(Canary::StaleBuffer),
-        "canary_skip_fence" => Some(Canary::SkipFence),
-        "canary_tie_break" => Some(Canary::TieBreak),
-        "canary_signed_zero" => Some(Canary::SignedZero),
-        "canary_clamp" => Some(Canary::Clamp),
-        "canary_silent_fallback" => Some(Canary::SilentFallback),
-        "canary_broken_broadcast" => Some(Canary::BrokenBroadcast),
-        _ => None,
+        c => Some(c),
     }
 }
