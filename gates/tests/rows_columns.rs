@@ -139,17 +139,24 @@ fn default_shapes_and_their_explanation() {
         (MatrixKind::Single, vec!["b4", "t4"], vec![1, 2]),
     ] {
         let single = enumerate(&r, &kind, &[1, 2, 4, 8], &t, &[BackendKind::Host]).unwrap();
-        let plan = Passes::from_flags(Some(&kind), None, None).unwrap().apply(single.clone(), &Default::default());
-        let multi: Vec<_> = plan.legal.iter().filter(|c| c.pass().lanes() > 1).collect();
+        let plan = Passes::from_flags(Some(&kind), None, None).unwrap().apply(single.clone(), &Default::default(), &r);
+        let multi: Vec<_> = plan.legal.iter().filter(|c| c.pass().lanes() > 1 && c.doors.is_empty()).collect();
         assert_eq!(multi.len(), shapes.len() * tps.len() * t.len(), "{kind:?}");
-        assert!(
-            multi.iter().all(|c| c.doors.is_empty() && tps.contains(&c.tp)),
-            "{kind:?}: only the base set, at {tps:?}"
-        );
+        assert!(multi.iter().all(|c| tps.contains(&c.tp)), "{kind:?}: the base set at {tps:?}");
         for s in &shapes {
             assert!(multi.iter().any(|c| c.pass().label() == *s), "{kind:?}: {s} missing");
         }
-        assert_eq!(plan.legal.len() - multi.len(), single.legal.len(), "{kind:?}: single-token configurations kept");
+        // Every configuration runs at a shape all its doors have work at; a single-token
+        // configuration whose doors have none there runs at a shape they allow instead.
+        let refused = |c: &memra_gating::matrix::Configuration| {
+            c.doors.iter().find_map(|id| r.door(id).unwrap().not_at_pass(c.pass()))
+        };
+        assert!(plan.legal.iter().all(|c| refused(c).is_none()), "{kind:?}: a door runs where it has no work");
+        for c in &single.legal {
+            let kept = plan.legal.contains(c);
+            let moved = plan.legal.iter().any(|m| m.doors == c.doors && m.tp == c.tp && m.transport == c.transport);
+            assert!(kept || (refused(c).is_some() && moved), "{kind:?}: {} lost", c.label());
+        }
         let explain = plan.explain();
         assert!(
             explain.contains("passes: every configuration single-token") && explain.contains("--batch 1,2,4,8"),
@@ -158,7 +165,14 @@ fn default_shapes_and_their_explanation() {
     }
     let given = Passes::from_flags(Some(&MatrixKind::Single), Some(&[1, 2]), Some(&[1, 8])).unwrap();
     let single = enumerate(&r, &MatrixKind::Single, &[2], &t, &[BackendKind::Host]).unwrap();
-    let plan = given.apply(single.clone(), &Default::default());
-    assert_eq!(plan.legal.len(), 3 * single.legal.len(), "1×1, b2, t8 for every configuration");
+    let plan = given.apply(single.clone(), &Default::default(), &r);
+    // 1×1, b2 and t8 for every configuration: run, or NOT-APPLICABLE where a door has no work.
+    for c in &single.legal {
+        for s in [(1, 1), (2, 1), (1, 8)] {
+            let c = c.clone().with_pass(memra_runtime::PassShape::new(s.0, s.1).unwrap());
+            let na = plan.not_applicable.iter().any(|n| n.config == c && n.reason.contains(" at "));
+            assert!(plan.legal.contains(&c) || na, "{} is neither run nor NOT-APPLICABLE", c.label());
+        }
+    }
     assert!(plan.explain().contains("EXCLUDED b2×t8") && plan.explain().contains("not both"), "{}", plan.explain());
 }

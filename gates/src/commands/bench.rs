@@ -68,11 +68,13 @@ fn seam_median(r: &Record, layer: usize, seam: Seam, warmup: usize) -> Option<u6
     median(samples.iter().skip(warmup).copied().collect())
 }
 
-/// The PyTorch anchor's JSON, or the reason it could not run.
-fn run_torch(args: &BenchArgs, model: &Model, positions: usize) -> Result<serde_json::Value, String> {
+/// The PyTorch anchor's JSON, or the reason it could not run: the same layer over `rows`
+/// sessions per pass (rows: each its own cache, as the program's), timed per pass.
+fn run_torch(args: &BenchArgs, model: &Model, positions: usize, rows: usize) -> Result<serde_json::Value, String> {
     let c = &model.config;
     let out = std::process::Command::new(&args.python)
         .arg(&args.torch_script)
+        .args(["--batch", &rows.to_string()])
         .args(["--hidden", &c.hidden.to_string(), "--q-heads", &c.q_heads.to_string()])
         .args(["--kv-heads", &c.kv_heads.to_string(), "--head-dim", &c.head_dim.to_string()])
         .args(["--experts", &c.experts.to_string(), "--top-k", &c.top_k.to_string()])
@@ -208,7 +210,13 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     drop(b);
     // The cache holds between 1 and `steps` positions; the middle of the timed range is typical.
     let positions = warmup + args.steps / 2;
-    let torch = if args.no_torch { Err("--no-torch".to_string()) } else { run_torch(args, model, positions) };
+    let torch = if args.no_torch {
+        Err("--no-torch".to_string())
+    } else if pass.columns > 1 {
+        Err("the PyTorch anchor times rows (sessions per pass), not verify columns".to_string())
+    } else {
+        run_torch(args, model, positions, pass.batch)
+    };
 
     let mut ratios = BTreeMap::new();
     let mut rows = Vec::new();

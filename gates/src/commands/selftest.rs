@@ -174,7 +174,7 @@ pub fn selftest(args: &SelftestArgs, prov: Provenance) -> Result<Status, GateErr
     let passes = if args.batch.is_some() || args.columns.is_some() {
         matrix::Passes::from_flags(None, args.batch.as_deref(), args.columns.as_deref())?
     } else {
-        matrix::Passes::single_only()
+        matrix::Passes::doors_own_shapes()
     };
     canaries = passes.apply(canaries, &BTreeSet::new(), &registry);
     let mut jobs = plan::jobs_of(&registry, &canaries, &req, 1, None)?;

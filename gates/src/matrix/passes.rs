@@ -109,6 +109,12 @@ impl Passes {
         Ok(Passes::Given { shapes, refused })
     }
 
+    /// No shape added: every configuration single-token, except those whose doors have no
+    /// single-token work, which run at the first shape their doors allow (selftest's canaries).
+    pub fn doors_own_shapes() -> Passes {
+        Passes::Default { shapes: Vec::new(), tps: Vec::new() }
+    }
+
     /// One token of one session per pass only (an external subject without --batch/--columns).
     pub fn single_only() -> Passes {
         Passes::Given { shapes: vec![PassShape::SINGLE], refused: Vec::new() }
@@ -117,11 +123,12 @@ impl Passes {
     /// Apply the axes to `plan`, a single-token plan whose base door set is `base`; then hold
     /// every configuration to its doors' pass shapes ([`place_by_door_passes`]).
     pub fn apply(&self, plan: MatrixPlan, base: &BTreeSet<String>, registry: &Registry) -> MatrixPlan {
-        let defaults = match self {
-            Passes::Default { shapes, .. } => shapes.clone(),
-            Passes::Given { .. } => Vec::new(),
+        // Relocating single-token configurations is for plans the user gave no shapes to.
+        let (defaults, relocate) = match self {
+            Passes::Default { shapes, .. } => (shapes.clone(), true),
+            Passes::Given { .. } => (Vec::new(), false),
         };
-        place_by_door_passes(self.apply_axes(plan, base), registry, &defaults).finish()
+        place_by_door_passes(self.apply_axes(plan, base), registry, &defaults, relocate).finish()
     }
 
     fn apply_axes(&self, mut plan: MatrixPlan, base: &BTreeSet<String>) -> MatrixPlan {
@@ -175,10 +182,15 @@ fn refused_at(registry: &Registry, doors: &BTreeSet<String>, shape: PassShape) -
 
 /// A door whose mechanism has no work at a shape (its registry `passes`) makes a configuration
 /// with it at that shape NOT-APPLICABLE, with the door's reason — never a run that would be VOID.
-/// A single-token configuration moved out this way runs instead at the `defaults` shapes its
+/// With `relocate` (no shapes were asked for), a single-token configuration moved out this way runs instead at the `defaults` shapes its
 /// doors allow, or, when they allow none of those, at the first shape they all allow (so every
 /// door of a plan runs somewhere); a door set that allows no shape at all stays NOT-APPLICABLE.
-fn place_by_door_passes(mut plan: MatrixPlan, registry: &Registry, defaults: &[PassShape]) -> MatrixPlan {
+fn place_by_door_passes(
+    mut plan: MatrixPlan,
+    registry: &Registry,
+    defaults: &[PassShape],
+    relocate: bool,
+) -> MatrixPlan {
     let legal = std::mem::take(&mut plan.legal);
     let mut moved = Vec::new();
     for c in legal {
@@ -198,7 +210,7 @@ fn place_by_door_passes(mut plan: MatrixPlan, registry: &Registry, defaults: &[P
         }
         // A shape the matrix was asked for, or no shape the doors allow: NOT-APPLICABLE, with
         // the door's reason; a single-token configuration that runs elsewhere is moved, not lost.
-        if c.pass() != PassShape::SINGLE || shapes.is_empty() {
+        if !relocate || c.pass() != PassShape::SINGLE || shapes.is_empty() {
             plan.not_applicable.push(NotApplicable { config: c, reason });
             continue;
         }

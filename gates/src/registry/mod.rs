@@ -155,6 +155,9 @@ pub struct Door {
     pub benefit: Option<census::Benefit>,
     /// The pass shapes where the mechanism has work ([`PASS_SHAPES`] labels; default all).
     pub passes: Allowed<String>,
+    /// Whether the entry declares `passes`: a door of the multi-token paths (docs/DESIGN.md
+    /// §3.6), which `--matrix all` crosses only with such doors and their requirements.
+    pub pass_door: bool,
 }
 
 /// Every pass shape a door may allow, by label: single-token decode, rows, columns.

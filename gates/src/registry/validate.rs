@@ -157,6 +157,7 @@ fn check_door(ck: &mut Checker, rd: &RawDoor, index: usize, subject: bool) -> Do
         tp: Allowed { allowed: tp, why: rd.tp.why.clone() },
         transports: Allowed { allowed: transports, why: rd.transports.why.clone() },
         passes,
+        pass_door: rd.passes.is_some(),
         backends,
         not_applicable,
         requires,
