@@ -356,7 +356,7 @@ fn rows_and_columns_extend_version_2_without_changing_single_token_ids() {
     let back = parse_receipt(text.as_bytes(), Path::new("multi.json")).unwrap();
     assert_eq!(receipt_to_json(&back).unwrap(), text);
     assert!(back.evidence.first_divergence.unwrap().short().contains("row 3 of pass 9"));
-    let bad: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let bad: Vec<(&str, ValueEdit)> = vec![
         ("batch 3", Box::new(|v: &mut Value| v["evidence"]["config"]["batch"] = json!(3))),
         ("batch and columns", Box::new(|v: &mut Value| v["evidence"]["config"]["columns"] = json!(2))),
         (

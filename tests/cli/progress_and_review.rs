@@ -25,6 +25,8 @@ fn progress_lines_reach_a_log_and_quiet_silences_them() {
         "2",
         "--progress-every",
         "1",
+        "--batch",
+        "1",
         "--out",
         s(&out_dir),
     ];
@@ -107,7 +109,19 @@ fn phase_times_reach_receipts_and_the_estimate() {
     // configurations take their (backend, TP) median, TP4 the overall one.
     let sets = dir.path().join("sets.toml");
     std::fs::write(&sets, "schema_version = 1\nsets = [[], [\"f32_mirror\"], [\"dev_router\"]]\n").unwrap();
-    let args = ["matrix", "--matrix", s(&sets), "--backend", "host", "--tp", "1,2,4", "--transport", "host-bounce"];
+    let args = [
+        "matrix",
+        "--matrix",
+        s(&sets),
+        "--backend",
+        "host",
+        "--tp",
+        "1,2,4",
+        "--transport",
+        "host-bounce",
+        "--batch",
+        "1",
+    ];
     let out = run(&[&args[..], &["--explain", "--history", s(&out_dir)]].concat());
     out.expect_code(0);
     assert!(

@@ -37,7 +37,9 @@ fn differing(a: &Path, b: &Path) -> Vec<String> {
 
 /// One short plan of the tiny model (in process, the default model set would also run `edge`,
 /// whose receipts no test here reads; an external subject runs only the model it is given).
-const SHORT: [&str; 6] = ["--preset", "tiny", "--prompts", "1", "--gen-tokens", "3"];
+/// Single-token (`--batch 1`): the subject protocol, version 1, has no rows or columns, so the
+/// built-in runtime in process must run the same plan as through the protocol.
+const SHORT: [&str; 8] = ["--preset", "tiny", "--prompts", "1", "--gen-tokens", "3", "--batch", "1"];
 
 fn plan<'a>(extra: &[&'a str], out: &'a str) -> Vec<&'a str> {
     let mut v = vec!["run", "--backend", "host", "--quiet", "--out", out];

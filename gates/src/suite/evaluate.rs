@@ -39,7 +39,9 @@ impl Suite<'_> {
         if let Some((v, reason)) = &job.not_run {
             ev.verdict = *v;
             ev.reason = Some(reason.clone());
-        } else if let Some(reason) = super::shape_rules::not_applicable(job, &self.runtime.model.config) {
+        } else if let Some(reason) = super::shape_rules::not_applicable(job, &self.runtime.model.config)
+            .or_else(|| super::shape_rules::lanes_not_applicable(job, &self.runtime.battery))
+        {
             ev.verdict = Verdict::NotApplicable;
             ev.reason = Some(reason);
         } else {

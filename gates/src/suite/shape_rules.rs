@@ -19,6 +19,19 @@ use memra_kernels::twins::gemv::{canonical_kblocks, WeightFormat};
 use memra_runtime::model::ModelConfig;
 
 /// Why `job` has no meaning on a model of `c`, or `None`.
+/// Rows need sessions: a battery of one prompt puts one session in a pass whatever B is, so a
+/// rows configuration would compare single-token decode with itself (docs/DESIGN.md §3.6). Such a
+/// run is NOT-APPLICABLE with the reason, never a vacuous PASS (nor a FAIL of the lanes check).
+pub(super) fn lanes_not_applicable(job: &Job, battery: &memra_runtime::Battery) -> Option<String> {
+    (job.pass.batch > 1 && battery.prompts.len() < 2).then(|| {
+        format!(
+            "{}: rows are sessions decoded together, and the battery has {} prompt (one session); use --prompts 2 or more",
+            job.pass.label(),
+            battery.prompts.len()
+        )
+    })
+}
+
 pub(super) fn not_applicable(job: &Job, c: &ModelConfig) -> Option<String> {
     let g_r = canonical_kblocks(WeightFormat::E4m3, c.expert_width).ok()?;
     let routed_sharded = g_r % job.tp == 0;

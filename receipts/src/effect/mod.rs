@@ -12,6 +12,8 @@
 //! configuration whose door set less `D` is not legal (another of its doors requires `D`) has no
 //! parent and no effect for `D`. Each (configuration, door, parent) pair is one [`DoorEffect`]: the
 //! whole step and each seam (summed over layers) compared by [`rule::compare`].
+//! Only single-token runs are compared: a run of several rows or columns per pass
+//! (docs/DESIGN.md §3.6) is timed per pass, another workload, left out here.
 //!
 //! The **cost of exactness** ([`ExactnessCost`]), per sibling group: the canonical default (no door
 //! on) against the fastest configuration of the group that passed, NUMERIC-CLASS doors included,
@@ -159,8 +161,12 @@ pub fn doors_on(c: &RunConfigEvidence) -> Vec<String> {
 
 /// The door effects and the cost of exactness of one receipt set (see the module doc).
 pub fn door_effects(receipts: &[Receipt]) -> DoorEffects {
-    let timed: Vec<&Receipt> =
-        receipts.iter().filter(|r| r.kind == ReceiptKind::Run && !r.measurements.latency.is_empty()).collect();
+    // Single-token runs only: a pass of several rows or columns is another workload, timed per
+    // pass (docs/DESIGN.md §3.6), and the per door × TP summary must not mix the two.
+    let timed: Vec<&Receipt> = receipts
+        .iter()
+        .filter(|r| r.kind == ReceiptKind::Run && !r.measurements.latency.is_empty() && r.evidence.config.lanes() == 1)
+        .collect();
     let mut groups: BTreeMap<SiblingKey, BTreeMap<&BTreeMap<String, bool>, &Receipt>> = BTreeMap::new();
     for r in &timed {
         groups.entry(SiblingKey::of(&r.evidence.config)).or_default().entry(&r.evidence.config.doors).or_insert(r);

@@ -127,7 +127,10 @@ impl Table {
                 label,
                 tp_group: {
                     let c = &r.evidence.config;
-                    format!("{}/{} {} tp{}", c.subject, c.model.preset, c.backend.as_str(), c.tp)
+                    // A pass of several lanes is timed per pass: its own group (docs/DESIGN.md §3.6).
+                    let pass = c.pass_label();
+                    let pass = if pass.is_empty() { pass } else { format!(" {pass}") };
+                    format!("{}/{} {} tp{}{pass}", c.subject, c.model.preset, c.backend.as_str(), c.tp)
                 },
                 median_us: r
                     .measurements
@@ -277,7 +280,7 @@ impl History {
 /// Configurations that differ only in transport end up next to each other, defaults first.
 fn order_key(c: &RunConfigEvidence, run_id: &str) -> impl Ord {
     (
-        (c.subject.clone(), c.model.preset.clone(), c.backend, c.tp),
+        (c.subject.clone(), c.model.preset.clone(), c.backend, c.tp, (c.batch, c.columns)),
         (!c.doors.is_empty(), doors_text(c)),
         c.transport,
         run_id.to_string(),
@@ -333,6 +336,10 @@ fn short_labels_with_common(configs: &[&RunConfigEvidence], run_ids: &[&str]) ->
             parts.push(format!("tp{}", c.tp));
             parts.push(c.transport.as_str().to_string());
             parts.push(clip(&doors_text(c), MAX_DOORS_CHARS));
+            let pass = c.pass_label();
+            if !pass.is_empty() {
+                parts.push(pass);
+            }
             parts.join(" ")
         })
         .collect();
