@@ -47,7 +47,7 @@ const ALL_BACKENDS: [BackendKind; 2] = [BackendKind::Host, BackendKind::Cuda];
 #[test]
 fn builtin_registry_loads() {
     let r = reg();
-    assert_eq!(r.doors().len(), 31, "15 doors of docs/DESIGN.md §4.3 + 4 of §3.6 + 12 canaries");
+    assert_eq!(r.doors().len(), 31, "15 doors of docs/DESIGN.md §4.3 + 4 of docs/DESIGN.md §3.6 + 12 canaries");
     // Every door declares the census change that witnesses it.
     assert!(r.doors().iter().all(|d| !d.census.is_empty()));
     assert!(r.setting("MEMRA_REQUIRE_GPU").is_some());
@@ -88,7 +88,7 @@ fn every_design_door_is_present_with_its_class() {
         assert_eq!(d.error_budget.is_some(), class == Numeric, "{env} error budget");
     }
     let non_canary = r.doors().iter().filter(|d| !d.is_canary()).count();
-    assert_eq!(non_canary, expected.len(), "no door beyond docs/DESIGN.md §4.3 and §3.6");
+    assert_eq!(non_canary, expected.len(), "no door beyond docs/DESIGN.md §4.3 and docs/DESIGN.md §3.6");
     for env in [
         "MEMRA_CANARY_FLIP_BIT",
         "MEMRA_CANARY_REVERSE_KBLOCKS",

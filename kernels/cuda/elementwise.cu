@@ -26,9 +26,9 @@ extern "C" __global__ void set_u32(unsigned* out, unsigned v) {
     if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = v;
 }
 
-// DCW: the device counter advances a lane's position: out[0] += 1 (no host write per token).
-extern "C" __global__ void inc_u32(unsigned* out) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = out[0] + 1u;
+// DCW: the device counter advances a lane's position: out[0] += by (no host write per token).
+extern "C" __global__ void inc_u32(unsigned* out, unsigned by) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = out[0] + by;
 }
 
 // GRAPH: the KV append at the device-held position: cache[pos[0] * n + i] = src[i] for i < n,

@@ -35,7 +35,8 @@ fn statuses(stdout: &str) -> BTreeMap<String, Vec<String>> {
 }
 
 fn selftest(dir: &std::path::Path, extra: &[&str]) -> Output {
-    let mut args = vec!["selftest", "--backend", "host", "--prompts", "1", "--out", s(dir)];
+    // Two prompts: the rows canaries need a second session to share a pass with.
+    let mut args = vec!["selftest", "--backend", "host", "--prompts", "2", "--out", s(dir)];
     args.extend_from_slice(extra);
     run(&args)
 }
@@ -50,7 +51,7 @@ fn selftest_catches_every_canary_that_runs() {
     let st = statuses(&out.stdout);
     let mut canaries = registry_canaries();
     canaries.sort();
-    assert!(canaries.len() >= 9, "docs/DESIGN.md §4.3 lists 9 canaries: {canaries:?}");
+    assert!(canaries.len() >= 12, "docs/DESIGN.md §4.3 and docs/DESIGN.md §3.6 list 12 canaries: {canaries:?}");
     assert_eq!(
         st.keys().cloned().collect::<Vec<_>>(),
         canaries,
@@ -65,7 +66,15 @@ fn selftest_catches_every_canary_that_runs() {
         match id.as_str() {
             "canary_skip_fence" => assert_eq!(caught, 0),
             "canary_silent_fallback" => assert_eq!(caught, 3, "{id}: {rows:?}"),
-            "canary_flip_bit" | "canary_tie_break" | "canary_signed_zero" | "canary_clamp" => {
+            // At every TP size and transport: single-token, or at the first pass shape the
+            // rows and columns canaries allow (b2, b2, t4).
+            "canary_flip_bit"
+            | "canary_tie_break"
+            | "canary_signed_zero"
+            | "canary_clamp"
+            | "canary_batch_ksplit"
+            | "canary_neighbour_session"
+            | "canary_verify_partitions" => {
                 assert_eq!(caught, 8, "{id}: {rows:?}")
             }
             _ => assert_eq!(caught, 6, "{id}: {rows:?}"),

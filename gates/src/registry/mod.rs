@@ -155,8 +155,8 @@ pub struct Door {
     pub benefit: Option<census::Benefit>,
     /// The pass shapes where the mechanism has work ([`PASS_SHAPES`] labels; default all).
     pub passes: Allowed<String>,
-    /// Whether the entry declares `passes`: a door of the multi-token paths (docs/DESIGN.md
-    /// §3.6), which `--matrix all` crosses only with such doors and their requirements.
+    /// Whether the entry declares `passes`: a door of the multi-token paths
+    /// (docs/DESIGN.md §3.6), which `--matrix all` crosses only with such doors and what they need.
     pub pass_door: bool,
 }
 

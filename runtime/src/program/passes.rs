@@ -216,15 +216,21 @@ fn run_pass(ctx: &mut Ctx, lanes: Vec<Lane>, tokens: &[u32]) -> Result<Vec<LaneD
         ctx.backend.write(0, x, &embed)?;
         // The position every rope and attention launch reads (battery validation keeps it
         // inside the cache): device-held, so a captured pass replays unchanged at every position.
-        // DCW: a lane one position past its previous pass advances on the device counter; a
-        // session start or a restart after rejected columns falls back to the host write.
+        // DCW: a lane that moved forward by at most a pass's lanes since its previous pass (one
+        // token for a row, the accepted columns for a column) advances on the device counter; a
+        // session start, or a lane that went back, falls back to the host write.
         let pos = ctx.pass[i].step;
-        let counter = ctx.cfg.doors.dcw && i < ctx.lane_pos.len() && ctx.lane_pos[i].is_some_and(|p| p + 1 == pos);
+        let by = ctx.lane_pos.get(i).copied().flatten().filter(|&p| p < pos && pos - p <= ctx.pass.len().max(1));
+        let by = by.filter(|_| ctx.cfg.doors.dcw).map(|p| (pos - p) as u32);
         for r in 0..ctx.placement.tp {
             let out = ctx.at_lane(r, ctx.buffers.ranks[r].pos, i);
-            let op = if counter { Op::IncU32 { out } } else { Op::SetU32 { out, value: pos as u32 } };
+            let op = match by {
+                Some(by) => Op::IncU32 { out, by },
+                None => Op::SetU32 { out, value: pos as u32 },
+            };
             ctx.backend.launch(r, op)?;
         }
+        let counter = by.is_some();
         if counter {
             ctx.count("dcw.device_increments");
         }

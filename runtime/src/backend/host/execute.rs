@@ -315,9 +315,9 @@ pub(super) fn execute(a: &mut Arena, op: Op, obs: Observe) {
                 write_slice(a, out, &o);
             }
         }
-        Op::IncU32 { out } => {
+        Op::IncU32 { out, by } => {
             let p = read_slice(a, out.sub(0, 1))[0].to_bits();
-            write_slice(a, out.sub(0, 1), &[f32::from_bits(p.wrapping_add(1))]);
+            write_slice(a, out.sub(0, 1), &[f32::from_bits(p.wrapping_add(by))]);
         }
         // Defined lane by lane: each lane is exactly its AttentionAt (walk_once changes how a
         // device reads the keys, never a value).

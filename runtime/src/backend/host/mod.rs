@@ -280,7 +280,7 @@ impl HostBackend {
             | Op::QkNormRopeAt { pos, .. }
             | Op::AttentionAt { pos, .. }
             | Op::AttentionRows { pos, .. }
-            | Op::IncU32 { out: pos }
+            | Op::IncU32 { out: pos, .. }
             | Op::AppendAt { pos, .. }
             | Op::RopeAppend { pos, .. }
                 if pos.len == 0 =>

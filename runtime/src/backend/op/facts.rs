@@ -27,7 +27,7 @@ impl Op {
             Op::Argmax { x, out } => vec![x, out],
             Op::FlipLowBit { x } => vec![x],
             Op::SetU32 { out, .. } => vec![out],
-            Op::IncU32 { out } => vec![out],
+            Op::IncU32 { out, .. } => vec![out],
             Op::AttentionRows { rows, q, k, v, gate, pos, out, pitch: p, .. } => vec![
                 span(q, p.q, rows),
                 span(k, p.kv, rows),
@@ -76,7 +76,7 @@ impl Op {
             Op::Argmax { x, out } => vec![x, out],
             Op::FlipLowBit { x } => vec![x],
             Op::SetU32 { out, .. } => vec![out],
-            Op::IncU32 { out } => vec![out],
+            Op::IncU32 { out, .. } => vec![out],
             Op::AttentionRows { q, k, v, gate, pos, out, .. } => vec![q, k, v, gate, pos, out],
             Op::FoldLanes { parts, out, .. } => vec![parts, out],
             Op::QkNormRopeAt { x, w, table, pos, .. } => vec![x, w, table, pos],

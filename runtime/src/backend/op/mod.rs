@@ -157,9 +157,10 @@ pub enum Op {
         partition: usize,
         out: Slice,
     },
-    /// DCW: `pos[0] += 1` (u32 bits) — a lane's device-held position advanced by the device
-    /// counter instead of set from the host.
-    IncU32 { out: Slice },
+    /// DCW: `pos[0] += by` (u32 bits) — a lane's device-held position advanced by the device
+    /// counter (one token for a row, the accepted columns for a column) instead of set from the
+    /// host.
+    IncU32 { out: Slice, by: u32 },
     /// DECODE_V2 (rows or columns) and SPEC_FA2 (`walk_once`, two columns): [`Op::AttentionAt`]
     /// for `rows` lanes in one launch. Lane i reads `q`, `gate`, `pos`, `out` at `i ·` their
     /// pitch from the first lane's slices and `k`, `v` at `i · pitch.kv` (0: the lanes share one

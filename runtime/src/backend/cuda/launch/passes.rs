@@ -13,12 +13,12 @@ use cudarc::driver::PushKernelArg;
 impl CudaBackend {
     pub(super) fn launch_pass_op(&self, rank: usize, op: &Op) -> Result<()> {
         match *op {
-            Op::IncU32 { out } => {
+            Op::IncU32 { out, by } => {
                 if out.len == 0 {
                     return Err(shape_err("inc_u32", "the position slice is empty; it must hold one u32".into()));
                 }
                 let p = self.slice_ptr(rank, out.sub(0, 1), "inc_u32")?;
-                launch!(self, rank, "inc_u32", cfg(1, 32, 0), p)
+                launch!(self, rank, "inc_u32", cfg(1, 32, 0), p, by)
             }
             Op::AttentionRows {
                 rows,
