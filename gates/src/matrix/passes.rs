@@ -121,7 +121,7 @@ impl Passes {
     }
 
     /// Apply the axes to `plan`, a single-token plan whose base door set is `base`; then hold
-    /// every configuration to its doors' pass shapes ([`place_by_door_passes`]).
+    /// every configuration to its doors' pass shapes (registry `passes`).
     pub fn apply(&self, plan: MatrixPlan, base: &BTreeSet<String>, registry: &Registry) -> MatrixPlan {
         // Relocating single-token configurations is for plans the user gave no shapes to.
         let (defaults, relocate) = match self {
