@@ -6,13 +6,14 @@
 #   scripts/subjects/check-identity.sh [MEMRA_GATES [OUT_DIR [PLAN FLAGS…]]]
 #
 # Without plan flags, the plan is identity-sets.toml at TP1 and TP2 on the host backend, one
-# prompt, three tokens (CI). With them, they are the plan (e.g. on a GPU machine:
+# prompt, three tokens, single-token passes only (CI; protocol version 1 has no rows or columns,
+# so an external subject gets no multi-lane configurations to compare). With them, they are the plan (e.g. on a GPU machine:
 # `--backend cuda --tp 1,2 --transport host-bounce --door MEMRA_STEP_TP_W8 --prompts 1 --gen-tokens 3`).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 gates="${1:-$here/../../target/release/memra-gates}"
 out="${2:-$(mktemp -d)}"
-plan=(--matrix "$here/identity-sets.toml" --backend host --tp 1,2 --prompts 1 --gen-tokens 3)
+plan=(--matrix "$here/identity-sets.toml" --backend host --tp 1,2 --prompts 1 --gen-tokens 3 --batch 1)
 if [ $# -gt 2 ]; then plan=("${@:3}"); fi
 plan+=(--quiet)
 # Canaries FAIL on purpose (exit 1); anything else but 0 or 1 is a harness error.
