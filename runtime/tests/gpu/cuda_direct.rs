@@ -12,10 +12,11 @@
 //! count (`…::on_4_devices`) and read `ignored (needs 4 devices, 2 present)` on a smaller machine
 //! (`harness.rs` says when that is a failure).
 
+use crate::cases::CO_RESIDENT;
 use crate::harness::{cuda_backend, GpuTest, NotRun, Ran, Skip};
 use memra_kernels::twins::digest::splitmix64;
 use memra_runtime::config::Tp;
-use memra_runtime::backend::cuda::{CudaBackend, CudaOptions, GemvLayout, PlacementPolicy};
+use memra_runtime::backend::cuda::{CudaBackend, CudaOptions, PlacementPolicy};
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{Backend, Packed, PackedCopies, Slice, Witness};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
@@ -50,12 +51,6 @@ pub fn tests() -> Vec<GpuTest> {
     t
 }
 
-const CO_RESIDENT: CudaOptions = CudaOptions {
-    placement: PlacementPolicy::CoResident,
-    gemv_layout: GemvLayout::Fast,
-    reserve_bytes: 0,
-    rank0_on_default_stream: false,
-};
 const DISTINCT: CudaOptions = CudaOptions { placement: PlacementPolicy::Auto, ..CO_RESIDENT };
 
 fn tiny() -> &'static Model {

@@ -7,8 +7,8 @@
 //!
 //! Without a CUDA device every test reads `ignored (no CUDA device: …)`.
 
+use crate::cases::CO_RESIDENT;
 use crate::harness::{cuda_backend, GpuTest, NotRun, Ran};
-use memra_runtime::backend::cuda::{CudaOptions, GemvLayout, PlacementPolicy};
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::evidence::record::Record;
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
@@ -23,12 +23,6 @@ pub fn tests() -> Vec<GpuTest> {
     ]
 }
 
-const CO_RESIDENT: CudaOptions = CudaOptions {
-    placement: PlacementPolicy::CoResident,
-    gemv_layout: GemvLayout::Fast,
-    reserve_bytes: 0,
-    rank0_on_default_stream: false,
-};
 
 fn model(preset: &str) -> &'static Model {
     static TINY: OnceLock<Model> = OnceLock::new();

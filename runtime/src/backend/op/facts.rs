@@ -6,28 +6,10 @@ use super::{span, GroupId, Op, RowOrder, Slice, WeightId};
 
 impl Op {
     /// Every slice an op touches (for bounds checks before queueing); an op's store target
-    /// ([`Op::store_target`]) comes last.
+    /// ([`Op::store_target`]) comes last. A multi-lane op touches each slice's span over its
+    /// lanes. The list is [`Op::map_slices`]'s, so the two can never disagree.
     pub fn slices(&self) -> Vec<Slice> {
         match *self {
-            Op::GemvRows { x, out, .. } | Op::GemvPartials { x, out, .. } => vec![x, out],
-            Op::GemvRowsBatch { ref items, x } => std::iter::once(x).chain(items.iter().map(|i| i.1)).collect(),
-            Op::Fold { parts, out, .. } => vec![parts, out],
-            Op::Add { a, b, out } => vec![a, b, out],
-            Op::Scale { x, out, .. } => vec![x, out],
-            Op::RmsNorm { x, w, out, .. } => vec![x, w, out],
-            Op::AddRmsNorm { x, a, w, h, out, .. } => vec![x, a, w, h, out],
-            Op::FoldAddRmsNorm { parts, x, w, a, h, out, .. } => vec![parts, x, w, a, h, out],
-            Op::QkNormRope { x, w, cos_sin, .. } => vec![x, w, cos_sin],
-            Op::Attention { q, k, v, gate, out, .. } => vec![q, k, v, gate, out],
-            Op::Router { logits, bias, out, .. } => vec![logits, bias, out],
-            Op::Swiglu { gate, up, out, .. } => vec![gate, up, out],
-            Op::Combine { y, w, out } => vec![y, w, out],
-            Op::CombineShared { y, w, out } => vec![y, w, out],
-            Op::ResidualAdd { h, a, b, sum, out } => vec![h, a, b, sum, out],
-            Op::Argmax { x, out } => vec![x, out],
-            Op::FlipLowBit { x } => vec![x],
-            Op::SetU32 { out, .. } => vec![out],
-            Op::IncU32 { out, .. } => vec![out],
             Op::AttentionRows { rows, q, k, v, gate, pos, out, pitch: p, .. } => vec![
                 span(q, p.q, rows),
                 span(k, p.kv, rows),
@@ -39,23 +21,16 @@ impl Op {
             Op::FoldLanes { lanes, parts, parts_pitch, out, out_pitch, .. } => {
                 vec![span(parts, parts_pitch, lanes), span(out, out_pitch, lanes)]
             }
-            Op::QkNormRopeAt { x, w, table, pos, .. } => vec![x, w, table, pos],
-            Op::AttentionAt { q, k, v, gate, pos, out, .. } => vec![q, k, v, gate, pos, out],
-            Op::AppendAt { src, cache, pos } => vec![src, cache, pos],
-            Op::RopeAppend { q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache, .. } => {
-                vec![q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache]
+            _ => {
+                let mut all = Vec::new();
+                self.clone().map_slices(|s| all.push(*s));
+                all
             }
-            Op::ExpertGateUp { route, x, act, .. } => vec![route, x, act],
-            Op::ExpertDown { route, act, out, .. } => vec![route, act, out],
-            Op::FoldSlots { route, parts, out, .. } => vec![route, parts, out],
-            Op::FoldCombine { parts, w, out, .. } => vec![parts, w, out],
-            Op::SelectSlots { route, src, out, .. } => vec![route, src, out],
-            Op::CombineOwned { route, y, w, out, .. } => vec![route, y, w, out],
         }
     }
 
-    /// Apply `f` to every slice the op touches, in [`Op::slices`]'s order (rows and columns:
-    /// the program moves an op to another lane's buffers this way).
+    /// Apply `f` to every slice the op touches, store target last (rows and columns: the program
+    /// moves an op to another lane's buffers this way; a multi-lane op's first lane's slices).
     pub fn map_slices(&mut self, mut f: impl FnMut(&mut Slice)) {
         let slices: Vec<&mut Slice> = match self {
             Op::GemvRows { x, out, .. } | Op::GemvPartials { x, out, .. } => vec![x, out],
