@@ -26,6 +26,16 @@ typedef unsigned long long u64;
 #define MEMRA_FULL_MASK 0xFFFFFFFFu
 #define MEMRA_LANES 32
 
+// Lanes of a lane-grid launch (DESIGN.md §3.6; `LanePitch` in the runtime's
+// backend/cuda/launch/lane_grid.rs): the lane count and each slice's lane pitch in elements, in
+// the op's slice order. A single launch passes lanes = 1 and every pitch 0.
+struct LanePitch {
+    int lanes;
+    int p[7];
+};
+// Pointer `ptr` (slice `j` of the op, a constant) moved to lane `lane`.
+#define LANE_AT(ptr, lp, j, lane) ((ptr) + (size_t)(lane) * (size_t)(lp).p[j])
+
 // ---- exp_c constants (canon.rs) ----
 #define C_LOG2E __uint_as_float(0x3FB8AA3Bu)
 #define C_LN2_HI __uint_as_float(0x3F317200u)

@@ -78,11 +78,21 @@ __device__ __forceinline__ int task_rows_c(int fmt, int vec) { return (fmt == FM
 // and up; then thread t folds row t's partials of each matrix from +0.0 in K-block order,
 // applies the NVFP4 per-matrix scales once, and writes act[s * act_pitch + r] = swiglu.
 // Shared memory holds 2 x rpb x nk partials (rpb * nk <= GEMV_MAX_TASKS, checked by the runtime).
+//
+// Lane grid: blockIdx.y = slot × lanes + lane (slot-major, so every lane's blocks of one slot —
+// the shared expert's above all — run side by side and share the weights through L2); slices
+// [ids, x, act].
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     expert_gate_up_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
-                       const float* x, int has_limit, float limit, float* act, int act_pitch, int rpb) {
+                       const float* x, int has_limit, float limit, float* act, int act_pitch, int rpb,
+                       const LanePitch lp) {
     __shared__ float part[2][GEMV_MAX_TASKS];
-    const int e = slot_entry_c(ids, k, experts, first_slot + (int)blockIdx.y);
+    const int slot = (int)blockIdx.y / lp.lanes;
+    const int ln = (int)blockIdx.y - slot * lp.lanes;
+    ids = LANE_AT(ids, lp, 0, ln);
+    x = LANE_AT(x, lp, 1, ln);
+    act = LANE_AT(act, lp, 2, ln);
+    const int e = slot_entry_c(ids, k, experts, first_slot + slot);
     if (e < 0 || e >= n_entries) return;  // block-uniform
     // Read through a reference (the fields are re-read from L1 where needed): a register copy of
     // the 112-byte entry made this kernel spill under its 3-blocks-per-SM register budget.
@@ -130,17 +140,23 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
             g = g * en.sg;
             u = u * en.su;
         }
-        act[(size_t)blockIdx.y * act_pitch + r] = swiglu_c(g, u, has_limit, limit);
+        act[(size_t)slot * act_pitch + r] = swiglu_c(g, u, has_limit, limit);
     }
 }
 
 // Down-projection K-block partials of every slot: out[s * out_pitch + kb * rows + r] for the
 // K-blocks this rank holds of slot s's expert (twins::gemv::gemv_partials of the entry's down
-// shard over act[s * act_pitch ..]); slots are relative to first_slot on both buffers.
+// shard over act[s * act_pitch ..]); slots are relative to first_slot on both buffers. Lane grid
+// as expert_gate_up_f32's (blockIdx.y = slot × lanes + lane), slices [ids, act, out].
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     expert_down_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
-                    const float* act, int act_pitch, float* out, int out_pitch, int rpb) {
-    const int e = slot_entry_c(ids, k, experts, first_slot + (int)blockIdx.y);
+                    const float* act, int act_pitch, float* out, int out_pitch, int rpb, const LanePitch lp) {
+    const int slot = (int)blockIdx.y / lp.lanes;
+    const int ln = (int)blockIdx.y - slot * lp.lanes;
+    ids = LANE_AT(ids, lp, 0, ln);
+    act = LANE_AT(act, lp, 1, ln);
+    out = LANE_AT(out, lp, 2, ln);
+    const int e = slot_entry_c(ids, k, experts, first_slot + slot);
     if (e < 0 || e >= n_entries) return;
     const ExpertEntry en = table[e];
     if (en.down == 0ull) return;
@@ -152,8 +168,8 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     const int nk = en.down_cols / en.down_kw;
     const int R = task_rows_c(en.fmt, en.down_vec);
     const int n_tasks = ((rpb + R - 1) / R) * nk;
-    const float* x = act + (size_t)blockIdx.y * act_pitch;
-    float* o = out + (size_t)blockIdx.y * out_pitch;
+    const float* x = act + (size_t)slot * act_pitch;
+    float* o = out + (size_t)slot * out_pitch;
     for (int task = warp; task < n_tasks; task += GEMV_WARPS) {
         const int grp = task / nk;
         const int kb = task - grp * nk;
@@ -174,11 +190,14 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
 // index j = s - first_slot) reads parts[j * parts_pitch + p * width + i] and writes
 // out[j * width + i]. With `cond`, a routed slot (s < k) is folded only when its owner under the
 // rule is `want`. With a scale table, the slot's entry NVFP4 down scale is applied once after
-// the fold. grid = (ceil(width / blockDim), n_slots).
+// the fold. grid = (ceil(width / blockDim), n_slots, lanes); lane grid slices [ids, parts, out].
 extern "C" __global__ void fold_slots_f32(const float* ids, int k, int first_slot, const float* parts, int parts_pitch,
                                           int n_parts, int width, float* out, int cond, u32 o_experts, u32 o_div,
                                           u32 o_mod, u32 o_want, const ExpertEntry* scale_table, int n_entries,
-                                          int experts) {
+                                          int experts, const LanePitch lp) {
+    ids = LANE_AT(ids, lp, 0, blockIdx.z);
+    parts = LANE_AT(parts, lp, 1, blockIdx.z);
+    out = LANE_AT(out, lp, 2, blockIdx.z);
     const int j = blockIdx.y;
     const int s = first_slot + j;
     if (cond && s < k && owner_of_c(__float_as_uint(ids[s]), o_experts, o_div, o_mod) != (int)o_want) return;
@@ -202,8 +221,12 @@ extern "C" __global__ void fold_slots_f32(const float* ids, int k, int first_slo
 // The TP-sharded moe_join in one launch (twins::experts::fold_combine): per element i, slot s's
 // output y_s = ((+0 + P0) + P1) + ... of its n_parts partials (parts[s * pitch + p * width + i]),
 // routed = sum over s < k of w[s] * y_s in slot order from +0.0, shared = y_k.
+// Lane grid: blockIdx.z = lane, slices [parts, w, out].
 extern "C" __global__ void fold_combine_f32(const float* parts, int pitch, int n_parts, const float* w, int k,
-                                            int width, float* out) {
+                                            int width, float* out, const LanePitch lp) {
+    parts = LANE_AT(parts, lp, 0, blockIdx.z);
+    w = LANE_AT(w, lp, 1, blockIdx.z);
+    out = LANE_AT(out, lp, 2, blockIdx.z);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
         float routed = C_ZERO;
         float y = C_ZERO;

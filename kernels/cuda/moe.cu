@@ -130,17 +130,23 @@ __device__ __forceinline__ void router_body(const float* logits, const float* bi
     }
 }
 
-// twins::moe::router_topk (k <= 32, one block).
+// twins::moe::router_topk (k <= 32, one block per lane). Lane grid: blockIdx.z = lane, slices
+// [logits, bias, out].
 extern "C" __global__ void __launch_bounds__(ROUTER_THREADS)
-    router_topk_f32(const float* logits, const float* bias, int n, int k, int normalize, float scaling, float* out) {
-    router_body(logits, bias, n, k, normalize, scaling, out, false);
+    router_topk_f32(const float* logits, const float* bias, int n, int k, int normalize, float scaling, float* out,
+                    const LanePitch lp) {
+    const int z = blockIdx.z;
+    router_body(LANE_AT(logits, lp, 0, z), LANE_AT(bias, lp, 1, z), n, k, normalize, scaling, LANE_AT(out, lp, 2, z),
+                false);
 }
 
-// twins::moe::router_topk_device_variant (the NUMERIC-CLASS DEV_ROUTER arithmetic).
+// twins::moe::router_topk_device_variant (the NUMERIC-CLASS DEV_ROUTER arithmetic); lanes as above.
 extern "C" __global__ void __launch_bounds__(ROUTER_THREADS)
     router_topk_dev_f32(const float* logits, const float* bias, int n, int k, int normalize, float scaling,
-                        float* out) {
-    router_body(logits, bias, n, k, normalize, scaling, out, true);
+                        float* out, const LanePitch lp) {
+    const int z = blockIdx.z;
+    router_body(LANE_AT(logits, lp, 0, z), LANE_AT(bias, lp, 1, z), n, k, normalize, scaling, LANE_AT(out, lp, 2, z),
+                true);
 }
 
 // out[i] = swiglu_c(gate[i], up[i], limit).
@@ -172,8 +178,15 @@ extern "C" __global__ void combine_shared_f32(const float* y, const float* w, in
 }
 
 // The residual in one launch (twins::moe::residual_add): sum = a + b, then out = h + sum.
+// Lane grid: blockIdx.z = lane, slices [h, a, b, sum, out].
 extern "C" __global__ void residual_add_f32(const float* h, const float* a, const float* b, float* sum, float* out,
-                                            int n) {
+                                            int n, const LanePitch lp) {
+    const int z = blockIdx.z;
+    h = LANE_AT(h, lp, 0, z);
+    a = LANE_AT(a, lp, 1, z);
+    b = LANE_AT(b, lp, 2, z);
+    sum = LANE_AT(sum, lp, 3, z);
+    out = LANE_AT(out, lp, 4, z);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         const float v = a[i] + b[i];
         sum[i] = v;

@@ -36,7 +36,12 @@ __device__ __forceinline__ void rmsnorm_block(const float* sx, const float* w, f
 }
 
 // y = rmsnorm(x) row by row; `rows` rows of `n` values, one weight row `w` of n; grid = rows.
-extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float eps, float* y, int n, int rows) {
+// Lane grid: blockIdx.z = lane, slices [x, w, y].
+extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float eps, float* y, int n, int rows,
+                                       const LanePitch lp) {
+    x = LANE_AT(x, lp, 0, blockIdx.z);
+    w = LANE_AT(w, lp, 1, blockIdx.z);
+    y = LANE_AT(y, lp, 2, blockIdx.z);
     extern __shared__ float sx[];
     const int row = blockIdx.x;
     if (row >= rows || n <= 0) return;  // block-uniform
@@ -47,8 +52,14 @@ extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float eps
 }
 
 // h = x + a (operand order fixed), then y = rmsnorm(h) row by row; grid = rows.
+// Lane grid: blockIdx.z = lane, slices [x, a, w, h, y].
 extern "C" __global__ void add_rmsnorm_f32(const float* x, const float* a, const float* w, float eps, float* h,
-                                           float* y, int n, int rows) {
+                                           float* y, int n, int rows, const LanePitch lp) {
+    x = LANE_AT(x, lp, 0, blockIdx.z);
+    a = LANE_AT(a, lp, 1, blockIdx.z);
+    w = LANE_AT(w, lp, 2, blockIdx.z);
+    h = LANE_AT(h, lp, 3, blockIdx.z);
+    y = LANE_AT(y, lp, 4, blockIdx.z);
     extern __shared__ float sx[];
     const int row = blockIdx.x;
     if (row >= rows || n <= 0) return;

@@ -221,18 +221,18 @@ fn rope_append_matches_twin() -> Ran {
 /// row offset `row0` — a TP shard when non-zero; down `cols` × `rows` with K-blocks of `down_kw`)
 /// plus a shared E4M3 expert; `nvfp4`: the routed experts are NVFP4 with per-matrix scales;
 /// `nan_codes_in`: that expert's gate holds NaN codes (so it is stored row-major).
-struct GroupSpec {
-    experts: usize,
-    rows: usize,
-    cols: usize,
-    kw: usize,
-    down_kw: usize,
-    row0: usize,
-    nvfp4: bool,
-    nan_codes_in: Option<usize>,
+pub(crate) struct GroupSpec {
+    pub(crate) experts: usize,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) kw: usize,
+    pub(crate) down_kw: usize,
+    pub(crate) row0: usize,
+    pub(crate) nvfp4: bool,
+    pub(crate) nan_codes_in: Option<usize>,
 }
 
-fn add_group(c: &mut Case, rng: &mut Rng, g: &GroupSpec, held: impl Fn(usize) -> bool) -> u32 {
+pub(crate) fn add_group(c: &mut Case, rng: &mut Rng, g: &GroupSpec, held: impl Fn(usize) -> bool) -> u32 {
     let mut entries = Vec::new();
     for e in 0..=g.experts {
         if e < g.experts && !held(e) {

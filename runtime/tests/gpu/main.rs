@@ -30,7 +30,17 @@ macro_rules! gpu_modules {
 
 mod cases;
 
-gpu_modules![cuda_kernels, cuda_direct, cuda_graph, cuda_step, cuda_gates, cuda_lanes, cuda_passes, harness_checks];
+gpu_modules![
+    cuda_kernels,
+    cuda_direct,
+    cuda_graph,
+    cuda_step,
+    cuda_gates,
+    cuda_lanes,
+    cuda_lane_grid,
+    cuda_passes,
+    harness_checks
+];
 
 fn main() -> ExitCode {
     let args = libtest_mimic::Arguments::from_args();

@@ -4,6 +4,7 @@
 use super::graph::{self, Call};
 use super::memory::{self, DeviceBuffer};
 use super::{driver, safe, CudaBackend, GemvLayout, DIGEST_CHUNK};
+use crate::backend::op::lane_grid::{lanes_name, plan_grid};
 use crate::backend::{
     AllReduce, Backend, BufId, Collected, Graphs, JoinFence, Op, Packed, PackedCopies, PeerStores, ProbeResult, Slice,
     Transfer, UnfencedCopies, WeightId, Witness,
@@ -177,7 +178,18 @@ impl Backend for CudaBackend {
     fn launch_lanes(&mut self, rank: usize, ops: Vec<Op>) -> Result<()> {
         self.check_rank(rank)?;
         let Some(fused) = self.fused_lanes(rank, &ops) else {
-            return ops.into_iter().try_for_each(|op| self.launch(rank, op));
+            let Ok(plan) = plan_grid(&ops) else {
+                return ops.into_iter().try_for_each(|op| self.launch(rank, op));
+            };
+            if !self.graph_gate(|| Call::LaunchLanes { rank, ops: ops.clone() })? {
+                return Ok(());
+            }
+            self.launches += 1;
+            if rank == 0 && self.opts.rank0_on_default_stream {
+                self.merged_launches += 1;
+            }
+            self.census.launch(rank, lanes_name(&self.kernel(rank, &ops[0])));
+            return self.launch_lane_grid(rank, &ops, &plan);
         };
         if !self.graph_gate(|| Call::LaunchLanes { rank, ops: ops.clone() })? {
             return Ok(());

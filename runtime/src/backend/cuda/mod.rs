@@ -178,6 +178,9 @@ pub struct CudaBackend {
     /// What was issued (`backend::census`), counted as the host backend counts it, where each
     /// call reaches the driver (a replayed segment's calls are not issued, so not counted).
     census: CensusCounter,
+    /// The lanes of the lane-grid launch being issued (`launch/lane_grid.rs`); one lane, every
+    /// pitch 0, outside one.
+    lane_grid: std::cell::Cell<launch::lane_grid::LanePitch>,
 }
 
 impl CudaBackend {
@@ -245,6 +248,7 @@ impl CudaBackend {
             tickets: Vec::new(),
             launches: 0,
             census: CensusCounter::new(n_ranks),
+            lane_grid: std::cell::Cell::new(launch::lane_grid::LanePitch::ONE),
             merged_launches: 0,
             packed_copies: 0,
             doorbells_rung: 0,

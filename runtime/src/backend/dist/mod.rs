@@ -119,6 +119,15 @@ impl<B: Backend, M: Mover<B>> DistBackend<B, M> {
         self.layout
     }
 
+    /// The census name of `op`'s kernel on `rank`.
+    fn kernel_name(&self, rank: usize, op: &Op) -> String {
+        let (wf, gf) = (&self.weight_formats[rank], &self.group_formats[rank]);
+        op.kernel(
+            |w| wf.get(w as usize).copied().unwrap_or("unknown"),
+            |g| gf.get(g as usize).copied().unwrap_or("unknown"),
+        )
+    }
+
     fn check_rank(&self, rank: usize) -> Result<()> {
         if rank < self.layout.tp {
             Ok(())
@@ -237,11 +246,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
 
     fn launch(&mut self, rank: usize, op: Op) -> Result<()> {
         self.check_rank(rank)?;
-        let (wf, gf) = (&self.weight_formats[rank], &self.group_formats[rank]);
-        let kernel = op.kernel(
-            |w| wf.get(w as usize).copied().unwrap_or("unknown"),
-            |g| gf.get(g as usize).copied().unwrap_or("unknown"),
-        );
+        let kernel = self.kernel_name(rank, &op);
         self.census.launch(rank, kernel);
         match self.layout.local(rank) {
             Some(l) => self.watched("launch", &format!("rank {rank}"), |s| s.inner.launch(l, op)),
@@ -254,7 +259,9 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
     fn launch_lanes(&mut self, rank: usize, ops: Vec<Op>) -> Result<()> {
         self.check_rank(rank)?;
         let wf = &self.weight_formats[rank];
-        let Some(kernel) = crate::backend::op::lanes::fused_kernel(&ops, |w| wf.get(w as usize).copied()) else {
+        let kernel_of = |op: &Op| self.kernel_name(rank, op);
+        let Some(kernel) = crate::backend::op::lanes::fused_kernel(&ops, |w| wf.get(w as usize).copied(), kernel_of)
+        else {
             return ops.into_iter().try_for_each(|op| self.launch(rank, op));
         };
         self.census.launch(rank, kernel);

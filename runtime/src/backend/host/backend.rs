@@ -154,7 +154,8 @@ impl Backend for HostBackend {
     fn launch_lanes(&mut self, rank: usize, ops: Vec<Op>) -> Result<()> {
         self.check_rank(rank)?;
         let formats = &self.ranks[rank].weight_formats;
-        let Some(kernel) = fused_kernel(&ops, |id| formats.get(id as usize).copied()) else {
+        let Some(kernel) = fused_kernel(&ops, |id| formats.get(id as usize).copied(), |op| self.kernel(rank, op))
+        else {
             return ops.into_iter().try_for_each(|op| self.launch(rank, op));
         };
         for op in &ops {

@@ -145,14 +145,27 @@ pub fn plan_lanes(ops: &[Op]) -> std::result::Result<LanePlan, String> {
     Ok(LanePlan { mode, lanes, x: xs[0], x_pitch, items })
 }
 
-/// The census name of the one launch a device makes of `ops` — planned by [`plan_lanes`], every
-/// weight dense BF16 or F32 of one format (`format` gives a weight's census format) — or `None`
-/// where the lanes run one launch each. Every backend counts multi-lane launches by this rule.
-pub fn fused_kernel<'a>(ops: &[Op], format: impl Fn(WeightId) -> Option<&'a str>) -> Option<String> {
-    let plan = plan_lanes(ops).ok()?;
-    let first = format(plan.items[0].0)?;
-    let dense = matches!(first, "bf16" | "f32") && plan.items.iter().all(|i| format(i.0) == Some(first));
-    dense.then(|| plan.kernel(first))
+/// The census name of the one launch a device makes of `ops`, or `None` where the lanes run
+/// one launch each: a GEMV planned by [`plan_lanes`] whose weights are all dense BF16 or F32 of
+/// one format (`format` gives a weight's census format), or an op with a lane-grid kernel
+/// planned by [`plan_grid`](super::lane_grid::plan_grid) (`kernel_of` names lane 0's kernel as a
+/// single launch would be named). Every backend counts multi-lane launches by this rule.
+pub fn fused_kernel<'a>(
+    ops: &[Op],
+    format: impl Fn(WeightId) -> Option<&'a str>,
+    kernel_of: impl Fn(&Op) -> String,
+) -> Option<String> {
+    match plan_lanes(ops) {
+        Ok(plan) => {
+            let first = format(plan.items[0].0)?;
+            let dense = matches!(first, "bf16" | "f32") && plan.items.iter().all(|i| format(i.0) == Some(first));
+            dense.then(|| plan.kernel(first))
+        }
+        Err(_) => {
+            super::lane_grid::plan_grid(ops).ok()?;
+            Some(super::lane_grid::lanes_name(&kernel_of(&ops[0])))
+        }
+    }
 }
 
 #[cfg(test)]

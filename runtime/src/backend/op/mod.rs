@@ -4,6 +4,7 @@
 //! the same way.
 
 mod facts;
+pub mod lane_grid;
 pub mod lanes;
 
 use super::{GroupId, Slice, WeightId};

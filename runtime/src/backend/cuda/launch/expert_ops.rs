@@ -36,7 +36,26 @@ impl CudaBackend {
                 };
                 let (has, lim, pitch) =
                     (limit.is_some() as i32, limit.unwrap_or(0.0), i32_of(what, "act pitch", act_pitch)?);
-                launch!(self, rank, "expert_gate_up_f32", c, tp, ne, ex, rp, k, fs, xp, has, lim, ap, pitch, rpb_i)
+                let (c, lane_p) = (self.on_lanes_y(c), self.lane_pitch());
+                launch!(
+                    self,
+                    rank,
+                    "expert_gate_up_f32",
+                    c,
+                    tp,
+                    ne,
+                    ex,
+                    rp,
+                    k,
+                    fs,
+                    xp,
+                    has,
+                    lim,
+                    ap,
+                    pitch,
+                    rpb_i,
+                    lane_p
+                )
             }
             Op::ExpertDown { group, route, first_slot, slots, act, act_pitch, out, out_pitch } => {
                 let what = "expert_down";
@@ -61,7 +80,8 @@ impl CudaBackend {
                     return Ok(());
                 };
                 let (ap_i, op_i) = (i32_of(what, "act pitch", act_pitch)?, i32_of(what, "out pitch", out_pitch)?);
-                launch!(self, rank, "expert_down_f32", c, tp, ne, ex, rp, k, fs, ap, ap_i, op_ptr, op_i, rpb_i)
+                let (c, lane_p) = (self.on_lanes_y(c), self.lane_pitch());
+                launch!(self, rank, "expert_down_f32", c, tp, ne, ex, rp, k, fs, ap, ap_i, op_ptr, op_i, rpb_i, lane_p)
             }
             Op::FoldSlots { route, first_slot, slots, parts, parts_pitch, n_parts, owner, scales, out } => {
                 let what = "fold_slots";
@@ -103,6 +123,7 @@ impl CudaBackend {
                 );
                 let (cond, ne_i, ex_i) = (owner.is_some() as i32, ne as i32, ex as i32);
                 let (oe, od, om, ow) = (o.rule.experts, o.rule.div, o.rule.modulo, o.want);
+                let (c, lane_p) = (self.on_lanes_z(c), self.lane_pitch());
                 launch!(
                     self,
                     rank,
@@ -123,7 +144,8 @@ impl CudaBackend {
                     ow,
                     tp,
                     ne_i,
-                    ex_i
+                    ex_i,
+                    lane_p
                 )
             }
             Op::FoldCombine { parts, pitch, n_parts, w, out } => {
@@ -147,8 +169,9 @@ impl CudaBackend {
                     i32_of(what, "slots", w.len)?,
                     i32_of(what, "width", width)?,
                 );
-                let c = cfg(elementwise_grid(width), ELEMENTWISE_THREADS, 0);
-                launch!(self, rank, "fold_combine_f32", c, pp, pitch_i, np, wp, k, w_i, op_ptr)
+                let c = self.on_lanes_z(cfg(elementwise_grid(width), ELEMENTWISE_THREADS, 0));
+                let lane_p = self.lane_pitch();
+                launch!(self, rank, "fold_combine_f32", c, pp, pitch_i, np, wp, k, w_i, op_ptr, lane_p)
             }
             Op::SelectSlots { route, rule, ranks, src, rank_pitch, out } => {
                 let what = "select_slots";

@@ -121,6 +121,11 @@ macro_rules! launch {
 unsafe impl DeviceRepr for gemv::GemvBatch {}
 const _: () = assert!(std::mem::size_of::<gemv::GemvBatch>() == 104);
 
+// SAFETY: `LanePitch` is `repr(C)` of i32 only (32 bytes, asserted below, no padding) and matches
+// `struct LanePitch` in kernels/cuda/canon.cuh field for field; the kernels take it by value.
+unsafe impl DeviceRepr for lane_grid::LanePitch {}
+const _: () = assert!(std::mem::size_of::<lane_grid::LanePitch>() == 32);
+
 // SAFETY: `DigestBatch` is `repr(C)`, made only of u64/u32 arrays and a u32 (no padding that a
 // kernel could read as uninitialised, no pointers the host owns), and matches the field order and
 // types of `struct DigestBatch` in kernels/cuda/digest.cu (2440 bytes, asserted below), which the
@@ -133,6 +138,7 @@ mod digest;
 mod expert_ops;
 pub(crate) mod experts;
 mod gemv;
+pub(crate) mod lane_grid;
 pub(crate) mod lanes;
 mod ops;
 mod passes;

@@ -81,17 +81,8 @@ impl CudaBackend {
                     return Ok(());
                 }
                 let (np, width, rev) = (i32_of("fold", "n_parts", n_parts)?, out.len as i32, reverse as i32);
-                launch!(
-                    self,
-                    rank,
-                    "fold_f32",
-                    cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0),
-                    pp,
-                    np,
-                    width,
-                    rev,
-                    outp
-                )
+                let c = cfg(elementwise_grid(out.len), ELEMENTWISE_THREADS, 0);
+                launch!(self, rank, "fold_f32", c, pp, np, width, rev, outp)
             }
             Op::Add { a, b, out } => {
                 let (ap, bp, outp) =
@@ -130,7 +121,8 @@ impl CudaBackend {
                     return Ok(());
                 }
                 let (n, rows_i) = (w.len as i32, rows as i32);
-                launch!(self, rank, "rmsnorm_f32", cfg(rows, 256, norm_smem(w.len)?), xp, wp, eps, outp, n, rows_i)
+                let (c, lane_p) = (self.on_lanes_z(cfg(rows, 256, norm_smem(w.len)?)), self.lane_pitch());
+                launch!(self, rank, "rmsnorm_f32", c, xp, wp, eps, outp, n, rows_i, lane_p)
             }
             Op::AddRmsNorm { x, a, w, eps, h, out } => {
                 let what = "add_rmsnorm";
@@ -148,12 +140,12 @@ impl CudaBackend {
                 if rows == 0 {
                     return Ok(());
                 }
-                let (n, rows_i) = (w.len as i32, rows as i32);
+                let (n, rows_i, lane_p) = (w.len as i32, rows as i32, self.lane_pitch());
                 launch!(
                     self,
                     rank,
                     "add_rmsnorm_f32",
-                    cfg(rows, 256, norm_smem(w.len)?),
+                    self.on_lanes_z(cfg(rows, 256, norm_smem(w.len)?)),
                     xp,
                     ap,
                     wp,
@@ -161,7 +153,8 @@ impl CudaBackend {
                     hp,
                     outp,
                     n,
-                    rows_i
+                    rows_i,
+                    lane_p
                 )
             }
             Op::FoldAddRmsNorm { parts, n_parts, x, w, eps, a, h, out } => {
@@ -274,7 +267,8 @@ impl CudaBackend {
                 }
                 let name = if device_variant { "router_topk_dev_f32" } else { "router_topk_f32" };
                 let (n_i, k_i, norm) = (n as i32, k as i32, normalize as i32);
-                launch!(self, rank, name, cfg(1, ROUTER_THREADS, 12 * n), lp, bp, n_i, k_i, norm, scaling, outp)
+                let (c, lane_p) = (self.on_lanes_z(cfg(1, ROUTER_THREADS, 12 * n)), self.lane_pitch());
+                launch!(self, rank, name, c, lp, bp, n_i, k_i, norm, scaling, outp, lane_p)
             }
             Op::Swiglu { gate, up, limit, out } => {
                 let what = "swiglu";
@@ -362,8 +356,9 @@ impl CudaBackend {
                     return Ok(());
                 }
                 let n_i = i32_of(what, "length", n)?;
-                let c = cfg(elementwise_grid(n), ELEMENTWISE_THREADS, 0);
-                launch!(self, rank, "residual_add_f32", c, hp, ap, bp, sp, outp, n_i)
+                let (c, lane_p) =
+                    (self.on_lanes_z(cfg(elementwise_grid(n), ELEMENTWISE_THREADS, 0)), self.lane_pitch());
+                launch!(self, rank, "residual_add_f32", c, hp, ap, bp, sp, outp, n_i, lane_p)
             }
             Op::Argmax { x, out } => {
                 let (xp, outp) = (self.slice_ptr(rank, x, "argmax")?, self.slice_ptr(rank, out, "argmax")?);
