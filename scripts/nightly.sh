@@ -24,10 +24,7 @@
 #                                           default the number of GPUs; shard I sees GPUs
 #                                           I*G..I*G+G-1 (G = GPUs / N), and a TP above G runs
 #                                           co-resident on its shard's first GPU (set --shards 1 to
-#                                           give TP8 eight distinct GPUs); N above the GPU count
-#                                           puts shard I on GPU I mod GPUs, several processes per
-#                                           GPU (what fits `all` into an hour on one H200,
-#                                           docs/PERFORMANCE.md). Host: default 1 (one
+#                                           give TP8 eight distinct GPUs). Host: default 1 (one
 #                                           process already uses every core); N > 1 splits the
 #                                           cores (--jobs cores/N, ranks inline).
 #   --shard I/N           NIGHTLY_SHARD     run only shard I of N of the matrix (a partial night,
@@ -120,6 +117,10 @@ else
     [ -n "$bench_args" ] || bench_args="--allow-host --no-torch --steps 4 --warmup 1"
 fi
 [[ "$shards" =~ ^[1-9][0-9]*$ ]] || { echo "nightly.sh: --shards \`$shards\`: a count ≥ 1" >&2; exit 2; }
+if [ "$backend" = cuda ] && [ "$shards" -gt "${#gpus[@]}" ]; then
+    echo "nightly.sh: --shards $shards: only ${#gpus[@]} GPU(s) (${gpus[*]})" >&2
+    exit 2
+fi
 if [ -n "$only_shard" ]; then
     [[ "$only_shard" =~ ^[0-9]+/[1-9][0-9]*$ ]] || { echo "nightly.sh: --shard \`$only_shard\`: I/N, e.g. 0/64" >&2; exit 2; }
     [ "$shards" -eq 1 ] || { echo "nightly.sh: --shard runs one shard: give --shards 1 with it" >&2; exit 2; }
@@ -228,12 +229,8 @@ matrix_all() {
         [ "$backend" = cuda ] && per=$(( ${#gpus[@]} / shards ))
         for ((i = 0; i < shards; i++)); do
             local devs=""
-            if [ "$backend" = cuda ] && [ "$per" -ge 1 ]; then
+            if [ "$backend" = cuda ]; then
                 devs=$(IFS=,; echo "${gpus[*]:$(( i * per )):$per}")
-            elif [ "$backend" = cuda ]; then
-                # More shards than GPUs: shard I shares GPU I mod G with the other processes there
-                # (a matrix job is bound by launch latency and host work, not by the device).
-                devs="${gpus[$(( i % ${#gpus[@]} ))]}"
             fi
             run_shard "$i" "$shards" "$night/shards/$i" "$devs" >"$night/logs/matrix-shard$i.log" 2>&1 &
             pids+=("$!")
