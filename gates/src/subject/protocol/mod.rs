@@ -136,15 +136,20 @@
 
 pub mod backend_evidence;
 pub mod battery;
+pub mod lanes;
 pub mod manifest;
+pub mod shapes;
 pub mod tape;
 
 use memra_kernels::twins::gemv::{canonical_kblocks, WeightFormat};
 use memra_runtime::model::ModelConfig;
 use memra_runtime::record::{Record, Seam};
 
-/// The protocol version this build speaks (manifest `protocol`, `MEMRA_SUBJECT_PROTOCOL`).
-pub const PROTOCOL_VERSION: u64 = 1;
+/// The newest protocol version this build speaks (manifest `protocol`, `MEMRA_SUBJECT_PROTOCOL`):
+/// version 2 adds rows and columns ([`shapes`], the battery file's `pass`, the tape's `p{p}.lanes`).
+pub const PROTOCOL_VERSION: u64 = 2;
+/// Every version this build speaks: a subject is told the version of its manifest.
+pub const PROTOCOL_VERSIONS: [u64; 2] = [1, 2];
 
 /// The digest columns of a tape for a model of `layers` layers: `L{l}.{seam}` in record order
 /// (the layer seams of every layer, then the head seams on pseudo-layer `layers`).
