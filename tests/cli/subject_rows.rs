@@ -1,0 +1,152 @@
+//! Rows and columns through the subject protocol (version 2, docs/subject-protocol.md §9): the
+//! engine written from the documents (`scripts/subjects/docs_engine.py`, numpy on the host) runs
+//! rows — the dense projections of every row of a pass in one product — and is gated at b2 and b4
+//! against the single-token oracle; a batch-dependent defect planted in a copy of it (rows r > 0
+//! fold the o projection's K-blocks in reverse) FAILs naming the row, while its single-token run
+//! still PASSes; a shape outside a version 2 manifest, and any multi-lane shape of a version 1
+//! subject, is NOT-APPLICABLE with the reason; bad shape fields are refused before any work.
+//! Needs python3 with numpy (`.ci/run` installs it before the tests).
+
+use crate::util::*;
+use memra_receipts::schema::{LaneAxis, Verdict};
+use memra_receipts::Receipt;
+use std::path::{Path, PathBuf};
+
+const ENGINE: &str = "scripts/subjects/docs_engine.py";
+const MANIFEST: &str = "scripts/subjects/docs_engine.toml";
+/// The line of docs_engine.py that folds the o projection's partials of every row of a pass.
+const O_JOIN: &str = "        oj = fold(op)  # [B][hidden]\n";
+
+/// docs_engine.py and its manifest in `dir`, the engine's text changed by `engine`, the
+/// manifest's by `manifest`; returns the manifest's path.
+fn engine_copy(dir: &Path, engine: impl Fn(&str) -> String, manifest: impl Fn(&str) -> String) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let text = std::fs::read_to_string(repo(ENGINE)).unwrap();
+    std::fs::write(dir.join("docs_engine.py"), engine(&text)).unwrap();
+    let path = dir.join("docs_engine.toml");
+    std::fs::write(&path, manifest(&std::fs::read_to_string(repo(MANIFEST)).unwrap())).unwrap();
+    path
+}
+
+/// A short host plan of `tiny` through `manifest`: three prompts (rows need sessions), two
+/// generated tokens, at the shapes `shapes` asks for.
+fn plan_out(manifest: &Path, out: &Path, shapes: &[&str], code: i32) -> (Output, Vec<Receipt>) {
+    let mut args = vec!["run", "--subject", s(manifest), "--backend", "host", "--tp", "1"];
+    args.extend(["--transport", "host-bounce", "--preset", "tiny", "--prompts", "3", "--gen-tokens", "2"]);
+    args.extend(["--quiet", "--out", s(out)]);
+    args.extend_from_slice(shapes);
+    let o = run(&args);
+    o.expect_code(code);
+    let receipts = read_receipts(out).into_iter().map(|r| r.1).collect();
+    (o, receipts)
+}
+
+fn at<'a>(receipts: &'a [Receipt], batch: usize, columns: usize) -> &'a Receipt {
+    receipts
+        .iter()
+        .find(|r| r.evidence.config.batch.unwrap_or(1) == batch && r.evidence.config.columns.unwrap_or(1) == columns)
+        .unwrap_or_else(|| panic!("no receipt at batch {batch} columns {columns}"))
+}
+
+fn reason(r: &Receipt) -> String {
+    r.evidence.reason.clone().unwrap_or_default()
+}
+
+#[test]
+fn the_docs_engine_runs_rows_bit_identical_and_a_row_defect_fails_naming_the_row() {
+    let tmp = tempdir();
+    let out = tmp.path().join("rows");
+    let (_, receipts) = plan_out(&repo(MANIFEST), &out, &["--batch", "1,2,4", "--columns", "1,2"], 0);
+    for b in [1, 2, 4] {
+        let r = at(&receipts, b, 1);
+        assert_eq!(r.evidence.verdict, Verdict::Pass, "b{b}: {}", reason(r));
+    }
+    // Rows really ran: the identity gate says how many passes held several rows.
+    for b in [2, 4] {
+        let detail: Vec<&str> = at(&receipts, b, 1).evidence.gates.iter().map(|g| g.detail.as_str()).collect();
+        assert!(
+            detail.iter().any(|d| d.contains("bit-identical to the single-token TP1 reference")
+                && d.contains("passes computed several rows")),
+            "b{b}: {detail:?}"
+        );
+    }
+    // Columns are outside its manifest: NOT-APPLICABLE with the rule, never run as rows.
+    let t2 = at(&receipts, 1, 2);
+    assert_eq!(t2.evidence.verdict, Verdict::NotApplicable);
+    assert!(
+        reason(t2).contains("subject docs-engine 0.1.0 (protocol 2) runs batch [1, 2, 4, 8] and columns [1] only: t2 is outside its manifest"),
+        "{}",
+        reason(t2)
+    );
+
+    // Negative control: rows r > 0 fold the o projection's K-blocks in reverse (a summation
+    // order that depends on the row, as a kernel chosen by batch size may). Single-token passes
+    // are untouched and PASS; b2 FAILs at o_join, in row 1.
+    let planted = engine_copy(
+        &tmp.path().join("planted"),
+        |t| {
+            assert!(t.contains(O_JOIN), "docs_engine.py no longer has the line the control plants in");
+            t.replace(O_JOIN, "        oj = np.stack([fold(op[:, r] if r == 0 else op[::-1, r]) for r in range(op.shape[1])])\n")
+        },
+        str::to_string,
+    );
+    let out = tmp.path().join("planted-out");
+    let (o, receipts) = plan_out(&planted, &out, &["--batch", "1,2"], 1);
+    assert_eq!(at(&receipts, 1, 1).evidence.verdict, Verdict::Pass, "{}", reason(at(&receipts, 1, 1)));
+    let b2 = at(&receipts, 2, 1);
+    assert_eq!(b2.evidence.verdict, Verdict::Fail);
+    let d = b2.evidence.first_divergence.as_ref().expect("a FAIL names its first divergence");
+    assert_eq!(d.seam, "o_join", "{d:?}");
+    let lane = d.lane.expect("a multi-lane FAIL names its lane");
+    assert_eq!((lane.axis, lane.index), (LaneAxis::Row, 1), "{d:?}");
+    assert!(o.stdout.contains("row 1") || o.stderr.contains("row 1"), "{}", o.transcript());
+}
+
+#[test]
+fn a_protocol_1_subject_is_not_applicable_at_rows_with_the_reason() {
+    let tmp = tempdir();
+    let v1 = engine_copy(
+        &tmp.path().join("v1"),
+        str::to_string,
+        |m| {
+            let m = m.replace("protocol = 2", "protocol = 1");
+            m.lines().filter(|l| !l.starts_with("batch = ")).collect::<Vec<_>>().join("\n")
+        },
+    );
+    let (_, receipts) = plan_out(&v1, &tmp.path().join("out"), &["--batch", "1,4"], 0);
+    // The single-token run still works over protocol 1 (a version 1 battery file, no lanes).
+    assert_eq!(at(&receipts, 1, 1).evidence.verdict, Verdict::Pass, "{}", reason(at(&receipts, 1, 1)));
+    let b4 = at(&receipts, 4, 1);
+    assert_eq!(b4.evidence.verdict, Verdict::NotApplicable);
+    assert!(
+        reason(b4).contains("subject docs-engine 0.1.0 (protocol 1) runs single-token passes only: b4 is outside its manifest"),
+        "{}",
+        reason(b4)
+    );
+}
+
+#[test]
+fn bad_shape_fields_are_refused_before_any_work() {
+    let tmp = tempdir();
+    let good = std::fs::read_to_string(repo(MANIFEST)).unwrap();
+    assert!(good.contains("batch = [1, 2, 4, 8]"), "docs_engine.toml declares its rows");
+    let cases: [(&str, String, &str); 5] = [
+        ("three", good.replace("batch = [1, 2, 4, 8]", "batch = [1, 3]"), "batch = \"[1, 3]\": 3 is no pass size"),
+        ("twice", good.replace("batch = [1, 2, 4, 8]", "batch = [1, 2, 2]"), "2 is listed twice"),
+        ("no-one", good.replace("batch = [1, 2, 4, 8]", "columns = [2, 4]"), "columns = \"[2, 4]\": the list holds 1"),
+        (
+            "v1",
+            good.replace("protocol = 2", "protocol = 1"),
+            "batch = \"[1, 2, 4, 8]\": protocol 1 runs single-token passes only; a subject that runs rows or columns declares protocol = 2",
+        ),
+        ("unknown", good.replace("batch = [1, 2, 4, 8]", "rows = [1, 2]"), "unknown field `rows`"),
+    ];
+    for (what, text, fragment) in cases {
+        let manifest = tmp.path().join(format!("{what}.toml"));
+        std::fs::write(&manifest, text).unwrap();
+        let out = tmp.path().join(what);
+        let args = ["run", "--subject", s(&manifest), "--backend", "host", "--preset", "tiny", "--out", s(&out)];
+        run(&args).expect_code(2).expect_stderr(&[fragment]);
+        assert!(!out.exists(), "{what}: the refused plan created its --out");
+    }
+}
