@@ -52,7 +52,18 @@ fn doors(on: bool) -> Vec<DoorState> {
 
 fn read_with(bytes: &[u8], doors: &[DoorState]) -> Result<Record, TapeError> {
     let (c, b, k) = (config(), battery(), capture_keys());
-    tape::read(bytes, &Expect { subject: NAME, version: VERSION, config: &c, battery: &b, capture: &k, doors, pass: PassShape::SINGLE })
+    tape::read(
+        bytes,
+        &Expect {
+            subject: NAME,
+            version: VERSION,
+            config: &c,
+            battery: &b,
+            capture: &k,
+            doors,
+            pass: PassShape::SINGLE,
+        },
+    )
 }
 
 fn good() -> Vec<u8> {

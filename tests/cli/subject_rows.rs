@@ -41,7 +41,7 @@ fn plan_out(manifest: &Path, out: &Path, shapes: &[&str], code: i32) -> (Output,
     (o, receipts)
 }
 
-fn at<'a>(receipts: &'a [Receipt], batch: usize, columns: usize) -> &'a Receipt {
+fn at(receipts: &[Receipt], batch: usize, columns: usize) -> &Receipt {
     receipts
         .iter()
         .find(|r| r.evidence.config.batch.unwrap_or(1) == batch && r.evidence.config.columns.unwrap_or(1) == columns)
@@ -86,7 +86,10 @@ fn the_docs_engine_runs_rows_bit_identical_and_a_row_defect_fails_naming_the_row
         &tmp.path().join("planted"),
         |t| {
             assert!(t.contains(O_JOIN), "docs_engine.py no longer has the line the control plants in");
-            t.replace(O_JOIN, "        oj = np.stack([fold(op[:, r] if r == 0 else op[::-1, r]) for r in range(op.shape[1])])\n")
+            t.replace(
+                O_JOIN,
+                "        oj = np.stack([fold(op[:, r] if r == 0 else op[::-1, r]) for r in range(op.shape[1])])\n",
+            )
         },
         str::to_string,
     );
@@ -105,21 +108,19 @@ fn the_docs_engine_runs_rows_bit_identical_and_a_row_defect_fails_naming_the_row
 #[test]
 fn a_protocol_1_subject_is_not_applicable_at_rows_with_the_reason() {
     let tmp = tempdir();
-    let v1 = engine_copy(
-        &tmp.path().join("v1"),
-        str::to_string,
-        |m| {
-            let m = m.replace("protocol = 2", "protocol = 1");
-            m.lines().filter(|l| !l.starts_with("batch = ")).collect::<Vec<_>>().join("\n")
-        },
-    );
+    let v1 = engine_copy(&tmp.path().join("v1"), str::to_string, |m| {
+        let m = m.replace("protocol = 2", "protocol = 1");
+        m.lines().filter(|l| !l.starts_with("batch = ")).collect::<Vec<_>>().join("\n")
+    });
     let (_, receipts) = plan_out(&v1, &tmp.path().join("out"), &["--batch", "1,4"], 0);
     // The single-token run still works over protocol 1 (a version 1 battery file, no lanes).
     assert_eq!(at(&receipts, 1, 1).evidence.verdict, Verdict::Pass, "{}", reason(at(&receipts, 1, 1)));
     let b4 = at(&receipts, 4, 1);
     assert_eq!(b4.evidence.verdict, Verdict::NotApplicable);
     assert!(
-        reason(b4).contains("subject docs-engine 0.1.0 (protocol 1) runs single-token passes only: b4 is outside its manifest"),
+        reason(b4).contains(
+            "subject docs-engine 0.1.0 (protocol 1) runs single-token passes only: b4 is outside its manifest"
+        ),
         "{}",
         reason(b4)
     );

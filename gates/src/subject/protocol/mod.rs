@@ -1,4 +1,4 @@
-//! The subject protocol, version 1: how `memra-gates` gates an engine it cannot link in
+//! The subject protocol, versions 1 and 2: how `memra-gates` gates an engine it cannot link in
 //! (docs/DESIGN.md §10). This module is the protocol's one definition — the manifest
 //! ([`manifest`]), the battery file ([`battery`]), the tape ([`tape`]), the environment (below)
 //! and the rules every reader applies. `docs/subject-protocol.md` says the same for an engine team
@@ -121,6 +121,18 @@
 //! its engagement counter `appears`) is checked against the same configuration run with the door
 //! off. A run the subject cannot complete writes only the metadata with `error`
 //! set to the reason (exit 0): the receipt is ERROR with that reason.
+//!
+//! # Version 2: rows and columns ([`shapes`], [`lanes`])
+//!
+//! A `protocol = 2` manifest may declare `batch = [1, 2, 4, 8]` and `columns = [1, …]` (absent:
+//! `[1]`; each list of 1, 2, 4, 8, once, holding 1; refused in a version 1 manifest). The subject
+//! is told its manifest's version (`MEMRA_SUBJECT_PROTOCOL`); a version 2 subject gets a battery
+//! file of version 2, whose `pass` (`{"batch": B, "columns": T}`) names the run's pass shape,
+//! scheduled as the built-in runtime schedules it (`runtime/src/program/passes.rs`). Its tape
+//! stays per (prompt, step), plus `p{p}.lanes` (U32 `[steps_p, 2]`: the pass and lane of every
+//! step) in a run of several lanes, read into `Record::lanes` — so rows and columns are gated
+//! by the same code as the built-in runtime's. A shape outside the manifest (every multi-lane
+//! shape of a version 1 subject) is NOT-APPLICABLE with the reason.
 //!
 //! # Verdicts of a run that breaks the protocol (never PASS; the matrix goes on)
 //!

@@ -116,7 +116,10 @@ mod tests {
         let v1 = SubjectShapes::parse(1, None, None).unwrap();
         assert_eq!(v1.not_applicable("subject s 1.0", PassShape::SINGLE), None);
         let why = v1.not_applicable("subject s 1.0", shape(4, 1)).unwrap();
-        assert!(why.contains("subject s 1.0 (protocol 1) runs single-token passes only: b4 is outside its manifest"), "{why}");
+        assert!(
+            why.contains("subject s 1.0 (protocol 1) runs single-token passes only: b4 is outside its manifest"),
+            "{why}"
+        );
     }
 
     #[test]
