@@ -25,7 +25,7 @@ fn evidence_of(dir: &Path) -> Vec<(String, String)> {
 }
 
 /// The names whose evidence differs between two receipt directories (same names required).
-fn differing(a: &Path, b: &Path) -> Vec<String> {
+pub(super) fn differing(a: &Path, b: &Path) -> Vec<String> {
     let (ea, eb) = (evidence_of(a), evidence_of(b));
     assert_eq!(
         ea.iter().map(|e| &e.0).collect::<Vec<_>>(),

@@ -4,7 +4,9 @@
 //! against the single-token oracle; a batch-dependent defect planted in a copy of it (rows r > 0
 //! fold the o projection's K-blocks in reverse) FAILs naming the row, while its single-token run
 //! still PASSes; a shape outside a version 2 manifest, and any multi-lane shape of a version 1
-//! subject, is NOT-APPLICABLE with the reason; bad shape fields are refused before any work.
+//! subject, is NOT-APPLICABLE with the reason; bad shape fields are refused before any work; and
+//! the built-in runtime as a protocol 2 subject writes byte-identical evidence at b4 and t4 (and
+//! for the batch canary's FAIL) to the same plans in process.
 //! Needs python3 with numpy (`.ci/run` installs it before the tests).
 
 use crate::util::*;
@@ -149,5 +151,53 @@ fn bad_shape_fields_are_refused_before_any_work() {
         let args = ["run", "--subject", s(&manifest), "--backend", "host", "--preset", "tiny", "--out", s(&out)];
         run(&args).expect_code(2).expect_stderr(&[fragment]);
         assert!(!out.exists(), "{what}: the refused plan created its --out");
+    }
+}
+
+/// The built-in runtime as a protocol 2 subject (its manifest with every shape the runtime runs):
+/// rows and columns through the protocol — the battery's `pass`, the tape's `p{p}.lanes` — write
+/// byte-identical evidence to the same plan in process, at TP1 and TP2; and so does the batch
+/// canary (a K split chosen by the number of rows), which FAILs both ways naming its row.
+#[test]
+fn the_builtin_runtime_through_protocol_2_writes_byte_identical_evidence_at_rows_and_columns() {
+    let tmp = tempdir();
+    let text = std::fs::read_to_string(repo("scripts/subjects/builtin.toml")).unwrap();
+    assert!(text.contains("\nprotocol = 1\n"), "builtin.toml is a protocol 1 manifest");
+    let v2 = tmp.path().join("builtin-v2.toml");
+    std::fs::write(
+        &v2,
+        text.replace("\nprotocol = 1\n", "\nprotocol = 2\nbatch = [1, 2, 4, 8]\ncolumns = [1, 2, 4, 8]\n"),
+    )
+    .unwrap();
+    let plans: [(&str, &[&str], i32); 2] = [
+        ("shapes", &["--tp", "1,2", "--batch", "1,4", "--columns", "1,4"], 0),
+        ("canary", &["--tp", "1", "--batch", "4", "--door", "MEMRA_CANARY_BATCH_KSPLIT"], 1),
+    ];
+    for (name, extra, code) in plans {
+        let (a, b) = (tmp.path().join(format!("{name}-in-process")), tmp.path().join(format!("{name}-protocol")));
+        let mut common = vec!["run", "--backend", "host", "--quiet", "--preset", "tiny", "--prompts", "3"];
+        common.extend(["--gen-tokens", "3", "--transport", "host-bounce"]);
+        common.extend_from_slice(extra);
+        let with_out = |out: &Path, subject: bool| {
+            let mut v = common.clone();
+            v.extend(["--out", s(out)]);
+            if subject {
+                v.extend(["--subject", s(&v2)]);
+            }
+            run(&v).expect_code(code);
+        };
+        with_out(&a, false);
+        with_out(&b, true);
+        assert_eq!(super::subject::differing(&a, &b), Vec::<String>::new(), "{name}: evidence differs");
+        let receipts: Vec<Receipt> = read_receipts(&b).into_iter().map(|r| r.1).collect();
+        let multi = receipts.iter().filter(|r| r.evidence.config.lanes() > 1).count();
+        assert!(multi >= 1 && receipts.iter().all(|r| r.evidence.config.subject == "memra-runtime"), "{name}");
+        if code == 1 {
+            let d = receipts[0].evidence.first_divergence.as_ref().expect("the canary FAILs with a divergence");
+            assert_eq!(d.lane.map(|l| l.axis), Some(LaneAxis::Row), "{d:?}");
+        } else {
+            assert!(receipts.iter().all(|r| r.evidence.verdict == Verdict::Pass), "{name}");
+            assert_eq!(multi, 4, "{name}: b4 and t4 at TP1 and TP2");
+        }
     }
 }

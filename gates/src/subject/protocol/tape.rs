@@ -537,14 +537,16 @@ pub fn write(record: &Record, subject: &str, version: &str, engaged_doors: &[Str
                 data: le_u32(top2.iter().flat_map(|(a, b)| [a.to_bits(), b.to_bits()])),
             },
         );
-        if record.timings_ns.len() == s && record.timings_ns.iter().all(|t| t.len() >= sample + n) {
+        // A multi-lane record's samples are per pass, not per step: the tape carries no timings.
+        let per_step = record.lanes.is_empty();
+        if per_step && record.timings_ns.len() == s && record.timings_ns.iter().all(|t| t.len() >= sample + n) {
             let rows = (sample..sample + n).flat_map(|i| record.timings_ns.iter().map(move |t| t[i]));
             tensors
                 .insert(format!("p{p}.timings_ns"), Owned { dtype: Dtype::U64, shape: vec![n, s], data: le_u64(rows) });
         }
         let l = record.n_layers + 1;
         let lt = &record.layer_timings_ns;
-        if lt.len() == l && lt.iter().all(|t| t.len() >= sample + n) {
+        if per_step && lt.len() == l && lt.iter().all(|t| t.len() >= sample + n) {
             let rows = (sample..sample + n).flat_map(|i| lt.iter().map(move |t| t[i]));
             tensors.insert(
                 format!("p{p}.layer_timings_ns"),
