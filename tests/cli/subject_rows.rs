@@ -10,7 +10,7 @@
 //! Needs python3 with numpy (`.ci/run` installs it before the tests).
 
 use crate::util::*;
-use memra_receipts::schema::{LaneAxis, Verdict};
+use memra_receipts::schema::{Gate, LaneAxis, Verdict};
 use memra_receipts::Receipt;
 use std::path::{Path, PathBuf};
 
@@ -232,4 +232,26 @@ fn the_torch_subject_runs_rows_through_a_numpy_stand_in() {
         }
         other => panic!("b2: {other:?}: {}", reason(b2)),
     }
+    // Negative control: the same subject scheduling one row per pass while the run asks for b2
+    // (its helper fills lane 0 only) labels honest lanes but batches nothing: the NUMERIC gates
+    // must not pass it under the b2 name.
+    let dir = tmp.path().join("one-row");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["torch_subject.py", "torch.toml"] {
+        std::fs::copy(repo(&format!("scripts/subjects/{f}")), dir.join(f)).unwrap();
+    }
+    let helper = std::fs::read_to_string(repo("scripts/subjects/memra_subject.py")).unwrap();
+    let cut = "        for j in range(b):\n            if slots[j] is None and pss >= j and queue:\n";
+    assert!(helper.contains(cut), "memra_subject.py no longer has the line the control plants in");
+    std::fs::write(dir.join("memra_subject.py"), helper.replace(cut, &cut.replace("range(b)", "range(1)"))).unwrap();
+    let (manifest, out) = (dir.join("torch.toml"), tmp.path().join("one-row-out"));
+    let mut args = vec!["run", "--subject", s(&manifest), "--backend", "host", "--tp", "1"];
+    args.extend(["--transport", "host-bounce", "--preset", "tiny", "--prompts", "3", "--gen-tokens", "2"]);
+    args.extend(["--batch", "2", "--quiet", "--out", s(&out)]);
+    run_env(&args, &[("PYTHONPATH", s(&shim))]).expect_code(1);
+    let receipts: Vec<Receipt> = read_receipts(&out).into_iter().map(|r| r.1).collect();
+    let b2 = at(&receipts, 2, 1);
+    assert_eq!(b2.evidence.verdict, Verdict::Fail, "{}", reason(b2));
+    let tape = b2.evidence.gates.iter().find(|g| g.gate == Gate::ArgmaxTape).expect("an argmax tape gate");
+    assert!(tape.detail.contains("no pass computed more than one step"), "{}", tape.detail);
 }
