@@ -8,7 +8,7 @@ use memra_receipts::schema::Verdict;
 use memra_runtime::backend::{open, BackendKind};
 use memra_runtime::model::ModelConfig;
 use memra_runtime::record::{CaptureKey, Record, Seam};
-use memra_runtime::{Battery, DoorSet, RunConfig, Transport};
+use memra_runtime::{Battery, DoorSet, PassShape, RunConfig, Transport};
 use proptest::prelude::*;
 use safetensors::SafeTensors;
 use std::collections::BTreeMap;
@@ -52,7 +52,18 @@ fn doors(on: bool) -> Vec<DoorState> {
 
 fn read_with(bytes: &[u8], doors: &[DoorState]) -> Result<Record, TapeError> {
     let (c, b, k) = (config(), battery(), capture_keys());
-    tape::read(bytes, &Expect { subject: NAME, version: VERSION, config: &c, battery: &b, capture: &k, doors })
+    tape::read(
+        bytes,
+        &Expect {
+            subject: NAME,
+            version: VERSION,
+            config: &c,
+            battery: &b,
+            capture: &k,
+            doors,
+            pass: PassShape::SINGLE,
+        },
+    )
 }
 
 fn good() -> Vec<u8> {
@@ -270,7 +281,7 @@ proptest! {
         let b = Battery { prompts: vec![vec![3, 1, 4], vec![1, 5]], gen_tokens: 2 };
         let c = config();
         let bytes = tape::write(&r, NAME, VERSION, &[]).unwrap();
-        let back = tape::read(&bytes, &Expect { subject: NAME, version: VERSION, config: &c, battery: &b, capture: &[key], doors: &[] });
+        let back = tape::read(&bytes, &Expect { subject: NAME, version: VERSION, config: &c, battery: &b, capture: &[key], doors: &[], pass: PassShape::SINGLE });
         let mut back = back.unwrap();
         // f32 equality cannot see NaN payloads: the top-two logits are compared as bit patterns.
         let bits = |r: &Record| r.top2.iter().flatten().flat_map(|(a, b)| [a.to_bits(), b.to_bits()]).collect::<Vec<_>>();

@@ -22,7 +22,8 @@ import numpy as np
 
 NAME = "docs-engine"
 VERSION = "0.1.0"
-PROTOCOL = 1
+PROTOCOL = 2  # speaks 1 and 2 (docs/subject-protocol.md §9): version 2 adds rows
+BATCH = (1, 2, 4, 8)  # sessions per pass it runs (its manifest's `batch`)
 LAYER_SEAMS = ["attn_norm", "qkv", "rope", "attn", "o_proj", "o_join", "ffn_norm", "router",
                "experts", "moe_join", "residual"]
 HEAD_SEAMS = ["final_norm", "logits"]
@@ -195,23 +196,25 @@ class Matrix:
             self.row_scales = scales[rows]  # [out][in/128]
 
     def partials(self, x):
-        """[G][out]: the partial of every row over every K-block."""
-        prod = self.w * x
+        """[G][out] for an input x [in]; [G][B][out] for the B rows of a pass, x [B][in] (one
+        product matrix [B][out][in]: every row's operations are a single row's, elementwise)."""
+        lead = x.shape[:-1]
+        prod = self.w * x[..., None, :]  # [..][out][in]
         if self.scales is None:
             kw = self.inn // self.g
-            return dot_products(prod.reshape(self.out, self.g, kw)).T.copy()
+            return np.moveaxis(dot_products(prod.reshape(lead + (self.out, self.g, kw))), -1, 0).copy()
         nb = self.inn // 128
-        blocks = butterfly32(lanes(prod.reshape(self.out, nb, 128), 128))  # [out][nb]
+        blocks = butterfly32(lanes(prod.reshape(lead + (self.out, nb, 128)), 128))  # [..][out][nb]
         sp = self.row_scales * blocks
         per = nb // self.g
-        sp = sp.reshape(self.out, self.g, per)
-        acc = np.zeros((self.out, self.g), dtype=F32)
+        sp = sp.reshape(lead + (self.out, self.g, per))
+        acc = np.zeros(lead + (self.out, self.g), dtype=F32)
         for j in range(per):
-            acc = acc + sp[:, :, j]
-        return acc.T.copy()
+            acc = acc + sp[..., j]
+        return np.moveaxis(acc, -1, 0).copy()
 
     def rows(self, x):
-        """Every row: the fold from +0.0 of its G partials."""
+        """Every row: the fold from +0.0 of its G partials ([out], or [B][out] for x [B][in])."""
         return fold(self.partials(x))
 
 
@@ -326,6 +329,30 @@ def f32_bits(x):
 
 # ---- the decode step (docs/DESIGN.md §3.2, §3.4 steps 8–17) ----------------------------------
 
+class Session:
+    """One prompt's decode (docs/subject-protocol.md §4.2): its KV cache, the step it computes
+    next, and what the tape gets for it — per step the seam digests and the (pass, lane) that
+    computed it, the generated tokens and their top-two logits."""
+
+    def __init__(self, p, prompt, gen, n_layers, n_cols):
+        self.p, self.prompt = p, prompt
+        self.steps = len(prompt) + gen - 1
+        self.step = 0
+        self.kc = [[] for _ in range(n_layers)]
+        self.vc = [[] for _ in range(n_layers)]
+        self.digests = np.zeros((self.steps, n_cols), dtype="<u8")
+        self.lanes = np.zeros((self.steps, 2), dtype="<u4")
+        self.generated, self.top2 = [], []
+
+    def token(self, forced):
+        """The token fed at this step: the prompt's, then the forced tape's or its own."""
+        n = len(self.prompt)
+        if self.step < n:
+            return self.prompt[self.step]
+        j = self.step - n
+        return forced[self.p][j] if forced is not None else self.generated[j]
+
+
 class Engine:
     def __init__(self, model, battery):
         self.m = model
@@ -334,9 +361,10 @@ class Engine:
         self.captures = {}
         self.rope = {}
 
-    def seam(self, layer, name, bits, base_blocks=None):
-        """Digest (and capture when asked) one seam's logical tensor given as 32-bit patterns;
-        `base_blocks` = [(global offset, bits)] for a tensor with elements outside every part."""
+    def seam(self, s, layer, name, bits, base_blocks=None):
+        """Digest (and capture when asked) one seam of session `s` at its step, the logical tensor
+        given as 32-bit patterns; `base_blocks` = [(global offset, bits)] for a tensor with
+        elements outside every part."""
         col = self.columns.index("L%d.%s" % (layer, name))
         if base_blocks is None:
             d = digest(bits)
@@ -344,9 +372,9 @@ class Engine:
             d = 0
             for base, b in base_blocks:
                 d = (d + digest(b, base)) % (1 << 64)
-        self.row[col] = d
-        if (self.prompt, self.step, layer, name) in self.capture_set:
-            self.captures["capture.p%d.s%d.L%d.%s" % (self.prompt, self.step, layer, name)] = \
+        s.digests[s.step, col] = d
+        if (s.p, s.step, layer, name) in self.capture_set:
+            self.captures["capture.p%d.s%d.L%d.%s" % (s.p, s.step, layer, name)] = \
                 np.ascontiguousarray(bits, dtype=np.uint32).astype("<u4").tobytes()
 
     def rope_table(self, pos):
@@ -354,62 +382,81 @@ class Engine:
             self.rope[pos] = self.m.rope_row(pos)
         return self.rope[pos]
 
-    def layer(self, i, x, pos):
+    def layer(self, i, X, sess):
+        """One layer for the rows of a pass: X [B][hidden], row r the input of session sess[r]
+        at its own step (position). The dense projections take all rows at once (one product
+        matrix per weight); attention and the routed experts are each row's own."""
         c, m, L = self.c, self.m, self.m.layers[i]
         eps = m.eps
         qh, kvh, hidden = c["q_heads"], c["kv_heads"], c["hidden"]
         # attn_norm (step 3)
-        a = rmsnorm_row(x, L["attn_norm"], eps)
-        self.seam(i, "attn_norm", f32_bits(a))
+        A = np.stack([rmsnorm_row(x, L["attn_norm"], eps) for x in X])
+        for r, s in enumerate(sess):
+            self.seam(s, i, "attn_norm", f32_bits(A[r]))
         # qkv (step 9)
-        q, k, v, g = L["q"].rows(a), L["k"].rows(a), L["v"].rows(a), L["gate"].rows(a)
-        self.seam(i, "qkv", f32_bits(np.concatenate([q, k, v, g])))
-        # rope (step 10)
-        cos, sin = self.rope_table(pos)
-        qr = self.rope_heads(q.reshape(qh, HEAD_DIM), L["q_norm"], cos, sin)
-        kr = self.rope_heads(k.reshape(kvh, HEAD_DIM), L["k_norm"], cos, sin)
-        self.seam(i, "rope", f32_bits(np.concatenate([qr.ravel(), kr.ravel()])))
-        self.kc[i].append(kr)
-        self.vc[i].append(v.reshape(kvh, HEAD_DIM))
-        # attn (step 11)
-        att = self.attention(qr, np.stack(self.kc[i], axis=1), np.stack(self.vc[i], axis=1), g)
-        self.seam(i, "attn", f32_bits(att))
+        Q, K, V, G = L["q"].rows(A), L["k"].rows(A), L["v"].rows(A), L["gate"].rows(A)
+        att = np.zeros((len(sess), qh * HEAD_DIM), dtype=F32)
+        for r, s in enumerate(sess):
+            q, k, v, g = Q[r], K[r], V[r], G[r]
+            self.seam(s, i, "qkv", f32_bits(np.concatenate([q, k, v, g])))
+            # rope (step 10)
+            cos, sin = self.rope_table(s.step)
+            qr = self.rope_heads(q.reshape(qh, HEAD_DIM), L["q_norm"], cos, sin)
+            kr = self.rope_heads(k.reshape(kvh, HEAD_DIM), L["k_norm"], cos, sin)
+            self.seam(s, i, "rope", f32_bits(np.concatenate([qr.ravel(), kr.ravel()])))
+            s.kc[i].append(kr)
+            s.vc[i].append(v.reshape(kvh, HEAD_DIM))
+            # attn (step 11)
+            att[r] = self.attention(qr, np.stack(s.kc[i], axis=1), np.stack(s.vc[i], axis=1), g)
+            self.seam(s, i, "attn", f32_bits(att[r]))
         # o_proj, o_join (step 12)
-        op = L["o"].partials(att)  # [G_o][hidden]
-        self.seam(i, "o_proj", f32_bits(op.ravel()))
-        oj = fold(op)
-        self.seam(i, "o_join", f32_bits(oj))
+        op = L["o"].partials(att)  # [G_o][B][hidden]
+        for r, s in enumerate(sess):
+            self.seam(s, i, "o_proj", f32_bits(op[:, r].ravel()))
+        oj = fold(op)  # [B][hidden]
+        for r, s in enumerate(sess):
+            self.seam(s, i, "o_join", f32_bits(oj[r]))
         # ffn_norm (step 13)
-        h = x + oj
-        xn = rmsnorm_row(h, L["ffn_norm"], eps)
-        self.seam(i, "ffn_norm", f32_bits(np.concatenate([h, xn])))
-        # router (step 14)
-        ids, w = self.route(L, xn)
-        self.seam(i, "router", np.concatenate([np.array(ids, dtype=np.uint32), f32_bits(w)]))
+        H = X + oj
+        XN = np.stack([rmsnorm_row(h, L["ffn_norm"], eps) for h in H])
+        for r, s in enumerate(sess):
+            self.seam(s, i, "ffn_norm", f32_bits(np.concatenate([H[r], XN[r]])))
+        # router (step 14): the router projection over all rows, the selection per row
+        R = L["router"].rows(XN)
+        out = np.zeros_like(X)
+        for r, s in enumerate(sess):
+            out[r] = self.moe(i, s, H[r], XN[r], R[r])
+        return out
+
+    def moe(self, i, s, h, xn, logits):
+        """Steps 14–16 for one row: the routed experts are the row's own."""
+        m, L, hidden = self.m, self.m.layers[i], self.c["hidden"]
+        ids, w = self.route(L, logits)
+        self.seam(s, i, "router", np.concatenate([np.array(ids, dtype=np.uint32), f32_bits(w)]))
         # experts (step 15)
         slots = [L["experts"][e] for e in ids] + [L["shared"]]
         gmax = max(L["experts"][0]["down"].g, L["shared"]["down"].g)
         stride = gmax * hidden
         parts, blocks = [], []
         full = np.zeros(len(slots) * stride, dtype=np.uint32)
-        for s, ex in enumerate(slots):
+        for k, ex in enumerate(slots):
             act = swiglu(ex["gate"].rows(xn), ex["up"].rows(xn), m.limit)
             p = ex["down"].partials(act)  # [G][hidden]
             parts.append(p)
             b = f32_bits(p.ravel())
-            blocks.append((s * stride, b))
-            full[s * stride:s * stride + b.shape[0]] = b
-        self.seam(i, "experts", full, blocks)
+            blocks.append((k * stride, b))
+            full[k * stride:k * stride + b.shape[0]] = b
+        self.seam(s, i, "experts", full, blocks)
         # moe_join (step 16)
         ys = [fold(p) for p in parts]
         routed = np.zeros(hidden, dtype=F32)
-        for s in range(len(ids)):
-            routed = routed + w[s] * ys[s]
+        for k in range(len(ids)):
+            routed = routed + w[k] * ys[k]
         shared = ys[-1]
-        self.seam(i, "moe_join", f32_bits(np.concatenate([routed, shared])))
+        self.seam(s, i, "moe_join", f32_bits(np.concatenate([routed, shared])))
         # residual (step 16)
         out = h + (routed + shared)
-        self.seam(i, "residual", f32_bits(out))
+        self.seam(s, i, "residual", f32_bits(out))
         return out
 
     def rope_heads(self, x, w, cos, sin):
@@ -449,10 +496,9 @@ class Engine:
         out = out * sigmoid_c(gate)[:, None]
         return out.ravel()
 
-    def route(self, L, xn):
-        """Step 14."""
+    def route(self, L, logits):
+        """Step 14, from the router projection's row of logits."""
         c = self.c
-        logits = L["router"].rows(xn)
         scores = sigmoid_c(logits)
         keys = scores + L["bias"]
         taken = [False] * len(keys)
@@ -474,24 +520,28 @@ class Engine:
             w = w / total
         return ids, (w * self.m.route_scale).astype(F32)
 
-    def head(self, x):
-        """Step 17."""
+    def head(self, X, sess):
+        """Step 17 for the rows of a pass: per row its token and (top-1, top-2) logits."""
         n = self.c["layers"]
-        fn = rmsnorm_row(x, self.m.final_norm, self.m.eps)
-        self.seam(n, "final_norm", f32_bits(fn))
-        logits = self.m.lm_head.rows(fn)
-        self.seam(n, "logits", f32_bits(logits))
-        best, a, b = None, float("-inf"), float("-inf")
-        for i, v in enumerate(logits.tolist()):
-            if v != v:
-                continue
-            if best is None or v > logits[best]:
-                best = i
-            if v > a:
-                a, b = v, a
-            elif v > b:
-                b = v
-        return (0 if best is None else best), (a, b)
+        FN = np.stack([rmsnorm_row(x, self.m.final_norm, self.m.eps) for x in X])
+        LOG = self.m.lm_head.rows(FN)  # [B][vocab]
+        out = []
+        for r, s in enumerate(sess):
+            self.seam(s, n, "final_norm", f32_bits(FN[r]))
+            logits = LOG[r]
+            self.seam(s, n, "logits", f32_bits(logits))
+            best, a, b = None, float("-inf"), float("-inf")
+            for i, v in enumerate(logits.tolist()):
+                if v != v:
+                    continue
+                if best is None or v > logits[best]:
+                    best = i
+                if v > a:
+                    a, b = v, a
+                elif v > b:
+                    b = v
+            out.append(((0 if best is None else best), (a, b)))
+        return out
 
 
 def beats(cand, best):
@@ -540,10 +590,48 @@ def write_tape(path, tensors, meta):
     os.replace(tmp, path)
 
 
+def row_passes(prompts, gen, b):
+    """Rows (docs/DESIGN.md §3.6, docs/subject-protocol.md §4.2): b lanes, each holding one
+    session at a time and advancing it one token per pass; lane j takes its first session at pass
+    j (ragged starts), a lane whose session ends takes the next prompt. Yields (pass, [(lane,
+    prompt)]) for the live lanes of each pass. b = 1 is single-token decode, prompt by prompt."""
+    queue = list(range(len(prompts)))
+    slots = [None] * b  # [prompt, steps left]
+    pss = 0
+    while True:
+        for j in range(b):
+            if slots[j] is None and pss >= j and queue:
+                p = queue.pop(0)
+                slots[j] = [p, len(prompts[p]) + gen - 1]
+        live = [(j, sl[0]) for j, sl in enumerate(slots) if sl is not None]
+        if not live:
+            return
+        yield pss, live
+        for j, _ in live:
+            slots[j][1] -= 1
+            if slots[j][1] == 0:
+                slots[j] = None
+        pss += 1
+
+
+def pass_shape(battery):
+    """The battery file's pass shape (version 2), or single-token (version 1)."""
+    version = battery.get("version")
+    if version == 1 and "pass" not in battery:
+        return 1, 1
+    if version != 2 or not isinstance(battery.get("pass"), dict):
+        raise SystemExit("the battery file is not memra-battery version 1, or version 2 with a pass")
+    b, t = battery["pass"].get("batch"), battery["pass"].get("columns")
+    if b not in BATCH or t != 1:
+        raise SystemExit("docs-engine runs rows %s, single-token columns only (asked: batch %r, columns %r)"
+                         % (BATCH, b, t))
+    return b, t
+
+
 def main():
-    if need("MEMRA_SUBJECT_PROTOCOL") != str(PROTOCOL):
-        raise SystemExit("MEMRA_SUBJECT_PROTOCOL=%s: this subject speaks protocol %d"
-                         % (os.environ["MEMRA_SUBJECT_PROTOCOL"], PROTOCOL))
+    protocol = need("MEMRA_SUBJECT_PROTOCOL")
+    if protocol not in ("1", "2"):
+        raise SystemExit("MEMRA_SUBJECT_PROTOCOL=%s: this subject speaks protocols 1 and 2" % protocol)
     tape_path = need("MEMRA_SUBJECT_TAPE")
     backend, tp, transport = need("MEMRA_SUBJECT_BACKEND"), need("MEMRA_SUBJECT_TP"), need("MEMRA_SUBJECT_TRANSPORT")
     if (backend, tp, transport) != ("host", "1", "host-bounce"):
@@ -551,8 +639,9 @@ def main():
                          % (backend, tp, transport))
     with open(need("MEMRA_SUBJECT_BATTERY")) as f:
         battery = json.load(f)
-    if battery.get("format") != "memra-battery" or battery.get("version") != 1:
-        raise SystemExit("the battery file is not memra-battery version 1")
+    if battery.get("format") != "memra-battery":
+        raise SystemExit("the battery file is not memra-battery")
+    b, _ = pass_shape(battery)
     model = Model(need("MEMRA_SUBJECT_MODEL"))
     c = model.c
     n_layers = c["layers"]
@@ -560,39 +649,35 @@ def main():
     columns += ["L%d.%s" % (n_layers, s) for s in HEAD_SEAMS]
     eng = Engine(model, battery)
     eng.columns = columns
-    gen, forced = battery["gen_tokens"], battery["forced_tokens"]
-    tensors = {}
-    steps_total = 0
-    for p, prompt in enumerate(battery["prompts"]):
-        eng.prompt = p
-        eng.kc = [[] for _ in range(n_layers)]
-        eng.vc = [[] for _ in range(n_layers)]
-        n = len(prompt)
-        steps = n + gen - 1
-        digests = np.zeros((steps, len(columns)), dtype="<u8")
-        generated, top2 = [], []
-        for step in range(steps):
-            eng.step = step
-            if step < n:
-                token = prompt[step]
-            else:
-                token = forced[p][step - n] if forced is not None else generated[step - n]
-            eng.row = digests[step]
-            x = model.embed[token].astype(F32)  # step 8
-            for i in range(n_layers):
-                x = eng.layer(i, x, step)
-            tok, t2 = eng.head(x)
-            if step + 1 >= n:
-                generated.append(tok)
-                top2.append(t2)
+    gen, forced, prompts = battery["gen_tokens"], battery["forced_tokens"], battery["prompts"]
+    sessions = [Session(p, prompt, gen, n_layers, len(columns)) for p, prompt in enumerate(prompts)]
+    steps_total = passes = 0
+    for pss, live in row_passes(prompts, gen, b):
+        sess = [sessions[p] for _, p in live]
+        X = np.stack([model.embed[s.token(forced)].astype(F32) for s in sess])  # step 8
+        for i in range(n_layers):
+            X = eng.layer(i, X, sess)
+        for (lane, _), s, (tok, t2) in zip(live, sess, eng.head(X, sess)):
+            s.lanes[s.step] = (pss, lane)
+            if s.step + 1 >= len(s.prompt):
+                s.generated.append(tok)
+                s.top2.append(t2)
+            s.step += 1
             steps_total += 1
-        tensors["p%d.digests" % p] = ("U64", [steps, len(columns)], digests.tobytes())
-        tensors["p%d.tokens" % p] = ("U32", [len(generated)], np.array(generated, dtype="<u4").tobytes())
-        tensors["p%d.top2" % p] = ("F32", [len(top2), 2], np.array(top2, dtype="<f4").reshape(-1, 2).tobytes())
+        passes += 1
+    tensors = {}
+    for s in sessions:
+        p = s.p
+        tensors["p%d.digests" % p] = ("U64", [s.steps, len(columns)], s.digests.tobytes())
+        tensors["p%d.tokens" % p] = ("U32", [len(s.generated)], np.array(s.generated, dtype="<u4").tobytes())
+        tensors["p%d.top2" % p] = ("F32", [len(s.top2), 2],
+                                   np.array(s.top2, dtype="<f4").reshape(-1, 2).tobytes())
+        if b > 1:
+            tensors["p%d.lanes" % p] = ("U32", [s.steps, 2], s.lanes.tobytes())
     for name, raw in eng.captures.items():
         tensors[name] = ("F32", [len(raw) // 4], raw)
     meta = {"subject": NAME, "subject_version": VERSION, "layers": n_layers, "seams": columns,
-            "engaged_doors": [], "census": {"docs_engine.steps": steps_total},
+            "engaged_doors": [], "census": {"docs_engine.steps": steps_total, "docs_engine.passes": passes},
             "backend": "numpy %s (f32, no FMA) on the host" % np.__version__, "build_options": [],
             "capture_owners": {}, "error": None}
     write_tape(tape_path, tensors, meta)

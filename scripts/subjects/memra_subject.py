@@ -1,4 +1,4 @@
-"""The engine side of the memra-gates subject protocol, version 1, in plain Python.
+"""The engine side of the memra-gates subject protocol, versions 1 and 2, in plain Python.
 
 docs/subject-protocol.md is the protocol; this module is one way to speak it without a
 dependency (standard library only): read the run from the environment, read the battery file,
@@ -13,13 +13,20 @@ engine, or import it: scripts/subjects/torch_subject.py does.
     tape.capture(prompt, step, layer, "o_join", bits)  # for each requested capture
     tape.census["my_door.fast_paths"] = 12   # what the subject counted
     tape.write()                              # or: Tape.write_error(run, "out of memory")
+
+Version 2 (rows and columns, docs/subject-protocol.md §9): `run.battery()` also reads the pass
+shape (`run.batch`, `run.columns`); `row_passes(prompts, gen_tokens, run.batch)` yields the
+passes of rows exactly as memra-gates' own runtime schedules them, and `tape.lane(prompt, step,
+pass, lane)` records which pass and lane computed each step (the tape's `p{p}.lanes`).
 """
 
 import json
 import os
 import struct
 
-PROTOCOL = 1
+PROTOCOL = 2
+PROTOCOLS = (1, 2)  # the versions this module speaks; version 2 adds rows and columns
+PASS_SIZES = (1, 2, 4, 8)
 LAYER_SEAMS = ["attn_norm", "qkv", "rope", "attn", "o_proj", "o_join", "ffn_norm", "router",
                "experts", "moe_join", "residual"]
 HEAD_SEAMS = ["final_norm", "logits"]
@@ -67,9 +74,12 @@ class Run:
                 raise ProtocolError("%s is not set: this program is started by memra-gates "
                                     "(run --subject MANIFEST)" % name)
             return env[name]
-        if need("MEMRA_SUBJECT_PROTOCOL") != str(PROTOCOL):
-            raise ProtocolError("MEMRA_SUBJECT_PROTOCOL=%s: this subject speaks protocol %d"
-                                % (env["MEMRA_SUBJECT_PROTOCOL"], PROTOCOL))
+        if need("MEMRA_SUBJECT_PROTOCOL") not in [str(v) for v in PROTOCOLS]:
+            raise ProtocolError("MEMRA_SUBJECT_PROTOCOL=%s: this subject speaks protocols %s"
+                                % (env["MEMRA_SUBJECT_PROTOCOL"], list(PROTOCOLS)))
+        self.protocol = int(env["MEMRA_SUBJECT_PROTOCOL"])
+        # The pass shape (version 2's battery file names it): single-token until battery().
+        self.batch, self.columns = 1, 1
         self.backend = need("MEMRA_SUBJECT_BACKEND")
         if self.backend not in ("host", "cuda"):
             raise ProtocolError("MEMRA_SUBJECT_BACKEND=%s: host or cuda" % self.backend)
@@ -94,16 +104,63 @@ class Run:
         return v == "1"
 
     def battery(self):
-        """The battery file, checked: prompts, gen_tokens, forced_tokens (or None), capture."""
+        """The battery file, checked: prompts, gen_tokens, forced_tokens (or None), capture; and
+        under protocol 2 its `pass` (sets `self.batch`, `self.columns`)."""
         with open(self.battery_path) as f:
             b = json.load(f)
-        if b.get("format") != "memra-battery" or b.get("version") != 1:
-            raise ProtocolError("battery file %s: format %r version %r, expected memra-battery 1"
-                                % (self.battery_path, b.get("format"), b.get("version")))
+        version = 2 if self.protocol >= 2 else 1
+        if b.get("format") != "memra-battery" or b.get("version") != version:
+            raise ProtocolError("battery file %s: format %r version %r, expected memra-battery %d (protocol %d)"
+                                % (self.battery_path, b.get("format"), b.get("version"), version, self.protocol))
         known = {"format", "version", "prompts", "gen_tokens", "forced_tokens", "capture"}
+        if version == 2:
+            known.add("pass")
         if set(b) != known:
             raise ProtocolError("battery file fields %s, expected %s" % (sorted(b), sorted(known)))
+        if version == 2:
+            self.batch, self.columns = pass_shape(b["pass"])
         return b
+
+    def lanes(self):
+        """Lanes of a pass: rows or columns, whichever is above 1."""
+        return max(self.batch, self.columns)
+
+
+def pass_shape(p):
+    """(batch, columns) of a battery file's `pass`, checked: each 1, 2, 4 or 8, not both above 1."""
+    if not isinstance(p, dict) or set(p) != {"batch", "columns"}:
+        raise ProtocolError("battery pass %r: {\"batch\": B, \"columns\": T}" % (p,))
+    b, t = p["batch"], p["columns"]
+    if b not in PASS_SIZES or t not in PASS_SIZES:
+        raise ProtocolError("battery pass batch %r columns %r: each is 1, 2, 4 or 8" % (b, t))
+    if b > 1 and t > 1:
+        raise ProtocolError("battery pass batch %d columns %d: a pass is rows or columns, not both" % (b, t))
+    return b, t
+
+
+def row_passes(prompts, gen_tokens, b):
+    """Rows (docs/DESIGN.md §3.6, docs/subject-protocol.md §9), scheduled as memra-gates' runtime
+    does: b lanes, each holding one session (prompt) at a time and advancing it one token per
+    pass; lane j takes its first session at pass j (ragged starts); a lane whose session ends
+    takes the next prompt at the next pass. Yields (pass, [(lane, prompt)]) for the live lanes of
+    every pass; the step of each is the session's next. b = 1 is single-token decode."""
+    queue = list(range(len(prompts)))
+    slots = [None] * b  # per lane: [prompt, steps left]
+    pss = 0
+    while True:
+        for j in range(b):
+            if slots[j] is None and pss >= j and queue:
+                p = queue.pop(0)
+                slots[j] = [p, steps_of(prompts[p], gen_tokens)]
+        live = [(j, slot[0]) for j, slot in enumerate(slots) if slot is not None]
+        if not live:
+            return
+        yield pss, live
+        for j, _ in live:
+            slots[j][1] -= 1
+            if slots[j][1] == 0:
+                slots[j] = None
+        pss += 1
 
 
 def steps_of(prompt, gen_tokens):
@@ -160,7 +217,8 @@ def write_safetensors(path, tensors, metadata):
 # ---- the tape ------------------------------------------------------------------------------
 
 class Tape:
-    """What one run produced, written as a memra-tape version 1 file."""
+    """What one run produced, written as a memra-tape version 1 file (with `p{p}.lanes` in a run
+    of several lanes per pass)."""
 
     def __init__(self, run, subject, version, layers, battery):
         self.run, self.subject, self.version, self.layers = run, subject, version, layers
@@ -171,6 +229,7 @@ class Tape:
         self.digests = [[[0] * len(self.columns) for _ in range(s)] for s in self.steps]
         self.timings = [[[0] * len(self.columns) for _ in range(s)] for s in self.steps]
         self.timed = False
+        self.lane_tape = [[None] * s for s in self.steps]
         self.token_tape = [None] * len(self.steps)
         self.top2 = [None] * len(self.steps)
         self.captures = {}
@@ -186,6 +245,10 @@ class Tape:
         if ns is not None:
             self.timed = True
             self.timings[prompt][step][i] = int(ns)
+
+    def lane(self, prompt, step, pss, lane):
+        """Protocol 2: the pass (from 0 over the run) and lane (row or column) that computed a step."""
+        self.lane_tape[prompt][step] = (int(pss), int(lane))
 
     def tokens(self, prompt, tokens, top2):
         """The generated tokens of a prompt and, per token, its step's (top-1, top-2) logits."""
@@ -207,6 +270,12 @@ class Tape:
             tensors["p%d.tokens" % p] = ("U32", [len(toks)], struct.pack("<%dI" % len(toks), *toks))
             pairs = [v for ab in (self.top2[p] or []) for v in ab]
             tensors["p%d.top2" % p] = ("F32", [len(pairs) // 2, 2], struct.pack("<%df" % len(pairs), *pairs))
+            if self.run.lanes() > 1:
+                if any(x is None for x in self.lane_tape[p]):
+                    raise ProtocolError("prompt %d: a step without its (pass, lane) in a run of %d lanes"
+                                        % (p, self.run.lanes()))
+                flat = [v for pl in self.lane_tape[p] for v in pl]
+                tensors["p%d.lanes" % p] = ("U32", [steps, 2], struct.pack("<%dI" % len(flat), *flat))
             if self.timed:
                 flat = [t for row in self.timings[p] for t in row]
                 tensors["p%d.timings_ns" % p] = ("U64", [steps, s], struct.pack("<%dQ" % len(flat), *flat))

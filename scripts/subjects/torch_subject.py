@@ -12,6 +12,16 @@ Its one door, MEMRA_TORCH_BF16_MATMUL=1, runs every projection as a bf16 matmul 
 activations rounded to bf16, the result widened back to f32); it counts each such matmul in
 the census as torch_bf16_matmul.bf16_matmuls.
 
+Rows (protocol 2, `--batch B`): the B sessions of a pass go through every dense projection
+together — one [B, in] @ [in, out] matmul per projection (q, k, v, gate, each o K-block, router,
+lm_head) — as a batching server would; attention (each session its own KV cache and position)
+and the routed experts (each row its own experts) stay per row. B = 1 is the same code with one
+row, so single-token decode and its class baseline are the B = 1 case. What to look for on a GPU:
+cuBLAS (and its bf16 path above all) may pick another kernel or K split for another M = B, so a
+row's numbers may depend on how many rows share its pass — class identity against the B = 1
+baseline then FAILs at b > 1, naming the row, while b1 passes. That is a finding about the
+engine, not a fault of the subject.
+
 Run by memra-gates, never by hand:
     memra-gates run --subject scripts/subjects/torch.toml --backend cuda --tp 1 --transport host-bounce
 """
@@ -31,6 +41,7 @@ VERSION = "0.1.0"
 BF16_DOOR = "MEMRA_TORCH_BF16_MATMUL"
 BF16_COUNTER = "torch_bf16_matmul.bf16_matmuls"
 HEAD_DIM = 128
+ROWS = (1, 2, 4, 8)  # sessions per pass it runs (torch.toml `batch`)
 
 
 def main():
@@ -40,6 +51,10 @@ def main():
         bf16 = run.door(BF16_DOOR)
     except (ms.ProtocolError, OSError, ValueError) as e:
         print("torch_subject: %s" % e, file=sys.stderr)
+        sys.exit(2)
+    if run.columns != 1 or run.batch not in ROWS:
+        print("torch_subject: batch %d columns %d: this subject runs rows %s, single-token columns only "
+              "(its manifest says so)" % (run.batch, run.columns, list(ROWS)), file=sys.stderr)
         sys.exit(2)
     if run.tp != 1 or run.transport != "host-bounce":
         print("torch_subject: TP%d over %s: this subject runs TP1 host-bounce only (its manifest says so)"
@@ -164,12 +179,13 @@ class Engine:
     # ---- arithmetic --------------------------------------------------------------------------
 
     def mv(self, w, x):
-        """w @ x in f32, or in bf16 under the door."""
+        """The rows of x [B, in] times w [out, in]ᵀ: one [B, out] matmul, in f32 or, under the
+        door, in bf16."""
         self.matmuls += 1
         if self.bf16:
             self.bf16_matmuls += 1
-            return (w.to(self.torch.bfloat16) @ x.to(self.torch.bfloat16)).float()
-        return w @ x
+            return (x.to(self.torch.bfloat16) @ w.to(self.torch.bfloat16).t()).float()
+        return x @ w.t()
 
     def rmsnorm(self, x, w):
         eps = float(self.c["eps"])
@@ -217,86 +233,99 @@ class Engine:
 
     # ---- one decode step -----------------------------------------------------------------------
 
-    def seam(self, layer, seam, t, t0, parts=None):
-        """Close a seam: its time since t0, its digest (over `parts`: (tensor, base) when the
-        logical tensor has gaps), and its capture when requested."""
+    def seam(self, layer, seam, rows, t0, parts=None):
+        """Close a seam for every row of the pass: `rows[r]` is session sess[r]'s logical tensor
+        (`parts[r]`: its (tensor, base) pieces when the tensor has gaps). Each row gets its digest,
+        its capture when requested, and the seam's time in this pass."""
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
         ns = time.perf_counter_ns() - t0
-        parts = parts or [(t, 0)]
-        d = 0
-        for piece, base in parts:
-            d = (d + self.digest_bits(self.bits(piece), base)) & ms.MASK64
-        self.tape.digest(self.prompt, self.step, layer, seam, d, ns)
-        if (self.prompt, self.step, layer, seam) in self.capture:
-            flat = t.contiguous().float().cpu().view(self.torch.uint8).reshape(-1).tolist()
-            self.tape.capture(self.prompt, self.step, layer, seam, bytes(flat))
+        for r, s in enumerate(self.sess):
+            t = rows[r]
+            d = 0
+            for piece, base in (parts[r] if parts else [(t, 0)]):
+                d = (d + self.digest_bits(self.bits(piece), base)) & ms.MASK64
+            self.tape.digest(s.p, s.step, layer, seam, d, ns)
+            if (s.p, s.step, layer, seam) in self.capture:
+                flat = t.contiguous().float().cpu().view(self.torch.uint8).reshape(-1).tolist()
+                self.tape.capture(s.p, s.step, layer, seam, bytes(flat))
         return time.perf_counter_ns()
 
-    def layer(self, i, x, pos):
+    def layer(self, i, x):
+        """One layer for the rows of a pass: x [B, hidden], row r session sess[r] at its step."""
         torch, c, w = self.torch, self.c, self.layers[i]
         hq, hkv, hidden = c["q_heads"], c["kv_heads"], c["hidden"]
+        B = x.shape[0]
         t0 = time.perf_counter_ns()
         normed = self.rmsnorm(x, w["attn_norm"])
         t0 = self.seam(i, "attn_norm", normed, t0)
-        q, k, v, g = (self.mv(w[n], normed) for n in ("q", "k", "v", "gate"))
-        t0 = self.seam(i, "qkv", torch.cat([q, k, v, g]), t0)
-        qh = self.rope(self.rmsnorm(q.view(hq, HEAD_DIM), w["q_norm"]), pos)
-        kh = self.rope(self.rmsnorm(k.view(hkv, HEAD_DIM), w["k_norm"]), pos)
-        self.kc[i].append(kh)
-        self.vc[i].append(v.view(hkv, HEAD_DIM))
-        t0 = self.seam(i, "rope", torch.cat([qh.reshape(-1), kh.reshape(-1)]), t0)
-        K = torch.stack(self.kc[i])  # [pos+1, hkv, 128]
-        V = torch.stack(self.vc[i])
-        group = hq // hkv
-        Kq = K.repeat_interleave(group, 1)  # query head h reads kv head h // group
-        Vq = V.repeat_interleave(group, 1)
-        scores = torch.einsum("hd,thd->ht", qh, Kq) * (1.0 / math.sqrt(HEAD_DIM))
-        p = torch.softmax(scores, -1)
-        attn = (torch.einsum("ht,thd->hd", p, Vq) * torch.sigmoid(g).unsqueeze(1)).reshape(-1)
+        q, k, v, g = (self.mv(w[n], normed) for n in ("q", "k", "v", "gate"))  # [B, out] each
+        t0 = self.seam(i, "qkv", torch.cat([q, k, v, g], -1), t0)
+        ropes, attn = [], torch.zeros(B, hq * HEAD_DIM, device=self.device)
+        for r, s in enumerate(self.sess):
+            qh = self.rope(self.rmsnorm(q[r].view(hq, HEAD_DIM), w["q_norm"]), s.step)
+            kh = self.rope(self.rmsnorm(k[r].view(hkv, HEAD_DIM), w["k_norm"]), s.step)
+            s.kc[i].append(kh)
+            s.vc[i].append(v[r].view(hkv, HEAD_DIM))
+            ropes.append(torch.cat([qh.reshape(-1), kh.reshape(-1)]))
+            K = torch.stack(s.kc[i])  # [pos+1, hkv, 128]
+            V = torch.stack(s.vc[i])
+            group = hq // hkv
+            Kq = K.repeat_interleave(group, 1)  # query head h reads kv head h // group
+            Vq = V.repeat_interleave(group, 1)
+            scores = torch.einsum("hd,thd->ht", qh, Kq) * (1.0 / math.sqrt(HEAD_DIM))
+            p = torch.softmax(scores, -1)
+            attn[r] = (torch.einsum("ht,thd->hd", p, Vq) * torch.sigmoid(g[r]).unsqueeze(1)).reshape(-1)
+        t0 = self.seam(i, "rope", ropes, t0)
         t0 = self.seam(i, "attn", attn, t0)
         width = hq * HEAD_DIM // self.g_o
-        parts = [self.mv(w["o"][:, j * width:(j + 1) * width], attn[j * width:(j + 1) * width])
-                 for j in range(self.g_o)]
-        t0 = self.seam(i, "o_proj", torch.cat(parts), t0)
-        o = torch.zeros(hidden, device=self.device)
+        parts = [self.mv(w["o"][:, j * width:(j + 1) * width], attn[:, j * width:(j + 1) * width])
+                 for j in range(self.g_o)]  # G_o × [B, hidden]
+        t0 = self.seam(i, "o_proj", torch.cat(parts, -1), t0)
+        o = torch.zeros(B, hidden, device=self.device)
         for part in parts:
             o = o + part
         t0 = self.seam(i, "o_join", o, t0)
         h = x + o
         xin = self.rmsnorm(h, w["ffn_norm"])
-        t0 = self.seam(i, "ffn_norm", torch.cat([h, xin]), t0)
-        ids, weights = self.route(w, xin)
-        id_bits = torch.tensor(ids, dtype=torch.int32, device=self.device).view(torch.float32)
-        t0 = self.seam(i, "router", torch.cat([id_bits, weights]), t0)
-        slots = [w["experts"][e] for e in ids] + [w["shared"]]
-        gs = [self.g_down] * len(ids) + [self.g_shared]
+        t0 = self.seam(i, "ffn_norm", torch.cat([h, xin], -1), t0)
+        scores = torch.sigmoid(self.mv(w["router"], xin))  # [B, experts]
+        routes = [self.route(w, scores[r]) for r in range(B)]
+        router = [torch.cat([torch.tensor(ids, dtype=torch.int32, device=self.device).view(torch.float32), wts])
+                  for ids, wts in routes]
+        t0 = self.seam(i, "router", router, t0)
         stride = self.gmax * hidden
-        seam_len = len(ids) * stride + self.g_shared * hidden
-        full = torch.zeros(seam_len, device=self.device)
-        pieces, ys = [], []
-        for s, (e, gk) in enumerate(zip(slots, gs)):
-            parts = self.expert(e, xin, gk)
-            block = torch.cat(parts)
-            full[s * stride:s * stride + block.numel()] = block
-            pieces.append((block, s * stride))
-            y = torch.zeros(hidden, device=self.device)
-            for part in parts:
-                y = y + part
-            ys.append(y)
-        t0 = self.seam(i, "experts", full, t0, pieces)
-        shared = ys.pop()
-        routed = torch.zeros(hidden, device=self.device)
-        for ws, ys_ in zip(weights, ys):
-            routed = routed + ws * ys_
-        t0 = self.seam(i, "moe_join", torch.cat([routed, shared]), t0)
-        out = h + (routed + shared)
+        fulls, pieces, outs = [], [], []
+        for r, (ids, weights) in enumerate(routes):
+            slots = [w["experts"][e] for e in ids] + [w["shared"]]
+            gs = [self.g_down] * len(ids) + [self.g_shared]
+            full = torch.zeros(len(ids) * stride + self.g_shared * hidden, device=self.device)
+            row_pieces, ys = [], []
+            for n, (e, gk) in enumerate(zip(slots, gs)):
+                eparts = self.expert(e, xin[r:r + 1], gk)  # the row's own experts: [1, hidden] each
+                block = torch.cat(eparts, -1).reshape(-1)
+                full[n * stride:n * stride + block.numel()] = block
+                row_pieces.append((block, n * stride))
+                y = torch.zeros(hidden, device=self.device)
+                for part in eparts:
+                    y = y + part[0]
+                ys.append(y)
+            shared = ys.pop()
+            routed = torch.zeros(hidden, device=self.device)
+            for ws, ys_ in zip(weights, ys):
+                routed = routed + ws * ys_
+            fulls.append(full)
+            pieces.append(row_pieces)
+            outs.append((routed, shared))
+        t0 = self.seam(i, "experts", fulls, t0, pieces)
+        t0 = self.seam(i, "moe_join", [torch.cat([a, b]) for a, b in outs], t0)
+        out = h + torch.stack([a + b for a, b in outs])
         self.seam(i, "residual", out, t0)
         return out
 
-    def route(self, w, xin):
+    def route(self, w, scores):
+        """One row's selection from its router scores (sigmoid of the router projection)."""
         torch, c = self.torch, self.c
-        scores = torch.sigmoid(self.mv(w["router"], xin))
         keys = (scores + w["router_bias"]).cpu().tolist()
         # Descending key, ties to the lower id, NaN below every number.
         order = sorted(range(len(keys)), key=lambda e: (0 if keys[e] == keys[e] else 1,
@@ -311,6 +340,7 @@ class Engine:
         return ids, weights * float(c["route_scale"])
 
     def expert(self, e, xin, g):
+        """One expert on rows xin [R, hidden]: its down projection's g K-block partials, [R, hidden] each."""
         torch = self.torch
         limit = self.c["swiglu_limit"]
         gate, up = self.mv(e["gate"], xin), self.mv(e["up"], xin)
@@ -320,58 +350,74 @@ class Engine:
                 torch.clamp(up, -float(limit), float(limit))
         else:
             act = silu * up
-        width = act.numel() // g
-        return [self.mv(e["down"][:, j * width:(j + 1) * width], act[j * width:(j + 1) * width]) for j in range(g)]
+        width = act.shape[-1] // g
+        return [self.mv(e["down"][:, j * width:(j + 1) * width], act[:, j * width:(j + 1) * width]) for j in range(g)]
 
     def head(self, x):
+        """The head for the rows of a pass: per row its token and (top-1, top-2) logits."""
         torch = self.torch
         n = self.c["layers"]
         t0 = time.perf_counter_ns()
         normed = self.rmsnorm(x, self.final_norm)
         t0 = self.seam(n, "final_norm", normed, t0)
-        logits = self.mv(self.lm_head, normed)
+        logits = self.mv(self.lm_head, normed)  # [B, vocab]
         self.seam(n, "logits", logits, t0)
         clean = torch.where(torch.isnan(logits), torch.full_like(logits, float("-inf")), logits)
-        top = torch.topk(clean, 2).values.cpu().tolist()
-        token = int(torch.argmax(clean).item())  # the first maximum: ties to the lower id
-        return token, (top[0], top[1])
+        top = torch.topk(clean, 2, dim=-1).values.cpu().tolist()
+        tokens = torch.argmax(clean, dim=-1).cpu().tolist()  # the first maximum: ties to the lower id
+        return [(int(t), (a, b)) for t, (a, b) in zip(tokens, top)]
 
     # ---- the battery ---------------------------------------------------------------------------
 
     def decode(self, battery):
+        """Every prompt in passes of the run's rows (memra_subject.row_passes: the runtime's
+        schedule, ragged starts); each step's seams go to the tape under its (prompt, step), with
+        the (pass, lane) that computed it."""
         torch = self.torch
         c = self.c
         self.capture = {(k["prompt"], k["step"], k["layer"], k["seam"]) for k in battery["capture"]}
         self.tape = ms.Tape(self.run, NAME, VERSION, c["layers"], battery)
         forced = battery["forced_tokens"]
-        gen = battery["gen_tokens"]
+        gen, prompts = battery["gen_tokens"], battery["prompts"]
+        sessions = [Session(p, prompt, c["layers"]) for p, prompt in enumerate(prompts)]
         with torch.no_grad():
-            for p, prompt in enumerate(battery["prompts"]):
-                self.prompt = p
-                self.kc = [[] for _ in range(c["layers"])]
-                self.vc = [[] for _ in range(c["layers"])]
-                generated, top2 = [], []
-                for step in range(ms.steps_of(prompt, gen)):
-                    self.step = step
-                    n = len(prompt)
-                    if step < n:
-                        token = prompt[step]
-                    else:
-                        token = forced[p][step - n] if forced is not None else generated[step - n]
-                    x = self.embed[token]
-                    for i in range(c["layers"]):
-                        x = self.layer(i, x, step)
-                    tok, t2 = self.head(x)
-                    if step + 1 >= n:
-                        generated.append(tok)
-                        top2.append(t2)
-                self.tape.tokens(p, generated, top2)
+            for pss, live in ms.row_passes(prompts, gen, self.run.batch):
+                self.sess = [sessions[p] for _, p in live]
+                x = torch.stack([self.embed[s.token(forced)] for s in self.sess])  # [B, hidden]
+                for i in range(c["layers"]):
+                    x = self.layer(i, x)
+                for (lane, _), s, (tok, t2) in zip(live, self.sess, self.head(x)):
+                    self.tape.lane(s.p, s.step, pss, lane)
+                    if s.step + 1 >= len(s.prompt):
+                        s.generated.append(tok)
+                        s.top2.append(t2)
+                    s.step += 1
+        for s in sessions:
+            self.tape.tokens(s.p, s.generated, s.top2)
         self.tape.census["torch.matmuls"] = self.matmuls
         if self.bf16_matmuls:
             self.tape.census[BF16_COUNTER] = self.bf16_matmuls
             self.tape.engaged_doors = [BF16_DOOR]
         self.tape.backend = "torch %s on %s" % (torch.__version__, self.where)
         return self.tape
+
+
+class Session:
+    """One prompt's decode: its KV cache, the step it computes next, its generated tokens."""
+
+    def __init__(self, p, prompt, layers):
+        self.p, self.prompt, self.step = p, prompt, 0
+        self.kc = [[] for _ in range(layers)]
+        self.vc = [[] for _ in range(layers)]
+        self.generated, self.top2 = [], []
+
+    def token(self, forced):
+        """The token fed at this step: the prompt's, then the forced tape's or its own."""
+        n = len(self.prompt)
+        if self.step < n:
+            return self.prompt[self.step]
+        j = self.step - n
+        return forced[self.p][j] if forced is not None else self.generated[j]
 
 
 if __name__ == "__main__":

@@ -19,3 +19,4 @@ mod single_matrix;
 mod subject;
 mod subject_hygiene;
 mod subject_lies;
+mod subject_rows;

@@ -25,7 +25,7 @@ fn evidence_of(dir: &Path) -> Vec<(String, String)> {
 }
 
 /// The names whose evidence differs between two receipt directories (same names required).
-fn differing(a: &Path, b: &Path) -> Vec<String> {
+pub(super) fn differing(a: &Path, b: &Path) -> Vec<String> {
     let (ea, eb) = (evidence_of(a), evidence_of(b));
     assert_eq!(
         ea.iter().map(|e| &e.0).collect::<Vec<_>>(),
@@ -245,8 +245,8 @@ fn bad_manifests_and_flags_are_refused_before_any_work() {
     let cases: [(&str, String, &str); 7] = [
         (
             "version",
-            good.replace("protocol = 1", "protocol = 2"),
-            "protocol = \"2\": this build speaks subject protocol version 1 only",
+            good.replace("protocol = 1", "protocol = 3"),
+            "protocol = \"3\": this build speaks subject protocol versions [1, 2]",
         ),
         ("field", good.replace("class = ", "colour = \"red\"\nclass = "), "unknown field `colour`"),
         ("seams", good.replace("\"moe_join\", ", ""), "`moe_join` is not listed"),

@@ -16,7 +16,7 @@ use crate::registry::{
     SUBJECT_TP, SUBJECT_TRANSPORT,
 };
 use crate::subject::protocol::battery::BatteryFile;
-use crate::subject::protocol::{tape, PROTOCOL_VERSION};
+use crate::subject::protocol::{tape, PROTOCOL_VERSIONS};
 use crate::subject::{Builtin, RunSpec, BUILTIN_NAME, BUILTIN_VERSION};
 use memra_receipts::schema::ModelEvidence;
 use memra_runtime::record::Record;
@@ -37,14 +37,14 @@ pub fn subject(_: &SubjectArgs) -> Result<Status, GateError> {
         SettingValue::Path(p) => Ok(p.clone()),
         _ => Err(missing(name)),
     };
-    match get(SUBJECT_PROTOCOL)? {
-        SettingValue::Count(v) if *v == PROTOCOL_VERSION => {}
+    let protocol = match get(SUBJECT_PROTOCOL)? {
+        SettingValue::Count(v) if PROTOCOL_VERSIONS.contains(v) => *v,
         other => {
             return Err(GateError::usage(format!(
-                "{SUBJECT_PROTOCOL}={other:?}: this build speaks subject protocol version {PROTOCOL_VERSION} only"
+                "{SUBJECT_PROTOCOL}={other:?}: this build speaks subject protocol versions {PROTOCOL_VERSIONS:?}"
             )))
         }
-    }
+    };
     let (SettingValue::Backend(backend), SettingValue::Tp(tp), SettingValue::Transport(transport)) =
         (get(SUBJECT_BACKEND)?, get(SUBJECT_TP)?, get(SUBJECT_TRANSPORT)?)
     else {
@@ -59,6 +59,13 @@ pub fn subject(_: &SubjectArgs) -> Result<Status, GateError> {
     let text = std::fs::read_to_string(&battery_path)
         .map_err(|e| GateError::usage(format!("{SUBJECT_BATTERY}={}: {e}", battery_path.display())))?;
     let request = BatteryFile::parse(&text, &battery_path.display().to_string()).map_err(GateError::Usage)?;
+    if request.pass.lanes() > 1 && protocol < crate::subject::protocol::shapes::SHAPES_SINCE {
+        return Err(GateError::usage(format!(
+            "{SUBJECT_PROTOCOL}={protocol} with a {} battery file: protocol {protocol} runs single-token passes only",
+            request.pass.label()
+        )));
+    }
+    let pass = request.pass;
     let runtime = Builtin {
         model: memra_runtime::model::format::load(&model_path)?,
         model_evidence: ModelEvidence { preset: "file".into(), digest: String::new() },
@@ -81,8 +88,9 @@ pub fn subject(_: &SubjectArgs) -> Result<Status, GateError> {
         format: ExpertFormat::E4m3,
         forced: forced.as_ref(),
         capture: request.capture,
-        // The subject protocol (version 1) decodes one token of one session per pass.
-        pass: memra_runtime::PassShape::SINGLE,
+        // Protocol 2's battery file names the pass shape (version 1: single-token); the runtime
+        // records each lane's (pass, lane), which the tape carries as `p{p}.lanes`.
+        pass,
     };
     let bytes = match runtime.run_canonical(spec) {
         Ok(record) => {

@@ -30,30 +30,14 @@ pub fn jobs_of(
         let not_run = crate::dist::rule(c, processes)
             .map(|r| (Verdict::NotApplicable, r))
             .or_else(|| transport_not_applicable(c, processes))
-            .or_else(|| subject.and_then(|m| m.not_applicable(c)).map(|r| (Verdict::NotApplicable, r)))
-            .or_else(|| subject.and_then(|m| lanes_not_applicable(c, m)));
+            // Outside the manifest: its backends, TP sizes, transports and pass shapes.
+            .or_else(|| subject.and_then(|m| m.not_applicable(c)).map(|r| (Verdict::NotApplicable, r)));
         jobs.push(job_of(registry, c, flip, not_run, subject)?);
     }
     for n in &plan.not_applicable {
         jobs.push(job_of(registry, &n.config, flip, Some((Verdict::NotApplicable, n.reason.clone())), subject)?);
     }
     Ok(jobs)
-}
-
-/// Passes of several rows or columns (docs/DESIGN.md §3.6) on an external subject: the subject
-/// protocol, version 1, asks for one token of one session per pass, so such a configuration is
-/// NOT-APPLICABLE with the reason, never run as single-token decode under a multi-lane name.
-fn lanes_not_applicable(c: &Configuration, m: &Manifest) -> Option<(Verdict, String)> {
-    (c.pass().lanes() > 1).then(|| {
-        (
-            Verdict::NotApplicable,
-            format!(
-                "{}: subject {} speaks the subject protocol version 1, which has no rows or columns (one token of one session per pass)",
-                c.pass().label(),
-                m.name
-            ),
-        )
-    })
 }
 
 /// Transports that have no meaning where a configuration would run: NCCL needs CUDA devices, one

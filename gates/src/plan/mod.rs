@@ -210,8 +210,8 @@ fn run_matrix(
 ) -> Result<(String, MatrixPlan), GateError> {
     let kind = args.matrix.as_deref().map(MatrixKind::parse).transpose()?;
     let passes = match (external, &args.batch, &args.columns) {
-        // An external subject speaks the subject protocol version 1 (no rows or columns): no
-        // default multi-lane shapes; asked for, they are NOT-APPLICABLE with the reason.
+        // An external subject gets no default multi-lane shapes; asked for, it runs those its
+        // manifest declares (protocol 2), the rest NOT-APPLICABLE with the reason.
         (true, None, None) => matrix::Passes::single_only(),
         _ => matrix::Passes::from_flags(kind.as_ref(), args.batch.as_deref(), args.columns.as_deref())?,
     };

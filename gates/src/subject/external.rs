@@ -7,8 +7,8 @@
 
 use super::protocol::battery::BatteryFile;
 use super::protocol::manifest::{Manifest, SubjectClass};
+use super::protocol::shapes::SHAPES_SINCE;
 use super::protocol::tape::{self, DoorState, Expect};
-use super::protocol::PROTOCOL_VERSION;
 use super::{Builtin, RunSpec, Subject, SubjectError};
 use crate::error::GateError;
 use crate::registry::{
@@ -181,7 +181,8 @@ impl External {
         for name in &self.inherited {
             cmd.env_remove(name);
         }
-        cmd.env(SUBJECT_PROTOCOL, PROTOCOL_VERSION.to_string())
+        // The version of its manifest: a version 1 subject is spoken to as before.
+        cmd.env(SUBJECT_PROTOCOL, self.manifest.shapes.protocol.to_string())
             .env(SUBJECT_BACKEND, spec.backend.name())
             .env(SUBJECT_TP, spec.tp.to_string())
             .env(SUBJECT_TRANSPORT, spec.transport.name())
@@ -208,9 +209,15 @@ impl External {
                 self.who()
             )));
         }
+        // The plan makes such a configuration NOT-APPLICABLE; never run one as another shape.
+        if let Some(why) = self.manifest.shapes.not_applicable(&self.who(), spec.pass) {
+            return Err(self.error(why));
+        }
         let doors = self.door_states(spec)?;
         let forced = spec.forced.map(|r| r.tokens.as_slice());
-        let battery = BatteryFile::new(&self.battery, forced, &spec.capture);
+        // Protocol 2: the battery file names the pass shape (version 2 of the file).
+        let pass = (self.manifest.shapes.protocol >= SHAPES_SINCE).then_some(spec.pass);
+        let battery = BatteryFile::new(&self.battery, forced, &spec.capture, pass);
         std::fs::write(&files.battery, battery.to_json())
             .map_err(|e| self.error(format!("cannot write the battery file {}: {e}", files.battery.display())))?;
         let log = std::fs::File::create(&files.log)
@@ -262,6 +269,7 @@ impl External {
             battery: &self.battery,
             capture: &spec.capture,
             doors: &doors,
+            pass: spec.pass,
         };
         tape::read(&bytes, &expect).map_err(|e| {
             let reason = match &e {

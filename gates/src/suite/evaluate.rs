@@ -255,6 +255,12 @@ impl Suite<'_> {
     ) -> bool {
         let (job, oracle) = (ctx.job, ctx.oracle);
         let (tape, ties) = gate::argmax_tape(oracle, run, margin_budget, rel_budget);
+        // A multi-lane run must have computed several steps in one pass, as identity requires:
+        // else its tape compares single-token decode with the oracle under a multi-lane name.
+        let tape = match gate::lanes_used(run, job.pass) {
+            Ok(lanes) if lanes.is_empty() => tape,
+            check => gate::both(Some(tape), Some(Outcome::of(check))).unwrap_or_else(|| unreachable!("both given")),
+        };
         ev.gates.push(gate_result(Gate::ArgmaxTape, &tape, Verdict::Fail));
         ev.near_ties = ties;
         // A door whose registry gate has no class identity gets no such gate (a gate that was not

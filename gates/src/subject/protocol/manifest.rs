@@ -8,7 +8,8 @@
 //! own `[[door]]` entries, validated by the registry's rules; the tool's `[[setting]]`s are added
 //! so the environment is parsed as strictly as ever.
 
-use super::PROTOCOL_VERSION;
+use super::shapes::SubjectShapes;
+use super::{PROTOCOL_VERSION, PROTOCOL_VERSIONS};
 use crate::error::GateError;
 use crate::matrix::Configuration;
 use crate::registry::{ErrorBudget, Registry, BUILTIN_REGISTRY, TP_SIZES};
@@ -45,6 +46,12 @@ struct RawManifest {
     gate_why: Option<String>,
     #[serde(default)]
     door: Vec<toml::Table>,
+    /// Protocol 2: sessions per pass (rows) the subject runs; absent: `[1]`.
+    #[serde(default)]
+    batch: Option<Vec<i64>>,
+    /// Protocol 2: consecutive tokens of one session per pass (columns); absent: `[1]`.
+    #[serde(default)]
+    columns: Option<Vec<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -87,6 +94,8 @@ pub struct Manifest {
     pub registry: Registry,
     /// Whether every door is a built-in one (then the built-in runtime's door values exist).
     pub builtin_doors: bool,
+    /// The protocol version it speaks and the pass shapes it runs ([`SubjectShapes`]).
+    pub shapes: SubjectShapes,
 }
 
 fn bad(path: &Path, field: &str, value: impl std::fmt::Debug, rule: impl std::fmt::Display) -> GateError {
@@ -107,20 +116,23 @@ impl Manifest {
         let loose: toml::Table = toml::from_str(text)
             .map_err(|e| GateError::usage(format!("subject manifest {}: not TOML: {e}", path.display())))?;
         match loose.get("protocol") {
-            Some(toml::Value::Integer(v)) if *v as u64 == PROTOCOL_VERSION && *v > 0 => {}
+            Some(toml::Value::Integer(v)) if *v > 0 && PROTOCOL_VERSIONS.contains(&(*v as u64)) => {}
             other => {
                 return Err(bad(
                     path,
                     "protocol",
                     other.map_or("(missing)".to_string(), |v| v.to_string()),
-                    format!("this build speaks subject protocol version {PROTOCOL_VERSION} only"),
+                    format!(
+                        "this build speaks subject protocol versions {PROTOCOL_VERSIONS:?} (version {PROTOCOL_VERSION} adds rows and columns)"
+                    ),
                 ))
             }
         }
         let raw: RawManifest =
             toml::from_str(text).map_err(|e| GateError::usage(format!("subject manifest {}: {e}", path.display())))?;
-        debug_assert_eq!(raw.protocol as u64, PROTOCOL_VERSION);
         check_words(path, &raw)?;
+        let shapes = SubjectShapes::parse(raw.protocol as u64, raw.batch.as_deref(), raw.columns.as_deref())
+            .map_err(|(field, value, rule)| bad(path, field, value, rule))?;
         let backends = raw
             .backends
             .iter()
@@ -163,6 +175,7 @@ impl Manifest {
             class,
             registry,
             builtin_doors,
+            shapes,
         })
     }
 
@@ -225,7 +238,7 @@ impl Manifest {
                 c.transport.name()
             ));
         }
-        None
+        self.shapes.not_applicable(&who, c.pass())
     }
 }
 
@@ -300,7 +313,7 @@ fn check_seams(path: &Path, seams: &[String]) -> Result<(), GateError> {
             path,
             "seams",
             seams,
-            format!("protocol version {PROTOCOL_VERSION} gates every seam of docs/DESIGN.md §3.2, and `{missing}` is not listed: a subject writes the digest of every seam"),
+            format!("the subject protocol gates every seam of docs/DESIGN.md §3.2, and `{missing}` is not listed: a subject writes the digest of every seam"),
         ));
     }
     Ok(())

@@ -1,4 +1,4 @@
-//! The subject protocol, version 1: how `memra-gates` gates an engine it cannot link in
+//! The subject protocol, versions 1 and 2: how `memra-gates` gates an engine it cannot link in
 //! (docs/DESIGN.md §10). This module is the protocol's one definition — the manifest
 //! ([`manifest`]), the battery file ([`battery`]), the tape ([`tape`]), the environment (below)
 //! and the rules every reader applies. `docs/subject-protocol.md` says the same for an engine team
@@ -122,6 +122,18 @@
 //! off. A run the subject cannot complete writes only the metadata with `error`
 //! set to the reason (exit 0): the receipt is ERROR with that reason.
 //!
+//! # Version 2: rows and columns ([`shapes`], [`lanes`])
+//!
+//! A `protocol = 2` manifest may declare `batch = [1, 2, 4, 8]` and `columns = [1, …]` (absent:
+//! `[1]`; each list of 1, 2, 4, 8, once, holding 1; refused in a version 1 manifest). The subject
+//! is told its manifest's version (`MEMRA_SUBJECT_PROTOCOL`); a version 2 subject gets a battery
+//! file of version 2, whose `pass` (`{"batch": B, "columns": T}`) names the run's pass shape,
+//! scheduled as the built-in runtime schedules it (`runtime/src/program/passes.rs`). Its tape
+//! stays per (prompt, step), plus `p{p}.lanes` (U32 `[steps_p, 2]`: the pass and lane of every
+//! step) in a run of several lanes, read into `Record::lanes` — so rows and columns are gated
+//! by the same code as the built-in runtime's. A shape outside the manifest (every multi-lane
+//! shape of a version 1 subject) is NOT-APPLICABLE with the reason.
+//!
 //! # Verdicts of a run that breaks the protocol (never PASS; the matrix goes on)
 //!
 //! | what happened | verdict |
@@ -136,15 +148,20 @@
 
 pub mod backend_evidence;
 pub mod battery;
+pub mod lanes;
 pub mod manifest;
+pub mod shapes;
 pub mod tape;
 
 use memra_kernels::twins::gemv::{canonical_kblocks, WeightFormat};
 use memra_runtime::model::ModelConfig;
 use memra_runtime::record::{Record, Seam};
 
-/// The protocol version this build speaks (manifest `protocol`, `MEMRA_SUBJECT_PROTOCOL`).
-pub const PROTOCOL_VERSION: u64 = 1;
+/// The newest protocol version this build speaks (manifest `protocol`, `MEMRA_SUBJECT_PROTOCOL`):
+/// version 2 adds rows and columns ([`shapes`], the battery file's `pass`, the tape's `p{p}.lanes`).
+pub const PROTOCOL_VERSION: u64 = 2;
+/// Every version this build speaks: a subject is told the version of its manifest.
+pub const PROTOCOL_VERSIONS: [u64; 2] = [1, 2];
 
 /// The digest columns of a tape for a model of `layers` layers: `L{l}.{seam}` in record order
 /// (the layer seams of every layer, then the head seams on pseudo-layer `layers`).

@@ -11,7 +11,7 @@ use super::{seam_columns, seam_len};
 use memra_receipts::schema::Verdict;
 use memra_runtime::model::ModelConfig;
 use memra_runtime::record::{Capture, CaptureKey, Record};
-use memra_runtime::Battery;
+use memra_runtime::{Battery, PassShape};
 use safetensors::{Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -110,6 +110,8 @@ pub struct Expect<'a> {
     pub battery: &'a Battery,
     pub capture: &'a [CaptureKey],
     pub doors: &'a [DoorState],
+    /// The run's pass shape: with several lanes the tape carries `p{p}.lanes` ([`super::lanes`]).
+    pub pass: PassShape,
 }
 
 /// The tensor name of a capture.
@@ -165,7 +167,7 @@ pub fn read(bytes: &[u8], expect: &Expect) -> Result<Record, TapeError> {
     extra.sort_unstable();
     if let Some(name) = extra.first() {
         return Err(malformed(format!(
-            "tensor {name} is not part of this run's tape ({} unexpected tensor(s); a tape holds exactly the digests, tokens, top-two logits, optional seam and layer timings and the requested captures)",
+            "tensor {name} is not part of this run's tape ({} unexpected tensor(s); a tape holds exactly the digests, tokens, top-two logits, the lanes of a multi-lane run, optional seam and layer timings and rank digests, and the requested captures)",
             extra.len()
         )));
     }
@@ -324,6 +326,20 @@ impl Reader<'_> {
                 &format!("prompt {p}: top-two logits of {g} tokens"),
             )?);
             record.top2.push(top2.chunks(2).map(|x| (f32::from_bits(x[0]), f32::from_bits(x[1]))).collect());
+            if expect.pass.lanes() > 1 {
+                let lanes = u32s(&self.tensor(
+                    &super::lanes::tensor_name(p),
+                    Dtype::U32,
+                    &[steps, 2],
+                    &format!("prompt {p}: the (pass, lane) of each of {steps} steps in a {} run", expect.pass.label()),
+                )?);
+                let named = lanes
+                    .chunks(2)
+                    .map(|x| u8::try_from(x[1]).map(|lane| (x[0], lane)))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| malformed(format!("p{p}.lanes: a lane index above 255")))?;
+                record.lanes.push(named);
+            }
             if timed {
                 let t = u64s(&self.tensor(
                     &format!("p{p}.timings_ns"),
@@ -354,6 +370,7 @@ impl Reader<'_> {
                 }
             }
         }
+        super::lanes::check(&record.lanes, expect.pass).map_err(malformed)?;
         let mut owners_left: BTreeSet<&String> = meta.capture_owners.keys().collect();
         for key in expect.capture {
             let name = capture_name(key);
@@ -520,18 +537,30 @@ pub fn write(record: &Record, subject: &str, version: &str, engaged_doors: &[Str
                 data: le_u32(top2.iter().flat_map(|(a, b)| [a.to_bits(), b.to_bits()])),
             },
         );
-        if record.timings_ns.len() == s && record.timings_ns.iter().all(|t| t.len() >= sample + n) {
+        // A multi-lane record's samples are per pass, not per step: the tape carries no timings.
+        let per_step = record.lanes.is_empty();
+        if per_step && record.timings_ns.len() == s && record.timings_ns.iter().all(|t| t.len() >= sample + n) {
             let rows = (sample..sample + n).flat_map(|i| record.timings_ns.iter().map(move |t| t[i]));
             tensors
                 .insert(format!("p{p}.timings_ns"), Owned { dtype: Dtype::U64, shape: vec![n, s], data: le_u64(rows) });
         }
         let l = record.n_layers + 1;
         let lt = &record.layer_timings_ns;
-        if lt.len() == l && lt.iter().all(|t| t.len() >= sample + n) {
+        if per_step && lt.len() == l && lt.iter().all(|t| t.len() >= sample + n) {
             let rows = (sample..sample + n).flat_map(|i| lt.iter().map(move |t| t[i]));
             tensors.insert(
                 format!("p{p}.layer_timings_ns"),
                 Owned { dtype: Dtype::U64, shape: vec![n, l], data: le_u64(rows) },
+            );
+        }
+        if let Some(lanes) = record.lanes.get(p).filter(|l| l.len() == n) {
+            tensors.insert(
+                super::lanes::tensor_name(p),
+                Owned {
+                    dtype: Dtype::U32,
+                    shape: vec![n, 2],
+                    data: le_u32(lanes.iter().flat_map(|&(pass, lane)| [pass, u32::from(lane)])),
+                },
             );
         }
         if let Some(shares) = record.rank_digests.get(p).filter(|r| r.len() == n) {
