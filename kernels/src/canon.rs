@@ -149,21 +149,39 @@ pub fn silu_c(x: f32) -> f32 {
 /// `u = up; if u > limit { u = limit } else if u < −limit { u = −limit }`; result `s * u`.
 /// `limit` is expected finite and ≥ 0.
 pub fn swiglu_c(gate: f32, up: f32, limit: Option<f32>) -> f32 {
+    swiglu_traced(gate, up, limit).0
+}
+
+/// The clamps one SwiGLU applied: which comparisons replaced an operand by the limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SwigluClamps {
+    pub silu: bool,
+    pub up_high: bool,
+    pub up_low: bool,
+}
+
+/// [`swiglu_c`] and the clamps it applied. Coverage counts what the arithmetic DID (a twin that
+/// skipped a clamp reports none), not which operands lie past the limit.
+pub fn swiglu_traced(gate: f32, up: f32, limit: Option<f32>) -> (f32, SwigluClamps) {
     let s = silu_c(gate);
-    match limit {
-        None => s * up,
-        Some(limit) => {
-            let s = if s > limit { limit } else { s };
-            let u = if up > limit {
-                limit
-            } else if up < -limit {
-                -limit
-            } else {
-                up
-            };
-            s * u
-        }
-    }
+    let Some(limit) = limit else { return (s * up, SwigluClamps::default()) };
+    let mut c = SwigluClamps::default();
+    let s = if s > limit {
+        c.silu = true;
+        limit
+    } else {
+        s
+    };
+    let u = if up > limit {
+        c.up_high = true;
+        limit
+    } else if up < -limit {
+        c.up_low = true;
+        -limit
+    } else {
+        up
+    };
+    (s * u, c)
 }
 
 /// Adds `w[i] * x[i]` into lane `i % 32` of `acc` (i counted from the start of `w`), in

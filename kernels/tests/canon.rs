@@ -5,7 +5,8 @@
 #![allow(clippy::assign_op_pattern)]
 
 use memra_kernels::canon::{
-    butterfly32, dot32, exp_c, rmsnorm_c, rmsnorm_row_c, rsqrt_c, sigmoid_c, silu_c, sum_squares256, swiglu_c, LANES,
+    butterfly32, dot32, exp_c, rmsnorm_c, rmsnorm_row_c, rsqrt_c, sigmoid_c, silu_c, sum_squares256, swiglu_c,
+    swiglu_traced, LANES,
 };
 
 use crate::util::Rng;
@@ -164,6 +165,17 @@ fn sigmoid_silu_swiglu_special_values() {
     assert!(swiglu_c(f32::NAN, 1.0, Some(7.0)).is_nan(), "NaN gate propagates through the clamp");
     assert!(swiglu_c(1.0, f32::NAN, Some(7.0)).is_nan(), "NaN up propagates through the clamp");
     assert_eq!(swiglu_c(f32::NEG_INFINITY, 3.0, Some(7.0)).to_bits(), (-0.0f32).to_bits());
+    // The clamps applied, side by side with the value (coverage counts these).
+    let flags = |g: f32, u: f32, l: Option<f32>| {
+        let (v, c) = swiglu_traced(g, u, l);
+        assert_eq!(v.to_bits(), swiglu_c(g, u, l).to_bits());
+        (c.silu, c.up_high, c.up_low)
+    };
+    assert_eq!(flags(g, u, Some(7.0)), (true, true, false));
+    assert_eq!(flags(g, -u, Some(7.0)), (true, false, true));
+    assert_eq!(flags(1.0, 2.0, Some(7.0)), (false, false, false));
+    assert_eq!(flags(g, u, None), (false, false, false));
+    assert_eq!(flags(f32::NAN, f32::NAN, Some(7.0)), (false, false, false), "NaN reaches no clamp");
 }
 
 /// Same input → same bits, whatever was computed before (no hidden state, no call-order effect).

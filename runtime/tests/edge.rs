@@ -108,6 +108,25 @@ fn twin_defects_show_where_their_path_is_first_reached() {
     }
 }
 
+/// Coverage counts the clamps the arithmetic applied, not the operands past the limit: a twin
+/// that skips the silu-side clamp reports no silu clamp (so a model claiming that path fails its
+/// coverage gate), while the up-side clamps it still applies are counted as before.
+#[test]
+fn coverage_counts_clamps_applied_not_operands_past_the_limit() {
+    let clean = oracle().coverage.clone().unwrap();
+    let r = run_with(1, Transport::HostBounce, |c| c.doors.canary = Some(Canary::Clamp));
+    let skipped = r.coverage.expect("the host backend counts coverage");
+    for side in ["routed", "shared"] {
+        let silu = format!("swiglu.clamp_silu.{side}");
+        assert!(clean[silu.as_str()].count > 0, "edge reaches {silu}");
+        assert_eq!(skipped[silu.as_str()].count, 0, "{silu}: the skipped clamp was counted");
+        for up in ["clamp_up_high", "clamp_up_low"] {
+            let k = format!("swiglu.{up}.{side}");
+            assert_eq!(skipped[k.as_str()].count, clean[k.as_str()].count, "{k}");
+        }
+    }
+}
+
 #[test]
 fn a_broken_broadcast_is_named_at_the_copy() {
     for tp in [2, 4] {

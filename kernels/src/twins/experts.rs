@@ -84,8 +84,8 @@ pub fn gate_up_act(
 }
 
 /// The first half of [`gate_up_act`]: the gate and up rows `(g, u)` of one expert, NVFP4
-/// per-matrix scales applied once after each fold — the SwiGLU's operands, so a caller can see
-/// which clamps they reach before applying `swiglu_c`.
+/// per-matrix scales applied once after each fold — the SwiGLU's operands, so a caller can apply
+/// the SwiGLU itself and count the clamps it applied (`canon::swiglu_traced`).
 pub fn gate_up_rows(gate: &MatrixView, up: &MatrixView, x: &[f32], scales: Option<(f32, f32)>) -> (Vec<f32>, Vec<f32>) {
     let rows = gate.out_features;
     assert_eq!(up.out_features, rows, "gate_up_act: gate has {rows} rows, up {}", up.out_features);

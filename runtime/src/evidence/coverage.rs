@@ -18,7 +18,6 @@
 
 use std::collections::BTreeMap;
 
-use memra_kernels::canon::silu_c;
 use memra_kernels::twins::gemv::{weight_value, MatrixView};
 
 use super::record::Seam;
@@ -150,15 +149,6 @@ pub fn negative_zero_sums(m: &MatrixView, x: &[f32], out: &[f32], partials: bool
         .collect()
 }
 
-/// SwiGLU clamps reached by operands `g`, `u` under `limit`: (silu side, up above, up below).
-pub fn swiglu_clamps(g: &[f32], u: &[f32], limit: Option<f32>) -> (u64, u64, u64) {
-    let Some(limit) = limit else { return (0, 0, 0) };
-    let silu = g.iter().filter(|&&v| silu_c(v) > limit).count() as u64;
-    let high = u.iter().filter(|&&v| v > limit).count() as u64;
-    let low = u.iter().filter(|&&v| v < -limit).count() as u64;
-    (silu, high, low)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,14 +178,6 @@ mod tests {
         // As partials [k][rows]: K-block 0 and 1 of row 0.
         let parts = [0.0f32, 0.0, 1.0, 0.0, 0.0, 2.0];
         assert_eq!(negative_zero_sums(&m, &x, &parts, true), vec![0, 3]);
-    }
-
-    #[test]
-    fn clamps_are_counted_per_side() {
-        let g = [10.0f32, 1.0, 8.0];
-        let u = [9.0f32, -9.0, 1.0];
-        assert_eq!(swiglu_clamps(&g, &u, Some(7.0)), (2, 1, 1));
-        assert_eq!(swiglu_clamps(&g, &u, None), (0, 0, 0));
     }
 
     #[test]

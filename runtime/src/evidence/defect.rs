@@ -63,22 +63,23 @@ pub fn fold_from_negative_zero(parts: &[f32], n_parts: usize, out: &mut [f32]) {
     }
 }
 
-/// SwiGLU without the silu-side cap: `silu(g) · clamp(u, −limit, limit)`.
-pub fn swiglu_silu_unclamped(g: f32, u: f32, limit: Option<f32>) -> f32 {
+/// SwiGLU without the silu-side cap: `silu(g) · clamp(u, −limit, limit)`, and the clamps it
+/// applied — never the silu side, so coverage sees the skipped clamp.
+pub fn swiglu_silu_unclamped(g: f32, u: f32, limit: Option<f32>) -> (f32, memra_kernels::canon::SwigluClamps) {
     let s = memra_kernels::canon::silu_c(g);
-    match limit {
-        None => s * u,
-        Some(limit) => {
-            let u = if u > limit {
-                limit
-            } else if u < -limit {
-                -limit
-            } else {
-                u
-            };
-            s * u
+    let mut c = memra_kernels::canon::SwigluClamps::default();
+    let u = match limit {
+        Some(limit) if u > limit => {
+            c.up_high = true;
+            limit
         }
-    }
+        Some(limit) if u < -limit => {
+            c.up_low = true;
+            -limit
+        }
+        _ => u,
+    };
+    (s * u, c)
 }
 
 #[cfg(test)]
@@ -89,9 +90,12 @@ mod tests {
     fn each_defect_differs_only_on_its_path() {
         // Off the path: identical to the canonical arithmetic.
         let canon = memra_kernels::canon::swiglu_c(2.0, 3.0, Some(7.0));
-        assert_eq!(swiglu_silu_unclamped(2.0, 3.0, Some(7.0)).to_bits(), canon.to_bits());
+        assert_eq!(swiglu_silu_unclamped(2.0, 3.0, Some(7.0)).0.to_bits(), canon.to_bits());
         // On it: the silu side is not capped.
-        assert!(swiglu_silu_unclamped(20.0, 1.0, Some(7.0)) > memra_kernels::canon::swiglu_c(20.0, 1.0, Some(7.0)));
+        assert!(swiglu_silu_unclamped(20.0, 1.0, Some(7.0)).0 > memra_kernels::canon::swiglu_c(20.0, 1.0, Some(7.0)));
+        // … and it reports the clamps it applied, not the silu one it skipped.
+        let (_, c) = swiglu_silu_unclamped(20.0, 9.0, Some(7.0));
+        assert_eq!((c.silu, c.up_high, c.up_low), (false, true, false));
         let mut out = [0.0f32, 1.0];
         fold_from_negative_zero(&[-0.0, 1.0, -0.0, 0.0], 2, &mut out);
         assert_eq!(out.map(f32::to_bits), [0x8000_0000, 1.0f32.to_bits()]);

@@ -78,18 +78,28 @@ fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
                 let s = first_slot + j;
                 let Some((e, (g, u))) = slot else { continue };
                 let shared = s >= ids.len();
-                let (silu, high, low) = coverage::swiglu_clamps(&g, &u, limit);
+                let swiglu = match obs.defect {
+                    Some(TwinDefect::SiluUnclamped) => defect::swiglu_silu_unclamped,
+                    _ => memra_kernels::canon::swiglu_traced,
+                };
+                // The clamps the SwiGLU applied (not the operands past the limit: a twin that
+                // skips a clamp must show it in the coverage).
+                let (mut silu, mut high, mut low) = (0u64, 0u64, 0u64);
+                let o: Vec<f32> = g
+                    .iter()
+                    .zip(&u)
+                    .map(|(&gv, &uv)| {
+                        let (v, c) = swiglu(gv, uv, limit);
+                        (silu, high, low) = (silu + c.silu as u64, high + c.up_high as u64, low + c.up_low as u64);
+                        v
+                    })
+                    .collect();
                 let cov = &mut a.coverage;
                 coverage::note(cov, &coverage::swiglu_path("elements", shared), obs.at, g.len() as u64);
                 coverage::note(cov, &coverage::swiglu_path("clamp_silu", shared), obs.at, silu);
                 coverage::note(cov, &coverage::swiglu_path("clamp_up_high", shared), obs.at, high);
                 coverage::note(cov, &coverage::swiglu_path("clamp_up_low", shared), obs.at, low);
                 note_codes(a, &[e.gate, e.up], obs.at);
-                let swiglu = match obs.defect {
-                    Some(TwinDefect::SiluUnclamped) => defect::swiglu_silu_unclamped,
-                    _ => memra_kernels::canon::swiglu_c,
-                };
-                let o: Vec<f32> = g.iter().zip(&u).map(|(&gv, &uv)| swiglu(gv, uv, limit)).collect();
                 write_slice(a, Slice::new(act.buf, act.offset + j * act_pitch, o.len()), &o);
             }
         }
