@@ -145,6 +145,11 @@ fn torch_form_lines(t: &serde_json::Value) -> Vec<String> {
 }
 
 pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
+    if let (Some(base), Some(new)) = (&args.compare, &args.against) {
+        return super::bench_compare::compare_receipts(base, new);
+    }
+    // Read the base before the run: an unreadable one is refused before minutes of timing.
+    let base = args.compare.as_ref().map(|p| super::bench_compare::read("--compare", p)).transpose()?;
     let registry = plan::load_registry(&None)?;
     let request = plan::door_request(&registry, &[])?;
     if let Some(dir) = args.out.as_ref().filter(|d| d.is_file() || d.extension().is_some_and(|e| e == "json")) {
@@ -338,7 +343,10 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
         let path = memra_receipts::store::write_receipt(dir, &receipt)?;
         crate::say!("performance receipt: {}", path.display());
     }
-    Ok(Status::Passed)
+    match (&args.compare, &base) {
+        (Some(path), Some(base)) => super::bench_compare::report(path, base, &receipt),
+        _ => Ok(Status::Passed),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
