@@ -26,6 +26,9 @@ pub struct LayerBytes {
     pub router: u64,
     /// top_k routed experts + the shared expert: gate, up, down codes and scales.
     pub experts: u64,
+    /// One routed expert (gate, up, down), and the shared expert: the parts of `experts`.
+    pub routed_one: u64,
+    pub shared: u64,
     /// K and V of `positions` cached positions (f32).
     pub kv: u64,
 }
@@ -53,6 +56,8 @@ pub fn layer_bytes(model: &Model, l: usize, positions: usize) -> LayerBytes {
         o_proj: matrix_bytes(&layer.wo),
         router: matrix_bytes(&layer.router),
         experts: c.top_k as u64 * expert(&layer.experts[0]) + expert(&layer.shared),
+        routed_one: expert(&layer.experts[0]),
+        shared: expert(&layer.shared),
         kv: 2 * (positions * c.kv_heads * c.head_dim * 4) as u64,
     }
 }
@@ -212,6 +217,12 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     // The same decode timed per whole layer, digests on and off (what gating costs).
     let gating = super::bench_gating::measure(model, &cfg, b.as_mut(), &prepared, warmup, &record)?;
+    // Several lanes per pass: which experts each timed pass selected (its floor).
+    let routes = if lanes > 1 {
+        Some(super::bench_floor::routes(model, &cfg, b.as_mut(), &prepared, &record, warmup)?)
+    } else {
+        None
+    };
     drop(b);
     // The cache holds between 1 and `steps` positions; the middle of the timed range is typical.
     let positions = warmup + args.steps / 2;
@@ -292,15 +303,14 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     for line in gating.lines() {
         crate::say!("{line}");
     }
-    if lanes > 1 {
-        crate::say!("per token ({}: per-pass layer latency ÷ {lanes}):", pass.label());
-        for (l, bytes, layer_ns, ..) in &rows {
-            let per_token_us = *layer_ns as f64 / 1e3 / lanes as f64;
-            let floor = bandwidth.map(|bw| bytes.total() as f64 / bw * 1e6);
-            let vs = floor.map(|f| format!(", {:.2}× the one-token floor", per_token_us / f)).unwrap_or_default();
-            crate::say!("  L{l}: {per_token_us:.1} µs per token{vs}");
-            ratios.insert(format!("L{l}.layer_per_token_us"), per_token_us);
+    if let Some(routes) = &routes {
+        let layers: Vec<(usize, LayerBytes, u64)> = rows.iter().map(|(l, b, ns, ..)| (*l, b.clone(), *ns)).collect();
+        let (lines, r) =
+            super::bench_floor::per_token(&pass.label(), lanes, pass.batch > 1, &layers, routes, bandwidth);
+        for line in lines {
+            crate::say!("{line}");
         }
+        ratios.extend(r);
     }
     if let Some(o) = gating.overhead() {
         crate::say!("gate overhead (digests on vs off, same process): {:.1} %", o * 100.0);

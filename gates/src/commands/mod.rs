@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_compare;
+mod bench_floor;
 mod bench_gating;
 mod diff;
 mod doors;
