@@ -6,6 +6,7 @@ mod bench;
 mod bench_compare;
 mod bench_floor;
 mod bench_gating;
+mod bench_torch;
 mod diff;
 mod doors;
 mod effects;
