@@ -392,7 +392,7 @@ pub struct BenchArgs {
     pub columns: usize,
     /// A performance receipt an earlier bench wrote (`run-<id>.json`): after the run, judge every
     /// seam, whole layer (per token for rows or columns) and the step FASTER / SAME / SLOWER /
-    /// AMBIGUOUS against it by the door-effect noise rule (METRICS.md §9). Exit status 3 when any
+    /// AMBIGUOUS against it by the door-effect noise rule (METRICS.md, "Door effects"). Exit status 3 when any
     /// is SLOWER; 2 when BASE is another configuration or device.
     #[arg(long, value_name = "BASE.json")]
     pub compare: Option<PathBuf>,

@@ -1,4 +1,4 @@
-//! `bench --batch 4` on the host backend (METRICS.md §6, "pass floor"): the receipt's
+//! `bench --batch 4` on the host backend (METRICS.md, "bench", "pass floor"): the receipt's
 //! `L<l>.distinct_experts` — distinct routed experts a pass of four rows selected, the lower median
 //! over the timed passes — equals the count made here independently: the routes of each session
 //! from a single-token run of the same model and battery (rows are batch-invariant: the

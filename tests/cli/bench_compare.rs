@@ -1,4 +1,4 @@
-//! `memra-gates bench --compare BASE.json [--against NEW.json]` (METRICS.md §6, "--compare"): a
+//! `memra-gates bench --compare BASE.json [--against NEW.json]` (METRICS.md, "bench", "--compare"): a
 //! receipt against itself is no regression (exit 0); against a base whose samples are made 3×
 //! faster — the real receipt with its latencies edited, no expected number typed in — it is a
 //! regression (SLOWER rows, exit 3), whether the new side is the same receipt or a fresh run; a

@@ -4,7 +4,7 @@
 //! Both sides are performance receipts (`bench` writes them). Each layer × seam, each whole layer
 //! (the sum of its seams; per token for rows or columns, the same ratio ÷ lanes on both sides) and
 //! the whole step are judged by the one noise rule of door effects
-//! ([`memra_receipts::effect::rule`], METRICS.md §9): FASTER, SAME, SLOWER or AMBIGUOUS with the
+//! ([`memra_receipts::effect::rule`], METRICS.md, "Door effects"): FASTER, SAME, SLOWER or AMBIGUOUS with the
 //! interval `[r / (1 + ν), r · (1 + ν)]`. Any SLOWER is a regression: exit status
 //! [`REGRESSION_EXIT`]. A base that is not the same configuration on the same machine is refused
 //! before anything is judged ([`comparable`]; exit status 2), naming the field and both values.
@@ -148,7 +148,7 @@ impl BenchComparison {
         let floor = memra_receipts::effect::rule::floor(self.backend);
         let mut out = vec![
             format!(
-                "compared with the base by the door-effect noise rule (METRICS.md §9): noise ν = max(spreads, {floor}) on {}, \
+                "compared with the base by the door-effect noise rule (METRICS.md, door effects): noise ν = max(spreads, {floor}) on {}, \
                  SAME needs ν ≤ {}",
                 self.backend.as_str(),
                 memra_receipts::effect::rule::SAME_MAX_NOISE

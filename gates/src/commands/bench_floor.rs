@@ -1,4 +1,4 @@
-//! The memory floor of a pass of several rows or columns (METRICS.md §6, "pass floor").
+//! The memory floor of a pass of several rows or columns (METRICS.md, "bench", "pass floor").
 //!
 //! A pass of B rows (or T columns) reads each dense weight once (q, k, v, gate, o, router), the
 //! shared expert once, and each DISTINCT routed expert its lanes selected once: with 288 experts
@@ -115,7 +115,7 @@ impl PassRoutes {
 
 /// The per-token lines of a run of `lanes` lanes per pass, and their ratios for the receipt:
 /// `L<l>.layer_per_token_us`, `L<l>.distinct_experts` and, with a bandwidth, `L<l>.pass_floor_us`
-/// and `L<l>.layer_over_pass_floor` (METRICS.md §6).
+/// and `L<l>.layer_over_pass_floor` (METRICS.md, "bench").
 pub fn per_token(
     label: &str,
     lanes: usize,

@@ -1,4 +1,4 @@
-//! The PyTorch anchor of `bench` (`scripts/bench/torch_layer.py`, METRICS.md §6): the same layer
+//! The PyTorch anchor of `bench` (`scripts/bench/torch_layer.py`, METRICS.md, "bench"): the same layer
 //! in every honest PyTorch form, run in the same session; what the receipt and the table keep of it.
 
 use crate::args::BenchArgs;
