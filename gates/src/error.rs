@@ -34,7 +34,7 @@ pub enum GateError {
     /// `bench --compare BASE`: the base is not the same configuration on the same machine (the
     /// first field that differs, with both values).
     #[error(
-        "--compare {}: not comparable: {field} is {base} in the base and {new} in the receipt judged against it; \
+        "--compare {}: not comparable: {field} is {base} in the base and {new} in the new one; \
          bench --compare judges the same configuration (preset, model, layers, TP, rows or columns, backend, graph, doors) \
          on the same device",
         .base_path.display()

@@ -111,8 +111,10 @@ fn an_incomparable_base_is_refused_naming_the_field_and_both_values() {
         .expect_code(2)
         .expect_stderr(&["device is linux riscv64 (64 cores) in the base"]);
 
-    // A fresh run against a base of another shape is refused too.
-    run(&bench_args(&["--compare", s(&b2)])).expect_code(2).expect_stderr(&["batch is 2 in the base and 1"]);
+    // A fresh run against a base of another shape is refused too, before anything is timed.
+    let out = run(&bench_args(&["--compare", s(&b2)]));
+    out.expect_code(2).expect_stderr(&["batch is 2 in the base and 1"]);
+    assert!(!out.stdout.contains("bytes MB"), "timed before refusing:\n{}", out.transcript());
     // --against without --compare is a usage error.
     run(&["bench", "--against", s(&f)]).expect_code(2);
 }

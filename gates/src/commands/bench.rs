@@ -113,6 +113,18 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let subject = model.load(Battery { prompts, gen_tokens: steps })?;
     eprintln!("memra-gates bench: model ready in {:.1}s", t0.elapsed().as_secs_f64());
     let model = &subject.model;
+    if let (Some(path), Some(base)) = (&args.compare, &base) {
+        let planned = [
+            ("preset", subject.model_evidence.preset.clone()),
+            ("model digest", subject.model_evidence.digest.clone()),
+            ("layers", model.layers.len().to_string()),
+            ("batch", pass.batch.to_string()),
+            ("columns", pass.columns.to_string()),
+            ("backend", crate::receipt::wire_backend(backend).as_str().to_string()),
+            ("graph", if args.graph { "on" } else { "off" }.to_string()),
+        ];
+        super::bench_compare::precheck(path, base, &planned)?;
+    }
     let mut b = open(backend, 1)?;
     let bandwidth = b.copy_bandwidth(args.copy_bytes)?;
     let mut cfg = RunConfig::new(1, Transport::HostBounce, subject.battery.clone())?;

@@ -92,6 +92,23 @@ pub fn comparable(base: &Receipt, new: &Receipt) -> Result<(), Mismatch> {
     Ok(())
 }
 
+/// Before a run: refuse a base whose configuration already differs from the planned one in any of
+/// `planned` (field, value) — the fields [`comparable`] checks that are known before timing.
+pub fn precheck(base_path: &Path, base: &Receipt, planned: &[(&'static str, String)]) -> Result<(), GateError> {
+    let known = identity(base);
+    for (field, new) in planned {
+        if let Some((_, b)) = known.iter().find(|(f, _)| f == field).filter(|(_, b)| b != new) {
+            return Err(GateError::Incomparable {
+                base_path: base_path.to_path_buf(),
+                field,
+                base: b.clone(),
+                new: new.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Judge `new` against `base` (both checked by [`comparable`]).
 pub fn judge(base: &Receipt, new: &Receipt) -> Result<BenchComparison, Mismatch> {
     comparable(base, new)?;
