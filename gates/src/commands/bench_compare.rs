@@ -249,3 +249,52 @@ pub fn compare_receipts(base_path: &Path, new_path: &Path) -> Result<Status, Gat
     let new = read("--against", new_path)?;
     report(base_path, &base, &new)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A performance receipt the H200 wrote (docs/gpu/2026-12-01-perf/).
+    fn h200(mode: &str) -> Receipt {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../docs/gpu/2026-12-01-perf/bench-step-2layers-{mode}-receipt.json"));
+        memra_receipts::json::read_receipt(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    #[test]
+    fn a_cuda_receipt_against_itself_is_no_regression_and_a_tenth_slower_experts_seam_is() {
+        let base = h200("graph");
+        let c = judge(&base, &base).unwrap();
+        assert!(!c.regressed(), "{:#?}", c.lines());
+        assert!(c.rows.iter().all(|r| matches!(r.cmp.effect, Effect::Same | Effect::Ambiguous)));
+        // The device's tight spread (CUDA floor 0.03) resolves a 10 % slowdown of one seam.
+        let mut new = base.clone();
+        for e in new.measurements.latency.iter_mut().filter(|e| e.layer == 0 && e.seam == "experts") {
+            (e.min_ns, e.median_ns, e.p90_ns, e.max_ns) =
+                (e.min_ns * 11 / 10, e.median_ns * 11 / 10, e.p90_ns * 11 / 10, e.max_ns * 11 / 10);
+        }
+        let c = judge(&base, &new).unwrap();
+        let slower: Vec<&str> = c.slower().iter().map(|r| r.name.as_str()).collect();
+        assert!(slower.contains(&"L0.experts"), "{:#?}", c.lines());
+        assert!(c.verdict().starts_with("verdict: REGRESSION"), "{}", c.verdict());
+        // And the other way round it is FASTER, not a regression.
+        let c = judge(&new, &base).unwrap();
+        assert!(!c.regressed());
+        assert!(c.rows.iter().any(|r| r.name == "L0.experts" && r.cmp.effect == Effect::Faster));
+    }
+
+    #[test]
+    fn graph_on_against_off_and_another_device_are_not_comparable() {
+        let (graph, eager) = (h200("graph"), h200("eager"));
+        let m = comparable(&graph, &eager).unwrap_err();
+        assert_eq!((m.field, m.base.as_str(), m.new.as_str()), ("graph", "on", "off"));
+        // Another ordinal of the same device is the same device; another device is not.
+        let mut other = graph.clone();
+        let d = other.measurements.device.clone().unwrap();
+        other.measurements.device = Some(d.replace("devices [0]", "devices [3]"));
+        assert_ne!(other.measurements.device, graph.measurements.device);
+        assert_eq!(comparable(&graph, &other), Ok(()));
+        other.measurements.device = Some(d.replace("H200", "H100"));
+        assert_eq!(comparable(&graph, &other).unwrap_err().field, "device");
+    }
+}
