@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 use memra_gating::args::{self, Provenance};
-use memra_gating::{dist, Status};
+use memra_gating::dist;
 use std::process::ExitCode;
 
 const PROVENANCE: Provenance = Provenance {
@@ -13,7 +13,7 @@ const PROVENANCE: Provenance = Provenance {
 };
 
 /// 0 every gate passed, 1 a gate failed, 2 the harness could not run (the error chain is printed
-/// once).
+/// once), 3 `bench --compare` found a seam, layer or step SLOWER than its base beyond noise.
 fn main() -> ExitCode {
     // First, while the process has one thread: the only write to its environment (NCCL reads it).
     memra_gating::env::keep_nccl_multicast_off();
@@ -29,8 +29,7 @@ fn main() -> ExitCode {
         }
     };
     match memra_gating::run(cli, PROVENANCE) {
-        Ok(Status::Passed) => ExitCode::from(0),
-        Ok(Status::Failed) => ExitCode::from(1),
+        Ok(status) => ExitCode::from(status.exit_code()),
         Err(e) => {
             eprintln!("memra-gates: error: {e}");
             let mut src = std::error::Error::source(&e);

@@ -390,6 +390,15 @@ pub struct BenchArgs {
     /// accepted; the table adds the per-token latency, per-pass latency ÷ T.
     #[arg(long, default_value_t = 1)]
     pub columns: usize,
+    /// A performance receipt an earlier bench wrote (`run-<id>.json`): after the run, judge every
+    /// seam, whole layer (per token for rows or columns) and the step FASTER / SAME / SLOWER /
+    /// AMBIGUOUS against it by the door-effect noise rule (METRICS.md, "Door effects"). Exit status 3 when any
+    /// is SLOWER; 2 when BASE is another configuration or device.
+    #[arg(long, value_name = "BASE.json")]
+    pub compare: Option<PathBuf>,
+    /// With --compare: judge this existing performance receipt against BASE; nothing is run.
+    #[arg(long, value_name = "NEW.json", requires = "compare")]
+    pub against: Option<PathBuf>,
 }
 
 /// `plot`.

@@ -31,6 +31,15 @@ pub enum GateError {
     /// Receipts or matrix outputs that could not be written: the run's evidence is incomplete.
     #[error("{} file(s) could not be written, the evidence in {} is incomplete:\n  {}", .failed.len(), .dir.display(), .failed.iter().map(|(p, e)| format!("{}: {e}", p.display())).collect::<Vec<_>>().join("\n  "))]
     ReceiptsNotWritten { dir: PathBuf, failed: Vec<(PathBuf, String)> },
+    /// `bench --compare BASE`: the base is not the same configuration on the same machine (the
+    /// first field that differs, with both values).
+    #[error(
+        "--compare {}: not comparable: {field} is {base} in the base and {new} in the new one; \
+         bench --compare judges the same configuration (preset, model, layers, TP, rows or columns, backend, graph, doors) \
+         on the same device",
+        .base_path.display()
+    )]
+    Incomparable { base_path: PathBuf, field: &'static str, base: String, new: String },
     #[error(transparent)]
     Registry(#[from] crate::registry::RegistryError),
     #[error(transparent)]

@@ -2,6 +2,7 @@
 //! enumeration, the promotion policy over synthetic histories, the gates as pure functions, and the
 //! subject protocol's manifest and tape.
 
+mod bench_floor;
 mod gates;
 mod promote;
 mod promote_gain;

@@ -26,6 +26,9 @@ pub struct LayerBytes {
     pub router: u64,
     /// top_k routed experts + the shared expert: gate, up, down codes and scales.
     pub experts: u64,
+    /// One routed expert (gate, up, down), and the shared expert: the parts of `experts`.
+    pub routed_one: u64,
+    pub shared: u64,
     /// K and V of `positions` cached positions (f32).
     pub kv: u64,
 }
@@ -53,6 +56,8 @@ pub fn layer_bytes(model: &Model, l: usize, positions: usize) -> LayerBytes {
         o_proj: matrix_bytes(&layer.wo),
         router: matrix_bytes(&layer.router),
         experts: c.top_k as u64 * expert(&layer.experts[0]) + expert(&layer.shared),
+        routed_one: expert(&layer.experts[0]),
+        shared: expert(&layer.shared),
         kv: 2 * (positions * c.kv_heads * c.head_dim * 4) as u64,
     }
 }
@@ -68,83 +73,12 @@ fn seam_median(r: &Record, layer: usize, seam: Seam, warmup: usize) -> Option<u6
     median(samples.iter().skip(warmup).copied().collect())
 }
 
-/// The PyTorch anchor's JSON, or the reason it could not run: the same layer over `rows`
-/// sessions per pass (rows: each its own cache, as the program's), timed per pass.
-fn run_torch(args: &BenchArgs, model: &Model, positions: usize, rows: usize) -> Result<serde_json::Value, String> {
-    let c = &model.config;
-    let out = std::process::Command::new(&args.python)
-        .arg(&args.torch_script)
-        .args(["--batch", &rows.to_string()])
-        .args(["--hidden", &c.hidden.to_string(), "--q-heads", &c.q_heads.to_string()])
-        .args(["--kv-heads", &c.kv_heads.to_string(), "--head-dim", &c.head_dim.to_string()])
-        .args(["--experts", &c.experts.to_string(), "--top-k", &c.top_k.to_string()])
-        .args(["--width", &c.expert_width.to_string(), "--ctx", &positions.to_string()])
-        .output()
-        .map_err(|e| format!("{} {}: {e}", args.python, args.torch_script.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "the PyTorch anchor failed: {}",
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
-        ));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("the PyTorch anchor printed no JSON: {e}"))
-}
-
-/// What the receipt records of the PyTorch anchor (METRICS.md, "bench"): the halves and the fastest
-/// eager and graph layers (`pytorch_<key>_median_us`), every form the script timed
-/// (`pytorch_form.<form>.<eager|graph>_median_us`) and the fastest of all, named in its key
-/// (`pytorch_fastest.<form>.<mode>_median_us`).
-fn torch_extra(t: &serde_json::Value) -> BTreeMap<String, f64> {
-    let mut extra = BTreeMap::new();
-    for key in ["layer_eager", "layer_graph", "attention_eager", "attention_graph", "moe_eager"] {
-        if let Some(us) = t[key]["median_us"].as_f64() {
-            extra.insert(format!("pytorch_{key}_median_us"), us);
-        }
-    }
-    if let Some(forms) = t["forms"].as_object() {
-        for (form, s) in forms {
-            if let Some(us) = s["median_us"].as_f64() {
-                extra.insert(format!("pytorch_form.{form}_median_us"), us);
-            }
-        }
-    }
-    if let (Some(form), Some(us)) = (t["fastest"]["form"].as_str(), t["fastest"]["median_us"].as_f64()) {
-        extra.insert(format!("pytorch_fastest.{form}_median_us"), us);
-    }
-    extra
-}
-
-/// The anchor's table: one line per form (fastest marked), the forms not timed and why.
-fn torch_form_lines(t: &serde_json::Value) -> Vec<String> {
-    let fastest = t["fastest"]["form"].as_str().unwrap_or("");
-    let mut lines = Vec::new();
-    let mut forms: Vec<(&String, f64)> = t["forms"]
-        .as_object()
-        .map(|m| m.iter().filter_map(|(k, s)| Some((k, s["median_us"].as_f64()?))).collect())
-        .unwrap_or_default();
-    forms.sort_by(|a, b| a.1.total_cmp(&b.1));
-    for (form, us) in forms {
-        let mark = if form == fastest { "  ← fastest: the anchor" } else { "" };
-        lines.push(format!("  {form:<22} {us:>9.1} µs{mark}"));
-    }
-    if let Some(m) = t["not_timed"].as_object() {
-        for (form, why) in m {
-            lines.push(format!("  {form:<22}  not timed: {}", why.as_str().unwrap_or("?")));
-        }
-    }
-    for (key, what) in [
-        ("attention_eager", "attention half eager"),
-        ("attention_graph", "attention half graphed"),
-        ("moe_eager", "MoE half eager"),
-    ] {
-        if let Some(us) = t[key]["median_us"].as_f64() {
-            lines.push(format!("  ({what}: {us:.1} µs)"));
-        }
-    }
-    lines
-}
-
 pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
+    if let (Some(base), Some(new)) = (&args.compare, &args.against) {
+        return super::bench_compare::compare_receipts(base, new);
+    }
+    // Read the base before the run: an unreadable one is refused before minutes of timing.
+    let base = args.compare.as_ref().map(|p| super::bench_compare::read("--compare", p)).transpose()?;
     let registry = plan::load_registry(&None)?;
     let request = plan::door_request(&registry, &[])?;
     if let Some(dir) = args.out.as_ref().filter(|d| d.is_file() || d.extension().is_some_and(|e| e == "json")) {
@@ -179,6 +113,18 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let subject = model.load(Battery { prompts, gen_tokens: steps })?;
     eprintln!("memra-gates bench: model ready in {:.1}s", t0.elapsed().as_secs_f64());
     let model = &subject.model;
+    if let (Some(path), Some(base)) = (&args.compare, &base) {
+        let planned = [
+            ("preset", subject.model_evidence.preset.clone()),
+            ("model digest", subject.model_evidence.digest.clone()),
+            ("layers", model.layers.len().to_string()),
+            ("batch", pass.batch.to_string()),
+            ("columns", pass.columns.to_string()),
+            ("backend", crate::receipt::wire_backend(backend).as_str().to_string()),
+            ("graph", if args.graph { "on" } else { "off" }.to_string()),
+        ];
+        super::bench_compare::precheck(path, base, &planned)?;
+    }
     let mut b = open(backend, 1)?;
     let bandwidth = b.copy_bandwidth(args.copy_bytes)?;
     let mut cfg = RunConfig::new(1, Transport::HostBounce, subject.battery.clone())?;
@@ -207,6 +153,12 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     // The same decode timed per whole layer, digests on and off (what gating costs).
     let gating = super::bench_gating::measure(model, &cfg, b.as_mut(), &prepared, warmup, &record)?;
+    // Several lanes per pass: which experts each timed pass selected (its floor).
+    let routes = if lanes > 1 {
+        Some(super::bench_floor::routes(model, &cfg, b.as_mut(), &prepared, &record, warmup)?)
+    } else {
+        None
+    };
     drop(b);
     // The cache holds between 1 and `steps` positions; the middle of the timed range is typical.
     let positions = warmup + args.steps / 2;
@@ -215,7 +167,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     } else if pass.columns > 1 {
         Err("the PyTorch anchor times rows (sessions per pass), not verify columns".to_string())
     } else {
-        run_torch(args, model, positions, pass.batch)
+        super::bench_torch::run_torch(args, model, positions, pass.batch)
     };
 
     let mut ratios = BTreeMap::new();
@@ -287,15 +239,14 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     for line in gating.lines() {
         crate::say!("{line}");
     }
-    if lanes > 1 {
-        crate::say!("per token ({}: per-pass layer latency ÷ {lanes}):", pass.label());
-        for (l, bytes, layer_ns, ..) in &rows {
-            let per_token_us = *layer_ns as f64 / 1e3 / lanes as f64;
-            let floor = bandwidth.map(|bw| bytes.total() as f64 / bw * 1e6);
-            let vs = floor.map(|f| format!(", {:.2}× the one-token floor", per_token_us / f)).unwrap_or_default();
-            crate::say!("  L{l}: {per_token_us:.1} µs per token{vs}");
-            ratios.insert(format!("L{l}.layer_per_token_us"), per_token_us);
+    if let Some(routes) = &routes {
+        let layers: Vec<(usize, LayerBytes, u64)> = rows.iter().map(|(l, b, ns, ..)| (*l, b.clone(), *ns)).collect();
+        let (lines, r) =
+            super::bench_floor::per_token(&pass.label(), lanes, pass.batch > 1, &layers, routes, bandwidth);
+        for line in lines {
+            crate::say!("{line}");
         }
+        ratios.extend(r);
     }
     if let Some(o) = gating.overhead() {
         crate::say!("gate overhead (digests on vs off, same process): {:.1} %", o * 100.0);
@@ -314,7 +265,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
                 t["device"].as_str().unwrap_or("?"),
                 t["expert_dtype"].as_str().unwrap_or("?"),
             );
-            for line in torch_form_lines(t) {
+            for line in super::bench_torch::torch_form_lines(t) {
                 crate::say!("{line}");
             }
         }
@@ -338,7 +289,10 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
         let path = memra_receipts::store::write_receipt(dir, &receipt)?;
         crate::say!("performance receipt: {}", path.display());
     }
-    Ok(Status::Passed)
+    match (&args.compare, &base) {
+        (Some(path), Some(base)) => super::bench_compare::report(path, base, &receipt),
+        _ => Ok(Status::Passed),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -379,7 +333,7 @@ fn performance_receipt(
         extra.insert("copy_bandwidth_bytes_per_s".to_string(), bw);
     }
     if let Ok(t) = torch {
-        extra.extend(torch_extra(t));
+        extra.extend(super::bench_torch::torch_extra(t));
     }
     let mut r = crate::receipt::receipt_for_record(
         prov.kernel_digest,
@@ -397,46 +351,4 @@ fn performance_receipt(
     r.evidence.performance = Some(rs::PerformanceClaim { performance_claim: true, ratios });
     r.measurements.extra = extra;
     Ok(r)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{torch_extra, torch_form_lines};
-
-    /// The shape `scripts/bench/torch_layer.py` prints (its docstring), with made-up numbers.
-    fn anchor() -> serde_json::Value {
-        serde_json::json!({
-            "torch": "2.11.0", "device": "NVIDIA H200", "expert_dtype": "bf16",
-            "forms": {
-                "index_einsum.eager": {"median_us": 900.0, "min_us": 890.0, "p90_us": 950.0, "n": 50},
-                "index_einsum.graph": {"median_us": 395.0, "min_us": 390.0, "p90_us": 400.0, "n": 50},
-                "gather_bmm.graph": {"median_us": 786.0, "min_us": 780.0, "p90_us": 790.0, "n": 50},
-                "host_loop.eager": {"median_us": 1200.0, "min_us": 1190.0, "p90_us": 1250.0, "n": 50}
-            },
-            "not_timed": {"host_loop.graph": "reads the route ids on the host: a CUDA graph cannot capture it"},
-            "fastest": {"form": "index_einsum.graph", "median_us": 395.0},
-            "layer_eager": {"median_us": 900.0}, "layer_eager_form": "index_einsum.eager",
-            "layer_graph": {"median_us": 395.0}, "layer_graph_form": "index_einsum.graph",
-            "attention_eager": {"median_us": 300.0}, "moe_eager": {"median_us": 600.0},
-            "max_rel_diff": {"index_einsum": 0.0, "gather_bmm": 0.001, "host_loop": 0.001}
-        })
-    }
-
-    #[test]
-    fn the_receipt_records_every_form_and_names_the_fastest() {
-        let e = torch_extra(&anchor());
-        for form in ["index_einsum.eager", "index_einsum.graph", "gather_bmm.graph", "host_loop.eager"] {
-            assert!(e.contains_key(&format!("pytorch_form.{form}_median_us")), "{form}: {e:?}");
-        }
-        assert_eq!(e["pytorch_fastest.index_einsum.graph_median_us"], 395.0);
-        assert_eq!(e["pytorch_layer_graph_median_us"], 395.0);
-        assert_eq!(e.keys().filter(|k| k.starts_with("pytorch_fastest.")).count(), 1);
-        let lines = torch_form_lines(&anchor());
-        assert!(lines[0].contains("index_einsum.graph") && lines[0].contains("fastest"), "{lines:?}");
-        assert_eq!(lines.iter().filter(|l| l.contains("fastest")).count(), 1, "{lines:?}");
-        assert!(lines.iter().any(|l| l.contains("host_loop.graph") && l.contains("not timed")), "{lines:?}");
-        // An anchor of the old shape (no forms) still records what it has.
-        let old = serde_json::json!({"layer_eager": {"median_us": 1.0}});
-        assert_eq!(torch_extra(&old).len(), 1);
-    }
 }

@@ -3,7 +3,10 @@
 //! command returns a [`Status`] (or an error) for the binary to turn into an exit status.
 
 mod bench;
+mod bench_compare;
+mod bench_floor;
 mod bench_gating;
+mod bench_torch;
 mod diff;
 mod doors;
 mod effects;
@@ -17,17 +20,33 @@ mod run;
 mod selftest;
 mod subject;
 
+pub use bench_compare::REGRESSION_EXIT;
+
 use crate::args::{Command, Provenance};
 use crate::error::GateError;
 use memra_receipts::schema::{Receipt, Verdict};
 
-/// What a command concluded; the binary maps it to an exit status (0 and 1; an error is 2).
+/// What a command concluded; the binary maps it to an exit status (0, 1 and 3; an error is 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     /// Every gate passed (or the command had nothing to judge).
     Passed,
     /// A gate failed: FAIL, VOID or ERROR receipts, a missed canary, a regression.
     Failed,
+    /// `bench --compare`: a seam, layer or the step is SLOWER than the base beyond noise
+    /// (exit status [`REGRESSION_EXIT`]).
+    Regressed,
+}
+
+impl Status {
+    /// The binary's exit status for it.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Status::Passed => 0,
+            Status::Failed => 1,
+            Status::Regressed => REGRESSION_EXIT,
+        }
+    }
 }
 
 /// Run one command.

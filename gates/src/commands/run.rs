@@ -158,11 +158,7 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         crate::say!(
             "memra-gates: process {dist_label}: {} (receipts are written by process 0); exit {}",
             summary.counts.one_line(),
-            match &status {
-                Ok(Status::Passed) => 0,
-                Ok(Status::Failed) => 1,
-                Err(_) => 2,
-            }
+            status.as_ref().map_or(2, |s| s.exit_code())
         );
         return status;
     }
