@@ -122,6 +122,14 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 /// The files of the module tree rooted at `root`: `mod name;` (with an optional
 /// `#[path = "…"]` on the line before) and the names in `gpu_modules![…]`, followed file to file.
 /// A declared module whose file is missing is a problem (rustc would say so too).
+/// `text` with a `gpu_modules![…]` list that rustfmt spread over several lines put on one.
+fn one_line_module_list(text: &str) -> String {
+    let Some(start) = text.find(MODULE_LIST_MACRO) else { return text.to_string() };
+    let Some(len) = text[start..].find("];") else { return text.to_string() };
+    let list: String = text[start..start + len].split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("{}{}{}", &text[..start], list.replace("[ ", "["), &text[start + len..])
+}
+
 fn module_tree(root: &Path, problems: &mut Vec<String>) -> BTreeSet<PathBuf> {
     let mut seen = BTreeSet::new();
     let mut stack = vec![(root.to_path_buf(), true)];
@@ -130,6 +138,7 @@ fn module_tree(root: &Path, problems: &mut Vec<String>) -> BTreeSet<PathBuf> {
             continue;
         }
         let text = fs::read_to_string(&file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+        let text = one_line_module_list(&text);
         let parent = file.parent().expect("a file has a folder").to_path_buf();
         // A crate root or mod.rs declares its children beside it; `a.rs` declares them in `a/`.
         let child_dir = if owns_dir { parent.clone() } else { parent.join(file.file_stem().expect("a file name")) };

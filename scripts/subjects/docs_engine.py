@@ -22,7 +22,7 @@ import numpy as np
 
 NAME = "docs-engine"
 VERSION = "0.1.0"
-PROTOCOL = 2  # speaks 1 and 2 (docs/subject-protocol.md §9): version 2 adds rows
+PROTOCOL = 2  # speaks 1 and 2 (docs/subject-protocol.md, section 9): version 2 adds rows
 BATCH = (1, 2, 4, 8)  # sessions per pass it runs (its manifest's `batch`)
 LAYER_SEAMS = ["attn_norm", "qkv", "rope", "attn", "o_proj", "o_join", "ffn_norm", "router",
                "experts", "moe_join", "residual"]
@@ -330,7 +330,7 @@ def f32_bits(x):
 # ---- the decode step (docs/DESIGN.md §3.2, §3.4 steps 8–17) ----------------------------------
 
 class Session:
-    """One prompt's decode (docs/subject-protocol.md §4.2): its KV cache, the step it computes
+    """One prompt's decode (docs/subject-protocol.md, section 4.2): its KV cache, the step it computes
     next, and what the tape gets for it — per step the seam digests and the (pass, lane) that
     computed it, the generated tokens and their top-two logits."""
 
@@ -591,7 +591,7 @@ def write_tape(path, tensors, meta):
 
 
 def row_passes(prompts, gen, b):
-    """Rows (docs/DESIGN.md §3.6, docs/subject-protocol.md §4.2): b lanes, each holding one
+    """Rows (docs/DESIGN.md §3.6, docs/subject-protocol.md, section 4.2): b lanes, each holding one
     session at a time and advancing it one token per pass; lane j takes its first session at pass
     j (ragged starts), a lane whose session ends takes the next prompt. Yields (pass, [(lane,
     prompt)]) for the live lanes of each pass. b = 1 is single-token decode, prompt by prompt."""

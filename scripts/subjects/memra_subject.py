@@ -14,7 +14,7 @@ engine, or import it: scripts/subjects/torch_subject.py does.
     tape.census["my_door.fast_paths"] = 12   # what the subject counted
     tape.write()                              # or: Tape.write_error(run, "out of memory")
 
-Version 2 (rows and columns, docs/subject-protocol.md §9): `run.battery()` also reads the pass
+Version 2 (rows and columns, docs/subject-protocol.md, section 9): `run.battery()` also reads the pass
 shape (`run.batch`, `run.columns`); `row_passes(prompts, gen_tokens, run.batch)` yields the
 passes of rows exactly as memra-gates' own runtime schedules them, and `tape.lane(prompt, step,
 pass, lane)` records which pass and lane computed each step (the tape's `p{p}.lanes`).
@@ -139,7 +139,7 @@ def pass_shape(p):
 
 
 def row_passes(prompts, gen_tokens, b):
-    """Rows (docs/DESIGN.md §3.6, docs/subject-protocol.md §9), scheduled as memra-gates' runtime
+    """Rows (docs/DESIGN.md §3.6, docs/subject-protocol.md, section 9), scheduled as memra-gates' runtime
     does: b lanes, each holding one session (prompt) at a time and advancing it one token per
     pass; lane j takes its first session at pass j (ragged starts); a lane whose session ends
     takes the next prompt at the next pass. Yields (pass, [(lane, prompt)]) for the live lanes of

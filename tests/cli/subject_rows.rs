@@ -1,4 +1,4 @@
-//! Rows and columns through the subject protocol (version 2, docs/subject-protocol.md §9): the
+//! Rows and columns through the subject protocol (version 2, docs/subject-protocol.md, section 9): the
 //! engine written from the documents (`scripts/subjects/docs_engine.py`, numpy on the host) runs
 //! rows — the dense projections of every row of a pass in one product — and is gated at b2 and b4
 //! against the single-token oracle; a batch-dependent defect planted in a copy of it (rows r > 0

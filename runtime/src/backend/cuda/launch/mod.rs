@@ -112,26 +112,27 @@ macro_rules! launch {
     }};
 }
 
-// Kernel-argument packing: the parameter blocks passed by value, and the launch macro below
+// Kernel-argument packing: the parameter blocks passed by value, and the launch macro above
 // (with `safe/`, the only `unsafe` of the CUDA backend outside the driver layer).
 
-// SAFETY: `GemvBatch` is `repr(C)` of u64/i32 arrays and an i32, with the field order and types of
-// `struct GemvBatch` in kernels/cuda/gemv.cu (no padding: 64 + 16 + 20 + 4 = 104 bytes, a multiple
-// of its 8-byte alignment, asserted below); the kernel takes it by value.
-unsafe impl DeviceRepr for gemv::GemvBatch {}
-const _: () = assert!(std::mem::size_of::<gemv::GemvBatch>() == 104);
+/// Declare `$t` a parameter block a kernel takes by value, `$size` bytes (asserted).
+macro_rules! param_block {
+    ($t:ty, $size:expr) => {
+        // SAFETY: a `param_block!` type is `repr(C)`, made only of integer fields and arrays of
+        // them with no padding (its size, asserted below, is the sum of its fields and a multiple
+        // of its alignment), holds no host pointer, and matches field for field the struct of the
+        // same name in kernels/cuda that the kernels take by value.
+        unsafe impl DeviceRepr for $t {}
+        const _: () = assert!(std::mem::size_of::<$t>() == $size);
+    };
+}
 
-// SAFETY: `LanePitch` is `repr(C)` of i32 only (32 bytes, asserted below, no padding) and matches
-// `struct LanePitch` in kernels/cuda/canon.cuh field for field; the kernels take it by value.
-unsafe impl DeviceRepr for lane_grid::LanePitch {}
-const _: () = assert!(std::mem::size_of::<lane_grid::LanePitch>() == 32);
-
-// SAFETY: `DigestBatch` is `repr(C)`, made only of u64/u32 arrays and a u32 (no padding that a
-// kernel could read as uninitialised, no pointers the host owns), and matches the field order and
-// types of `struct DigestBatch` in kernels/cuda/digest.cu (2440 bytes, asserted below), which the
-// kernel takes by value.
-unsafe impl DeviceRepr for digest::DigestBatch {}
-const _: () = assert!(std::mem::size_of::<digest::DigestBatch>() == 2440);
+// `struct GemvBatch` of kernels/cuda/gemv.cu: u64/i32 arrays and an i32, 64 + 16 + 20 + 4 bytes.
+param_block!(gemv::GemvBatch, 104);
+// `struct LanePitch` of kernels/cuda/canon.cuh: 8 i32.
+param_block!(lane_grid::LanePitch, 32);
+// `struct DigestBatch` of kernels/cuda/digest.cu: u64/u32 arrays and a u32.
+param_block!(digest::DigestBatch, 2440);
 
 mod at;
 mod digest;
