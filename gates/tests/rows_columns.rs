@@ -176,3 +176,42 @@ fn default_shapes_and_their_explanation() {
     }
     assert!(plan.explain().contains("EXCLUDED b2×t8") && plan.explain().contains("not both"), "{}", plan.explain());
 }
+
+/// LEN_MIRROR_LAZY's engagement gate, with the registry's own census declaration, on real host
+/// runs: witnessed (PASS) in single-token decode and rows, where the door skips the length
+/// copies; VOID in a columns run, where its verify/prefill passes read every mirror and the door
+/// yields — the flag set, the mechanism off, the census the door-off one.
+#[test]
+fn len_mirror_lazy_is_witnessed_outside_columns_and_void_in_them() {
+    use memra_gating::gate;
+    use memra_gating::job::CensusDecl;
+    use memra_gating::registry::Registry;
+    use memra_runtime::backend::host::HostBackend;
+    use memra_runtime::model::{gen::generate, ModelConfig};
+    use memra_runtime::{program, Battery, DoorSet, PassShape, RunConfig, Transport};
+    let reg = Registry::builtin().unwrap();
+    let door = reg.door("len_mirror_lazy").unwrap();
+    let decl = CensusDecl {
+        door: door.id.clone(),
+        changes: door.census.clone(),
+        off: DoorSet::default(),
+        off_vars: Default::default(),
+        identity: None,
+    };
+    let m = generate(&ModelConfig::preset("tiny", None).unwrap(), 7).unwrap();
+    let census = |shape: PassShape, lazy: bool| {
+        let mut cfg = RunConfig::new(2, Transport::NativeP2p, Battery::default_for(m.config.vocab, 3)).unwrap();
+        cfg.pass = shape;
+        cfg.doors.len_mirror_lazy = lazy;
+        program::run(&m, &cfg, &mut HostBackend::new(2).unwrap()).unwrap().census
+    };
+    for (b, t) in [(1, 1), (4, 1), (1, 4)] {
+        let shape = PassShape::new(b, t).unwrap();
+        let (on, off) = (census(shape, true), census(shape, false));
+        let o = gate::engagement(&on, &[(&decl, Ok(off))]);
+        assert_eq!(o.passed(), t == 1, "{shape:?}: {}", o.detail());
+        if t > 1 {
+            assert!(o.detail().contains("len_mirror_lazy"), "{}", o.detail());
+        }
+    }
+}

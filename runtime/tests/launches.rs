@@ -169,9 +169,14 @@ fn experts_are_one_launch_per_projection_kind_and_the_route_stays_on_the_device(
         assert_eq!(b.digest_batches, steps * (layers * tp as u64 + 1), "{what}: digest launches");
         assert_eq!(b.reads_in_step, 0, "{what}: a host read inside a step (the route must stay on the device)");
         if tp == 1 {
-            assert_eq!(b.copies, 0, "TP1 copies nothing: the root's partials are written in place");
+            // Each layer's 4-byte length-mirror copy, and nothing else: the root's partials are
+            // written in place.
+            assert_eq!(b.copies, steps * layers, "TP1 copies only the length mirrors");
         }
     }
+    // LEN_MIRROR_LAZY: single-token decode reads no mirror, so TP1 copies nothing at all.
+    let (b, _) = run(&model, 1, DoorSet { len_mirror_lazy: true, ..DoorSet::default() });
+    assert_eq!(b.copies, 0, "TP1 with LEN_MIRROR_LAZY copies nothing");
     // Negative control: MOE_DIRECT on expert-parallel owners reads the route on the host, and the
     // counter sees it (one read per layer and step).
     let (b, steps) = run(&model, 2, DoorSet { step_ep: true, moe_direct: true, ..DoorSet::default() });

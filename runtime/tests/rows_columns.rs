@@ -223,3 +223,60 @@ fn the_rows_and_columns_doors_keep_every_bit_and_engage_only_on_their_axis() {
         }
     }
 }
+
+fn local_copies(r: &Record) -> u64 {
+    r.census.iter().filter(|(k, _)| k.starts_with("copy.local.")).map(|(_, n)| n).sum()
+}
+
+/// LEN_MIRROR_LAZY: in single-token decode and rows the per-layer length copies are removed
+/// (fewer `copy.local.*` in the census, its registry witness) and every bit is kept; in a
+/// columns run, whose verify/prefill passes read the mirrors, the door yields: the census is the
+/// door-off one (a run gated there would be VOID) and the bits are kept as well.
+#[test]
+fn len_mirror_lazy_skips_only_copies_no_later_pass_reads() {
+    let m = model("edge");
+    let oracle = run(m, 1, Transport::HostBounce, PassShape::SINGLE, None);
+    for (tp, t) in [(1, Transport::HostBounce), (2, Transport::NativeP2p), (4, Transport::HostBounce)] {
+        for s in [PassShape::SINGLE, shape(4, 1), shape(1, 4)] {
+            let off = with_doors(m, tp, t, s, &[]);
+            let on = with_doors(m, tp, t, s, &["len_mirror_lazy"]);
+            assert_eq!(first_divergence(&oracle, &on), None, "TP{tp} {s:?}");
+            let skipped = on.engaged.get("len_mirror_lazy.skipped_copies").copied().unwrap_or(0);
+            if s.columns > 1 {
+                assert_eq!(on.census, off.census, "TP{tp} {s:?}: the door must yield to the verify reader");
+                assert_eq!(skipped, 0, "TP{tp} {s:?}");
+            } else {
+                // Every layer's copy on every rank, once per pass.
+                let layers = m.config.layers as u64;
+                assert!(local_copies(&on) < local_copies(&off), "TP{tp} {s:?}: {:?}", on.census);
+                assert_eq!(local_copies(&off) - local_copies(&on), skipped, "TP{tp} {s:?}");
+                assert_eq!(skipped % (layers * tp as u64), 0, "TP{tp} {s:?}: {skipped} skipped");
+            }
+        }
+    }
+}
+
+/// The reader the door yields to, with its negative control: a columns run whose length-mirror
+/// copies are dropped (what LEN_MIRROR_LAZY would do if it did not yield) is refused at its
+/// first verify/prefill pass after the first, naming the layer, rank and lane of the stale
+/// mirror; the same run without the drop completes.
+#[test]
+fn a_verify_pass_refuses_a_skipped_length_mirror() {
+    use crate::segments::SegmentChecker;
+    let m = model("tiny");
+    for drop in [false, true] {
+        let mut cfg = RunConfig::new(2, Transport::NativeP2p, battery(m.config.vocab)).unwrap();
+        cfg.pass = shape(1, 2);
+        let mut b = SegmentChecker::new(HostBackend::new(2).unwrap());
+        b.drop_length_copies = drop;
+        let got = program::run(m, &cfg, &mut b);
+        match (drop, got) {
+            (false, r) => assert!(r.is_ok(), "{:?}", r.err()),
+            (true, Ok(_)) => panic!("a stale length mirror was read and not refused"),
+            (true, Err(e)) => {
+                let e = e.to_string();
+                assert!(e.contains("layer 0 rank 0 lane 0") && e.contains("KV length mirror"), "{e}");
+            }
+        }
+    }
+}

@@ -53,6 +53,10 @@ pub struct RankBuffers {
     /// GRAPH: the decode position as one u32, set once per token, read by the captured launches.
     pub pos: Slice,
     pub vc: Vec<BufId>,
+    /// `len_mirror[layer]`: the layer's KV length mirror, one u32 — the position its cache last
+    /// appended at, copied from `pos` after the layer's append (LEN_MIRROR_LAZY skips the copies
+    /// where no later pass reads them; a verify/prefill pass reads them all, `passes.rs`).
+    pub len_mirror: Vec<Slice>,
 }
 
 /// Root-only buffers (rank 0).
@@ -163,9 +167,11 @@ pub fn allocate(
         let g_local = p.o_kblocks / p.tp;
         let mut kc = Vec::new();
         let mut vc = Vec::new();
+        let mut len_mirror = Vec::new();
         for _ in 0..n_layers {
             kc.push(a.cache(r, c.max_positions * lkv, rows)?);
             vc.push(a.cache(r, c.max_positions * lkv, rows)?);
+            len_mirror.push(a.whole(r, 1)?);
         }
         ranks.push(RankBuffers {
             normed: a.whole(r, c.hidden)?,
@@ -187,6 +193,7 @@ pub fn allocate(
             pos: a.whole(r, 1)?,
             kc,
             vc,
+            len_mirror,
         });
     }
     let root = RootBuffers {

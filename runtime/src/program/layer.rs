@@ -31,6 +31,25 @@ pub(super) fn store_to_root(
     }
 }
 
+/// After layer `l`'s append: every rank's 4-byte copy of its device-held position into the
+/// layer's KV length mirror (the engine's per-layer length copy). In single-token decode and rows
+/// nothing reads the mirror — every rope and attention launch reads `pos` — so LEN_MIRROR_LAZY
+/// skips the copies there; a verify/prefill run (columns) reads every mirror before each pass
+/// (`passes.rs`), so there the door yields and the copies stay.
+fn len_mirrors(ctx: &mut Ctx, l: usize) -> Result<()> {
+    let lazy = ctx.cfg.doors.len_mirror_lazy && ctx.cfg.pass.columns == 1;
+    for r in 0..ctx.placement.tp {
+        let rb = &ctx.buffers.ranks[r];
+        let (pos, mirror) = (rb.pos, rb.len_mirror[l]);
+        if lazy {
+            ctx.count("len_mirror_lazy.skipped_copies");
+        } else {
+            ctx.copy(Seam::Rope, r, pos, r, mirror)?;
+        }
+    }
+    Ok(())
+}
+
 /// The attention half of layer `l` at the device-held position; with GRAPH on a step that reads
 /// the route on the host, one graph segment per layer's attention half (recorded, captured, then
 /// replayed by the backend).
@@ -117,6 +136,7 @@ fn attention_half_calls(ctx: &mut Ctx, l: usize) -> Result<()> {
         parts.push(SeamPart { rank: r, slice: rb.k_r, offset: (qh * hd + r * lkv) as u64 });
     }
     ctx.seam(l, Seam::Rope, &parts)?;
+    len_mirrors(ctx, l)?;
 
     // attn: decode attention over pos + 1 cached positions, gated per head.
     ctx.begin(l, Seam::Attn)?;

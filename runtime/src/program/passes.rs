@@ -205,11 +205,38 @@ fn columns(ctx: &mut Ctx, t: usize) -> Result<Vec<Session>> {
     Ok(done)
 }
 
+/// A verify/prefill pass (columns) first reads every layer's KV length mirror on every rank
+/// for each of its lanes that ran before: each must hold the position that lane's previous pass
+/// appended at — the engine's verify and prefill read these mirrors, which is why LEN_MIRROR_LAZY
+/// yields in a columns run. A skipped copy leaves a mirror stale, and this read names it.
+fn read_len_mirrors(ctx: &mut Ctx, lanes: usize) -> Result<()> {
+    for i in 0..lanes {
+        let Some(want) = ctx.lane_pos.get(i).copied().flatten() else { continue };
+        for r in 0..ctx.placement.tp {
+            for l in 0..ctx.buffers.ranks[r].len_mirror.len() {
+                let s = ctx.at_lane(r, ctx.buffers.ranks[r].len_mirror[l], i);
+                let got = ctx.backend.read(r, s)?[0].to_bits() as usize;
+                if got != want {
+                    return Err(RuntimeError::Contract(format!(
+                        "layer {l} rank {r} lane {i}: the KV length mirror holds position {got}, but the lane's \
+                         previous pass appended at {want}; a verify/prefill pass reads every layer's mirror, so no \
+                         copy into it may be skipped in a run with such passes"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Issue one pass: each lane's embedding and device-held position, every layer and the head
 /// for all lanes (one graph segment under GRAPH), then collect: per lane, its digests.
 fn run_pass(ctx: &mut Ctx, lanes: Vec<Lane>, tokens: &[u32]) -> Result<Vec<LaneDigests>> {
     ctx.active = (0..lanes.len()).collect();
     ctx.pass = lanes;
+    if ctx.cfg.pass.columns > 1 {
+        read_len_mirrors(ctx, tokens.len())?;
+    }
     for (i, &token) in tokens.iter().enumerate() {
         let embed = embed_row(ctx.model, token);
         let x = ctx.at_lane(0, ctx.buffers.root.x, i);

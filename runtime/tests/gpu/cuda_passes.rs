@@ -2,8 +2,10 @@
 //! rows or columns — every lane of a CUDA run equals the host oracle's single-token decode, seam
 //! for seam, at co-resident TP1/2/4, with the rows-and-columns doors on (whose kernels serve
 //! several lanes per launch: `decode_attention_rows_f32`, `decode_attention_cols2_f32`,
-//! `fold_lanes_f32`, `inc_u32`) and with the device census equal to the host's; and each rows and
-//! columns canary diverges on the device exactly where it does on the host.
+//! `fold_lanes_f32`, `inc_u32`; LEN_MIRROR_LAZY's skipped length copies, and in every columns
+//! case the verify/prefill read of the device's length mirrors) and with the device census equal
+//! to the host's; and each rows and columns canary diverges on the device exactly where it does on
+//! the host.
 //!
 //! Without a CUDA device every test reads `ignored (no CUDA device: …)`.
 
@@ -80,8 +82,9 @@ fn shape(b: usize, t: usize) -> PassShape {
 
 fn rows_and_columns_equal_the_host_oracle() -> Ran {
     let mut not_run = NotRun::new();
-    let cases: [(PassShape, &[&str]); 8] = [
+    let cases: [(PassShape, &[&str]); 9] = [
         (shape(2, 1), &[]),
+        (shape(4, 1), &["len_mirror_lazy"]),
         (shape(8, 1), &[]),
         (shape(4, 1), &["f32_mirror", "decode_v2", "dcw"]),
         (shape(1, 2), &["dcw", "tcol_oproj", "spec_fa2"]),

@@ -4,7 +4,10 @@
 //! holds graph segments to the contract a capturing backend relies on: every pass of a segment
 //! must issue the identical call sequence (launches, copies, digests, marks). It counts passes
 //! and mismatches. With `freeze_position_after = Some(n)`, it also drops every `SetU32` after the
-//! n-th, planting the defect a graph with a stale position would have.
+//! n-th, planting the defect a graph with a stale position would have. With
+//! `drop_length_copies`, it drops every copy within a rank of at most one word per lane (the
+//! per-layer KV length mirror copies; the program's other copies within a rank move whole rows), planting the defect of a LEN_MIRROR_LAZY that skipped them in a run whose
+//! verify/prefill passes read the mirrors.
 
 #![allow(dead_code)] // the host tests and the CUDA tests each use a part
 
@@ -30,6 +33,8 @@ pub struct SegmentChecker<B: Backend> {
     /// Pass segment calls on to the wrapped backend (a capturing backend) instead of only
     /// checking them.
     pub forward_segments: bool,
+    /// Drop every copy within a rank of at most 8 words (module docs).
+    pub drop_length_copies: bool,
     positions_set: usize,
 }
 
@@ -43,6 +48,7 @@ impl<B: Backend> SegmentChecker<B> {
             mismatches: Vec::new(),
             freeze_position_after: None,
             forward_segments: false,
+            drop_length_copies: false,
             positions_set: 0,
         }
     }
@@ -86,6 +92,9 @@ impl<B: Backend> Backend for SegmentChecker<B> {
         self.inner.launch(rank, op)
     }
     fn copy(&mut self, c: Transfer) -> Result<()> {
+        if self.drop_length_copies && c.from.0 == c.to.0 && c.from.1.len <= 8 {
+            return Ok(());
+        }
         self.note(format!("copy {c:?}"));
         self.inner.copy(c)
     }
