@@ -189,6 +189,10 @@ pub trait Backend: Witness {
     fn checkpoint(&self) -> Option<Checkpoint> {
         None
     }
+    /// The first run on a backend that cannot rewind begins here (its prepared weights serve
+    /// that one run): forget what the upload counted, so its census holds the run's calls only,
+    /// as a rewound backend's does. The default has nothing to forget.
+    fn first_run_begins(&mut self) {}
     /// Start a new run on the weights already placed: free every buffer allocated after `to`
     /// (ids from `to.buffers[rank]` on), forget every graph segment, and reset what a run counts
     /// or queues — engagement counters, timing marks, digest tickets — so the next run sees the

@@ -21,13 +21,15 @@
 //! | `unfenced_copy` | `<transport>.<bytes>` | each copy issued without its producer fence |
 //! | `packed_copy` | `<transport>.<blocks>x<bytes>` | each strided copy of several blocks (BULK_P2P) |
 //! | `all_reduce` | `<bytes>` | each NCCL all-reduce |
+//! | `read` / `write` | `<bytes>` | each host read from / write into a rank's memory (`Backend::read`/`write`) |
 //! | `graph_replay` | — | each captured graph launched instead of its calls |
 //! | `doorbell` | — | each fence rung with stream memory operations (not an event fallback) |
 //! | `merged_launch` | — | each kernel rank 0 issued on the default stream (RANK0_MERGE) |
 //! | `defect` | the planted defect | each op run with a planted twin defect (host canaries) |
 //!
-//! Bytes are the payload of one copy (4 × elements). Digests, timing marks, reads and writes are
-//! gating machinery and not counted. On CUDA, calls of a replayed graph segment are not issued
+//! Bytes are the payload of one copy (4 × elements). Reads and writes are counted because a door's
+//! mechanism replaced by a host read + write must not look like the copies or stores it claims;
+//! digests and timing marks are gating machinery and not counted. On CUDA, calls of a replayed graph segment are not issued
 //! one by one, so they are not counted: the replay is.
 
 use std::collections::BTreeMap;
@@ -36,7 +38,7 @@ use std::collections::BTreeMap;
 pub type Census = BTreeMap<String, u64>;
 
 /// The census families a door may name (the first segment of a counter).
-pub const FAMILIES: [&str; 11] = [
+pub const FAMILIES: [&str; 13] = [
     "launch",
     "peer_store",
     "copy",
@@ -44,6 +46,8 @@ pub const FAMILIES: [&str; 11] = [
     "unfenced_copy",
     "packed_copy",
     "all_reduce",
+    "read",
+    "write",
     "graph_replay",
     "doorbell",
     "merged_launch",
@@ -110,6 +114,16 @@ impl CensusCounter {
         self.bump(format!("packed_copy.{transport}.{blocks}x{}", elements * 4), 1);
     }
 
+    /// A host write of `elements` f32 into a rank's memory (`Backend::write`).
+    pub fn host_write(&mut self, elements: usize) {
+        self.bump(format!("write.{}", elements * 4), 1);
+    }
+
+    /// A host read of `elements` f32 from a rank's memory (`Backend::read`).
+    pub fn host_read(&mut self, elements: usize) {
+        self.bump(format!("read.{}", elements * 4), 1);
+    }
+
     /// One NCCL all-reduce of `elements` f32 per rank.
     pub fn all_reduce(&mut self, elements: usize) {
         self.bump(format!("all_reduce.{}", elements * 4), 1);
@@ -131,6 +145,23 @@ impl CensusCounter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_reads_and_writes_are_counted_so_a_read_write_fallback_shows() {
+        // A cross-rank copy, and the same bytes moved by a host read and a write instead: the two
+        // censuses differ in every family involved, so a door declaring `copy.*` cannot be
+        // satisfied by the fallback.
+        let mut copy = CensusCounter::new(2);
+        copy.copy("native-p2p", 0, 1, 4);
+        let mut fallback = CensusCounter::new(2);
+        fallback.host_read(4);
+        fallback.host_write(4);
+        assert_eq!(fallback.counts().get("read.16"), Some(&1));
+        assert_eq!(fallback.counts().get("write.16"), Some(&1));
+        assert!(fallback.counts().keys().all(|k| !k.starts_with("copy")));
+        assert_ne!(copy.counts(), fallback.counts());
+        assert!(FAMILIES.contains(&"read") && FAMILIES.contains(&"write"));
+    }
 
     #[test]
     fn copies_are_counted_by_transport_size_and_place_in_the_source_stream() {

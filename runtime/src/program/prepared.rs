@@ -87,7 +87,10 @@ impl Prepared {
         let earlier = self.runs.fetch_add(1, Ordering::SeqCst);
         match &self.checkpoint {
             Some(cp) => b.rewind(cp),
-            None if earlier == 0 => Ok(()),
+            None if earlier == 0 => {
+                b.first_run_begins();
+                Ok(())
+            }
             None => Err(RuntimeError::Unsupported {
                 backend: b.describe(),
                 mechanism: "rewind",

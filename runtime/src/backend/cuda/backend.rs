@@ -124,6 +124,7 @@ impl Backend for CudaBackend {
         if data.len() != dst.len {
             return Err(RuntimeError::Contract(format!("write: {} values into a slice of {}", data.len(), dst.len)));
         }
+        self.census.host_write(dst.len);
         if data.is_empty() {
             return Ok(());
         }
@@ -140,6 +141,7 @@ impl Backend for CudaBackend {
     fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>> {
         self.no_open_segment("read")?;
         let ptr = self.slice_region(rank, src, "read")?;
+        self.census.host_read(src.len);
         let mut out = vec![0.0f32; src.len];
         if out.is_empty() {
             return Ok(out);

@@ -224,6 +224,7 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
 
     fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> Result<()> {
         self.check_rank(rank)?;
+        self.census.host_write(dst.len);
         // Host data is the same in every process: the owner writes it.
         match self.layout.local(rank) {
             Some(l) => self.watched("write", &format!("rank {rank}"), |s| s.inner.write(l, dst, data)),
@@ -231,8 +232,13 @@ impl<B: Backend, M: Mover<B>> Backend for DistBackend<B, M> {
         }
     }
 
+    fn first_run_begins(&mut self) {
+        self.census = CensusCounter::new(self.layout.tp);
+    }
+
     fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>> {
         self.check_rank(rank)?;
+        self.census.host_read(src.len);
         let local = self.layout.local(rank);
         if self.layout.spec.processes == 1 {
             let l = local.expect("one process holds every rank");

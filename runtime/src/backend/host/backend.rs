@@ -121,12 +121,14 @@ impl Backend for HostBackend {
         if data.len() != dst.len {
             return Err(RuntimeError::Contract(format!("write: {} values into a slice of {}", data.len(), dst.len)));
         }
+        self.census.host_write(dst.len);
         let data = data.to_vec();
         self.submit(rank, Box::new(move |a: &mut Arena| write_slice(a, dst, &data)))
     }
 
     fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>> {
         self.check_slice(rank, src, "read")?;
+        self.census.host_read(src.len);
         let (tx, rx) = sync_channel(1);
         self.submit(
             rank,
