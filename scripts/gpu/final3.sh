@@ -8,12 +8,7 @@ source scripts/gpu/libs.sh
 export MEMRA_REQUIRE_GPU=1
 exec > >(tee -a "$OUT/final3.txt") 2>&1
 T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
-START=$(date +%s); DEADLINE=${FINAL_DEADLINE:-540}
-left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
-step() { local name=$1 need=$2; shift 2
-  if [ "$(left)" -lt "$need" ]; then echo "$name: SKIPPED ($(left)s left, needs ~${need}s)"; return; fi
-  local t0=$(date +%s); timeout "$(left)" "$@" > /tmp/$name.log 2>&1; local rc=$?
-  echo "$name: exit $rc in $(( $(date +%s)-t0 ))s"; }
+steps_start "${FINAL_DEADLINE:-540}"
 step gpu_tests 200 env MEMRA_GPU_STEP=1 $T --test-threads=1
 grep -E "^test result" /tmp/gpu_tests.log; grep -E "^test .*(FAILED|ignored)" /tmp/gpu_tests.log | head; grep -E "panicked" -A5 /tmp/gpu_tests.log | head -20
 step torch 120 $G run --subject scripts/subjects/torch.toml --backend cuda --tp 1 --transport host-bounce --prompts 8 --batch 1,2,4,8 --out /tmp/torch
@@ -31,4 +26,4 @@ tail -2 /tmp/lenmirrorgraph.log
 step selftest 45 $G selftest --backend cuda --out /tmp/selftest
 tail -2 /tmp/selftest.log
 tar czf $OUT/final3.tgz -C /tmp $(cd /tmp && ls -d *.log torch torchbf16 bench* lenmirror* selftest 2>/dev/null) 2>/dev/null
-echo "done in $(( $(date +%s)-START ))s"
+echo "done in $(( $(date +%s)-STEPS_START ))s"

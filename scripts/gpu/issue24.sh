@@ -10,14 +10,7 @@ source scripts/gpu/libs.sh
 export MEMRA_REQUIRE_GPU=1
 exec > >(tee -a "$OUT/issue24.txt") 2>&1
 T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
-START=$(date +%s); DEADLINE=${ISSUE24_DEADLINE:-400}
-left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
-step() { # step NAME NEED_S CMD...: run CMD when NEED_S seconds are left, log to /tmp/NAME.log
-  local name=$1 need=$2; shift 2
-  if [ "$(left)" -lt "$need" ]; then echo "$name: SKIPPED ($(left)s left, needs ~${need}s)"; return; fi
-  local t0=$(date +%s); timeout "$(left)" "$@" > /tmp/$name.log 2>&1; local rc=$?
-  echo "$name: exit $rc in $(( $(date +%s)-t0 ))s"
-}
+steps_start "${ISSUE24_DEADLINE:-400}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 step cuda_passes 120 env MEMRA_GPU_STEP=1 $T --test-threads=1 cuda_passes::
 grep -E "^test |^ok step|test result" /tmp/cuda_passes.log | tail -8; grep -E "panicked|FAILED" -A3 /tmp/cuda_passes.log | head -8
@@ -35,4 +28,4 @@ step cuda_gates 20 $T --test-threads=1 cuda_gates::census
 step cuda_graph 15 $T --test-threads=1 cuda_graph::
 grep -h "test result" /tmp/cuda_gates.log /tmp/cuda_graph.log 2>/dev/null
 tar czf $OUT/issue24.tgz -C /tmp $(cd /tmp && ls -d *.log selftest night bench* 2>/dev/null) 2>/dev/null
-echo "done in $(( $(date +%s)-START ))s"
+echo "done in $(( $(date +%s)-STEPS_START ))s"

@@ -10,14 +10,7 @@ source scripts/gpu/libs.sh
 export MEMRA_REQUIRE_GPU=1
 exec > >(tee -a "$OUT/lanegrid.txt") 2>&1
 T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
-START=$(date +%s); DEADLINE=${LANEGRID_DEADLINE:-480}
-left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
-step() { # step NAME NEED_S CMD...: run CMD when NEED_S seconds are left, log to /tmp/NAME.log
-  local name=$1 need=$2; shift 2
-  if [ "$(left)" -lt "$need" ]; then echo "$name: SKIPPED ($(left)s left, needs ~${need}s)"; return; fi
-  local t0=$(date +%s); timeout "$(left)" "$@" > /tmp/$name.log 2>&1; local rc=$?
-  echo "$name: exit $rc in $(( $(date +%s)-t0 ))s"
-}
+steps_start "${LANEGRID_DEADLINE:-480}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 step lane_grid 60 $T --test-threads=1 cuda_lane_grid::
 grep -E "test result" /tmp/lane_grid.log; grep -E "panicked|failed:|FAILED" -A4 /tmp/lane_grid.log | head -12
@@ -37,4 +30,4 @@ for m in tiny edge; do
   tail -2 /tmp/shard_$m.log
 done
 tar czf $OUT/lanegrid.tgz -C /tmp $(cd /tmp && ls -d *.log selftest shard_* bench* 2>/dev/null) 2>/dev/null
-echo "done in $(( $(date +%s)-START ))s"
+echo "done in $(( $(date +%s)-STEPS_START ))s"

@@ -7,12 +7,7 @@ source scripts/gpu/libs.sh
 export MEMRA_REQUIRE_GPU=1
 exec > >(tee -a "$OUT/lanegrid2.txt") 2>&1
 T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
-START=$(date +%s); DEADLINE=${LANEGRID_DEADLINE:-330}
-left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
-step() { local name=$1 need=$2; shift 2
-  if [ "$(left)" -lt "$need" ]; then echo "$name: SKIPPED ($(left)s left, needs ~${need}s)"; return; fi
-  local t0=$(date +%s); timeout "$(left)" "$@" > /tmp/$name.log 2>&1; local rc=$?
-  echo "$name: exit $rc in $(( $(date +%s)-t0 ))s"; }
+steps_start "${LANEGRID_DEADLINE:-330}"
 step matrix8 60 bash scripts/gpu/matrixtime.sh 8 512 0
 tail -2 /tmp/matrix8.log
 step matrix16 80 bash scripts/gpu/matrixtime.sh 16 512 8
@@ -27,4 +22,4 @@ for shape in "--batch 1" "--batch 8"; do
 done
 mkdir -p /tmp/mtlogs; cp /tmp/matrixtime/*/*.log /tmp/mtlogs/ 2>/dev/null
 tar czf $OUT/lanegrid2.tgz -C /tmp $(cd /tmp && ls -d *.log mtlogs bench* 2>/dev/null) 2>/dev/null
-echo "done in $(( $(date +%s)-START ))s"
+echo "done in $(( $(date +%s)-STEPS_START ))s"

@@ -16,3 +16,15 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
     [ -n "$f" ] && LD_LIBRARY_PATH="$(dirname "$f"):$LD_LIBRARY_PATH"
 fi
 export LD_LIBRARY_PATH
+
+# Steps under one call's deadline (device calls are short and the machine keeps nothing):
+# `steps_start SECONDS`, then `step NAME NEED_S CMD...` runs CMD while NEED_S seconds are left,
+# logs it to /tmp/NAME.log and prints its exit status and time; `left` prints the seconds left.
+steps_start() { STEPS_START=$(date +%s); STEPS_DEADLINE=$1; }
+left() { echo $(( STEPS_DEADLINE - ($(date +%s) - STEPS_START) )); }
+step() {
+  local name=$1 need=$2; shift 2
+  if [ "$(left)" -lt "$need" ]; then echo "$name: SKIPPED ($(left)s left, needs ~${need}s)"; return; fi
+  local t0=$(date +%s); timeout "$(left)" "$@" > /tmp/$name.log 2>&1; local rc=$?
+  echo "$name: exit $rc in $(( $(date +%s)-t0 ))s"
+}

@@ -166,42 +166,31 @@ impl Backend for CudaBackend {
         if !self.graph_gate(|| Call::Launch { rank, op: op.clone() })? {
             return Ok(());
         }
-        self.launches += 1;
-        if rank == 0 && self.opts.rank0_on_default_stream {
-            self.merged_launches += 1;
-        }
         let kernel = self.kernel(rank, &op);
-        self.census.launch(rank, kernel);
+        self.count_launch(rank, kernel);
         self.launch_op(rank, &op)
     }
 
-    /// One `gemv_*_lanes_*` launch where the lanes read the same weights at constant pitches
-    /// (`launch/lanes.rs`), each weight read once for every lane; lane by lane otherwise.
+    /// One launch for the lanes where the rules allow it — a `gemv_*_lanes_*` launch reading each
+    /// weight once (`launch/lanes.rs`), or a lane-grid launch of a row-wise or grouped expert op
+    /// (`launch/lane_grid.rs`) — lane by lane otherwise.
     fn launch_lanes(&mut self, rank: usize, ops: Vec<Op>) -> Result<()> {
         self.check_rank(rank)?;
-        let Some(fused) = self.fused_lanes(rank, &ops) else {
-            let Ok(plan) = plan_grid(&ops) else {
-                return ops.into_iter().try_for_each(|op| self.launch(rank, op));
-            };
-            if !self.graph_gate(|| Call::LaunchLanes { rank, ops: ops.clone() })? {
-                return Ok(());
-            }
-            self.launches += 1;
-            if rank == 0 && self.opts.rank0_on_default_stream {
-                self.merged_launches += 1;
-            }
-            self.census.launch(rank, lanes_name(&self.kernel(rank, &ops[0])));
-            return self.launch_lane_grid(rank, &ops, &plan);
+        let (kernel, fused) = if let Some(f) = self.fused_lanes(rank, &ops) {
+            (f.kernel.clone(), OneLaunch::Gemv(f))
+        } else if let Ok(plan) = plan_grid(&ops) {
+            (lanes_name(&self.kernel(rank, &ops[0])), OneLaunch::Grid(plan))
+        } else {
+            return ops.into_iter().try_for_each(|op| self.launch(rank, op));
         };
         if !self.graph_gate(|| Call::LaunchLanes { rank, ops: ops.clone() })? {
             return Ok(());
         }
-        self.launches += 1;
-        if rank == 0 && self.opts.rank0_on_default_stream {
-            self.merged_launches += 1;
+        self.count_launch(rank, kernel);
+        match fused {
+            OneLaunch::Gemv(f) => self.launch_fused_lanes(rank, &f),
+            OneLaunch::Grid(plan) => self.launch_lane_grid(rank, &ops, &plan),
         }
-        self.census.launch(rank, fused.kernel.clone());
-        self.launch_fused_lanes(rank, &fused)
     }
 
     fn copy(&mut self, c: Transfer) -> Result<()> {
@@ -360,6 +349,24 @@ impl Backend for CudaBackend {
 
     fn unfenced_copies(&mut self) -> Option<&mut dyn UnfencedCopies> {
         Some(self)
+    }
+}
+
+/// How the lanes of one op become one launch.
+enum OneLaunch {
+    Gemv(super::launch::lanes::FusedLanes),
+    Grid(crate::backend::op::lane_grid::GridPlan),
+}
+
+impl CudaBackend {
+    /// One kernel launch really issued on `rank`: the fault counter, RANK0_MERGE's evidence and
+    /// the census.
+    fn count_launch(&mut self, rank: usize, kernel: String) {
+        self.launches += 1;
+        if rank == 0 && self.opts.rank0_on_default_stream {
+            self.merged_launches += 1;
+        }
+        self.census.launch(rank, kernel);
     }
 }
 
