@@ -73,6 +73,34 @@ __device__ __forceinline__ void expert_task(int fmt, int vec, u64 w, u64 scales,
 
 __device__ __forceinline__ int task_rows_c(int fmt, int vec) { return (fmt == FMT_E4M3 && vec > 0) ? GEMV_ROWS_PER_TASK : 1; }
 
+// Gate, up and SwiGLU of rows r_first .. of one E4M3 expert in the block-per-lane layout (gemv.cu):
+// x staged once for both matrices, every (row, scale block) pair of gate then up by one thread,
+// then thread t folds row t of each and applies the SwiGLU — the operations of the task path.
+// 2 · rpb · nb <= BPL_SV (checked by the runtime).
+__device__ __forceinline__ void expert_gate_up_bpl(const ExpertEntry& en, const float* x, int has_limit, float limit,
+                                                   float* act, int r_first, int rpb) {
+    __shared__ float xs[BPL_MAX_NB * BPL_XS_PITCH];
+    __shared__ float sv[BPL_SV];
+    const int nrows = min(rpb, en.rows - r_first);
+    const int nb = en.cols / E4M3_BLOCK, bk = en.kw / E4M3_BLOCK, nk = en.cols / en.kw;
+    bpl_stage_x(x, en.cols, xs);
+    __syncthreads();
+    bpl_pairs(reinterpret_cast<const u8*>(en.gate), reinterpret_cast<const float*>(en.gate_scales), en.row0, r_first,
+              nrows, nb, xs, sv);
+    bpl_pairs(reinterpret_cast<const u8*>(en.up), reinterpret_cast<const float*>(en.up_scales), en.row0, r_first,
+              nrows, nb, xs, sv + nrows * nb);
+    __syncthreads();
+    for (int rl = threadIdx.x; rl < nrows; rl += blockDim.x) {
+        float g = bpl_row(sv + rl * nb, nk, bk);
+        float u = bpl_row(sv + (nrows + rl) * nb, nk, bk);
+        if (en.has_scales) {
+            g = g * en.sg;
+            u = u * en.su;
+        }
+        act[r_first + rl] = swiglu_c(g, u, has_limit, limit);
+    }
+}
+
 // Gate, up and SwiGLU of every slot (twins::experts::gate_up_act): block (bx, s) computes rows
 // bx*rpb .. of slot s's expert; its 8 warps share the (matrix, row group, K-block) tasks of gate
 // and up; then thread t folds row t's partials of each matrix from +0.0 in K-block order,
@@ -100,6 +128,10 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     if (en.gate == 0ull) return;
     const int r_first = blockIdx.x * rpb;
     if (r_first >= en.rows) return;
+    if (en.fmt == FMT_E4M3 && en.gate_vec == E4M3_BPL && en.up_vec == E4M3_BPL) {
+        expert_gate_up_bpl(en, x, has_limit, limit, act + (size_t)slot * act_pitch, r_first, rpb);
+        return;
+    }
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int nk = en.cols / en.kw;
@@ -163,6 +195,12 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     const int rows = en.down_rows;
     const int r_first = blockIdx.x * rpb;
     if (r_first >= rows) return;
+    if (en.fmt == FMT_E4M3 && en.down_vec == E4M3_BPL) {
+        gemv_bpl<true>(reinterpret_cast<const u8*>(en.down), reinterpret_cast<const float*>(en.down_scales), 0,
+                       act + (size_t)slot * act_pitch, out + (size_t)slot * out_pitch, rows, en.down_cols, en.down_kw,
+                       rpb, blockIdx.x);
+        return;
+    }
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int nk = en.down_cols / en.down_kw;

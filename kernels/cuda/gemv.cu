@@ -233,6 +233,134 @@ __device__ __forceinline__ float partial_e4m3_rm(const u8* __restrict__ codes, c
     return kacc;
 }
 
+// ---- E4M3, block-per-lane layout (`vec == E4M3_BPL`): one THREAD owns one (row, 128-column
+// scale block) "pair" and evaluates that block's dot32 alone — the same 32 lane sums and the same
+// butterfly tree as the lane-major kernel (so the same bits), without a shuffle. Lanes sharing a
+// block cost one butterfly per 128 columns (10+ shuffles per 16 bytes a lane loads); a thread per
+// block costs only the adds the tree has anyway (docs/gpu/2026-12-03-e4m3/ measures both).
+//
+// Storage (runtime backend/cuda/layout.rs `to_block_per_lane`): pair q = r * nb + b (nb = cols/128)
+// of the matrix; 32 consecutive pairs form a chunk; 16-byte vector g (0..7) of pair q lives at
+// uint4 index ((q / 32) * 8 + g) * 32 + q % 32, so a warp's load of vector g is 512 contiguous
+// bytes. Byte 4j + i of vector g is the code of block column m + 32 i, m = brev5(4g + j): word n
+// of the pair (n = 4g + j) holds lane sum m's four codes, and words come in bit-reversed lane
+// order, in which the butterfly tree (level o pairs lane l with l + o, lower lane first) is a
+// left-to-right binary counter: a 6-deep stack instead of 32 live sums.
+#define E4M3_BPL 128
+// Shared-memory bounds of the block-per-lane kernels (the runtime checks shapes against them).
+#define BPL_MAX_NB 32
+#define BPL_XS_PITCH 132
+#define BPL_SV 1024
+
+__device__ __forceinline__ int brev5_c(int m) {
+    return ((m & 1) << 4) | ((m & 2) << 2) | (m & 4) | ((m & 8) >> 2) | ((m & 16) >> 4);
+}
+
+// x (cols = nb * 128 values) into shared memory in the pairs' order: block b at b * BPL_XS_PITCH
+// (the pitch skews blocks across banks), lane sum m's four values at 4 * brev5(m).
+__device__ __forceinline__ void bpl_stage_x(const float* __restrict__ x, int cols, float* xs) {
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const int b = c >> 7, e = c & 127;
+        xs[b * BPL_XS_PITCH + 4 * brev5_c(e & 31) + (e >> 5)] = x[c];
+    }
+}
+
+// dot32 of one pair: v_m = (((+0 + p_m) + p_{m+32}) + p_{m+64}) + p_{m+96}, then the butterfly
+// tree over the v_m, evaluated as a stack in bit-reversed leaf order.
+__device__ __forceinline__ float bpl_dot(const uint4 (&c)[8], const float* xsb) {
+    float st[6];
+    int top = 0;
+#pragma unroll
+    for (int g = 0; g < 8; ++g) {
+        const u32 wd[4] = {c[g].x, c[g].y, c[g].z, c[g].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float d[4];
+            e4m3x4_decode_finite(wd[j], d);
+            const float4 xv = *reinterpret_cast<const float4*>(xsb + 16 * g + 4 * j);
+            float v = C_ZERO;
+            v = v + d[0] * xv.x;
+            v = v + d[1] * xv.y;
+            v = v + d[2] * xv.z;
+            v = v + d[3] * xv.w;
+            // Leaf n = 4g + j closes one subtree per trailing one bit of n (compile-time here).
+            int n = 4 * g + j;
+#pragma unroll
+            for (int lv = 0; lv < 5; ++lv) {
+                if ((n & 1) == 0) break;
+                v = st[top - 1] + v;
+                --top;
+                n >>= 1;
+            }
+            st[top] = v;
+            ++top;
+        }
+    }
+    return st[0];
+}
+
+// scale · dot of the block's pairs: rows r_first .. r_first + nrows - 1 of the matrix (view rows
+// for the scale lookup: row0 + r), pair ql = (r - r_first) * nb + b into sv[ql]. Every thread of
+// the block takes part; the caller synchronises.
+__device__ __forceinline__ void bpl_pairs(const u8* __restrict__ codes, const float* __restrict__ scales, int row0,
+                                          int r_first, int nrows, int nb, const float* xs, float* sv) {
+    const uint4* base = reinterpret_cast<const uint4*>(codes);
+    const int npairs = nrows * nb;
+    const size_t q0 = (size_t)r_first * nb;
+    for (int ql = threadIdx.x; ql < npairs; ql += blockDim.x) {
+        const size_t q = q0 + (size_t)ql;
+        const uint4* v = base + (q >> 5) * 256 + (q & 31);
+        uint4 c[8];
+#pragma unroll
+        for (int g = 0; g < 8; ++g) c[g] = __ldg(v + g * 32);
+        const int rl = ql / nb;
+        const int b = ql - rl * nb;
+        const float d = bpl_dot(c, xs + b * BPL_XS_PITCH);
+        const int r = r_first + rl;
+        sv[ql] = __ldg(scales + (size_t)((row0 + r) / E4M3_BLOCK - row0 / E4M3_BLOCK) * nb + b) * d;
+    }
+}
+
+// The K-block partial of a row from its scaled block dots: +0.0, then each block of K-block k in
+// order (kacc = kacc + scale * dot, as partials_e4m3_lm).
+__device__ __forceinline__ float bpl_kpart(const float* sv_row, int k, int bk) {
+    float kacc = C_ZERO;
+    for (int j = 0; j < bk; ++j) kacc = kacc + sv_row[k * bk + j];
+    return kacc;
+}
+
+// A row's fold of its K-block partials from +0.0 in K-block order (gemv_tasks' row fold).
+__device__ __forceinline__ float bpl_row(const float* sv_row, int nk, int bk) {
+    float acc = C_ZERO;
+    for (int k = 0; k < nk; ++k) acc = acc + bpl_kpart(sv_row, k, bk);
+    return acc;
+}
+
+// Block `bx` of an E4M3 GEMV in the block-per-lane layout (rows bx * rpb ..; rpb * nb <= BPL_SV and
+// nb <= BPL_MAX_NB, checked by the runtime): partials out[k * rows + r], or rows out[r].
+template <bool PARTIALS>
+__device__ __forceinline__ void gemv_bpl(const u8* codes, const float* scales, int row0, const float* __restrict__ x,
+                                         float* __restrict__ out, int rows, int cols, int kw, int rpb, int bx) {
+    __shared__ float xs[BPL_MAX_NB * BPL_XS_PITCH];
+    __shared__ float sv[BPL_SV];
+    const int r_first = bx * rpb;
+    if (r_first >= rows) return;  // block-uniform
+    const int nrows = min(rpb, rows - r_first);
+    const int nb = cols / E4M3_BLOCK, bk = kw / E4M3_BLOCK, nk = cols / kw;
+    bpl_stage_x(x, cols, xs);
+    __syncthreads();
+    bpl_pairs(codes, scales, row0, r_first, nrows, nb, xs, sv);
+    __syncthreads();
+    if (PARTIALS) {
+        for (int t = threadIdx.x; t < nrows * nk; t += blockDim.x) {
+            const int k = t / nrows, rl = t - k * nrows;
+            out[(size_t)k * rows + r_first + rl] = bpl_kpart(sv + rl * nb, k, bk);
+        }
+    } else {
+        for (int rl = threadIdx.x; rl < nrows; rl += blockDim.x) out[r_first + rl] = bpl_row(sv + rl * nb, nk, bk);
+    }
+}
+
 // NVFP4, row-major (packed nibbles, low nibble first; one ue4m3 scale per 16 values of the view).
 // Element value e2m1 · ue4m3 (exact), then one lane chain over the whole K-block. The per-matrix
 // scale is not applied here (the program applies it once, after the row reduce).
@@ -377,6 +505,11 @@ __device__ __forceinline__ void gemv_dispatch(const void* w, const void* scales,
                                               int rows, int cols, int kw, int rpb, int vec, int bx = -1) {
     if (bx < 0) bx = blockIdx.x;
     if constexpr (FMT == FMT_E4M3) {
+        if (vec == E4M3_BPL) {
+            gemv_bpl<PARTIALS>(static_cast<const u8*>(w), static_cast<const float*>(scales), row0, x, out, rows, cols,
+                               kw, rpb, bx);
+            return;
+        }
         if (vec == 16) {
             gemv_tasks<FMT, 16, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
             return;

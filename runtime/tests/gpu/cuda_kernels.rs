@@ -86,6 +86,9 @@ fn gemv_cases(seed: u64, orders: &[&str]) -> Vec<Case> {
         (130, 1280, 640, 60, false),
         (17, 384, 384, 0, false),
         (20, 1024, 128, 0, true),
+        // Wider than the block-per-lane kernels stage (32 scale blocks): lane-major, 16 and 4.
+        (12, 8192, 1024, 0, false),
+        (9, 5120, 640, 130, false),
     ] {
         let label = format!("e4m3 {rows}x{cols}/{kw} row0 {row0}{}", if nan { " with NaN codes" } else { "" });
         shards.push((label, e4m3_shard(&mut rng, rows, cols, kw, row0, nan), nan));

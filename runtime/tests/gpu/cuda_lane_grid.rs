@@ -6,7 +6,7 @@
 //! - every op kind with a lane-grid kernel, 2, 5 and 8 lanes, with and without gaps between the
 //!   lanes' slices: one `launch_lanes` on CUDA = per-lane CUDA launches = the host, bit for bit,
 //!   and the census shows one `<kernel>_lanes` launch where the per-lane path shows one per lane;
-//! - grouped experts (E4M3 lane-major at the `step` shapes, NVFP4 routed + E4M3 shared) with a
+//! - grouped experts (E4M3 block-per-lane at the `step` shapes, NVFP4 routed + E4M3 shared) with a
 //!   different route per lane, duplicate experts across lanes and a route id outside the experts;
 //! - negative control: lanes that differ in more than their slices (another eps in one lane) are
 //!   not fused — the census shows per-lane kernels — and still give the per-lane bits.

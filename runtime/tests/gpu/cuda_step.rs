@@ -1,6 +1,6 @@
 //! The fast `step` layer's kernels against their host twins, bit for bit, and the program built on
 //! them (issue 12): the 256-lane norms, the warp router, the multi-block argmax, the fused rope +
-//! KV append, the grouped expert kernels (lane-major and row-major E4M3, TP shards with a row
+//! KV append, the grouped expert kernels (block-per-lane and row-major E4M3, TP shards with a row
 //! offset, NVFP4 with per-matrix scales, the shared entry, an id that is no expert), the owner
 //! folds / select / owner sums of expert-parallel placements, the batched digest with owned
 //! slots; then the whole program on CUDA: TP1 = host, TP2/4/8 co-resident = TP1 for the TP-sharded,
@@ -269,7 +269,7 @@ fn grouped_expert_kernels_match_twins() -> Ran {
     let mut cases = Vec::new();
     let specs = [
         (
-            "step TP1 e4m3 lane-major",
+            "step TP1 e4m3 (block per lane)",
             GroupSpec {
                 experts: 12,
                 rows: 1280,

@@ -11,21 +11,30 @@
 //! without a device.
 
 use crate::model::matrix::{MatrixShard, ShardData};
-use memra_kernels::formats::E4M3_NAN;
+use memra_kernels::formats::{E4M3_BLOCK, E4M3_NAN};
 
 /// Lanes of the canonical dot product.
 const LANES: usize = 32;
 /// A K-block must hold whole groups of 4 elements per lane (128 columns) to be stored lane-major.
 const LANE_MAJOR_KBLOCK: usize = 128;
 
-/// Elements per lane-major vector for a shard, or 0 for row-major storage.
-///
+/// The `vec` value of E4M3's block-per-lane layout (`E4M3_BPL` in gemv.cu): one thread owns a whole
+/// 128-column scale block of a row and evaluates its dot32 alone, in the lane-major kernel's order.
+pub(crate) const E4M3_BPL: usize = 128;
+/// Scale blocks per row the block-per-lane kernels stage in shared memory (`BPL_MAX_NB`).
+pub(crate) const BPL_MAX_NB: usize = 32;
+/// Scaled block dots a block-per-lane block holds (`BPL_SV`): rows × blocks × matrices per block.
+pub(crate) const BPL_SV: usize = 1024;
+
+/// Elements per vector for a shard (lane-major), [`E4M3_BPL`] (block per lane), or 0 for
+/// row-major storage.
 ///
 /// BF16: 8 (16-byte loads) when each lane's run divides by 8, else 4 (8-byte loads); F32: 4
-/// (16-byte loads); E4M3: 16 (16-byte loads, four 128-column scale blocks per vector) when each
-/// lane's run divides by 16, else 4 (one scale block per 4-byte load) — only when no code is a
-/// NaN code, because the lane-major kernel decodes with the finite-only fast path; NVFP4 and W8:
-/// always row-major. `allow` = false (the reference-kernel option) forces row-major.
+/// (16-byte loads); E4M3: [`E4M3_BPL`] (block per lane) when a row has at most [`BPL_MAX_NB`] scale
+/// blocks, else 16 (16-byte loads, four 128-column scale blocks per vector) when each lane's run
+/// divides by 16, else 4 (one scale block per 4-byte load) — only when no code is a NaN code,
+/// because those kernels decode with the finite-only fast path; NVFP4 and W8: always row-major.
+/// `allow` = false (the reference-kernel option) forces row-major.
 pub(crate) fn choose_vec(shard: &MatrixShard, allow: bool) -> usize {
     let kw = shard.kblock_width;
     if !allow || kw == 0 || !kw.is_multiple_of(LANE_MAJOR_KBLOCK) || !shard.in_features.is_multiple_of(kw) {
@@ -44,6 +53,8 @@ pub(crate) fn choose_vec(shard: &MatrixShard, allow: bool) -> usize {
         ShardData::E4m3 { codes, .. } => {
             if codes.iter().any(|c| c & 0x7F == E4M3_NAN) {
                 0
+            } else if shard.in_features / E4M3_BLOCK <= BPL_MAX_NB {
+                E4M3_BPL
             } else if per_lane.is_multiple_of(16) {
                 16
             } else {
@@ -86,11 +97,176 @@ pub(crate) fn to_lane_major<T: Copy + Default + Send + Sync>(data: &[T], cols: u
     out
 }
 
+/// Rows per block of a block-per-lane launch over `matrices` matrices of `nb` scale blocks per
+/// row: as many as the block's scaled-dot slots hold ([`BPL_SV`]), at most 64 — and, when `rows`
+/// is given, few enough to leave every SM of an H200 two blocks. A launch choice only.
+pub(crate) fn bpl_rows_per_block(nb: usize, matrices: usize, rows: Option<usize>) -> usize {
+    let fit = (BPL_SV / (nb.max(1) * matrices.max(1))).clamp(1, 64);
+    rows.map_or(fit, |rows| fit.min((rows / 264).max(1)))
+}
+
+/// Bit reversal of a lane index (5 bits): the order in which a block-per-lane pair stores its 32
+/// lane sums, so that the butterfly's tree is evaluated left to right.
+pub(crate) fn brev5(m: usize) -> usize {
+    ((m & 1) << 4) | ((m & 2) << 2) | (m & 4) | ((m & 8) >> 2) | ((m & 16) >> 4)
+}
+
+/// Byte position of column `c` of row `r` in the block-per-lane layout of a matrix of `nb` scale
+/// blocks per row: pair q = r·nb + c/128; chunk q/32; vector g and byte 4j + i of the pair hold
+/// block column m + 32i with 4g + j = brev5(m) (gemv.cu, "block-per-lane layout"). The
+/// specification [`to_block_per_lane`] is tested against.
+#[cfg(test)]
+fn bpl_position(r: usize, c: usize, nb: usize) -> usize {
+    let q = r * nb + c / E4M3_BLOCK;
+    let e = c % E4M3_BLOCK;
+    let (m, i) = (e % LANES, e / LANES);
+    let n = brev5(m);
+    (((q / LANES) * 8 + n / 4) * LANES + q % LANES) * 16 + 4 * (n % 4) + i
+}
+
+/// Bytes the block-per-lane layout of `rows × cols` codes occupies: whole chunks of 32 pairs (a
+/// last partial chunk is padded with zero codes, which no kernel reads).
+pub(crate) fn bpl_len(rows: usize, cols: usize) -> usize {
+    (rows * (cols / E4M3_BLOCK)).div_ceil(LANES) * LANES * E4M3_BLOCK
+}
+
+/// Row-major E4M3 codes rearranged into the block-per-lane layout (`cols` a multiple of 128);
+/// chunks of 32 pairs (4096 contiguous bytes each) are filled in parallel.
+pub(crate) fn to_block_per_lane(codes: &[u8], cols: usize) -> Vec<u8> {
+    use rayon::prelude::*;
+    if cols == 0 {
+        return Vec::new();
+    }
+    let (rows, nb) = (codes.len() / cols, cols / E4M3_BLOCK);
+    let mut out = vec![0u8; bpl_len(rows, cols)];
+    out.par_chunks_mut(LANES * E4M3_BLOCK).enumerate().for_each(|(chunk, dst)| {
+        for l in 0..LANES.min(rows * nb - chunk * LANES) {
+            let q = chunk * LANES + l;
+            let (r, b) = (q / nb, q % nb);
+            for (e, &code) in codes[r * cols + b * E4M3_BLOCK..][..E4M3_BLOCK].iter().enumerate() {
+                let n = brev5(e % LANES);
+                dst[((n / 4) * LANES + l) * 16 + 4 * (n % 4) + e / LANES] = code;
+            }
+        }
+    });
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use memra_kernels::canon::{butterfly32, dot32};
     use memra_kernels::formats::e4m3_decode;
+
+    #[test]
+    fn block_per_lane_positions_are_a_bijection_and_the_rearrangement_follows_them() {
+        for (rows, cols) in [(4, 4096), (7, 1280), (3, 384), (1, 128)] {
+            let nb = cols / 128;
+            let codes: Vec<u8> = (0..rows * cols).map(|i| (i * 131 % 251) as u8).collect();
+            let bpl = to_block_per_lane(&codes, cols);
+            assert_eq!(bpl.len(), bpl_len(rows, cols));
+            assert_eq!(bpl.len() % 4096, 0, "whole chunks of 32 pairs");
+            let mut seen = vec![false; bpl.len()];
+            for r in 0..rows {
+                for c in 0..cols {
+                    let p = bpl_position(r, c, nb);
+                    assert!(!seen[p], "position {p} used twice ({rows}x{cols}, row {r}, column {c})");
+                    seen[p] = true;
+                    assert_eq!(bpl[p], codes[r * cols + c], "row {r} column {c}");
+                }
+            }
+        }
+    }
+
+    /// The device's view of a block-per-lane matrix (`bpl_pairs` + `bpl_dot` + `gemv_bpl` in
+    /// gemv.cu), simulated operation for operation from the stored bytes: the same bits as the
+    /// canonical twins' rows and partials, with signed zeros, negative codes and subnormals in play.
+    #[test]
+    #[allow(clippy::assign_op_pattern)] // each line is one IEEE operation with its operand order
+    fn the_block_per_lane_program_read_from_the_stored_bytes_equals_the_canonical_gemv() {
+        use memra_kernels::twins::gemv::{gemv_partials, gemv_rows, MatrixView, WeightRef};
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut next = || {
+            state = memra_kernels::twins::digest::splitmix64(state);
+            state
+        };
+        for (rows, cols, kw, row0) in [(6, 1280, 640, 0), (5, 4096, 512, 130), (3, 512, 128, 0)] {
+            let nb = cols / 128;
+            // Finite codes only (the layout is chosen only then); every 7th a signed zero.
+            let codes: Vec<u8> = (0..rows * cols)
+                .map(|i| {
+                    let c = (next() & 0xFF) as u8;
+                    if i % 7 == 0 {
+                        c & 0x80
+                    } else if c & 0x7F == 0x7F {
+                        c ^ 1
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            let scale_rows = (row0 + rows - 1) / 128 - row0 / 128 + 1;
+            let scales: Vec<f32> =
+                (0..scale_rows * nb).map(|_| f32::from_bits(0x3A00_0000 | (next() as u32 & 0x00FF_FFFF))).collect();
+            let x: Vec<f32> = (0..cols)
+                .map(|i| match i % 11 {
+                    0 => -0.0,
+                    1 => f32::from_bits(1 + (next() as u32 & 0xFF)),
+                    _ => f32::from_bits((next() as u32 & 0x807F_FFFF) | 0x3E00_0000) * 3.0,
+                })
+                .collect();
+            let bpl = to_block_per_lane(&codes, cols);
+            // x staged as bpl_stage_x: block b, lane sum m's four values at 4 * brev5(m).
+            let mut xs = vec![0.0f32; nb * 128];
+            for (c, &v) in x.iter().enumerate() {
+                xs[(c / 128) * 128 + 4 * brev5(c % 128 % 32) + c % 128 / 32] = v;
+            }
+            let (bk, nk) = (kw / 128, cols / kw);
+            let mut sv = vec![0.0f32; rows * nb];
+            for (q, s) in sv.iter_mut().enumerate() {
+                let (r, b) = (q / nb, q % nb);
+                let mut stack: Vec<f32> = Vec::new();
+                for n in 0..32 {
+                    let (g, j) = (n / 4, n % 4);
+                    let mut v = 0.0f32;
+                    for i in 0..4 {
+                        let code = bpl[(((q / 32) * 8 + g) * 32 + q % 32) * 16 + 4 * j + i];
+                        v = v + e4m3_decode(code) * xs[b * 128 + 16 * g + 4 * j + i];
+                    }
+                    let mut t = n;
+                    while t & 1 == 1 {
+                        v = stack.pop().expect("a closed subtree has a left half") + v;
+                        t >>= 1;
+                    }
+                    stack.push(v);
+                }
+                assert_eq!(stack.len(), 1);
+                *s = scales[((row0 + r) / 128 - row0 / 128) * nb + b] * stack[0];
+            }
+            let kpart = |r: usize, k: usize| (0..bk).fold(0.0f32, |acc, j| acc + sv[r * nb + k * bk + j]);
+            let view = MatrixView {
+                w: WeightRef::E4m3 { codes: &codes, scales: &scales, row0 },
+                out_features: rows,
+                in_features: cols,
+                kblock_width: kw,
+            };
+            let mut parts = vec![0.0f32; nk * rows];
+            gemv_partials(&view, &x, &mut parts);
+            let mut whole = vec![0.0f32; rows];
+            gemv_rows(&view, &x, &mut whole);
+            for r in 0..rows {
+                for k in 0..nk {
+                    assert_eq!(
+                        kpart(r, k).to_bits(),
+                        parts[k * rows + r].to_bits(),
+                        "{rows}x{cols} row {r} K-block {k}"
+                    );
+                }
+                let row = (0..nk).fold(0.0f32, |acc, k| acc + kpart(r, k));
+                assert_eq!(row.to_bits(), whole[r].to_bits(), "{rows}x{cols} row {r}");
+            }
+        }
+    }
 
     #[test]
     fn stored_column_is_a_permutation_of_each_kblock() {

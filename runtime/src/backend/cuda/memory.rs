@@ -7,7 +7,7 @@
 //! scales, NVFP4 nibbles + ue4m3 scales, W8 int8 + f32 scales), optionally rearranged lane-major (see `layout`).
 
 use super::driver;
-use super::layout::{choose_vec, to_lane_major};
+use super::layout::{choose_vec, to_block_per_lane, to_lane_major, E4M3_BPL};
 use super::safe::{self, DeviceMem, DevicePtr, HostSpan, PinnedHost};
 use crate::error::RuntimeError;
 use crate::model::matrix::{MatrixShard, ShardData};
@@ -237,7 +237,11 @@ pub(crate) fn upload_weight(
         }
         ShardData::E4m3 { codes, scales, row0 } => (
             WeightKind::E4m3,
-            DeviceBuffer::from_host(ctx, stream, &to_lane_major(codes, cols, kw, vec), what)?,
+            if vec == E4M3_BPL {
+                DeviceBuffer::from_host(ctx, stream, &to_block_per_lane(codes, cols), what)?
+            } else {
+                DeviceBuffer::from_host(ctx, stream, &to_lane_major(codes, cols, kw, vec), what)?
+            },
             Some(DeviceBuffer::from_host(ctx, stream, scales, what)?),
             *row0,
         ),

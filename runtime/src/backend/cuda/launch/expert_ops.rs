@@ -30,7 +30,7 @@ impl CudaBackend {
                     return Err(shape_err(what, format!("act holds {} values, the slots need {need}", act.len)));
                 }
                 let Some((c, [ne, ex, k, fs], rpb_i)) =
-                    g.slot_launch(what, (g.max_rows, g.max_nk), slots, route.len, first_slot)?
+                    g.slot_launch(what, (g.max_rows, g.rpb_gate_up), slots, route.len, first_slot)?
                 else {
                     return Ok(());
                 };
@@ -75,7 +75,7 @@ impl CudaBackend {
                     ));
                 }
                 let Some((c, [ne, ex, k, fs], rpb_i)) =
-                    g.slot_launch(what, (g.max_down_rows, g.max_down_nk), slots, route.len, first_slot)?
+                    g.slot_launch(what, (g.max_down_rows, g.rpb_down), slots, route.len, first_slot)?
                 else {
                     return Ok(());
                 };

@@ -11,6 +11,7 @@
 //! the launches themselves are in `expert_ops.rs`.
 
 use super::{i32_of, shape_err, GEMV_MAX_TASKS, GEMV_THREADS};
+use crate::backend::cuda::layout::{bpl_rows_per_block, BPL_MAX_NB, E4M3_BPL};
 use crate::backend::cuda::memory::{DeviceBuffer, WeightKind};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::{GroupEntry, GroupId, Slice};
@@ -41,9 +42,10 @@ pub(crate) struct DeviceGroup {
     /// in_features of gate/up (= x length, equal for every entry).
     pub(super) cols: usize,
     pub(super) max_rows: usize,
-    pub(super) max_nk: usize,
     pub(super) max_down_rows: usize,
-    pub(super) max_down_nk: usize,
+    /// Rows per block of the gate/up and the down launches (`group_rows_per_block`).
+    pub(super) rpb_gate_up: usize,
+    pub(super) rpb_down: usize,
     /// Extents of a routed slot (entries below `experts`) and of a shared slot.
     pub(super) routed: Extents,
     pub(super) shared: Extents,
@@ -85,7 +87,7 @@ impl DeviceGroup {
     pub(super) fn slot_launch(
         &self,
         what: &str,
-        (rows, nk): (usize, usize),
+        (rows, rpb): (usize, usize),
         slots: usize,
         route_len: usize,
         first_slot: usize,
@@ -93,7 +95,6 @@ impl DeviceGroup {
         if slots == 0 || rows == 0 {
             return Ok(None);
         }
-        let rpb = rows_per_block(what, nk)?;
         let c = LaunchConfig {
             grid_dim: (rows.div_ceil(rpb) as u32, i32_of(what, "slots", slots)? as u32, 1),
             block_dim: (GEMV_THREADS, 1, 1),
@@ -107,6 +108,22 @@ impl DeviceGroup {
         ];
         Ok(Some((c, args, rpb as i32)))
     }
+}
+
+/// Rows per block of one projection kind of a group: the task kernels' count for `nk` K-blocks,
+/// the block-per-lane count where every entry is stored block per lane, and the smaller of the two
+/// where the layouts mix (each entry takes its own path inside the launch, and both must fit).
+/// `nb` is the largest scale-block count of a row, `matrices` 2 for gate/up and 1 for down.
+fn group_rows_per_block(op: &str, nk: usize, nb: usize, matrices: usize, (bpl, other): (bool, bool)) -> Result<usize> {
+    if bpl && nb > BPL_MAX_NB {
+        return Err(shape_err(op, format!("{nb} scale blocks per row: the block-per-lane kernels take {BPL_MAX_NB}")));
+    }
+    let fit = bpl_rows_per_block(nb, matrices, None);
+    Ok(match (bpl, other) {
+        (true, false) => fit,
+        (true, true) => fit.min(rows_per_block(op, nk)?),
+        _ => rows_per_block(op, nk)?,
+    })
 }
 
 /// Rows per block of a grouped GEMV with `nk` K-blocks (as `gemv`: ~32 tasks, within the fold slots).
@@ -130,7 +147,9 @@ impl CudaBackend {
             |e: usize, rule: String| RuntimeError::Contract(format!("expert group entry {e} on rank {rank}: {rule}"));
         let mut words = vec![0u32; entries.len().max(1) * ENTRY_WORDS];
         let (mut max_rows, mut cols, mut max_nk) = (0usize, None::<usize>, 0usize);
-        let (mut max_down_rows, mut max_down_nk) = (0usize, 0usize);
+        let (mut max_down_rows, mut max_down_nk, mut max_down_nb) = (0usize, 0usize, 0usize);
+        // (some entry is stored block per lane, some entry is not), per projection kind.
+        let (mut gu_layouts, mut down_layouts) = ((false, false), (false, false));
         let (mut routed, mut shared) = (Extents::default(), Extents::default());
         for (e, en) in entries.iter().enumerate() {
             let Some(en) = en else { continue };
@@ -155,6 +174,10 @@ impl CudaBackend {
                 return Err(bad(e, format!("in_features {} differ from the group's {}", g.cols, cols.unwrap_or(0))));
             }
             let (nk, dnk) = (g.cols / g.kblock_width, d.cols / d.kblock_width);
+            let gu_bpl = g.vec == E4M3_BPL && u.vec == E4M3_BPL;
+            gu_layouts = (gu_layouts.0 || gu_bpl, gu_layouts.1 || !gu_bpl);
+            down_layouts = (down_layouts.0 || d.vec == E4M3_BPL, down_layouts.1 || d.vec != E4M3_BPL);
+            max_down_nb = max_down_nb.max(d.cols / 128);
             max_rows = max_rows.max(g.rows);
             max_nk = max_nk.max(nk);
             max_down_rows = max_down_rows.max(d.rows);
@@ -191,8 +214,9 @@ impl CudaBackend {
             ];
             w[12..].copy_from_slice(&ints);
         }
-        rows_per_block("expert_gate_up", max_nk.max(1))?;
-        rows_per_block("expert_down", max_down_nk.max(1))?;
+        let rpb_gate_up =
+            group_rows_per_block("expert_gate_up", max_nk.max(1), cols.unwrap_or(0) / 128, 2, gu_layouts)?;
+        let rpb_down = group_rows_per_block("expert_down", max_down_nk.max(1), max_down_nb, 1, down_layouts)?;
         let ctx = self.ctx_of(rank).clone();
         let table = DeviceBuffer::from_host(&ctx, &self.ranks[rank].stream, &words, "expert group table")?;
         let ws = &self.ranks[rank].weights;
@@ -206,9 +230,9 @@ impl CudaBackend {
             experts,
             max_rows,
             cols: cols.unwrap_or(0),
-            max_nk,
             max_down_rows,
-            max_down_nk,
+            rpb_gate_up,
+            rpb_down,
             routed,
             shared,
         });

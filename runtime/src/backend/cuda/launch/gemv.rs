@@ -3,6 +3,7 @@
 //! (`kernels/cuda/gemv.cu`).
 
 use super::{capacity_err, cfg, i32_of, shape_err, GEMV_MAX_TASKS, GEMV_THREADS, TREE_THREADS};
+use crate::backend::cuda::layout::{bpl_rows_per_block, E4M3_BPL};
 use crate::backend::cuda::memory::WeightKind;
 use crate::backend::cuda::safe::{self, DevicePtr};
 use crate::backend::cuda::CudaBackend;
@@ -146,7 +147,11 @@ impl CudaBackend {
             return launch!(self, rank, name, cfg(rows, TREE_THREADS, 0), wp, xp, op_ptr, rows_i, cols_i, kw_i, vec_i);
         }
         check_kblocks(op, nk)?;
-        let rpb = gemv_rows_per_block(rows, nk);
+        let rpb = if kind == WeightKind::E4m3 && vec == E4M3_BPL {
+            bpl_rows_per_block(cols / 128, 1, Some(rows))
+        } else {
+            gemv_rows_per_block(rows, nk)
+        };
         let grid = rows.div_ceil(rpb);
         let rpb_i = rpb as i32;
         let c = cfg(grid, GEMV_THREADS, 0);
