@@ -251,6 +251,8 @@ extern "C" __global__ void fold_slots_f32(const float* ids, int k, int first_slo
     const float* pj = parts + (size_t)j * parts_pitch;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
         float acc = C_ZERO;
+        // Unrolled so the part loads are issued together (the adds keep their order).
+#pragma unroll 8
         for (int p = 0; p < n_parts; ++p) acc = acc + pj[(size_t)p * width + i];
         out[(size_t)j * width + i] = has ? acc * sc : acc;
     }
@@ -260,19 +262,37 @@ extern "C" __global__ void fold_slots_f32(const float* ids, int k, int first_slo
 // output y_s = ((+0 + P0) + P1) + ... of its n_parts partials (parts[s * pitch + p * width + i]),
 // routed = sum over s < k of w[s] * y_s in slot order from +0.0, shared = y_k.
 // Lane grid: blockIdx.z = lane, slices [parts, w, out].
+#define FC_BATCH 8
 extern "C" __global__ void fold_combine_f32(const float* parts, int pitch, int n_parts, const float* w, int k,
                                             int width, float* out, const LanePitch lp) {
     parts = LANE_AT(parts, lp, 0, blockIdx.z);
     w = LANE_AT(w, lp, 1, blockIdx.z);
     out = LANE_AT(out, lp, 2, blockIdx.z);
+    // The (slot, part) values of an element are read FC_BATCH at a time before any is added: a
+    // loop that adds each value as it arrives waits a memory round trip per value ((k + 1) ·
+    // n_parts of them). The adds keep their order: t = s · n_parts + p, ascending.
+    const int total = (k + 1) * n_parts;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
         float routed = C_ZERO;
         float y = C_ZERO;
-        for (int s = 0; s <= k; ++s) {
-            y = C_ZERO;
-            const float* ps = parts + (size_t)s * pitch + i;
-            for (int p = 0; p < n_parts; ++p) y = y + ps[(size_t)p * width];
-            if (s < k) routed = routed + w[s] * y;
+        for (int t0 = 0; t0 < total; t0 += FC_BATCH) {
+            float v[FC_BATCH];
+#pragma unroll
+            for (int j = 0; j < FC_BATCH; ++j) {
+                const int t = t0 + j;
+                const int s = t / n_parts;
+                v[j] = t < total ? parts[(size_t)s * pitch + (size_t)(t - s * n_parts) * width + i] : C_ZERO;
+            }
+#pragma unroll
+            for (int j = 0; j < FC_BATCH; ++j) {
+                const int t = t0 + j;
+                if (t >= total) break;
+                const int s = t / n_parts;
+                const int p = t - s * n_parts;
+                if (p == 0) y = C_ZERO;
+                y = y + v[j];
+                if (p == n_parts - 1 && s < k) routed = routed + w[s] * y;
+            }
         }
         out[i] = routed;
         out[width + i] = y;

@@ -13,6 +13,8 @@
 #define ROUTER_THREADS 256
 #define ARGMAX_THREADS 256
 #define NO_INDEX 0xFFFFFFFFu
+// Router candidates a lane holds in registers (n <= 32 x this takes the register path).
+#define ROUTER_LANE_CAND 16
 
 // twins::moe::sigmoid_device_variant.
 __device__ __forceinline__ float sigmoid_dev_variant_c(float x) {
@@ -78,6 +80,31 @@ __device__ __forceinline__ void warp_best(float& key, u32& id, bool higher_id) {
     }
 }
 
+// The k selection rounds by warp 0 from shared memory (any n): each lane scans its strided
+// candidates not yet taken, a shuffle arg-best picks the winner.
+__device__ __forceinline__ void router_select_scan(const float* keys, const float* scores, u32* taken, int n, int k,
+                                                   int lane, bool variant, float& sel, u32& sel_id) {
+    for (int slot = 0; slot < k; ++slot) {
+        float key = C_ZERO;
+        u32 id = NO_INDEX;
+        for (int e = lane; e < n; e += 32) {
+            if (taken[e]) continue;
+            if (key_better(keys[e], (u32)e, key, id, variant)) {
+                key = keys[e];
+                id = (u32)e;
+            }
+        }
+        warp_best(key, id, variant);
+        if (lane == 0) taken[id] = 1u;
+        __syncwarp();
+        if (lane == (slot & 31)) {
+            // k <= 32: one slot per lane (checked by the runtime).
+            sel = scores[id];
+            sel_id = id;
+        }
+    }
+}
+
 // Sigmoid top-k of one token; out = k ids (bits) then k weights. The whole block computes the
 // scores and keys (the exps are the work); then warp 0 alone runs the k selection rounds from
 // shared memory — each lane scans its strided candidates, a shuffle arg-best picks the winner,
@@ -100,24 +127,40 @@ __device__ __forceinline__ void router_body(const float* logits, const float* bi
     const int lane = threadIdx.x;
     float sel = C_ZERO;  // lane s < k keeps slot s's raw score
     u32 sel_id = 0u;
-    for (int slot = 0; slot < k; ++slot) {
-        float key = C_ZERO;
-        u32 id = NO_INDEX;
-        for (int e = lane; e < n; e += 32) {
-            if (taken[e]) continue;
-            if (key_better(keys[e], (u32)e, key, id, variant)) {
-                key = keys[e];
-                id = (u32)e;
+    if (n <= 32 * ROUTER_LANE_CAND) {
+        // The lane's candidates e = lane + 32j live in registers: a round scans them without a
+        // shared-memory load per candidate, and the winner's owner drops it (id := NO_INDEX, which
+        // never wins). Selection under a strict total order picks the same expert either way.
+        float ck[ROUTER_LANE_CAND];
+        u32 ci[ROUTER_LANE_CAND];
+#pragma unroll
+        for (int j = 0; j < ROUTER_LANE_CAND; ++j) {
+            const int e = lane + 32 * j;
+            ck[j] = e < n ? keys[e] : C_ZERO;
+            ci[j] = e < n ? (u32)e : NO_INDEX;
+        }
+        for (int slot = 0; slot < k; ++slot) {
+            float key = C_ZERO;
+            u32 id = NO_INDEX;
+#pragma unroll
+            for (int j = 0; j < ROUTER_LANE_CAND; ++j) {
+                if (key_better(ck[j], ci[j], key, id, variant)) {
+                    key = ck[j];
+                    id = ci[j];
+                }
+            }
+            warp_best(key, id, variant);
+#pragma unroll
+            for (int j = 0; j < ROUTER_LANE_CAND; ++j) {
+                if (ci[j] == id) ci[j] = NO_INDEX;
+            }
+            if (lane == (slot & 31)) {
+                sel = scores[id];
+                sel_id = id;
             }
         }
-        warp_best(key, id, variant);
-        if (lane == 0) taken[id] = 1u;
-        __syncwarp();
-        if (lane == (slot & 31)) {
-            // k <= 32: one slot per lane (checked by the runtime).
-            sel = scores[id];
-            sel_id = id;
-        }
+    } else {
+        router_select_scan(keys, scores, taken, n, k, lane, variant, sel, sel_id);
     }
     // The normalisation sum in slot order from +0.0 (every lane computes the same value).
     float sum = C_ZERO;

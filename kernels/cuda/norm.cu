@@ -11,13 +11,51 @@
 #endif
 
 #define NORM_LANES 256
+// Loads a thread issues before it uses the first: a strided loop that stores each value before
+// loading the next waits a full memory round trip per element (16 of them for a 4096-wide row —
+// most of a single-row norm's time). Batching moves loads earlier, never an operation.
+#define NORM_BATCH 8
+
+// dst[i] = a[i] (+ b[i] when b is given, operand order a + b; also into h when given) for this
+// thread's elements i = tid, tid + blockDim, ...: the thread that stages an element is the thread
+// that later reads it, so no barrier is needed before the caller's own reads.
+__device__ __forceinline__ void norm_stage(const float* __restrict__ a, const float* __restrict__ b, float* h,
+                                           float* sx, int n) {
+    for (int base = threadIdx.x; base < n; base += NORM_BATCH * blockDim.x) {
+        float v[NORM_BATCH];
+#pragma unroll
+        for (int j = 0; j < NORM_BATCH; ++j) {
+            const int i = base + j * blockDim.x;
+            v[j] = i < n ? a[i] : C_ZERO;
+        }
+        if (b != nullptr) {
+            float u[NORM_BATCH];
+#pragma unroll
+            for (int j = 0; j < NORM_BATCH; ++j) {
+                const int i = base + j * blockDim.x;
+                u[j] = i < n ? b[i] : C_ZERO;
+            }
+#pragma unroll
+            for (int j = 0; j < NORM_BATCH; ++j) v[j] = v[j] + u[j];
+        }
+#pragma unroll
+        for (int j = 0; j < NORM_BATCH; ++j) {
+            const int i = base + j * blockDim.x;
+            if (i < n) {
+                sx[i] = v[j];
+                if (h != nullptr) h[i] = v[j];
+            }
+        }
+    }
+}
 
 // One block of exactly NORM_LANES threads per row (the canonical lane count; any other block size
 // would be another order, so it traps). The row is staged in shared memory by the caller (each
 // thread stages exactly the elements it later reads: no barrier is needed before the sum), then
 // every thread writes y = (x * inv) * w for its own elements. Reading x only from the staged copy
 // lets `y` alias `x`. Dynamic shared memory: n floats.
-__device__ __forceinline__ void rmsnorm_block(const float* sx, const float* w, float eps, float* y, int n) {
+__device__ __forceinline__ void rmsnorm_block(const float* sx, const float* __restrict__ w, float eps, float* y,
+                                              int n) {
     __shared__ float s_warp[NORM_LANES / 32];
     if (blockDim.x != NORM_LANES) __trap();
     const int tid = threadIdx.x;
@@ -32,7 +70,19 @@ __device__ __forceinline__ void rmsnorm_block(const float* sx, const float* w, f
     const float h3 = s_warp[3] + s_warp[7];
     const float ss = (h0 + h2) + (h1 + h3);
     const float inv = rsqrt_c(div_c(ss, (float)n) + eps);
-    for (int i = tid; i < n; i += NORM_LANES) y[i] = (sx[i] * inv) * w[i];
+    for (int base = tid; base < n; base += NORM_BATCH * NORM_LANES) {
+        float wv[NORM_BATCH];
+#pragma unroll
+        for (int j = 0; j < NORM_BATCH; ++j) {
+            const int i = base + j * NORM_LANES;
+            wv[j] = i < n ? w[i] : C_ZERO;
+        }
+#pragma unroll
+        for (int j = 0; j < NORM_BATCH; ++j) {
+            const int i = base + j * NORM_LANES;
+            if (i < n) y[i] = (sx[i] * inv) * wv[j];
+        }
+    }
 }
 
 // y = rmsnorm(x) row by row; `rows` rows of `n` values, one weight row `w` of n; grid = rows.
@@ -46,7 +96,7 @@ extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float eps
     const int row = blockIdx.x;
     if (row >= rows || n <= 0) return;  // block-uniform
     const size_t off = (size_t)row * n;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) sx[i] = x[off + i];
+    norm_stage(x + off, nullptr, nullptr, sx, n);
     __syncthreads();
     rmsnorm_block(sx, w, eps, y + off, n);
 }
@@ -64,11 +114,7 @@ extern "C" __global__ void add_rmsnorm_f32(const float* x, const float* a, const
     const int row = blockIdx.x;
     if (row >= rows || n <= 0) return;
     const size_t off = (size_t)row * n;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = x[off + i] + a[off + i];
-        sx[i] = v;
-        h[off + i] = v;
-    }
+    norm_stage(x + off, a + off, h + off, sx, n);
     __syncthreads();
     rmsnorm_block(sx, w, eps, y + off, n);
 }

@@ -69,7 +69,8 @@ fn norms_256_lanes_match_twins() -> Ran {
 fn router_and_argmax_at_step_shapes_match_twins() -> Ran {
     let mut rng = Rng(32);
     let mut cases = Vec::new();
-    for (n, k, ties) in [(288, 8, false), (288, 8, true), (64, 32, true), (8, 2, false)] {
+    // 288 and below take the register path of the selection (n <= 512), 600 the shared-memory scan.
+    for (n, k, ties) in [(288, 8, false), (288, 8, true), (64, 32, true), (8, 2, false), (600, 8, true), (512, 32, true)] {
         for device_variant in [false, true] {
             let mut logits = rng.vec(n, 6.0);
             let mut bias = rng.vec(n, 0.1);
