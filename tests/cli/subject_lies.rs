@@ -75,6 +75,9 @@ fn captures_that_vary_between_two_runs_fail_determinism() {
     assert!(detail.contains("different receipt evidence (their records agree)"), "{detail}");
     // Both runs stayed within the budget: only comparing what the receipts say catches it.
     assert_eq!(gate(r, Gate::ErrorBudget).0, Verdict::Pass);
+    // The move reached the evidence (the logits are off by ulps), so the two runs cannot agree.
+    let logits = r.evidence.error_budget.iter().find(|e| e.seam == "logits").expect("the logits' error");
+    assert!(logits.max_ulp >= 1 && logits.max_rel > 0.0, "{logits:?}");
     let (o, receipts, _t) = plan("volatile", true, &ONE);
     o.expect_code(0);
     let (v, detail) = gate(only(&receipts), Gate::Determinism);

@@ -17,8 +17,12 @@ on past it.
 - repeat: writes step 0's digests again at every step of each prompt (tokens stay honest).
 - nan (every TP size, a NUMERIC-CLASS manifest): element 0 of every captured logits tensor is NaN,
   its digests agree with that, the tokens and top-two logits stay honest.
-- volatile (every TP size, a NUMERIC-CLASS manifest): one captured logit moves by a random amount
-  in each run, the digests stay the same — only what is judged from captures varies.
+- volatile (every TP size, a NUMERIC-CLASS manifest): one captured logit (element 1 of the first
+  captured logits tensor) moves away from zero by n + 1 ulps in the plan's start n, the digests
+  stay the same — only what is judged from captures varies, and it varies in every start: two
+  starts never write the same bits, so the determinism gate cannot pass it by chance (a random
+  move of 1e-6 to 1e-5 relative once rounded to the same f32 in both runs, about one plan in a
+  hundred, and the plan passed).
 - numeric_door (a NUMERIC-CLASS manifest): with MEMRA_ROUTES_PRESTAGE (declared BIT-IDENTICAL) on,
   it runs the built-in runtime with MEMRA_STEP_TP_W8 too, hiding that door's counters — the door
   changes the numbers it claims to keep.
@@ -29,7 +33,6 @@ on past it.
 
 import json
 import os
-import random
 import struct
 import subprocess
 import sys
@@ -114,6 +117,20 @@ def nan_logits(tensors, tape):
             set_u64(tensors, ranks, at * r, get_u64(tensors, ranks, at * r) + delta)
 
 
+def start_number():
+    """This start's number within its plan, from 0: the first `volatile-start-N` name that this
+    start creates (O_EXCL, so two starts never get one number, whatever runs at the same time) in
+    the directory of its tape — memra-gates' work directory of the plan, removed when it ends."""
+    work = os.path.dirname(os.path.abspath(os.environ["MEMRA_SUBJECT_TAPE"]))
+    n = 0
+    while True:
+        try:
+            os.close(os.open(os.path.join(work, "volatile-start-%d" % n), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return n
+        except FileExistsError:
+            n += 1
+
+
 def main():
     mode, gates = sys.argv[1], sys.argv[2]
     misbehave = os.environ["MEMRA_SUBJECT_TP"] == "2"
@@ -162,11 +179,14 @@ def main():
         nan_logits(tensors, tape)
     if mode == "volatile":
         layers = tape["layers"]
-        for name in [n for n in tensors if n.startswith("capture.") and n.endswith("L%d.logits" % layers)][:1]:
-            dtype, shape, raw = tensors[name]
-            (v,) = struct.unpack_from("<f", raw, 4)
-            moved = struct.pack("<f", v * (1 + random.uniform(1e-6, 1e-5)))
-            tensors[name] = (dtype, shape, raw[:4] + moved + raw[8:])
+        names = [n for n in tensors if n.startswith("capture.") and n.endswith("L%d.logits" % layers)]
+        if not names:
+            sys.exit("misbehave: volatile needs a captured logits tensor, and this run has none")
+        dtype, shape, raw = tensors[names[0]]
+        # Away from zero by start + 1 ulps: never the same bits in two starts of one plan.
+        (bits,) = struct.unpack_from("<I", raw, 4)
+        moved = struct.pack("<I", bits + start_number() + 1)
+        tensors[names[0]] = (dtype, shape, raw[:4] + moved + raw[8:])
     if misbehave and mode == "skip_seam":
         drop_column(tensors, tape, "L0.o_join")
     if mode == "lie" and tape.get("engaged_doors"):
