@@ -281,36 +281,46 @@ fn the_builtin_runtime_through_protocol_2_writes_byte_identical_evidence_at_rows
     }
 }
 
-/// scripts/subjects/torch_subject.py's rows without PyTorch (not installed on the host): through
-/// a numpy stand-in for the torch calls it makes (`tests/subjects/torch_shim/`), its single-token
-/// run PASSes the NUMERIC gates and its b2 run is judged, never an ERROR: PASS, or — where the
-/// matrix library computes a [2, in] product otherwise than a [1, in] one, as numpy's BLAS may —
-/// a class-identity FAIL that names its row. The numbers are numpy's, not torch's: this holds the
+/// scripts/subjects/torch_subject.py's rows and columns without PyTorch (not installed on the
+/// host): through a numpy stand-in for the torch calls it makes (`tests/subjects/torch_shim/`),
+/// its single-token run PASSes the NUMERIC gates and its b2 and t2 runs are judged, never an
+/// ERROR: PASS, or — where the matrix library computes a [2, in] product otherwise than a
+/// [1, in] one, as numpy's BLAS may — a class-identity FAIL that names its row or column. The numbers are numpy's, not torch's: this holds the
 /// subject's protocol side (schedule, lanes, tape), the GPU run says what torch does.
 #[test]
-fn the_torch_subject_runs_rows_through_a_numpy_stand_in() {
+fn the_torch_subject_runs_rows_and_columns_through_a_numpy_stand_in() {
     let tmp = tempdir();
     let out = tmp.path().join("out");
     let manifest = repo("scripts/subjects/torch.toml");
     let shim = repo("tests/subjects/torch_shim");
     let mut args = vec!["run", "--subject", s(&manifest), "--backend", "host", "--tp", "1"];
     args.extend(["--transport", "host-bounce", "--preset", "tiny", "--prompts", "3", "--gen-tokens", "2"]);
-    args.extend(["--batch", "1,2", "--quiet", "--out", s(&out)]);
+    args.extend(["--batch", "1,2", "--columns", "1,2", "--quiet", "--out", s(&out)]);
     let o = run_env(&args, &[("PYTHONPATH", s(&shim))]);
     assert!(matches!(o.code, Some(0 | 1)), "{}", o.transcript());
     let receipts: Vec<Receipt> = read_receipts(&out).into_iter().map(|r| r.1).collect();
     let b1 = at(&receipts, 1, 1);
     assert_eq!(b1.evidence.verdict, Verdict::Pass, "{}", reason(b1));
     assert!(b1.evidence.config.subject == "torch-reference");
-    let b2 = at(&receipts, 2, 1);
-    match b2.evidence.verdict {
-        Verdict::Pass => {}
-        Verdict::Fail => {
-            let d = b2.evidence.first_divergence.as_ref().expect("a FAIL names its first divergence");
-            assert_eq!(d.lane.map(|l| l.axis), Some(LaneAxis::Row), "{d:?}");
+    for (b, t, axis) in [(2, 1, LaneAxis::Row), (1, 2, LaneAxis::Column)] {
+        let r = at(&receipts, b, t);
+        match r.evidence.verdict {
+            Verdict::Pass => {}
+            Verdict::Fail => {
+                let d = r.evidence.first_divergence.as_ref().expect("a FAIL names its first divergence");
+                assert_eq!(d.lane.map(|l| l.axis), Some(axis), "{d:?}");
+                let class = r.evidence.gates.iter().find(|g| g.gate == Gate::ClassIdentity).expect("class identity");
+                assert_eq!(class.verdict, Verdict::Fail, "b{b} t{t}: only class identity may fail: {}", class.detail);
+                let failed: Vec<Gate> =
+                    r.evidence.gates.iter().filter(|g| g.verdict == Verdict::Fail).map(|g| g.gate).collect();
+                assert_eq!(failed, [Gate::ClassIdentity], "b{b} t{t}");
+            }
+            other => panic!("b{b} t{t}: {other:?}: {}", reason(r)),
         }
-        other => panic!("b2: {other:?}: {}", reason(b2)),
     }
+    // The columns ran as columns: teacher-forced drafts are the oracle's tokens, all accepted.
+    let tape = at(&receipts, 1, 2).evidence.gates.iter().find(|g| g.gate == Gate::ArgmaxTape).expect("an argmax tape");
+    assert!(tape.detail.contains("passes computed several columns"), "{}", tape.detail);
     // Negative control: the same subject scheduling one row per pass while the run asks for b2
     // (its helper fills lane 0 only) labels honest lanes but batches nothing: the NUMERIC gates
     // must not pass it under the b2 name.
