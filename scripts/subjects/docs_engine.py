@@ -6,7 +6,8 @@ name, in their order (the step numbers in comments are that list's). CI gates it
 BIT-IDENTICAL subject (scripts/subjects/docs_engine.toml) on `tiny`, on `edge`, on a battery
 long enough for two attention partitions and on the odd shapes of scripts/subjects/odd_model.py
 (scripts/subjects/check-docs-engine.sh) — the proof that the documents are a complete
-specification of the canonical program.
+specification of the canonical program — and in passes of several rows or columns
+(docs/DESIGN.md §3.6; tests/cli/subject_rows.rs).
 
 f32 arithmetic: numpy float32 arrays, every operation one IEEE single operation (numpy does not
 contract a·b + c into an FMA, and keeps subnormals); every constant an explicit np.float32 built
