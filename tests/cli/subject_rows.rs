@@ -127,7 +127,7 @@ fn the_docs_engine_runs_rows_bit_identical_and_a_row_defect_fails_naming_the_row
 
 /// Columns: every prefill and verify pass of T tokens gives each column the single-token step's
 /// bits at its position, on `tiny` (six generated tokens: verify passes with drafts, rejected
-/// columns thrown away and computed again) and on `edge`. Two defects a verify path can have,
+/// columns thrown away and computed again; as many passes as the built-in runtime's) and on `edge`. Two defects a verify path can have,
 /// planted through `DOCS_ENGINE_PLANT`, leave the single-token run PASSing and FAIL naming the
 /// column the definition predicts.
 #[test]
@@ -159,6 +159,20 @@ fn the_docs_engine_runs_columns_bit_identical_and_verify_defects_fail_naming_the
             // The verify passes drafted (prompt lookup) and threw rejected columns away.
             let census = &at(&receipts, 1, 8).evidence.census;
             assert!(census.get("docs_engine.rejected_columns").is_some_and(|&n| n > 0), "{census:?}");
+            // Its schedule is the runtime's: the built-in runtime, in process, on the same plan
+            // at t8 counts the same passes and the same passes of several columns.
+            let builtin = tmp.path().join("builtin-t8");
+            let mut args =
+                vec!["run", "--backend", "host", "--tp", "1", "--transport", "host-bounce", "--prompts", "3"];
+            args.extend(model);
+            args.extend(["--columns", "8", "--quiet", "--out", s(&builtin)]);
+            run(&args).expect_code(0);
+            let theirs: Vec<Receipt> = read_receipts(&builtin).into_iter().map(|r| r.1).collect();
+            let passes = |r: &Receipt| {
+                let d = &r.evidence.gates.iter().find(|g| g.gate == Gate::Identity).expect("an identity gate").detail;
+                d[d.find("t8: ").unwrap_or_else(|| panic!("no pass count in {d}"))..].to_string()
+            };
+            assert_eq!(passes(at(&receipts, 1, 8)), passes(at(&theirs, 1, 8)));
         }
     }
 
