@@ -3,7 +3,8 @@
 # engine written from docs/DESIGN.md §3.4 ("Every operation") and docs/subject-protocol.md alone,
 # must PASS as a BIT-IDENTICAL subject on `tiny`, on `edge`, and on a battery long enough for two
 # attention partitions (one prompt of at least 4 tokens + 40 generated: positions 0 … ≥ 42, the
-# second partition starts at 32), and on a model of odd shapes (odd_model.py). Negative controls:
+# second partition starts at 32) — single-token and in passes of 8 columns — and on a model of odd
+# shapes (odd_model.py). Negative controls:
 # the same engine with partitions of 64 positions must FAIL the long battery (only a battery past
 # 32 positions can tell), and with the scale blocks of a K-block folded in reverse the odd model.
 #
@@ -31,6 +32,10 @@ check() { # name, manifest, expected exit status, plan flags…
 check tiny "$here/docs_engine.toml" 0 --preset tiny
 check edge "$here/docs_engine.toml" 0 --preset edge
 check tiny-two-partitions "$here/docs_engine.toml" 0 --preset tiny "${long[@]}"
+# Columns across the partition boundary: verify passes of 8 tokens (drafts rejected and computed
+# again) whose columns attend over one and two partitions (tests/cli/subject_rows.rs runs t2-t8
+# on short batteries, with the negative controls).
+check tiny-two-partitions-t8 "$here/docs_engine.toml" 0 --preset tiny "${long[@]}" --columns 8
 # The negative control: partitions of 64 positions, in a scratch copy.
 neg="$out/partition-64"
 rm -rf "$neg" && mkdir -p "$neg"

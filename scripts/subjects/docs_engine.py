@@ -6,7 +6,8 @@ name, in their order (the step numbers in comments are that list's). CI gates it
 BIT-IDENTICAL subject (scripts/subjects/docs_engine.toml) on `tiny`, on `edge`, on a battery
 long enough for two attention partitions and on the odd shapes of scripts/subjects/odd_model.py
 (scripts/subjects/check-docs-engine.sh) — the proof that the documents are a complete
-specification of the canonical program.
+specification of the canonical program — and in passes of several rows or columns
+(docs/DESIGN.md §3.6; tests/cli/subject_rows.rs).
 
 f32 arithmetic: numpy float32 arrays, every operation one IEEE single operation (numpy does not
 contract a·b + c into an FMA, and keeps subnormals); every constant an explicit np.float32 built
@@ -22,8 +23,14 @@ import numpy as np
 
 NAME = "docs-engine"
 VERSION = "0.1.0"
-PROTOCOL = 2  # speaks 1 and 2 (docs/subject-protocol.md, section 9): version 2 adds rows
+PROTOCOL = 2  # speaks 1 and 2 (docs/subject-protocol.md, section 9): version 2 adds rows and columns
 BATCH = (1, 2, 4, 8)  # sessions per pass it runs (its manifest's `batch`)
+COLUMNS = (1, 2, 4, 8)  # consecutive tokens of one session per pass (its manifest's `columns`)
+# Negative controls of tests/cli/subject_rows.rs, off unless this variable names one:
+#   verify_partitions — a pass of T > 1 columns cuts attention into partitions of 32 >> T positions
+#                       (a verify walk whose partition count depends on T);
+#   causality — a column also attends to the key of the column after it (a mask off by one).
+PLANT = os.environ.get("DOCS_ENGINE_PLANT", "")
 LAYER_SEAMS = ["attn_norm", "qkv", "rope", "attn", "o_proj", "o_join", "ffn_norm", "router",
                "experts", "moe_join", "residual"]
 HEAD_SEAMS = ["final_norm", "logits"]
@@ -330,9 +337,10 @@ def f32_bits(x):
 # ---- the decode step (docs/DESIGN.md §3.2, §3.4 steps 8–17) ----------------------------------
 
 class Session:
-    """One prompt's decode (docs/subject-protocol.md, section 4.2): its KV cache, the step it computes
-    next, and what the tape gets for it — per step the seam digests and the (pass, lane) that
-    computed it, the generated tokens and their top-two logits."""
+    """One prompt's decode (docs/subject-protocol.md, section 4.2): its KV cache (per layer, entry j the
+    key and value of position j), the step it computes next, and what the tape gets for it — per
+    step the seam digests and the (pass, lane) that computed it, the generated tokens and their
+    top-two logits."""
 
     def __init__(self, p, prompt, gen, n_layers, n_cols):
         self.p, self.prompt = p, prompt
@@ -344,12 +352,14 @@ class Session:
         self.lanes = np.zeros((self.steps, 2), dtype="<u4")
         self.generated, self.top2 = [], []
 
-    def token(self, forced):
-        """The token fed at this step: the prompt's, then the forced tape's or its own."""
+    def token(self, forced, step=None):
+        """The token fed at `step` (default: this step): the prompt's, then the forced tape's or
+        its own."""
+        step = self.step if step is None else step
         n = len(self.prompt)
-        if self.step < n:
-            return self.prompt[self.step]
-        j = self.step - n
+        if step < n:
+            return self.prompt[step]
+        j = step - n
         return forced[self.p][j] if forced is not None else self.generated[j]
 
 
@@ -361,10 +371,12 @@ class Engine:
         self.captures = {}
         self.rope = {}
 
-    def seam(self, s, layer, name, bits, base_blocks=None):
-        """Digest (and capture when asked) one seam of session `s` at its step, the logical tensor
-        given as 32-bit patterns; `base_blocks` = [(global offset, bits)] for a tensor with
-        elements outside every part."""
+    def seam(self, lane, layer, name, bits, base_blocks=None):
+        """Digest (and capture when asked) one seam of a lane — (session, step) — the logical
+        tensor given as 32-bit patterns; `base_blocks` = [(global offset, bits)] for a tensor with
+        elements outside every part. A rejected column's seams are written too, and written again
+        when the next pass computes its step as column 0."""
+        s, step = lane
         col = self.columns.index("L%d.%s" % (layer, name))
         if base_blocks is None:
             d = digest(bits)
@@ -372,9 +384,9 @@ class Engine:
             d = 0
             for base, b in base_blocks:
                 d = (d + digest(b, base)) % (1 << 64)
-        s.digests[s.step, col] = d
-        if (s.p, s.step, layer, name) in self.capture_set:
-            self.captures["capture.p%d.s%d.L%d.%s" % (s.p, s.step, layer, name)] = \
+        s.digests[step, col] = d
+        if (s.p, step, layer, name) in self.capture_set:
+            self.captures["capture.p%d.s%d.L%d.%s" % (s.p, step, layer, name)] = \
                 np.ascontiguousarray(bits, dtype=np.uint32).astype("<u4").tobytes()
 
     def rope_table(self, pos):
@@ -382,54 +394,66 @@ class Engine:
             self.rope[pos] = self.m.rope_row(pos)
         return self.rope[pos]
 
-    def layer(self, i, X, sess):
-        """One layer for the rows of a pass: X [B][hidden], row r the input of session sess[r]
-        at its own step (position). The dense projections take all rows at once (one product
-        matrix per weight); attention and the routed experts are each row's own."""
+    def layer(self, i, X, lanes):
+        """One layer for the lanes of a pass: X [n][hidden], lane r = (session, step) its input at
+        that step (position). Rows are n sessions at their own steps; columns are n consecutive
+        steps of one session. The dense projections take all lanes at once (one product matrix
+        per weight); attention and the routed experts are each lane's own."""
         c, m, L = self.c, self.m, self.m.layers[i]
         eps = m.eps
         qh, kvh, hidden = c["q_heads"], c["kv_heads"], c["hidden"]
         # attn_norm (step 3)
         A = np.stack([rmsnorm_row(x, L["attn_norm"], eps) for x in X])
-        for r, s in enumerate(sess):
-            self.seam(s, i, "attn_norm", f32_bits(A[r]))
+        for r, ln in enumerate(lanes):
+            self.seam(ln, i, "attn_norm", f32_bits(A[r]))
         # qkv (step 9)
         Q, K, V, G = L["q"].rows(A), L["k"].rows(A), L["v"].rows(A), L["gate"].rows(A)
-        att = np.zeros((len(sess), qh * HEAD_DIM), dtype=F32)
-        for r, s in enumerate(sess):
+        qrs = []
+        for r, (s, step) in enumerate(lanes):
             q, k, v, g = Q[r], K[r], V[r], G[r]
-            self.seam(s, i, "qkv", f32_bits(np.concatenate([q, k, v, g])))
+            self.seam((s, step), i, "qkv", f32_bits(np.concatenate([q, k, v, g])))
             # rope (step 10)
-            cos, sin = self.rope_table(s.step)
+            cos, sin = self.rope_table(step)
             qr = self.rope_heads(q.reshape(qh, HEAD_DIM), L["q_norm"], cos, sin)
             kr = self.rope_heads(k.reshape(kvh, HEAD_DIM), L["k_norm"], cos, sin)
-            self.seam(s, i, "rope", f32_bits(np.concatenate([qr.ravel(), kr.ravel()])))
+            self.seam((s, step), i, "rope", f32_bits(np.concatenate([qr.ravel(), kr.ravel()])))
+            # The pass writes every lane's KV entry at its position before any lane attends.
+            if len(s.kc[i]) != step:
+                raise RuntimeError("p%d s%d: the cache holds %d positions of layer %d, the entry goes at %d"
+                                   % (s.p, step, len(s.kc[i]), i, step))
             s.kc[i].append(kr)
             s.vc[i].append(v.reshape(kvh, HEAD_DIM))
-            # attn (step 11)
-            att[r] = self.attention(qr, np.stack(s.kc[i], axis=1), np.stack(s.vc[i], axis=1), g)
-            self.seam(s, i, "attn", f32_bits(att[r]))
+            qrs.append(qr)
+        # attn (step 11): each lane over its session's positions 0..step — causal in a pass of
+        # columns — with the single-token step's partitions at that length.
+        att = np.zeros((len(lanes), qh * HEAD_DIM), dtype=F32)
+        for r, (s, step) in enumerate(lanes):
+            n = step + 1
+            if PLANT == "causality" and n < len(s.kc[i]):
+                n += 1  # the planted defect: the next column's key leaks into this one
+            att[r] = self.attention(qrs[r], np.stack(s.kc[i][:n], axis=1), np.stack(s.vc[i][:n], axis=1), G[r])
+            self.seam((s, step), i, "attn", f32_bits(att[r]))
         # o_proj, o_join (step 12)
         op = L["o"].partials(att)  # [G_o][B][hidden]
-        for r, s in enumerate(sess):
-            self.seam(s, i, "o_proj", f32_bits(op[:, r].ravel()))
+        for r, ln in enumerate(lanes):
+            self.seam(ln, i, "o_proj", f32_bits(op[:, r].ravel()))
         oj = fold(op)  # [B][hidden]
-        for r, s in enumerate(sess):
-            self.seam(s, i, "o_join", f32_bits(oj[r]))
+        for r, ln in enumerate(lanes):
+            self.seam(ln, i, "o_join", f32_bits(oj[r]))
         # ffn_norm (step 13)
         H = X + oj
         XN = np.stack([rmsnorm_row(h, L["ffn_norm"], eps) for h in H])
-        for r, s in enumerate(sess):
-            self.seam(s, i, "ffn_norm", f32_bits(np.concatenate([H[r], XN[r]])))
-        # router (step 14): the router projection over all rows, the selection per row
+        for r, ln in enumerate(lanes):
+            self.seam(ln, i, "ffn_norm", f32_bits(np.concatenate([H[r], XN[r]])))
+        # router (step 14): the router projection over all lanes, the selection per lane
         R = L["router"].rows(XN)
         out = np.zeros_like(X)
-        for r, s in enumerate(sess):
-            out[r] = self.moe(i, s, H[r], XN[r], R[r])
+        for r, ln in enumerate(lanes):
+            out[r] = self.moe(i, ln, H[r], XN[r], R[r])
         return out
 
     def moe(self, i, s, h, xn, logits):
-        """Steps 14–16 for one row: the routed experts are the row's own."""
+        """Steps 14–16 for one lane `s` = (session, step): the routed experts are the lane's own."""
         m, L, hidden = self.m, self.m.layers[i], self.c["hidden"]
         ids, w = self.route(L, logits)
         self.seam(s, i, "router", np.concatenate([np.array(ids, dtype=np.uint32), f32_bits(w)]))
@@ -466,6 +490,8 @@ class Engine:
 
     def attention(self, q, K, V, gate):
         """Step 11. q [qh][128]; K, V [kvh][len][128]; gate [qh]."""
+        part = PARTITION >> self.columns_per_pass if PLANT == "verify_partitions" and self.columns_per_pass > 1 \
+            else PARTITION
         qh, kvh = q.shape[0], K.shape[0]
         group = qh // kvh
         Kq = K[np.arange(qh) // group]  # [qh][len][128]
@@ -473,8 +499,8 @@ class Engine:
         s = dot32(Kq, q[:, None, :]) * ATTN_SCALE  # [qh][len]
         length = s.shape[1]
         ms, ls, os_ = [], [], []
-        for start in range(0, length, PARTITION):
-            sp = s[:, start:start + PARTITION]
+        for start in range(0, length, part):
+            sp = s[:, start:start + part]
             mj = max_in_order(sp)
             e = exp_c(sp - mj[:, None])
             lj = np.zeros(qh, dtype=F32)
@@ -520,16 +546,16 @@ class Engine:
             w = w / total
         return ids, (w * self.m.route_scale).astype(F32)
 
-    def head(self, X, sess):
-        """Step 17 for the rows of a pass: per row its token and (top-1, top-2) logits."""
+    def head(self, X, lanes):
+        """Step 17 for the lanes of a pass: per lane its token and (top-1, top-2) logits."""
         n = self.c["layers"]
         FN = np.stack([rmsnorm_row(x, self.m.final_norm, self.m.eps) for x in X])
         LOG = self.m.lm_head.rows(FN)  # [B][vocab]
         out = []
-        for r, s in enumerate(sess):
-            self.seam(s, n, "final_norm", f32_bits(FN[r]))
+        for r, ln in enumerate(lanes):
+            self.seam(ln, n, "final_norm", f32_bits(FN[r]))
             logits = LOG[r]
-            self.seam(s, n, "logits", f32_bits(logits))
+            self.seam(ln, n, "logits", f32_bits(logits))
             best, a, b = None, float("-inf"), float("-inf")
             for i, v in enumerate(logits.tolist()):
                 if v != v:
@@ -622,10 +648,101 @@ def pass_shape(battery):
     if version != 2 or not isinstance(battery.get("pass"), dict):
         raise SystemExit("the battery file is not memra-battery version 1, or version 2 with a pass")
     b, t = battery["pass"].get("batch"), battery["pass"].get("columns")
-    if b not in BATCH or t != 1:
-        raise SystemExit("docs-engine runs rows %s, single-token columns only (asked: batch %r, columns %r)"
-                         % (BATCH, b, t))
+    if b not in BATCH or t not in COLUMNS or (b > 1 and t > 1):
+        raise SystemExit("docs-engine runs rows %s or columns %s, never both (asked: batch %r, columns %r)"
+                         % (BATCH, COLUMNS, b, t))
     return b, t
+
+
+def draft(context):
+    """The drafter of a verify pass without a forced tape (the runtime's): the token that followed
+    the last earlier occurrence of the context's last token (prompt lookup), else that token
+    again. It decides only how many columns are accepted, never what a column computes."""
+    last = context[-1]
+    for i in range(len(context) - 2, -1, -1):
+        if context[i] == last:
+            return context[i + 1]
+    return last
+
+
+def column_passes(session, forced, t):
+    """Columns (docs/DESIGN.md §3.6, docs/subject-protocol.md, section 9) of one session: yields the
+    steps of each pass — the prompt prefilled t tokens per pass (a prefill pass holds prompt
+    tokens only), then the last accepted token and up to t − 1 drafts (the forced tokens under
+    teacher forcing) — with the tokens fed; the caller accepts columns and advances
+    `session.step` before asking for the next pass."""
+    n = len(session.prompt)
+    while session.step < session.steps:
+        base = session.step
+        tokens = [session.token(forced)]
+        context = (list(session.prompt) + list(session.generated))[:base + 1]
+        while len(tokens) < t and base + len(tokens) < session.steps:
+            step = base + len(tokens)
+            if base < n:
+                if step >= n:
+                    break
+                tokens.append(session.prompt[step])
+            elif forced is not None:
+                tokens.append(session.token(forced, step))
+            else:
+                d = draft(context)
+                context.append(d)
+                tokens.append(d)
+        yield list(range(base, base + len(tokens))), tokens
+
+
+def run_pass(model, eng, lanes, tokens):
+    """One pass: every layer and the head for the lanes [(session, step)] fed `tokens`."""
+    X = np.stack([model.embed[tok].astype(F32) for tok in tokens])  # step 8
+    for i in range(model.c["layers"]):
+        X = eng.layer(i, X, lanes)
+    return eng.head(X, lanes)
+
+
+def accept(s, step, pss, lane, tok, t2):
+    """Lane `lane` of pass `pss` computed step `step` of session `s`: the tape gets it."""
+    s.lanes[step] = (pss, lane)
+    if step + 1 >= len(s.prompt):
+        s.generated.append(tok)
+        s.top2.append(t2)
+    s.step = step + 1
+
+
+def decode_rows(model, eng, sessions, forced, gen, b):
+    """The battery in passes of b rows (b = 1: single-token decode); returns (steps, passes)."""
+    steps = passes = 0
+    prompts = [s.prompt for s in sessions]
+    for pss, live in row_passes(prompts, gen, b):
+        lanes = [(sessions[p], sessions[p].step) for _, p in live]
+        out = run_pass(model, eng, lanes, [s.token(forced) for s, _ in lanes])
+        for (lane, _), (s, step), (tok, t2) in zip(live, lanes, out):
+            accept(s, step, pss, lane, tok, t2)
+            steps += 1
+        passes += 1
+    return steps, passes
+
+
+def decode_columns(model, eng, sessions, forced, t):
+    """The battery in passes of up to t columns, one session at a time: column i is accepted
+    while every draft before it equals the token the column before produced; a rejected column
+    is thrown away (its KV entries are cut, its seams written again by the next pass, which
+    computes its step as column 0). Returns (steps, passes, rejected columns)."""
+    steps = passes = rejected = 0
+    for s in sessions:
+        for pass_steps, tokens in column_passes(s, forced, t):
+            lanes = [(s, step) for step in pass_steps]
+            out = run_pass(model, eng, lanes, tokens)
+            for i, (step, (tok, t2)) in enumerate(zip(pass_steps, out)):
+                if i > 0 and s.token(forced, step) != tokens[i]:
+                    rejected += len(pass_steps) - i
+                    for layer in range(len(s.kc)):
+                        del s.kc[layer][step:]
+                        del s.vc[layer][step:]
+                    break
+                accept(s, step, passes, i, tok, t2)
+                steps += 1
+            passes += 1
+    return steps, passes, rejected
 
 
 def main():
@@ -641,7 +758,7 @@ def main():
         battery = json.load(f)
     if battery.get("format") != "memra-battery":
         raise SystemExit("the battery file is not memra-battery")
-    b, _ = pass_shape(battery)
+    b, t = pass_shape(battery)
     model = Model(need("MEMRA_SUBJECT_MODEL"))
     c = model.c
     n_layers = c["layers"]
@@ -649,22 +766,16 @@ def main():
     columns += ["L%d.%s" % (n_layers, s) for s in HEAD_SEAMS]
     eng = Engine(model, battery)
     eng.columns = columns
+    eng.columns_per_pass = t
     gen, forced, prompts = battery["gen_tokens"], battery["forced_tokens"], battery["prompts"]
     sessions = [Session(p, prompt, gen, n_layers, len(columns)) for p, prompt in enumerate(prompts)]
-    steps_total = passes = 0
-    for pss, live in row_passes(prompts, gen, b):
-        sess = [sessions[p] for _, p in live]
-        X = np.stack([model.embed[s.token(forced)].astype(F32) for s in sess])  # step 8
-        for i in range(n_layers):
-            X = eng.layer(i, X, sess)
-        for (lane, _), s, (tok, t2) in zip(live, sess, eng.head(X, sess)):
-            s.lanes[s.step] = (pss, lane)
-            if s.step + 1 >= len(s.prompt):
-                s.generated.append(tok)
-                s.top2.append(t2)
-            s.step += 1
-            steps_total += 1
-        passes += 1
+    census = {}
+    if t > 1:
+        steps_total, passes, rejected = decode_columns(model, eng, sessions, forced, t)
+        census["docs_engine.rejected_columns"] = rejected
+    else:
+        steps_total, passes = decode_rows(model, eng, sessions, forced, gen, b)
+    census.update({"docs_engine.steps": steps_total, "docs_engine.passes": passes})
     tensors = {}
     for s in sessions:
         p = s.p
@@ -672,12 +783,12 @@ def main():
         tensors["p%d.tokens" % p] = ("U32", [len(s.generated)], np.array(s.generated, dtype="<u4").tobytes())
         tensors["p%d.top2" % p] = ("F32", [len(s.top2), 2],
                                    np.array(s.top2, dtype="<f4").reshape(-1, 2).tobytes())
-        if b > 1:
+        if b > 1 or t > 1:
             tensors["p%d.lanes" % p] = ("U32", [s.steps, 2], s.lanes.tobytes())
     for name, raw in eng.captures.items():
         tensors[name] = ("F32", [len(raw) // 4], raw)
     meta = {"subject": NAME, "subject_version": VERSION, "layers": n_layers, "seams": columns,
-            "engaged_doors": [], "census": {"docs_engine.steps": steps_total, "docs_engine.passes": passes},
+            "engaged_doors": [], "census": census,
             "backend": "numpy %s (f32, no FMA) on the host" % np.__version__, "build_options": [],
             "capture_owners": {}, "error": None}
     write_tape(tape_path, tensors, meta)

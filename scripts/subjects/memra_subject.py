@@ -18,6 +18,9 @@ Version 2 (rows and columns, docs/subject-protocol.md, section 9): `run.battery(
 shape (`run.batch`, `run.columns`); `row_passes(prompts, gen_tokens, run.batch)` yields the
 passes of rows exactly as memra-gates' own runtime schedules them, and `tape.lane(prompt, step,
 pass, lane)` records which pass and lane computed each step (the tape's `p{p}.lanes`).
+Columns: `column_tokens(...)` gives the tokens of a session's next pass of `run.columns` columns
+(prefill, or the last accepted token and its drafts) and `column_accepted(...)` whether the
+session keeps a column, exactly as the runtime decides.
 """
 
 import json
@@ -161,6 +164,58 @@ def row_passes(prompts, gen_tokens, b):
             if slots[j][1] == 0:
                 slots[j] = None
         pss += 1
+
+
+def draft(context):
+    """The drafter of a verify pass without a forced tape (the runtime's): the token that followed
+    the last earlier occurrence of the context's last token (prompt lookup), else that token
+    again. It decides only how many columns are accepted, never what a column computes."""
+    last = context[-1]
+    for i in range(len(context) - 2, -1, -1):
+        if context[i] == last:
+            return context[i + 1]
+    return last
+
+
+def fed_token(prompt, generated, forced_row, step):
+    """The token a session feeds at `step`: its prompt's, then the forced tape's row (teacher
+    forcing) or its own generated tokens."""
+    if step < len(prompt):
+        return prompt[step]
+    j = step - len(prompt)
+    return forced_row[j] if forced_row is not None else generated[j]
+
+
+def column_tokens(prompt, generated, forced_row, base, gen_tokens, t):
+    """Columns (docs/DESIGN.md §3.6, docs/subject-protocol.md, section 9): the tokens of one
+    session's next pass, which starts at step `base` — column i computes step base + i. While
+    the prompt lasts the pass is a prefill of up to t prompt tokens (prompt tokens only); then
+    it verifies the last accepted token and up to t − 1 drafts (`forced_row`'s tokens under
+    teacher forcing, else `draft`). Never past the session's last step."""
+    n, steps = len(prompt), steps_of(prompt, gen_tokens)
+    tokens = [fed_token(prompt, generated, forced_row, base)]
+    context = (list(prompt) + list(generated))[:base + 1]
+    while len(tokens) < t and base + len(tokens) < steps:
+        step = base + len(tokens)
+        if base < n:
+            if step >= n:
+                break
+            tokens.append(prompt[step])
+        elif forced_row is not None:
+            tokens.append(forced_row[step - n])
+        else:
+            d = draft(context)
+            context.append(d)
+            tokens.append(d)
+    return tokens
+
+
+def column_accepted(prompt, generated, forced_row, base, i, tokens):
+    """Whether column i (> 0) of a pass fed `tokens` from step `base` is kept: its draft equals
+    the token the session feeds at that step — `generated` must hold the tokens of the columns
+    before it. Column 0 always is; the first rejected column and every one after it are thrown
+    away (their KV entries too) and computed again from column 0 of the next pass."""
+    return i == 0 or fed_token(prompt, generated, forced_row, base + i) == tokens[i]
 
 
 def steps_of(prompt, gen_tokens):

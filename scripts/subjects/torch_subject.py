@@ -22,6 +22,16 @@ row's numbers may depend on how many rows share its pass — class identity agai
 baseline then FAILs at b > 1, naming the row, while b1 passes. That is a finding about the
 engine, not a fault of the subject.
 
+Columns (protocol 2, `--columns T`): T consecutive steps of one session per pass — its prompt
+prefilled T tokens at a time, then the last accepted token and T − 1 drafts (the oracle's tokens:
+NUMERIC runs are teacher-forced, so every draft is accepted) — through the same code: the T
+columns share every dense projection ([T, in] @ [in, out]), each appends its key and value at its
+own position before any attends, and column t attends over positions 0 … its own (causal within
+the pass); a rejected column's KV entries are cut and its step computed again as column 0 of the
+next pass. Class identity then holds every column to the single-token baseline: where a [T, in]
+product gives a row other bits than a [1, in] one, t > 1 FAILs naming the column — verify ≠ decode,
+the engine's, reported as found.
+
 Run by memra-gates, never by hand:
     memra-gates run --subject scripts/subjects/torch.toml --backend cuda --tp 1 --transport host-bounce
 """
@@ -42,6 +52,7 @@ BF16_DOOR = "MEMRA_TORCH_BF16_MATMUL"
 BF16_COUNTER = "torch_bf16_matmul.bf16_matmuls"
 HEAD_DIM = 128
 ROWS = (1, 2, 4, 8)  # sessions per pass it runs (torch.toml `batch`)
+COLUMNS = (1, 2, 4, 8)  # consecutive tokens of one session per pass (torch.toml `columns`)
 
 
 def main():
@@ -52,9 +63,9 @@ def main():
     except (ms.ProtocolError, OSError, ValueError) as e:
         print("torch_subject: %s" % e, file=sys.stderr)
         sys.exit(2)
-    if run.columns != 1 or run.batch not in ROWS:
-        print("torch_subject: batch %d columns %d: this subject runs rows %s, single-token columns only "
-              "(its manifest says so)" % (run.batch, run.columns, list(ROWS)), file=sys.stderr)
+    if run.batch not in ROWS or run.columns not in COLUMNS or (run.batch > 1 and run.columns > 1):
+        print("torch_subject: batch %d columns %d: this subject runs rows %s or columns %s, never both "
+              "(its manifest says so)" % (run.batch, run.columns, list(ROWS), list(COLUMNS)), file=sys.stderr)
         sys.exit(2)
     if run.tp != 1 or run.transport != "host-bounce":
         print("torch_subject: TP%d over %s: this subject runs TP1 host-bounce only (its manifest says so)"
@@ -234,25 +245,28 @@ class Engine:
     # ---- one decode step -----------------------------------------------------------------------
 
     def seam(self, layer, seam, rows, t0, parts=None):
-        """Close a seam for every row of the pass: `rows[r]` is session sess[r]'s logical tensor
-        (`parts[r]`: its (tensor, base) pieces when the tensor has gaps). Each row gets its digest,
-        its capture when requested, and the seam's time in this pass."""
+        """Close a seam for every lane of the pass: `rows[r]` is lane r's logical tensor — lane r
+        is (session, step) `self.lanes[r]` — (`parts[r]`: its (tensor, base) pieces when the
+        tensor has gaps). Each lane gets its digest, its capture when requested, and the seam's
+        time in this pass. A rejected column's are written too, and again when the next pass
+        computes its step as column 0."""
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
         ns = time.perf_counter_ns() - t0
-        for r, s in enumerate(self.sess):
+        for r, (s, step) in enumerate(self.lanes):
             t = rows[r]
             d = 0
             for piece, base in (parts[r] if parts else [(t, 0)]):
                 d = (d + self.digest_bits(self.bits(piece), base)) & ms.MASK64
-            self.tape.digest(s.p, s.step, layer, seam, d, ns)
-            if (s.p, s.step, layer, seam) in self.capture:
+            self.tape.digest(s.p, step, layer, seam, d, ns)
+            if (s.p, step, layer, seam) in self.capture:
                 flat = t.contiguous().float().cpu().view(self.torch.uint8).reshape(-1).tolist()
-                self.tape.capture(s.p, s.step, layer, seam, bytes(flat))
+                self.tape.capture(s.p, step, layer, seam, bytes(flat))
         return time.perf_counter_ns()
 
     def layer(self, i, x):
-        """One layer for the rows of a pass: x [B, hidden], row r session sess[r] at its step."""
+        """One layer for the lanes of a pass: x [B, hidden], row r lane self.lanes[r] = (session,
+        step) — rows: B sessions at their own steps; columns: B consecutive steps of one session."""
         torch, c, w = self.torch, self.c, self.layers[i]
         hq, hkv, hidden = c["q_heads"], c["kv_heads"], c["hidden"]
         B = x.shape[0]
@@ -261,15 +275,23 @@ class Engine:
         t0 = self.seam(i, "attn_norm", normed, t0)
         q, k, v, g = (self.mv(w[n], normed) for n in ("q", "k", "v", "gate"))  # [B, out] each
         t0 = self.seam(i, "qkv", torch.cat([q, k, v, g], -1), t0)
-        ropes, attn = [], torch.zeros(B, hq * HEAD_DIM, device=self.device)
-        for r, s in enumerate(self.sess):
-            qh = self.rope(self.rmsnorm(q[r].view(hq, HEAD_DIM), w["q_norm"]), s.step)
-            kh = self.rope(self.rmsnorm(k[r].view(hkv, HEAD_DIM), w["k_norm"]), s.step)
+        ropes, qhs, attn = [], [], torch.zeros(B, hq * HEAD_DIM, device=self.device)
+        # Every lane's key and value go in at its position before any lane attends.
+        for r, (s, step) in enumerate(self.lanes):
+            qh = self.rope(self.rmsnorm(q[r].view(hq, HEAD_DIM), w["q_norm"]), step)
+            kh = self.rope(self.rmsnorm(k[r].view(hkv, HEAD_DIM), w["k_norm"]), step)
+            if len(s.kc[i]) != step:
+                raise RuntimeError("p%d s%d: the layer %d cache holds %d positions, the entry goes at %d"
+                                   % (s.p, step, i, len(s.kc[i]), step))
             s.kc[i].append(kh)
             s.vc[i].append(v[r].view(hkv, HEAD_DIM))
             ropes.append(torch.cat([qh.reshape(-1), kh.reshape(-1)]))
-            K = torch.stack(s.kc[i])  # [pos+1, hkv, 128]
-            V = torch.stack(s.vc[i])
+            qhs.append(qh)
+        # Each lane over its session's positions 0 … its own: causal within a pass of columns.
+        for r, (s, step) in enumerate(self.lanes):
+            qh = qhs[r]
+            K = torch.stack(s.kc[i][:step + 1])  # [step+1, hkv, 128]
+            V = torch.stack(s.vc[i][:step + 1])
             group = hq // hkv
             Kq = K.repeat_interleave(group, 1)  # query head h reads kv head h // group
             Vq = V.repeat_interleave(group, 1)
@@ -370,9 +392,10 @@ class Engine:
     # ---- the battery ---------------------------------------------------------------------------
 
     def decode(self, battery):
-        """Every prompt in passes of the run's rows (memra_subject.row_passes: the runtime's
-        schedule, ragged starts); each step's seams go to the tape under its (prompt, step), with
-        the (pass, lane) that computed it."""
+        """Every prompt in passes of the run's shape — rows (memra_subject.row_passes: the
+        runtime's schedule, ragged starts) or columns (memra_subject.column_tokens, one session
+        at a time); each step's seams go to the tape under its (prompt, step), with the (pass,
+        lane) that computed it."""
         torch = self.torch
         c = self.c
         self.capture = {(k["prompt"], k["step"], k["layer"], k["seam"]) for k in battery["capture"]}
@@ -381,17 +404,15 @@ class Engine:
         gen, prompts = battery["gen_tokens"], battery["prompts"]
         sessions = [Session(p, prompt, c["layers"]) for p, prompt in enumerate(prompts)]
         with torch.no_grad():
-            for pss, live in ms.row_passes(prompts, gen, self.run.batch):
-                self.sess = [sessions[p] for _, p in live]
-                x = torch.stack([self.embed[s.token(forced)] for s in self.sess])  # [B, hidden]
-                for i in range(c["layers"]):
-                    x = self.layer(i, x)
-                for (lane, _), s, (tok, t2) in zip(live, self.sess, self.head(x)):
-                    self.tape.lane(s.p, s.step, pss, lane)
-                    if s.step + 1 >= len(s.prompt):
-                        s.generated.append(tok)
-                        s.top2.append(t2)
-                    s.step += 1
+            if self.run.columns > 1:
+                self.decode_columns(sessions, forced, gen)
+            else:
+                for pss, live in ms.row_passes(prompts, gen, self.run.batch):
+                    lanes = [(sessions[p], sessions[p].step) for _, p in live]
+                    out = self.run_pass(lanes, [s.token(forced) for s, _ in lanes])
+                    for (lane, _), (s, step), (tok, t2) in zip(live, lanes, out):
+                        s.accept(step, tok, t2)
+                        self.tape.lane(s.p, step, pss, lane)
         for s in sessions:
             self.tape.tokens(s.p, s.generated, s.top2)
         self.tape.census["torch.matmuls"] = self.matmuls
@@ -400,6 +421,39 @@ class Engine:
             self.tape.engaged_doors = [BF16_DOOR]
         self.tape.backend = "torch %s on %s" % (torch.__version__, self.where)
         return self.tape
+
+    def decode_columns(self, sessions, forced, gen):
+        """Columns: one session at a time, prefill and verify passes of up to T columns; a
+        rejected column is thrown away — its KV entries cut, its seams written again by the next
+        pass, which computes its step as column 0."""
+        pss, rejected = 0, 0
+        for s in sessions:
+            row = forced[s.p] if forced is not None else None
+            steps = ms.steps_of(s.prompt, gen)
+            while s.step < steps:
+                base = s.step
+                tokens = ms.column_tokens(s.prompt, s.generated, row, base, gen, self.run.columns)
+                lanes = [(s, base + i) for i in range(len(tokens))]
+                for i, (tok, t2) in enumerate(self.run_pass(lanes, tokens)):
+                    if not ms.column_accepted(s.prompt, s.generated, row, base, i, tokens):
+                        rejected += len(tokens) - i
+                        for layer in range(len(s.kc)):
+                            del s.kc[layer][base + i:]
+                            del s.vc[layer][base + i:]
+                        break
+                    s.accept(base + i, tok, t2)
+                    self.tape.lane(s.p, base + i, pss, i)
+                pss += 1
+        self.tape.census["torch.rejected_columns"] = rejected
+
+    def run_pass(self, lanes, tokens):
+        """One pass: every layer and the head for `lanes` [(session, step)] fed `tokens`; per lane
+        its (token, (top-1, top-2))."""
+        self.lanes = lanes
+        x = self.torch.stack([self.embed[tok] for tok in tokens])  # [lanes, hidden]
+        for i in range(self.c["layers"]):
+            x = self.layer(i, x)
+        return self.head(x)
 
 
 class Session:
@@ -413,11 +467,14 @@ class Session:
 
     def token(self, forced):
         """The token fed at this step: the prompt's, then the forced tape's or its own."""
-        n = len(self.prompt)
-        if self.step < n:
-            return self.prompt[self.step]
-        j = self.step - n
-        return forced[self.p][j] if forced is not None else self.generated[j]
+        return ms.fed_token(self.prompt, self.generated, forced[self.p] if forced is not None else None, self.step)
+
+    def accept(self, step, tok, t2):
+        """The lane that computed `step` is kept: a step from the prompt's last on generates."""
+        if step + 1 >= len(self.prompt):
+            self.generated.append(tok)
+            self.top2.append(t2)
+        self.step = step + 1
 
 
 if __name__ == "__main__":

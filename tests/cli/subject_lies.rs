@@ -3,7 +3,8 @@
 //! BIT-IDENTICAL on a NUMERIC-class subject that changes the numbers (the door against the
 //! subject's own run without it), captures that vary between two runs whose digests agree
 //! (determinism of the receipts' evidence), step 0 repeated at every step (non-triviality per
-//! prompt), and a forged census counter (no witness outside the subject: `self-reported`).
+//! prompt), and a forged census counter (no witness outside the subject: `self-reported`); and a
+//! class-identity failure located against the subject's own baseline, not the oracle.
 
 use crate::util::*;
 use memra_receipts::schema::{Gate, Verdict};
@@ -75,10 +76,36 @@ fn captures_that_vary_between_two_runs_fail_determinism() {
     assert!(detail.contains("different receipt evidence (their records agree)"), "{detail}");
     // Both runs stayed within the budget: only comparing what the receipts say catches it.
     assert_eq!(gate(r, Gate::ErrorBudget).0, Verdict::Pass);
+    // The move reached the evidence (the logits are off by ulps), so the two runs cannot agree.
+    let logits = r.evidence.error_budget.iter().find(|e| e.seam == "logits").expect("the logits' error");
+    assert!(logits.max_ulp >= 1 && logits.max_rel > 0.0, "{logits:?}");
     let (o, receipts, _t) = plan("volatile", true, &ONE);
     o.expect_code(0);
     let (v, detail) = gate(only(&receipts), Gate::Determinism);
     assert!(v == Verdict::Pass && detail.contains("the two receipts' evidence is byte-identical"), "{detail}");
+}
+
+/// A class-identity failure is located against the subject's own class baseline, never the
+/// oracle: the subject's single-token run differs from the oracle at logits element 0 (within its
+/// budget), its columns differ from that baseline only at element 1. Re-running the oracle as the
+/// reference once named element 0 — the subject's own NUMERIC difference, not what the columns
+/// changed.
+#[test]
+fn a_class_identity_failure_is_located_against_the_subjects_own_baseline() {
+    let (o, receipts, _t) =
+        plan("own_baseline", false, &["--tp", "1", "--transport", "host-bounce", "--columns", "1,2"]);
+    o.expect_code(1);
+    assert_eq!(receipts.len(), 2, "t1 and t2");
+    let t1 = receipts.iter().find(|r| r.evidence.config.columns.is_none()).expect("the single-token run");
+    assert_eq!(t1.evidence.verdict, Verdict::Pass, "{:?}", t1.evidence.reason);
+    let t2 = receipts.iter().find(|r| r.evidence.config.columns == Some(2)).expect("the t2 run");
+    let (v, detail) = gate(t2, Gate::ClassIdentity);
+    assert_eq!(v, Verdict::Fail, "{detail}");
+    let d = t2.evidence.first_divergence.as_ref().expect("a FAIL names its first divergence");
+    assert_eq!((d.seam.as_str(), d.prompt, d.step), ("logits", 0, 0), "{d:?}");
+    assert!(d.reproduced, "{d:?}");
+    assert_eq!(d.element, Some(1), "located against the oracle instead of the class baseline: {d:?}");
+    assert!(detail.contains("[1]") && detail.contains("(1 ulp)"), "{detail}");
 }
 
 #[test]

@@ -3,7 +3,10 @@
 //! rows — the dense projections of every row of a pass in one product — and is gated at b2 and b4
 //! against the single-token oracle; a batch-dependent defect planted in a copy of it (rows r > 0
 //! fold the o projection's K-blocks in reverse) FAILs naming the row, while its single-token run
-//! still PASSes; a shape outside a version 2 manifest, and any multi-lane shape of a version 1
+//! still PASSes; it runs columns — prefill and verify passes of T consecutive tokens, causal
+//! within the pass — and is gated at t2, t4 and t8 on `tiny` and `edge`, while its two planted
+//! verify defects (partitions chosen by T; a column reading the next column's key) FAIL naming
+//! the column; a shape outside a version 2 manifest, and any multi-lane shape of a version 1
 //! subject, is NOT-APPLICABLE with the reason; bad shape fields are refused before any work; and
 //! the built-in runtime as a protocol 2 subject writes byte-identical evidence at b4 and t4 (and
 //! for the batch canary's FAIL) to the same plans in process.
@@ -33,11 +36,24 @@ fn engine_copy(dir: &Path, engine: impl Fn(&str) -> String, manifest: impl Fn(&s
 /// A short host plan of `tiny` through `manifest`: three prompts (rows need sessions), two
 /// generated tokens, at the shapes `shapes` asks for.
 fn plan_out(manifest: &Path, out: &Path, shapes: &[&str], code: i32) -> (Output, Vec<Receipt>) {
+    plan_with(manifest, out, &["--preset", "tiny", "--gen-tokens", "2"], shapes, &[], code)
+}
+
+/// A host plan of three prompts through `manifest`: `model` (the preset and generated tokens),
+/// `shapes`, the environment `env` added.
+fn plan_with(
+    manifest: &Path,
+    out: &Path,
+    model: &[&str],
+    shapes: &[&str],
+    env: &[(&str, &str)],
+    code: i32,
+) -> (Output, Vec<Receipt>) {
     let mut args = vec!["run", "--subject", s(manifest), "--backend", "host", "--tp", "1"];
-    args.extend(["--transport", "host-bounce", "--preset", "tiny", "--prompts", "3", "--gen-tokens", "2"]);
-    args.extend(["--quiet", "--out", s(out)]);
+    args.extend(["--transport", "host-bounce", "--prompts", "3", "--quiet", "--out", s(out)]);
+    args.extend_from_slice(model);
     args.extend_from_slice(shapes);
-    let o = run(&args);
+    let o = run_env(&args, env);
     o.expect_code(code);
     let receipts = read_receipts(out).into_iter().map(|r| r.1).collect();
     (o, receipts)
@@ -58,7 +74,7 @@ fn reason(r: &Receipt) -> String {
 fn the_docs_engine_runs_rows_bit_identical_and_a_row_defect_fails_naming_the_row() {
     let tmp = tempdir();
     let out = tmp.path().join("rows");
-    let (_, receipts) = plan_out(&repo(MANIFEST), &out, &["--batch", "1,2,4", "--columns", "1,2"], 0);
+    let (_, receipts) = plan_out(&repo(MANIFEST), &out, &["--batch", "1,2,4"], 0);
     for b in [1, 2, 4] {
         let r = at(&receipts, b, 1);
         assert_eq!(r.evidence.verdict, Verdict::Pass, "b{b}: {}", reason(r));
@@ -72,18 +88,10 @@ fn the_docs_engine_runs_rows_bit_identical_and_a_row_defect_fails_naming_the_row
             "b{b}: {detail:?}"
         );
     }
-    // Columns are outside its manifest: NOT-APPLICABLE with the rule, never run as rows.
-    let t2 = at(&receipts, 1, 2);
-    assert_eq!(t2.evidence.verdict, Verdict::NotApplicable);
-    assert!(
-        reason(t2).contains("subject docs-engine 0.1.0 (protocol 2) runs batch [1, 2, 4, 8] and columns [1] only: t2 is outside its manifest"),
-        "{}",
-        reason(t2)
-    );
-
     // Negative control: rows r > 0 fold the o projection's K-blocks in reverse (a summation
     // order that depends on the row, as a kernel chosen by batch size may). Single-token passes
-    // are untouched and PASS; b2 FAILs at o_join, in row 1.
+    // are untouched and PASS; b2 FAILs at o_join, in row 1. Its manifest declares no columns:
+    // t2 is NOT-APPLICABLE with the rule, never run.
     let planted = engine_copy(
         &tmp.path().join("planted"),
         |t| {
@@ -93,10 +101,20 @@ fn the_docs_engine_runs_rows_bit_identical_and_a_row_defect_fails_naming_the_row
                 "        oj = np.stack([fold(op[:, r] if r == 0 else op[::-1, r]) for r in range(op.shape[1])])\n",
             )
         },
-        str::to_string,
+        |m| {
+            assert!(m.contains("\ncolumns = [1, 2, 4, 8]"), "docs_engine.toml declares its columns");
+            m.lines().filter(|l| !l.starts_with("columns = ")).collect::<Vec<_>>().join("\n")
+        },
     );
     let out = tmp.path().join("planted-out");
-    let (o, receipts) = plan_out(&planted, &out, &["--batch", "1,2"], 1);
+    let (o, receipts) = plan_out(&planted, &out, &["--batch", "1,2", "--columns", "1,2"], 1);
+    let t2 = at(&receipts, 1, 2);
+    assert_eq!(t2.evidence.verdict, Verdict::NotApplicable);
+    assert!(
+        reason(t2).contains("subject docs-engine 0.1.0 (protocol 2) runs batch [1, 2, 4, 8] and columns [1] only: t2 is outside its manifest"),
+        "{}",
+        reason(t2)
+    );
     assert_eq!(at(&receipts, 1, 1).evidence.verdict, Verdict::Pass, "{}", reason(at(&receipts, 1, 1)));
     let b2 = at(&receipts, 2, 1);
     assert_eq!(b2.evidence.verdict, Verdict::Fail);
@@ -107,12 +125,86 @@ fn the_docs_engine_runs_rows_bit_identical_and_a_row_defect_fails_naming_the_row
     assert!(o.stdout.contains("row 1") || o.stderr.contains("row 1"), "{}", o.transcript());
 }
 
+/// Columns: every prefill and verify pass of T tokens gives each column the single-token step's
+/// bits at its position, on `tiny` (six generated tokens: verify passes with drafts, rejected
+/// columns thrown away and computed again; as many passes as the built-in runtime's) and on `edge`. Two defects a verify path can have,
+/// planted through `DOCS_ENGINE_PLANT`, leave the single-token run PASSing and FAIL naming the
+/// column the definition predicts.
+#[test]
+fn the_docs_engine_runs_columns_bit_identical_and_verify_defects_fail_naming_the_column() {
+    let tmp = tempdir();
+    let models: [(&str, &[&str], &str); 2] = [
+        ("tiny", &["--preset", "tiny", "--gen-tokens", "6"], "1,2,4,8"),
+        ("edge", &["--preset", "edge", "--gen-tokens", "3"], "1,4"),
+    ];
+    for (name, model, shapes) in models {
+        let out = tmp.path().join(name);
+        let (_, receipts) = plan_with(&repo(MANIFEST), &out, model, &["--columns", shapes], &[], 0);
+        let ts: Vec<usize> = shapes.split(',').map(|t| t.parse().unwrap()).collect();
+        assert_eq!(receipts.len(), ts.len(), "{name}");
+        for t in ts {
+            let r = at(&receipts, 1, t);
+            assert_eq!(r.evidence.verdict, Verdict::Pass, "{name} t{t}: {}", reason(r));
+            if t > 1 {
+                // Columns really ran: the identity gate counts the passes of several columns.
+                let identity = r.evidence.gates.iter().find(|g| g.gate == Gate::Identity).expect("an identity gate");
+                assert!(
+                    identity.detail.contains("passes computed several columns"),
+                    "{name} t{t}: {}",
+                    identity.detail
+                );
+            }
+        }
+        if name == "tiny" {
+            // The verify passes drafted (prompt lookup) and threw rejected columns away.
+            let census = &at(&receipts, 1, 8).evidence.census;
+            assert!(census.get("docs_engine.rejected_columns").is_some_and(|&n| n > 0), "{census:?}");
+            // Its schedule is the runtime's: the built-in runtime, in process, on the same plan
+            // at t8 counts the same passes and the same passes of several columns.
+            let builtin = tmp.path().join("builtin-t8");
+            let mut args =
+                vec!["run", "--backend", "host", "--tp", "1", "--transport", "host-bounce", "--prompts", "3"];
+            args.extend(model);
+            args.extend(["--columns", "8", "--quiet", "--out", s(&builtin)]);
+            run(&args).expect_code(0);
+            let theirs: Vec<Receipt> = read_receipts(&builtin).into_iter().map(|r| r.1).collect();
+            let passes = |r: &Receipt| {
+                let d = &r.evidence.gates.iter().find(|g| g.gate == Gate::Identity).expect("an identity gate").detail;
+                d[d.find("t8: ").unwrap_or_else(|| panic!("no pass count in {d}"))..].to_string()
+            };
+            assert_eq!(passes(at(&receipts, 1, 8)), passes(at(&theirs, 1, 8)));
+        }
+    }
+
+    // Negative controls. `causality`: each column also attends to the key of the column after
+    // it, so column 0 of the first pass (prompt 0's prefill) already differs at L0.attn.
+    // `verify_partitions`: a pass of T columns cuts attention into partitions of 32 >> T
+    // positions, so at t4 (partitions of 2) the first step attending over more than 2
+    // positions — step 2, column 2 of the same prefill pass — differs.
+    let plants: [(&str, &str, usize, usize); 2] = [("causality", "2", 2, 0), ("verify_partitions", "4", 4, 32 >> 4)];
+    for (plant, shape, t, step) in plants {
+        let out = tmp.path().join(plant);
+        let model = ["--preset", "tiny", "--gen-tokens", "2"];
+        let shapes = ["--columns", &format!("1,{shape}")];
+        let (o, receipts) = plan_with(&repo(MANIFEST), &out, &model, &shapes, &[("DOCS_ENGINE_PLANT", plant)], 1);
+        assert_eq!(at(&receipts, 1, 1).evidence.verdict, Verdict::Pass, "{plant}: {}", reason(at(&receipts, 1, 1)));
+        let r = at(&receipts, 1, t);
+        assert_eq!(r.evidence.verdict, Verdict::Fail, "{plant}");
+        let d = r.evidence.first_divergence.as_ref().expect("a FAIL names its first divergence");
+        assert_eq!((d.prompt, d.step, d.layer, d.seam.as_str()), (0, step, 0, "attn"), "{plant}: {d:?}");
+        let lane = d.lane.expect("a multi-lane FAIL names its lane");
+        assert_eq!((lane.axis, lane.index, lane.pass), (LaneAxis::Column, step, 0), "{plant}: {d:?}");
+        let named = format!("column {step} of pass 0");
+        assert!(o.stdout.contains(&named) || o.stderr.contains(&named), "{plant}: {}", o.transcript());
+    }
+}
+
 #[test]
 fn a_protocol_1_subject_is_not_applicable_at_rows_with_the_reason() {
     let tmp = tempdir();
     let v1 = engine_copy(&tmp.path().join("v1"), str::to_string, |m| {
         let m = m.replace("protocol = 2", "protocol = 1");
-        m.lines().filter(|l| !l.starts_with("batch = ")).collect::<Vec<_>>().join("\n")
+        m.lines().filter(|l| !l.starts_with("batch = ") && !l.starts_with("columns = ")).collect::<Vec<_>>().join("\n")
     });
     let (_, receipts) = plan_out(&v1, &tmp.path().join("out"), &["--batch", "1,4"], 0);
     // The single-token run still works over protocol 1 (a version 1 battery file, no lanes).
@@ -133,10 +225,11 @@ fn bad_shape_fields_are_refused_before_any_work() {
     let tmp = tempdir();
     let good = std::fs::read_to_string(repo(MANIFEST)).unwrap();
     assert!(good.contains("batch = [1, 2, 4, 8]"), "docs_engine.toml declares its rows");
+    assert!(good.contains("columns = [1, 2, 4, 8]"), "docs_engine.toml declares its columns");
     let cases: [(&str, String, &str); 5] = [
         ("three", good.replace("batch = [1, 2, 4, 8]", "batch = [1, 3]"), "batch = \"[1, 3]\": 3 is no pass size"),
         ("twice", good.replace("batch = [1, 2, 4, 8]", "batch = [1, 2, 2]"), "2 is listed twice"),
-        ("no-one", good.replace("batch = [1, 2, 4, 8]", "columns = [2, 4]"), "columns = \"[2, 4]\": the list holds 1"),
+        ("no-one", good.replace("columns = [1, 2, 4, 8]", "columns = [2, 4]"), "columns = \"[2, 4]\": the list holds 1"),
         (
             "v1",
             good.replace("protocol = 2", "protocol = 1"),
@@ -202,36 +295,46 @@ fn the_builtin_runtime_through_protocol_2_writes_byte_identical_evidence_at_rows
     }
 }
 
-/// scripts/subjects/torch_subject.py's rows without PyTorch (not installed on the host): through
-/// a numpy stand-in for the torch calls it makes (`tests/subjects/torch_shim/`), its single-token
-/// run PASSes the NUMERIC gates and its b2 run is judged, never an ERROR: PASS, or — where the
-/// matrix library computes a [2, in] product otherwise than a [1, in] one, as numpy's BLAS may —
-/// a class-identity FAIL that names its row. The numbers are numpy's, not torch's: this holds the
+/// scripts/subjects/torch_subject.py's rows and columns without PyTorch (not installed on the
+/// host): through a numpy stand-in for the torch calls it makes (`tests/subjects/torch_shim/`),
+/// its single-token run PASSes the NUMERIC gates and its b2 and t2 runs are judged, never an
+/// ERROR: PASS, or — where the matrix library computes a [2, in] product otherwise than a
+/// [1, in] one, as numpy's BLAS may — a class-identity FAIL that names its row or column. The numbers are numpy's, not torch's: this holds the
 /// subject's protocol side (schedule, lanes, tape), the GPU run says what torch does.
 #[test]
-fn the_torch_subject_runs_rows_through_a_numpy_stand_in() {
+fn the_torch_subject_runs_rows_and_columns_through_a_numpy_stand_in() {
     let tmp = tempdir();
     let out = tmp.path().join("out");
     let manifest = repo("scripts/subjects/torch.toml");
     let shim = repo("tests/subjects/torch_shim");
     let mut args = vec!["run", "--subject", s(&manifest), "--backend", "host", "--tp", "1"];
     args.extend(["--transport", "host-bounce", "--preset", "tiny", "--prompts", "3", "--gen-tokens", "2"]);
-    args.extend(["--batch", "1,2", "--quiet", "--out", s(&out)]);
+    args.extend(["--batch", "1,2", "--columns", "1,2", "--quiet", "--out", s(&out)]);
     let o = run_env(&args, &[("PYTHONPATH", s(&shim))]);
     assert!(matches!(o.code, Some(0 | 1)), "{}", o.transcript());
     let receipts: Vec<Receipt> = read_receipts(&out).into_iter().map(|r| r.1).collect();
     let b1 = at(&receipts, 1, 1);
     assert_eq!(b1.evidence.verdict, Verdict::Pass, "{}", reason(b1));
     assert!(b1.evidence.config.subject == "torch-reference");
-    let b2 = at(&receipts, 2, 1);
-    match b2.evidence.verdict {
-        Verdict::Pass => {}
-        Verdict::Fail => {
-            let d = b2.evidence.first_divergence.as_ref().expect("a FAIL names its first divergence");
-            assert_eq!(d.lane.map(|l| l.axis), Some(LaneAxis::Row), "{d:?}");
+    for (b, t, axis) in [(2, 1, LaneAxis::Row), (1, 2, LaneAxis::Column)] {
+        let r = at(&receipts, b, t);
+        match r.evidence.verdict {
+            Verdict::Pass => {}
+            Verdict::Fail => {
+                let d = r.evidence.first_divergence.as_ref().expect("a FAIL names its first divergence");
+                assert_eq!(d.lane.map(|l| l.axis), Some(axis), "{d:?}");
+                let class = r.evidence.gates.iter().find(|g| g.gate == Gate::ClassIdentity).expect("class identity");
+                assert_eq!(class.verdict, Verdict::Fail, "b{b} t{t}: only class identity may fail: {}", class.detail);
+                let failed: Vec<Gate> =
+                    r.evidence.gates.iter().filter(|g| g.verdict == Verdict::Fail).map(|g| g.gate).collect();
+                assert_eq!(failed, [Gate::ClassIdentity], "b{b} t{t}");
+            }
+            other => panic!("b{b} t{t}: {other:?}: {}", reason(r)),
         }
-        other => panic!("b2: {other:?}: {}", reason(b2)),
     }
+    // The columns ran as columns: teacher-forced drafts are the oracle's tokens, all accepted.
+    let tape = at(&receipts, 1, 2).evidence.gates.iter().find(|g| g.gate == Gate::ArgmaxTape).expect("an argmax tape");
+    assert!(tape.detail.contains("passes computed several columns"), "{}", tape.detail);
     // Negative control: the same subject scheduling one row per pass while the run asks for b2
     // (its helper fills lane 0 only) labels honest lanes but batches nothing: the NUMERIC gates
     // must not pass it under the b2 name.

@@ -17,11 +17,21 @@ on past it.
 - repeat: writes step 0's digests again at every step of each prompt (tokens stay honest).
 - nan (every TP size, a NUMERIC-CLASS manifest): element 0 of every captured logits tensor is NaN,
   its digests agree with that, the tokens and top-two logits stay honest.
-- volatile (every TP size, a NUMERIC-CLASS manifest): one captured logit moves by a random amount
-  in each run, the digests stay the same — only what is judged from captures varies.
+- volatile (every TP size, a NUMERIC-CLASS manifest): one captured logit (element 1 of the first
+  captured logits tensor) moves away from zero by n + 1 ulps in the plan's start n, the digests
+  stay the same — only what is judged from captures varies, and it varies in every start: two
+  starts never write the same bits, so the determinism gate cannot pass it by chance (a random
+  move of 1e-6 to 1e-5 relative once rounded to the same f32 in both runs, about one plan in a
+  hundred, and the plan passed).
 - numeric_door (a NUMERIC-CLASS manifest): with MEMRA_ROUTES_PRESTAGE (declared BIT-IDENTICAL) on,
   it runs the built-in runtime with MEMRA_STEP_TP_W8 too, hiding that door's counters — the door
   changes the numbers it claims to keep.
+- own_baseline (a NUMERIC-CLASS protocol 2 manifest with columns): the built-in runtime with the
+  last bits of its logits moved at every step, digests and captures alike — element 0 by one ulp
+  in every run, element 1 by one more in a run of several columns — so its single-token class
+  baseline differs from the oracle at element 0 and its columns differ from that baseline only
+  at element 1: a class-identity failure located against the oracle instead of the subject's own
+  baseline names the wrong element.
 - honest: the built-in runtime under the name misbehave, at every TP size (the controls).
 - forge: with its own door MEMRA_FORGED on, it runs the built-in runtime unchanged and writes a
   forged counter `forged.calls` (census and backend census) and claims the door engaged.
@@ -29,7 +39,6 @@ on past it.
 
 import json
 import os
-import random
 import struct
 import subprocess
 import sys
@@ -114,6 +123,65 @@ def nan_logits(tensors, tape):
             set_u64(tensors, ranks, at * r, get_u64(tensors, ranks, at * r) + delta)
 
 
+def moved_logits(gates, elements):
+    """The built-in runtime's tape with the logits' `elements` moved away from zero by one ulp at
+    every step of every prompt: it runs with every logits tensor captured (a battery of its own
+    beside the tape), moves their bits and digests (and rank 0's digest share), and keeps only
+    the captures the plan asked for."""
+    with open(os.environ["MEMRA_SUBJECT_BATTERY"]) as f:
+        battery = json.load(f)
+    meta, _ = ms.read_safetensors(os.environ["MEMRA_SUBJECT_MODEL"])
+    layers = json.loads(meta["memra.config"])["layers"]
+    asked = {(c["prompt"], c["step"], c["layer"], c["seam"]) for c in battery["capture"]}
+    every = [(p, s) for p, prompt in enumerate(battery["prompts"])
+             for s in range(ms.steps_of(prompt, battery["gen_tokens"]))]
+    battery["capture"] = battery["capture"] + [{"prompt": p, "step": s, "layer": layers, "seam": "logits"}
+                                               for p, s in every if (p, s, layers, "logits") not in asked]
+    path = os.environ["MEMRA_SUBJECT_TAPE"] + ".battery.json"
+    with open(path, "w") as f:
+        json.dump(battery, f)
+    meta, tape, tensors = builtin_tape(gates, dict(os.environ, MEMRA_SUBJECT_BATTERY=path))
+    os.remove(path)
+    if tape.get("error") is not None:
+        return meta, tape, tensors
+    column = tape["seams"].index("L%d.logits" % layers)
+    s = len(tape["seams"])
+    for p, step in every:
+        name = "capture.p%d.s%d.L%d.logits" % (p, step, layers)
+        dtype, shape, raw = tensors[name]
+        bits = list(struct.unpack("<%dI" % (len(raw) // 4), raw))
+        delta = 0
+        for e in elements:
+            delta += ms.digest_bits([bits[e] + 1], e) - ms.digest_bits([bits[e]], e)
+            bits[e] += 1
+        at = step * s + column
+        set_u64(tensors, "p%d.digests" % p, at, get_u64(tensors, "p%d.digests" % p, at) + delta)
+        ranks = "p%d.rank_digests" % p
+        if ranks in tensors:
+            r = tensors[ranks][1][2]
+            set_u64(tensors, ranks, at * r, get_u64(tensors, ranks, at * r) + delta)
+        if (p, step, layers, "logits") in asked:
+            tensors[name] = (dtype, shape, struct.pack("<%dI" % len(bits), *bits))
+        else:
+            del tensors[name]
+            tape.get("capture_owners", {}).pop(name, None)
+    return meta, tape, tensors
+
+
+def start_number():
+    """This start's number within its plan, from 0: the first `volatile-start-N` name that this
+    start creates (O_EXCL, so two starts never get one number, whatever runs at the same time) in
+    the directory of its tape — memra-gates' work directory of the plan, removed when it ends."""
+    work = os.path.dirname(os.path.abspath(os.environ["MEMRA_SUBJECT_TAPE"]))
+    n = 0
+    while True:
+        try:
+            os.close(os.open(os.path.join(work, "volatile-start-%d" % n), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return n
+        except FileExistsError:
+            n += 1
+
+
 def main():
     mode, gates = sys.argv[1], sys.argv[2]
     misbehave = os.environ["MEMRA_SUBJECT_TP"] == "2"
@@ -135,6 +203,11 @@ def main():
             tape["engaged_doors"] = [d for d in tape["engaged_doors"] if d != "MEMRA_STEP_TP_W8"]
             tape["census"] = {k: v for k, v in tape["census"].items() if not k.startswith("w8.")}
         write(meta, tape, tensors)
+        return
+    if mode == "own_baseline":
+        with open(os.environ["MEMRA_SUBJECT_BATTERY"]) as f:
+            columns = json.load(f).get("pass", {}).get("columns", 1)
+        write(*moved_logits(gates, [0, 1] if columns > 1 else [0]))
         return
     if misbehave and mode == "crash":
         print("misbehave: crashing on purpose at TP2", file=sys.stderr)
@@ -162,11 +235,14 @@ def main():
         nan_logits(tensors, tape)
     if mode == "volatile":
         layers = tape["layers"]
-        for name in [n for n in tensors if n.startswith("capture.") and n.endswith("L%d.logits" % layers)][:1]:
-            dtype, shape, raw = tensors[name]
-            (v,) = struct.unpack_from("<f", raw, 4)
-            moved = struct.pack("<f", v * (1 + random.uniform(1e-6, 1e-5)))
-            tensors[name] = (dtype, shape, raw[:4] + moved + raw[8:])
+        names = [n for n in tensors if n.startswith("capture.") and n.endswith("L%d.logits" % layers)]
+        if not names:
+            sys.exit("misbehave: volatile needs a captured logits tensor, and this run has none")
+        dtype, shape, raw = tensors[names[0]]
+        # Away from zero by start + 1 ulps: never the same bits in two starts of one plan.
+        (bits,) = struct.unpack_from("<I", raw, 4)
+        moved = struct.pack("<I", bits + start_number() + 1)
+        tensors[names[0]] = (dtype, shape, raw[:4] + moved + raw[8:])
     if misbehave and mode == "skip_seam":
         drop_column(tensors, tape, "L0.o_join")
     if mode == "lie" and tape.get("engaged_doors"):

@@ -207,7 +207,7 @@ impl Suite<'_> {
             Ok(Some(mut d)) => {
                 gate::name_lane(&mut d, run, job.pass);
                 let reference = RunSpec::oracle(job.backend, ExpertFormat::E4m3);
-                self.place(&mut d, (run, other), locating, reference, self.spec(job, None, &[]));
+                self.place(&mut d, (run, other), locating, (reference, false), self.spec(job, None, &[]));
                 let text = format!("first divergence at {}", d.describe());
                 ev.divergence = Some(d);
                 Outcome::Fail(text)
@@ -226,7 +226,7 @@ impl Suite<'_> {
         d: &mut FirstDivergence,
         (run, other): (&Record, &Record),
         locating: Locating,
-        reference: RunSpec,
+        (reference, own): (RunSpec, bool),
         job: RunSpec,
     ) {
         if d.copy_from.is_some() {
@@ -234,7 +234,7 @@ impl Suite<'_> {
             return;
         }
         match locating {
-            Locating::Rerun => self.locate(d, run, reference, job),
+            Locating::Rerun => self.locate(d, run, reference, job, own),
             Locating::From(Some(found)) if found.copy_from.is_none() && found.key() == d.key() => *d = found.clone(),
             Locating::From(_) => {}
         }
@@ -283,7 +283,7 @@ impl Suite<'_> {
                         pass: memra_runtime::PassShape::SINGLE,
                         ..self.spec(job, Some(oracle), &[])
                     };
-                    self.place(&mut d, (run, other), locating, baseline, self.spec(job, Some(oracle), &[]));
+                    self.place(&mut d, (run, other), locating, (baseline, true), self.spec(job, Some(oracle), &[]));
                     let text = format!("differs from the class baseline first at {}", d.describe());
                     ev.divergence = Some(d);
                     Outcome::Fail(text)

@@ -15,8 +15,9 @@ use memra_runtime::record::Record;
 
 impl Suite<'_> {
     /// Locate `d`, a difference between the record of `reference` and `run` (the record of
-    /// `job`): re-run both with a full capture of its seam.
-    pub(super) fn locate(&self, d: &mut FirstDivergence, run: &Record, reference: RunSpec, job: RunSpec) {
+    /// `job`): re-run both with a full capture of its seam. `own`: the reference is the
+    /// subject's own run (a class baseline), re-run by the subject whatever the backend.
+    pub(super) fn locate(&self, d: &mut FirstDivergence, run: &Record, reference: RunSpec, job: RunSpec, own: bool) {
         if d.copy_from.is_some() {
             return;
         }
@@ -24,10 +25,12 @@ impl Suite<'_> {
         let (mut reference, mut job) = (reference, job);
         reference.capture = vec![key];
         job.capture = vec![key];
-        // The host oracle is the built-in runtime's; a CUDA reference is the subject's own TP1 run.
+        // The host oracle is the built-in runtime's; a CUDA reference, and a class baseline on
+        // either backend, is the subject's own run (an external NUMERIC subject's class baseline
+        // re-run by the built-in runtime once showed the canonical bits as the reference).
         let reference = match reference.backend {
-            BackendKind::Host => self.runtime_as(Phase::Oracle, reference).map_err(|e| e.to_string()),
-            BackendKind::Cuda => self.subject_as(Phase::Oracle, reference).map_err(|e| e.to_string()),
+            BackendKind::Host if !own => self.runtime_as(Phase::Oracle, reference).map_err(|e| e.to_string()),
+            _ => self.subject_as(Phase::Oracle, reference).map_err(|e| e.to_string()),
         };
         let Ok(reference) = reference else { return };
         let Some(reference) = reference.captures.get(&key) else { return };
