@@ -3,6 +3,7 @@
 //! subject protocol's manifest and tape.
 
 mod bench_floor;
+mod doors29;
 mod gates;
 mod promote;
 mod promote_gain;

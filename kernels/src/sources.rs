@@ -6,7 +6,7 @@
 //! includes `canon.cuh` only behind its include guard, so the concatenation needs no include path.
 
 /// (file name, contents) in the fixed concatenation order.
-const SOURCES: [(&str, &str); 9] = [
+const SOURCES: [(&str, &str); 10] = [
     ("canon.cuh", include_str!("../cuda/canon.cuh")),
     ("gemv.cu", include_str!("../cuda/gemv.cu")),
     ("gemv_lanes.cu", include_str!("../cuda/gemv_lanes.cu")),
@@ -16,6 +16,7 @@ const SOURCES: [(&str, &str); 9] = [
     ("moe.cu", include_str!("../cuda/moe.cu")),
     ("elementwise.cu", include_str!("../cuda/elementwise.cu")),
     ("digest.cu", include_str!("../cuda/digest.cu")),
+    ("doors29.cu", include_str!("../cuda/doors29.cu")),
 ];
 
 /// All kernel sources concatenated in a fixed order (one translation unit for NVRTC). A
@@ -168,6 +169,9 @@ pub const KERNEL_NAMES: &[&str] = &[
     // digest.cu
     "digest_f32",
     "digest_batch_f32",
+    // doors29.cu
+    "mirror_sel_u32",
+    "ring_flag_u32",
 ];
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 mod segments;
 
 mod direct_joins;
+mod doors29;
 mod edge;
 mod graph_program;
 mod host_ranks;

@@ -24,6 +24,7 @@
 //! | `read` / `write` | `<bytes>` | each host read from / write into a rank's memory (`Backend::read`/`write`) |
 //! | `graph_replay` | — | each captured graph launched instead of its calls |
 //! | `doorbell` | — | each fence rung with stream memory operations (not an event fallback) |
+//! | `kernel_doorbell` | — | each fence rung by a kernel's store into the waiter's device memory and awaited with a same-device stream memop (FENCE_RANK1; not an event fallback) |
 //! | `merged_launch` | — | each kernel rank 0 issued on the default stream (RANK0_MERGE) |
 //! | `defect` | the planted defect | each op run with a planted twin defect (host canaries) |
 //!
@@ -38,7 +39,7 @@ use std::collections::BTreeMap;
 pub type Census = BTreeMap<String, u64>;
 
 /// The census families a door may name (the first segment of a counter).
-pub const FAMILIES: [&str; 13] = [
+pub const FAMILIES: [&str; 14] = [
     "launch",
     "peer_store",
     "copy",
@@ -50,13 +51,14 @@ pub const FAMILIES: [&str; 13] = [
     "write",
     "graph_replay",
     "doorbell",
+    "kernel_doorbell",
     "merged_launch",
     "defect",
 ];
 
 /// The counters of mechanisms only a backend's inner machinery decides (a distributed run sums
 /// them across processes; every other family is counted from the program's calls).
-pub const MECHANISMS: [&str; 3] = ["graph_replay", "doorbell", "merged_launch"];
+pub const MECHANISMS: [&str; 4] = ["graph_replay", "doorbell", "kernel_doorbell", "merged_launch"];
 
 /// One backend's census, and the last kernel each rank issued (for `copy_after`).
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -11,8 +11,13 @@ use crate::Result;
 
 /// Every engagement counter a backend may report through [`Witness::engagement`] (mechanisms the
 /// backend carries out alone). The distributed backend sums exactly these across processes.
-pub const BACKEND_COUNTERS: [&str; 4] =
-    ["rank0_merge.merged_launches", "graph.replays", "bulk_p2p.packed_copies", "fence_memops.doorbells"];
+pub const BACKEND_COUNTERS: [&str; 5] = [
+    "rank0_merge.merged_launches",
+    "graph.replays",
+    "bulk_p2p.packed_copies",
+    "fence_memops.doorbells",
+    "fence_rank1.kernel_doorbells",
+];
 
 /// A backend's evidence.
 pub trait Witness {

@@ -11,7 +11,7 @@
 //! buffer lives until the layer ends), so the check reads what the copy moved.
 
 use super::Ctx;
-use crate::backend::{capability, DigestPart, Packed, Slice, Transfer};
+use crate::backend::{capability, DigestPart, JoinFence, Packed, Slice, Transfer};
 use crate::evidence::record::{CopyFault, Seam};
 use crate::Result;
 
@@ -68,6 +68,20 @@ impl Ctx<'_> {
                 (src_rank, DigestPart::plain(t.from.1, 0)),
                 (dst_rank, DigestPart::plain(t.to.1, 0)),
             );
+        }
+        Ok(())
+    }
+
+    /// SEL_MIRROR: `src` of the root to `dst` of `dst_rank` as ONE mirror launch per lane — a
+    /// byte-copy kernel the root runs with its output in `dst_rank`'s memory (a peer store, with a
+    /// direct join's two event fences) — checked like a copy.
+    pub fn mirror(&mut self, seam: Seam, src: Slice, dst_rank: usize, dst: Slice) -> Result<()> {
+        for l in self.active.clone() {
+            let (from, to) = (self.at_lane(0, src, l), self.at_lane(dst_rank, dst, l));
+            let op = crate::backend::Op::MirrorSel { src: from, out: to };
+            capability::peer_stores(self.backend)?.launch_peer_store(0, op, dst_rank, JoinFence::Events)?;
+            self.count("sel_mirror.mirror_launches");
+            self.check_copy(l, seam, (0, DigestPart::plain(from, 0)), (dst_rank, DigestPart::plain(to, 0)));
         }
         Ok(())
     }

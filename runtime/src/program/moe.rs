@@ -24,7 +24,6 @@ use crate::Result;
 pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
     let c = ctx.model.config.clone();
     let k = c.top_k;
-    let tp = ctx.placement.tp;
     let root = ctx.buffers.root.clone();
     let lay = ctx.weights.param_layout.clone();
     let doors = ctx.cfg.doors;
@@ -55,11 +54,8 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
         ctx.count("dev_router.device_selections");
     }
     ctx.seam(l, Seam::Router, &Ctx::root_part(root.route))?;
-    // The route ids to every rank (bytes), then the expert input unless prestaged.
-    for r in 1..tp {
-        let dst = ctx.buffers.ranks[r].route.sub(0, k);
-        ctx.copy(Seam::Router, 0, root.route.sub(0, k), r, dst)?;
-    }
+    // The selection to every rank (bytes), then the expert input unless prestaged.
+    distribute_selection(ctx)?;
     if !doors.routes_prestage {
         broadcast(ctx, Seam::FfnNorm, xin0, |rb| rb.xin)?;
     }
@@ -75,6 +71,36 @@ pub(super) fn moe_half(ctx: &mut Ctx, l: usize) -> Result<()> {
         moe_join(ctx, l, None)?;
     }
     residual(ctx, l)
+}
+
+/// The fences of MOE_DIRECT's peer stores: events, FENCE_MEMOPS's doorbells, or (FENCE_RANK1)
+/// a doorbell and then a kernel doorbell in the root's memory.
+fn join_fence(doors: crate::DoorSet) -> JoinFence {
+    match (doors.fence_memops, doors.fence_rank1) {
+        (true, true) => JoinFence::KernelDoorbell,
+        (true, false) => JoinFence::Doorbells,
+        // FENCE_RANK1 alone is refused before the run (it requires FENCE_MEMOPS).
+        (false, _) => JoinFence::Events,
+    }
+}
+
+/// The routed selection each peer rank needs, from the root: the k route ids (bits) — and on an
+/// NVFP4_EP2 owner also the k route weights, which its owner sum reads. By default one copy per
+/// tensor (the weights copy is `moe_join`'s); SEL_MIRROR moves a peer's whole need in ONE mirror
+/// launch, and rank 0, whose route buffer is the root's, reads the selection directly.
+fn distribute_selection(ctx: &mut Ctx) -> Result<()> {
+    let k = ctx.model.config.top_k;
+    let root_route = ctx.buffers.root.route;
+    for r in 1..ctx.placement.tp {
+        let dst = ctx.buffers.ranks[r].route;
+        if ctx.cfg.doors.sel_mirror {
+            let n = if ctx.placement.experts == ExpertMode::Interleaved2 { 2 * k } else { k };
+            ctx.mirror(Seam::Router, root_route.sub(0, n), r, dst.sub(0, n))?;
+        } else {
+            ctx.copy(Seam::Router, 0, root_route.sub(0, k), r, dst.sub(0, k))?;
+        }
+    }
+    Ok(())
 }
 
 /// The route ids read on the host (MOE_DIRECT on expert-parallel owners only), checked.
@@ -120,7 +146,7 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let pitch = ctx.buffers.act_pitch;
     let root = ctx.buffers.root.clone();
     let doors = ctx.cfg.doors;
-    let fence = if doors.fence_memops { JoinFence::Doorbells } else { JoinFence::Events };
+    let fence = join_fence(doors);
     let routed_sharded = ctx.placement.experts == ExpertMode::TensorParallel;
     let shared_sharded = ctx.placement.shared_sharded;
     let (routed_direct, shared_direct) = (doors.moe_direct && routed_sharded, doors.moe_direct && shared_sharded);
@@ -268,7 +294,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let root = ctx.buffers.root.clone();
     let doors = ctx.cfg.doors;
     let direct = doors.moe_direct;
-    let fence = if doors.fence_memops { JoinFence::Doorbells } else { JoinFence::Events };
+    let fence = join_fence(doors);
     let routed_sharded = ctx.placement.experts == ExpertMode::TensorParallel;
     let shared_sharded = ctx.placement.shared_sharded;
     let (g_r, g_s) = (ctx.placement.down_kblocks, ctx.placement.shared_kblocks);
@@ -408,12 +434,19 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             let r = owner % tp;
             let rb = ctx.buffers.ranks[r].clone();
             let acc = rb.esum.sub(owner * hidden, hidden);
-            ctx.copy(Seam::MoeJoin, 0, weights, r, rb.rw.sub(0, k))?;
+            // SEL_MIRROR: the owner's weights came with its ids (`distribute_selection`; rank 0's
+            // route is the root's).
+            let w = if doors.sel_mirror {
+                rb.route.sub(k, k)
+            } else {
+                ctx.copy(Seam::MoeJoin, 0, weights, r, rb.rw.sub(0, k))?;
+                rb.rw.sub(0, k)
+            };
             let op = Op::CombineOwned {
                 route: rb.route.sub(0, k),
                 owner: SlotOwner { rule: parity, want: owner as u32 },
                 y: rb.ey.sub(0, k * hidden),
-                w: rb.rw.sub(0, k),
+                w,
                 out: acc,
             };
             ctx.launch(r, op)?;

@@ -39,6 +39,7 @@ gpu_modules![
     cuda_lanes,
     cuda_lane_grid,
     cuda_passes,
+    cuda_doors29,
     harness_checks
 ];
 

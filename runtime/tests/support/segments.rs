@@ -7,7 +7,11 @@
 //! n-th, planting the defect a graph with a stale position would have. With
 //! `drop_length_copies`, it drops every copy within a rank of at most one word per lane (the
 //! per-layer KV length mirror copies; the program's other copies within a rank move whole rows), planting the defect of a LEN_MIRROR_LAZY that skipped them in a run whose
-//! verify/prefill passes read the mirrors.
+//! verify/prefill passes read the mirrors. With `swap_mirrored_slots`, every SEL_MIRROR mirror
+//! of at least two words stores the selection's first two words swapped (a mirror that reorders
+//! the slots). With `fences_as_events`, every peer store's fence is noted in `fences_seen` and
+//! the wrapped backend is handed event fences (the host's stand-in for the CUDA-only doorbells,
+//! so the program's choice of fence can be checked on the host).
 
 #![allow(dead_code)] // the host tests and the CUDA tests each use a part
 
@@ -35,6 +39,11 @@ pub struct SegmentChecker<B: Backend> {
     pub forward_segments: bool,
     /// Drop every copy within a rank of at most 8 words (module docs).
     pub drop_length_copies: bool,
+    /// Swap the first two words of every SEL_MIRROR mirror (module docs).
+    pub swap_mirrored_slots: bool,
+    /// Note each peer store's fence and hand the wrapped backend events (module docs).
+    pub fences_as_events: bool,
+    pub fences_seen: Vec<JoinFence>,
     positions_set: usize,
 }
 
@@ -49,6 +58,9 @@ impl<B: Backend> SegmentChecker<B> {
             freeze_position_after: None,
             forward_segments: false,
             drop_length_copies: false,
+            swap_mirrored_slots: false,
+            fences_as_events: false,
+            fences_seen: Vec::new(),
             positions_set: 0,
         }
     }
@@ -171,7 +183,38 @@ impl<B: Backend> UnfencedCopies for SegmentChecker<B> {
 impl<B: Backend> PeerStores for SegmentChecker<B> {
     fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
         self.note(format!("peer store r{rank} {op:?} r{out_rank} {fence:?}"));
-        capability::peer_stores(&mut self.inner)?.launch_peer_store(rank, op, out_rank, fence)
+        let fence = if self.fences_as_events {
+            self.fences_seen.push(fence);
+            JoinFence::Events
+        } else {
+            fence
+        };
+        let stores = capability::peer_stores(&mut self.inner)?;
+        match op {
+            Op::MirrorSel { src, out } if self.swap_mirrored_slots && src.len >= 2 => {
+                let word = |s: Slice, i: usize| s.sub(i, 1);
+                stores.launch_peer_store(
+                    rank,
+                    Op::MirrorSel { src: word(src, 0), out: word(out, 1) },
+                    out_rank,
+                    fence,
+                )?;
+                stores.launch_peer_store(
+                    rank,
+                    Op::MirrorSel { src: word(src, 1), out: word(out, 0) },
+                    out_rank,
+                    fence,
+                )?;
+                let rest = src.len - 2;
+                stores.launch_peer_store(
+                    rank,
+                    Op::MirrorSel { src: src.sub(2, rest), out: out.sub(2, rest) },
+                    out_rank,
+                    fence,
+                )
+            }
+            op => stores.launch_peer_store(rank, op, out_rank, fence),
+        }
     }
 }
 

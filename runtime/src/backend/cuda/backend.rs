@@ -59,6 +59,7 @@ impl Backend for CudaBackend {
         }
         self.tickets.clear();
         (self.launches, self.merged_launches, self.packed_copies, self.doorbells_rung) = (0, 0, 0, 0);
+        self.kernel_doorbells_rung = 0;
         // The census counts what a run issues (uploads are not counted): the next run's starts
         // from nothing, as on a fresh backend.
         self.census = CensusCounter::new(self.ranks.len());
@@ -375,6 +376,7 @@ impl Witness for CudaBackend {
         let mut c = self.census.clone();
         c.mechanism("graph_replay", self.graphs.replays);
         c.mechanism("doorbell", self.doorbells_rung);
+        c.mechanism("kernel_doorbell", self.kernel_doorbells_rung);
         c.mechanism("merged_launch", self.merged_launches);
         c.counts()
     }
@@ -395,6 +397,9 @@ impl Witness for CudaBackend {
         if self.doorbells_rung > 0 {
             out.push(("fence_memops.doorbells".to_string(), self.doorbells_rung));
         }
+        if self.kernel_doorbells_rung > 0 {
+            out.push(("fence_rank1.kernel_doorbells".to_string(), self.kernel_doorbells_rung));
+        }
         out
     }
 
@@ -413,9 +418,9 @@ impl Witness for CudaBackend {
 
 impl PeerStores for CudaBackend {
     fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
-        if fence == JoinFence::Doorbells && self.graphs.open() {
+        if fence != JoinFence::Events && self.graphs.open() {
             return Err(RuntimeError::DoorRefused {
-                door: "MEMRA_FENCE_MEMOPS",
+                door: if fence == JoinFence::Doorbells { "MEMRA_FENCE_MEMOPS" } else { "MEMRA_FENCE_RANK1" },
                 rule: "FENCE_MEMOPS doorbells inside a graph segment: every join rings a new ticket, and a captured \
                        graph would replay the ticket it was captured with"
                     .into(),

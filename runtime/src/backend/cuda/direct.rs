@@ -18,6 +18,17 @@
 //! peer device's memory rejected). A write is always issued before its wait, and every stream
 //! queue executes in issue order, so no wait can block the write it waits for.
 //!
+//! Kernel doorbells (FENCE_RANK1, with FENCE_MEMOPS) replace the second fence only: after the
+//! store the producer's stream launches `ring_flag_u32`, which stores the ticket into a flag word
+//! in the DESTINATION's device memory (a raw `cuMemAlloc`, zeroed on the destination's stream
+//! before the first fence that could ring it is queued; the engine found pool memory
+//! memop-ineligible), and the destination's stream waits on that word with a same-device
+//! `cuStreamWaitValue32_v2` (GEQ, FLUSH where the device can) instead of an event or a
+//! host-memory doorbell. One word per (signaller, waiter) pair, tickets growing by one per fence
+//! of the pair; the kernel is issued before the wait, so no wait can block the store it waits
+//! for. The first fence stays a host-memory doorbell (memops on a peer's memory were rejected in
+//! the engine: the store must come from a kernel).
+//!
 //! A device that rejects memops (allocation, mapping or the call itself refused) gets events for
 //! that fence and every later one; such fences are NOT counted, so a fallback run reports 0
 //! doorbells and its gate is VOID, never PASS. Why not gate on
@@ -25,6 +36,7 @@
 //! v2 calls used here report their own refusal, which is what decides.
 
 use super::driver;
+use super::memory::DeviceBuffer;
 use super::safe::{self, Device, DevicePtr, DeviceWord, PinnedHost};
 use super::CudaBackend;
 use crate::backend::{JoinFence, Op};
@@ -74,6 +86,15 @@ impl Doorbells {
     }
 }
 
+/// FENCE_RANK1's flag words: per waiter rank, one u32 per signaller in the waiter's device
+/// memory (allocated on first use), and the last ticket rung per ordered pair. Freed with the
+/// backend after it drained every stream.
+#[derive(Default)]
+pub(crate) struct KernelBells {
+    words: Vec<Option<DeviceBuffer>>,
+    tickets: Vec<u32>,
+}
+
 /// Whether doorbells can be rung on this backend, decided on first use.
 #[derive(Default)]
 pub(crate) enum BellState {
@@ -97,13 +118,77 @@ impl CudaBackend {
             self.ensure_peer_access(rank, out_rank)?;
         }
         let what = "peer store";
-        self.fence(out_rank, rank, fence, what)?;
+        if fence == JoinFence::KernelDoorbell {
+            // Before the first fence, so the zeroed words precede every ring in stream order.
+            self.kernel_bell_words(out_rank)?;
+        }
+        // The first fence: a kernel doorbell is a host-memory doorbell there.
+        let first = if fence == JoinFence::KernelDoorbell { JoinFence::Doorbells } else { fence };
+        self.fence(out_rank, rank, first, what)?;
         self.launches += 1;
         if rank == 0 && self.opts.rank0_on_default_stream {
             self.merged_launches += 1;
         }
         self.launch_op_to(rank, op, out_rank)?;
+        if fence == JoinFence::KernelDoorbell {
+            if self.ring_kernel_bell(rank, out_rank)? {
+                return Ok(());
+            }
+            return self.order_after(out_rank, rank, what);
+        }
         self.fence(rank, out_rank, fence, what)
+    }
+
+    /// `waiter`'s FENCE_RANK1 flag words, allocated and zeroed (on its stream) on first use.
+    fn kernel_bell_words(&mut self, waiter: usize) -> Result<DevicePtr> {
+        let n = self.ranks.len();
+        if self.kernel_bells.words.len() < n {
+            self.kernel_bells.words.resize_with(n, || None);
+            self.kernel_bells.tickets = vec![0; n * n];
+        }
+        if self.kernel_bells.words[waiter].is_none() {
+            let ctx = self.ctx_of(waiter).clone();
+            let b = DeviceBuffer::zeroed(&ctx, &self.ranks[waiter].stream, n * 4, "FENCE_RANK1 flag words")?;
+            self.kernel_bells.words[waiter] = Some(b);
+        }
+        Ok(self.kernel_bells.words[waiter].as_ref().expect("allocated just above").region())
+    }
+
+    /// Ring one kernel doorbell signaller → waiter (module docs); `Ok(false)` when memops are
+    /// unavailable (the caller falls back to an event, uncounted).
+    fn ring_kernel_bell(&mut self, signaller: usize, waiter: usize) -> Result<bool> {
+        if matches!(self.bells, BellState::Rejected(_)) {
+            return Ok(false);
+        }
+        let n = self.ranks.len();
+        let words = self.kernel_bell_words(waiter)?;
+        let (Some(flag), Some(word)) = (words.sub(signaller * 4, 4), words.word(signaller)) else {
+            return Err(crate::error::RuntimeError::Contract(format!(
+                "kernel doorbell {signaller} → {waiter}: no flag word for this rank among {n} ranks"
+            )));
+        };
+        let pair = signaller * n + waiter;
+        let ticket = self.kernel_bells.tickets[pair].wrapping_add(1);
+        // The store into the waiter's memory: a peer pointer where the devices differ (the peer
+        // store above enabled access between exactly these ranks).
+        self.launch_ring_flag(signaller, flag.addr(), ticket)?;
+        let mut wait = driver::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        if self.can_flush_remote_writes(waiter) {
+            wait |= driver::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_FLUSH as u32;
+        }
+        let w = &self.ranks[waiter];
+        w.stream.context().bind_to_thread().map_err(|e| self.fault(waiter, "kernel doorbell wait", e))?;
+        // `word` lies in the waiter's own device memory, owned by `self.kernel_bells` (freed only
+        // after every stream is drained); the ring kernel that satisfies it was issued above.
+        let r = safe::stream_wait_value32(&w.stream, word, ticket, wait);
+        if let Some(rejected) = self.memop_result(r, waiter, "cuStreamWaitValue32_v2 (kernel doorbell)")? {
+            // The ticket the kernel stores is harmless: nothing waits for it.
+            self.bells = BellState::Rejected(rejected);
+            return Ok(false);
+        }
+        self.kernel_bells.tickets[pair] = ticket;
+        self.kernel_doorbells_rung += 1;
+        Ok(true)
     }
 
     /// Make `waiter`'s later work wait for `signaller`'s work so far, by events or a doorbell.

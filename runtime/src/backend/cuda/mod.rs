@@ -160,6 +160,10 @@ pub struct CudaBackend {
     doorbells_rung: u64,
     /// The doorbell flags of FENCE_MEMOPS, created on first use.
     bells: direct::BellState,
+    /// Kernel doorbells rung (FENCE_RANK1's), fallbacks to events excluded.
+    kernel_doorbells_rung: u64,
+    /// FENCE_RANK1's flag words in each waiter's device memory, created on first use.
+    kernel_bells: direct::KernelBells,
     // Field order is drop order: captured graphs (they may hold NCCL work, and NCCL waits for
     // graphs that reference a communicator before it lets the communicator go), then NCCL
     // communicators, then ranks (buffers, events, streams), then staging and devices.
@@ -253,6 +257,8 @@ impl CudaBackend {
             packed_copies: 0,
             doorbells_rung: 0,
             bells: direct::BellState::Untried,
+            kernel_doorbells_rung: 0,
+            kernel_bells: direct::KernelBells::default(),
             _reserved: reserved,
         })
     }

@@ -385,6 +385,13 @@ impl PeerStores for HostBackend {
                 rule: "host backend: MEMRA_FENCE_MEMOPS is NOT-APPLICABLE here (stream memory-op doorbells exist only on CUDA streams); refusing rather than running the event path under the door's name".into(),
             });
         }
+        if fence == JoinFence::KernelDoorbell {
+            return Err(RuntimeError::Unsupported {
+                backend: "host".into(),
+                mechanism: "FENCE_RANK1 kernel doorbells",
+                rule: "host backend: MEMRA_FENCE_RANK1 is NOT-APPLICABLE here (a kernel store into the root's device memory awaited by a stream memop exists only on CUDA); refusing rather than running the event path under the door's name".into(),
+            });
+        }
         self.check_op_at(rank, &op, out_rank)?;
         let kernel = self.kernel(rank, &op);
         self.census.peer_store(rank, kernel);

@@ -310,6 +310,11 @@ pub(super) fn execute(a: &mut Arena, op: Op, obs: Observe) {
             write_slice(a, x.sub(0, 1), &[f32::from_bits(v.to_bits() ^ 1)]);
         }
         Op::SetU32 { out, value } => write_slice(a, out.sub(0, 1), &[f32::from_bits(value)]),
+        // Bits, not values: a route id is a u32 bit pattern (a denormal or NaN as an f32).
+        Op::MirrorSel { src, out } => {
+            let bits = read_slice(a, src).to_vec();
+            write_slice(a, out, &bits);
+        }
         Op::QkNormRopeAt { x, w, eps, table, pos } => {
             let p = read_slice(a, pos.sub(0, 1))[0].to_bits();
             let mut xv = read_slice(a, x).to_vec();

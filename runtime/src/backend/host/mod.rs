@@ -287,6 +287,10 @@ impl HostBackend {
             {
                 Err(RuntimeError::Contract(format!("{name}: the position slice is empty; it must hold one u32")))
             }
+            Op::MirrorSel { src, out } if src.len != out.len => Err(RuntimeError::Contract(format!(
+                "{name}: a mirror copies bit for bit, but its source has {} elements and its destination {}",
+                src.len, out.len
+            ))),
             _ => Ok(()),
         }
     }

@@ -66,6 +66,7 @@ impl Op {
             Op::FoldCombine { parts, w, out, .. } => vec![parts, w, out],
             Op::SelectSlots { route, src, out, .. } => vec![route, src, out],
             Op::CombineOwned { route, y, w, out, .. } => vec![route, y, w, out],
+            Op::MirrorSel { src, out } => vec![src, out],
         };
         slices.into_iter().for_each(&mut f);
     }
@@ -105,6 +106,7 @@ impl Op {
             Op::FoldCombine { .. } => "fold_combine",
             Op::SelectSlots { .. } => "select_slots",
             Op::CombineOwned { .. } => "combine_owned",
+            Op::MirrorSel { .. } => "mirror_sel",
         }
     }
 

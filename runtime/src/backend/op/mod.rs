@@ -257,6 +257,10 @@ pub enum Op {
     /// NVFP4_EP2's per-owner sum: `out = +0`, then per owned routed slot in order
     /// `out = out + (+0 + w[s]·y[s])` (`y` is `[k][out.len]`, `w` has k values).
     CombineOwned { route: Slice, owner: SlotOwner, y: Slice, w: Slice, out: Slice },
+    /// SEL_MIRROR: `out = src`, bit for bit (u32 payloads such as route ids travel as bit
+    /// patterns) — the routed selection's mirror, launched by the root as a peer store into a
+    /// peer rank's route buffer (`src.len == out.len`).
+    MirrorSel { src: Slice, out: Slice },
 }
 
 impl Op {
@@ -270,7 +274,8 @@ impl Op {
             | Op::Fold { out, .. }
             | Op::Add { out, .. }
             | Op::Scale { out, .. }
-            | Op::FoldSlots { out, .. } => Some(out),
+            | Op::FoldSlots { out, .. }
+            | Op::MirrorSel { out, .. } => Some(out),
             // One slot writes one contiguous region; several slots write a strided set, which a
             // peer store (a whole slice) cannot express.
             Op::ExpertDown { out, slots: 1, .. } => Some(out),
@@ -287,6 +292,7 @@ impl Op {
             | Op::Add { out, .. }
             | Op::Scale { out, .. }
             | Op::FoldSlots { out, .. }
+            | Op::MirrorSel { out, .. }
             | Op::ExpertDown { out, slots: 1, .. } => *out = to,
             _ => {}
         }
@@ -305,6 +311,12 @@ pub enum JoinFence {
     /// waiting stream waits until the flag reaches it. Only CUDA streams have them; a device that
     /// rejects them gets events instead, and such a fence is not counted as a doorbell.
     Doorbells,
+    /// FENCE_RANK1 (with FENCE_MEMOPS): the first fence a [`JoinFence::Doorbells`] doorbell; the
+    /// second a doorbell in the DESTINATION's device memory — the producer's stream launches a
+    /// one-thread kernel that stores the ticket into a flag word of the destination rank's
+    /// device, and the destination's stream waits on it with a same-device stream memop. Only
+    /// CUDA has it; a device that rejects memops gets events, uncounted.
+    KernelDoorbell,
 }
 
 /// BULK_P2P: `blocks` blocks of `src.len` elements, block i at `src.offset + i·src_pitch` of

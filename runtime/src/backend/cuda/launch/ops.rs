@@ -381,6 +381,7 @@ impl CudaBackend {
                 self.launch_at_op(rank, op)
             }
             Op::IncU32 { .. } | Op::AttentionRows { .. } | Op::FoldLanes { .. } => self.launch_pass_op(rank, op),
+            Op::MirrorSel { src, out } => self.launch_mirror_sel(rank, src, out, to),
             Op::RopeAppend { .. }
             | Op::ExpertGateUp { .. }
             | Op::ExpertDown { .. }
