@@ -9,6 +9,7 @@ mod direct_joins;
 mod edge;
 mod graph_program;
 mod host_ranks;
+mod join_folds;
 mod launches;
 mod model;
 mod prepared;
