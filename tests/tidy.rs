@@ -16,9 +16,9 @@
 //! 8. cudarc's raw layers (`sys`, `result`: the driver and NVRTC FFI) are named only by
 //!    `runtime/src/backend/cuda/driver.rs`, whose thin wrappers every other file calls.
 //! 10. The census is written only by backends (`census`): outside `runtime/src/backend/` no source
-//!    names the census counter or calls a `Census` constructor (but an external subject's tape,
-//!    read in `gates/src/subject/protocol/`), and the runtime assigns a record's census only
-//!    from its backend's `census()`.
+//!     names the census counter or calls a `Census` constructor (but an external subject's tape,
+//!     read in `gates/src/subject/protocol/`), and the runtime assigns a record's census only
+//!     from its backend's `census()`.
 //!
 //! Rules about structure (`imports`):
 //! 7. The top-level modules of `gates/src`, `receipts/src`, `tools/src` and `kernels/src` import
