@@ -63,6 +63,24 @@ fn engagement_is_decided_by_the_census_not_by_call_site_counters() {
 }
 
 #[test]
+fn a_host_round_trip_is_not_engagement_unless_declared() {
+    let d = decl("len_mirror_lazy", &[("copy.local.*", Change::Fewer)]);
+    let off = census(&[("copy.local.4", 10), ("read.4", 2), ("write.1024", 3)]);
+    // The copies are gone, but as many host reads and writes appeared: a round trip.
+    let trip = census(&[("read.4", 12), ("write.1024", 3), ("write.4", 10)]);
+    let o = gate::engagement(&trip, &[(&d, Ok(off.clone()))]);
+    assert!(!o.passed(), "{}", o.detail());
+    assert!(o.detail().contains("a host round trip: read.* 2 → 12 and write.* 3 → 13"), "{}", o.detail());
+    // Controls: the copies really skipped; more reads alone (a route read on the host); a door
+    // that declares its writes.
+    assert!(gate::engagement(&census(&[("read.4", 2), ("write.1024", 3)]), &[(&d, Ok(off.clone()))]).passed());
+    let reads = census(&[("read.4", 12), ("write.1024", 3)]);
+    assert!(gate::engagement(&reads, &[(&d, Ok(off.clone()))]).passed());
+    let declared = decl("x", &[("copy.local.*", Change::Fewer), ("write.*", Change::More)]);
+    assert!(gate::engagement(&trip, &[(&declared, Ok(off))]).passed());
+}
+
+#[test]
 fn a_broken_copy_is_the_first_difference_before_its_consumer() {
     let oracle = record(2, 2, 7);
     let mut run = record(2, 2, 7);

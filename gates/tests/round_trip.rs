@@ -1,9 +1,11 @@
-//! A door whose mechanism is replaced by a host read + write (issue 26, planted at run time): a
+//! A door whose mechanism is replaced by a host read + write (issue 26, planted at run time). (1) A
 //! backend whose peer stores compute the partials on the peer, read them to the host and write
-//! them into the root. The numbers are the peer stores' bit for bit, so every digest gate would
+//! them into the root: the numbers are the peer stores' bit for bit, so every digest gate would
 //! pass; the census — counted inside the backend, which the program cannot write — shows no peer
 //! store and the round trip's `read.*`/`write.*`, and the engagement gate fails OPROJ_DIRECT
-//! (VOID). The control: the real peer stores pass the same gate.
+//! (VOID). (2) LEN_MIRROR_LAZY claims fewer local copies; a run whose mirror copies went through
+//! the host instead satisfies `copy.local.* fewer`, and only the round-trip rule (more reads and
+//! more writes, undeclared) fails it. The controls: the real mechanisms pass the same gate.
 
 use memra_gating::gate;
 use memra_gating::job::CensusDecl;
@@ -24,6 +26,8 @@ use memra_runtime::{program, Battery, DoorSet, RunConfig, Transport};
 struct RoundTrip {
     inner: HostBackend,
     round_trip: bool,
+    /// Same-rank copies become a host read + write.
+    local_copies_round_trip: bool,
 }
 
 impl Backend for RoundTrip {
@@ -49,6 +53,10 @@ impl Backend for RoundTrip {
         self.inner.launch(rank, op)
     }
     fn copy(&mut self, c: Transfer) -> memra_runtime::Result<()> {
+        if self.local_copies_round_trip && c.from.0 == c.to.0 {
+            let bytes = self.inner.read(c.from.0, c.from.1)?;
+            return self.inner.write(c.to.0, c.to.1, &bytes);
+        }
         self.inner.copy(c)
     }
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> memra_runtime::Result<usize> {
@@ -135,7 +143,7 @@ fn peer_stores_replaced_by_a_host_round_trip_are_not_witnessed() {
     let run = |direct: bool, round_trip: bool| -> Record {
         let mut cfg = RunConfig::new(2, Transport::NativeP2p, Battery::default_for(m.config.vocab, 2)).unwrap();
         cfg.doors.oproj_direct = direct;
-        let mut b = RoundTrip { inner: HostBackend::new(2).unwrap(), round_trip };
+        let mut b = RoundTrip { inner: HostBackend::new(2).unwrap(), round_trip, local_copies_round_trip: false };
         program::run(&m, &cfg, &mut b).unwrap()
     };
     let off = run(false, false);
@@ -150,7 +158,47 @@ fn peer_stores_replaced_by_a_host_round_trip_are_not_witnessed() {
     let o = gate::engagement(planted.census.counts(), &[(&decl, Ok(off.census.counts().clone()))]);
     assert!(!o.passed(), "a host round trip witnessed as peer stores: {}", o.detail());
     assert!(o.detail().contains("oproj_direct") && o.detail().contains("peer_store.gemv_partials.*"), "{}", o.detail());
+    assert!(o.detail().contains("a host round trip: read.*"), "{}", o.detail());
     let (p, r) = (planted.census.counts(), real.census.counts());
     assert_eq!(family(p, "peer_store."), 0, "{p:?}");
     assert!(family(p, "read.") > family(r, "read.") && family(p, "write.") > family(r, "write."), "{p:?}\n{r:?}");
+}
+
+fn decl_of(id: &str) -> CensusDecl {
+    let reg = Registry::builtin().unwrap();
+    let door = reg.door(id).unwrap();
+    CensusDecl {
+        door: door.id.clone(),
+        changes: door.census.clone(),
+        off: DoorSet::default(),
+        off_vars: Default::default(),
+        identity: None,
+    }
+}
+
+#[test]
+fn fewer_copies_by_a_host_round_trip_are_not_witnessed() {
+    let decl = decl_of("len_mirror_lazy");
+    let m = generate(&ModelConfig::preset("tiny", None).unwrap(), 7).unwrap();
+    let run = |lazy: bool, round_trip: bool| -> Record {
+        let mut cfg = RunConfig::new(2, Transport::NativeP2p, Battery::default_for(m.config.vocab, 2)).unwrap();
+        cfg.doors.len_mirror_lazy = lazy;
+        let mut b =
+            RoundTrip { inner: HostBackend::new(2).unwrap(), round_trip: false, local_copies_round_trip: round_trip };
+        program::run(&m, &cfg, &mut b).unwrap()
+    };
+    let off = run(false, false);
+    // The planted run: every mirror copy still made, through the host.
+    let (real, planted) = (run(true, false), run(false, true));
+    assert_eq!(planted.digests, real.digests, "the same numbers either way");
+    let judge = |r: &Record| gate::engagement(r.census.counts(), &[(&decl, Ok(off.census.counts().clone()))]);
+    let o = judge(&real);
+    assert!(o.passed(), "{}", o.detail());
+    let o = judge(&planted);
+    assert!(!o.passed(), "copies moved through the host witnessed as skipped: {}", o.detail());
+    // The declared change alone holds: only the round-trip rule sees it.
+    assert!(o.detail().contains("len_mirror_lazy (census against the door off: a host round trip"), "{}", o.detail());
+    assert!(!o.detail().contains("copy.local.* fewer"), "the declared change held: {}", o.detail());
+    let held = decl.changes.iter().all(|c| c.check(off.census.counts(), planted.census.counts()).is_ok());
+    assert!(held, "the planted run satisfies every declared change");
 }
