@@ -83,6 +83,10 @@ fn selftest_catches_every_canary_that_runs() {
     out.expect_stdout(&["reference (f64)", "reference canary"]);
     assert!(out.stdout.lines().any(|l| l.starts_with("reference (f64)") && l.contains(" PASS ")), "{}", out.stdout);
     assert!(out.stdout.lines().any(|l| l.starts_with("reference canary") && l.contains("CAUGHT")), "{}", out.stdout);
+    // The reference gate's failure is located (issue 26: it named the seam only): the planted 1 %
+    // in layer 0's o_proj is first over the bound at that layer and seam, prompt 0, step 0.
+    let canary = out.stdout.lines().find(|l| l.starts_with("reference canary")).unwrap_or_default();
+    assert!(canary.contains(": first over the bound at L0.o_proj p0 s0 ["), "{canary}");
 
     // The receipts say the same: each canary that ran FAILed its identity gate at a located
     // divergence, except the silent fallback, which is VOID with its identity intact.
