@@ -7,8 +7,9 @@
 //! configuration with the door off, and the engagement gate compares the two censuses: a door
 //! whose mechanism silently fell back leaves the census unchanged, whatever its call site counted.
 //!
-//! Every backend keeps its census with one `CensusCounter` (`backend/census.rs`) and names kernels with the one
-//! function `Op::kernel` (`backend/op/facts.rs`), so the host, CUDA and distributed backends count exactly alike.
+//! Every backend keeps its census with one `CensusCounter` (`backend/census.rs`) and names
+//! kernels with the one function `Op::kernel` (`backend/op/facts.rs`), so the host, CUDA and
+//! distributed backends count exactly alike. Only they write it: [`Census`] is read-only.
 //!
 //! # Counter names (`<family>.<detail>`)
 //! | family | detail | counted |
