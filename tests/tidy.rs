@@ -15,6 +15,10 @@
 //! 4. Every Rust file opens with a `//!` paragraph saying why it exists.
 //! 8. cudarc's raw layers (`sys`, `result`: the driver and NVRTC FFI) are named only by
 //!    `runtime/src/backend/cuda/driver.rs`, whose thin wrappers every other file calls.
+//! 10. The census is written only by backends (`census`): outside `runtime/src/backend/` no source
+//!     names the census counter or calls a `Census` constructor (but an external subject's tape,
+//!     read in `gates/src/subject/protocol/`), and the runtime assigns a record's census only
+//!     from its backend's `census()`.
 //!
 //! Rules about structure (`imports`):
 //! 7. The top-level modules of `gates/src`, `receipts/src`, `tools/src` and `kernels/src` import
@@ -34,6 +38,7 @@
 //! below run every rule over the whole tree (`tree`: the repository minus what `.gitignore`
 //! ignores).
 
+mod census;
 mod code;
 mod docs;
 mod imports;
@@ -41,6 +46,7 @@ mod lex;
 mod tree;
 mod unsafety;
 
+use census::check_census_writers;
 use code::*;
 use docs::*;
 use std::fmt;
@@ -156,6 +162,21 @@ fn raw_driver_calls_live_behind_the_driver_layer() {
     assert_clean(
         "driver calls",
         files.iter().filter(|f| !is_tidy(&f.rel)).flat_map(|f| check_driver_calls(&f.rel, &f.text)).collect(),
+    );
+}
+
+#[test]
+fn census_is_written_only_by_backends() {
+    let files = tree(&["rs"]);
+    // The rule must see the backends' own writes as writes (it only exempts their folder).
+    let host = files.iter().find(|f| f.rel == "runtime/src/backend/host/backend.rs").expect("the host backend exists");
+    let seen = check_census_writers("runtime/src/program/elsewhere.rs", &host.text).len();
+    assert!(seen >= 2, "the census rule sees only {seen} writes in the host backend");
+    let hand_over = files.iter().filter(|f| f.text.contains(".census = ") && f.rel.starts_with("runtime/src/")).count();
+    assert!(hand_over >= 1, "tidy found no record census assignment in runtime/src: is it reading the tree?");
+    assert_clean(
+        "census writers",
+        files.iter().filter(|f| !is_tidy(&f.rel)).flat_map(|f| check_census_writers(&f.rel, &f.text)).collect(),
     );
 }
 

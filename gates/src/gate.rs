@@ -366,7 +366,8 @@ pub fn engagement(run: &BTreeMap<String, u64>, doors: &[CensusBaseline]) -> Outc
         match off {
             Err(e) => missing.push(format!("{} (its census baseline could not run: {e})", decl.door)),
             Ok(off) => {
-                let checks: Vec<Result<String, String>> = decl.changes.iter().map(|c| c.check(off, run)).collect();
+                let mut checks: Vec<Result<String, String>> = decl.changes.iter().map(|c| c.check(off, run)).collect();
+                checks.extend(host_round_trip(decl, off, run).map(Err));
                 let failed: Vec<&String> = checks.iter().filter_map(|c| c.as_ref().err()).collect();
                 if failed.is_empty() {
                     held.push(format!(
@@ -386,6 +387,33 @@ pub fn engagement(run: &BTreeMap<String, u64>, doors: &[CensusBaseline]) -> Outc
     } else {
         Outcome::Fail(format!("enabled but not witnessed by the backend: {}", missing.join("; ")))
     }
+}
+
+/// The census families of a host round trip: a read from one rank's memory, a write into another's.
+const ROUND_TRIP: [&str; 2] = ["read.", "write."];
+
+/// A door whose run issues more host reads *and* more host writes than the same configuration
+/// with it off, and declares neither family: the signature of a mechanism replaced by a host
+/// round trip (read the bytes out of one rank, write them into another), which can satisfy a
+/// declared `fewer` (the copies it replaced are gone) while the device does none of the work.
+/// Reads alone grow legitimately (MOE_DIRECT reads the route on expert-parallel owners); no door
+/// writes more from the host.
+fn host_round_trip(decl: &CensusDecl, off: &BTreeMap<String, u64>, on: &BTreeMap<String, u64>) -> Option<String> {
+    let declared =
+        |family: &str| decl.changes.iter().any(|c| c.counter.split('+').any(|t| t.trim().starts_with(family)));
+    if ROUND_TRIP.iter().any(|f| declared(f)) {
+        return None;
+    }
+    let sum =
+        |c: &BTreeMap<String, u64>, f: &str| c.iter().filter(|(k, _)| k.starts_with(f)).map(|(_, v)| *v).sum::<u64>();
+    let moves: Vec<(u64, u64)> = ROUND_TRIP.iter().map(|f| (sum(off, f), sum(on, f))).collect();
+    moves.iter().all(|(a, b)| b > a).then(|| {
+        format!(
+            "a host round trip: read.* {} → {} and write.* {} → {} with the door on, which it does not declare \
+             (its mechanism read and wrote through the host)",
+            moves[0].0, moves[0].1, moves[1].0, moves[1].1
+        )
+    })
 }
 
 /// Coverage: every path the model claims was reached — in the oracle's coverage of the model and

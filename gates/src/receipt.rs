@@ -187,7 +187,7 @@ pub(crate) fn build_receipt(
         reason: ev.reason.clone(),
         gates: ev.gates.clone(),
         engaged: record.engaged.clone(),
-        census: record.census.clone(),
+        census: record.census.counts().clone(),
         census_witness: ev.census_witness.clone(),
         coverage: ev.coverage.as_ref().map(coverage_evidence).unwrap_or_default(),
         claims: {

@@ -32,7 +32,7 @@ pub fn sections(r: &Record) -> Vec<(&'static str, String)> {
         ("digests", canon(&digests_of(r))),
         ("tokens", canon(&r.tokens)),
         ("top2", canon(&top2)),
-        ("census", canon(&r.census)),
+        ("census", canon(r.census.counts())),
         ("coverage", canon(&coverage)),
         ("engaged", canon(&r.engaged)),
         ("copies", canon(&json!({ "verified": r.copies_verified, "faults": faults }))),

@@ -36,7 +36,7 @@ fn sel_mirror_is_witnessed_with_peers_and_void_without() {
     };
     for tp in [1, 2, 4] {
         let (on, off) = (census(tp, true), census(tp, false));
-        let o = gate::engagement(&on, &[(&d, Ok(off.clone()))]);
+        let o = gate::engagement(on.counts(), &[(&d, Ok(off.counts().clone()))]);
         assert_eq!(o.passed(), tp > 1, "TP{tp}: {}", o.detail());
         if tp == 1 {
             assert_eq!(on, off, "TP1: the flag alone changes no call");

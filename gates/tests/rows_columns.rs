@@ -203,7 +203,7 @@ fn len_mirror_lazy_is_witnessed_outside_columns_and_void_in_them() {
         let mut cfg = RunConfig::new(2, Transport::NativeP2p, Battery::default_for(m.config.vocab, 3)).unwrap();
         cfg.pass = shape;
         cfg.doors.len_mirror_lazy = lazy;
-        program::run(&m, &cfg, &mut HostBackend::new(2).unwrap()).unwrap().census
+        program::run(&m, &cfg, &mut HostBackend::new(2).unwrap()).unwrap().census.counts().clone()
     };
     for (b, t) in [(1, 1), (4, 1), (1, 4)] {
         let shape = PassShape::new(b, t).unwrap();

@@ -8,6 +8,7 @@ mod gates;
 mod promote;
 mod promote_gain;
 mod registry;
+mod round_trip;
 mod rows_columns;
 mod subject_manifest;
 mod subject_tape;

@@ -10,6 +10,7 @@ mod doors29;
 mod edge;
 mod graph_program;
 mod host_ranks;
+mod join_folds;
 mod launches;
 mod model;
 mod prepared;

@@ -94,3 +94,49 @@ fn diff_of_identical_sets_is_quiet_and_a_planted_defect_is_a_regression() {
     assert_eq!(v["counts"]["missing"], 1, "{v:#}");
     assert_eq!(v["missing"][0]["run_id"], clean_receipt.run_id.as_str(), "{v:#}");
 }
+
+/// A changed host twin on a host night (issue 26, planted in the receipts a rebuilt night writes):
+/// the oracle and every run use the same twin, so every verdict stays PASS and only the build and
+/// every digest move. `diff` must name that — sources changed, every digest moved, and the twins
+/// not checked against a device — not "no regression". The control: the same moves under the same
+/// build are an ordinary digest change.
+#[test]
+fn a_rebuilt_twin_on_a_host_night_is_named_sources_changed_not_no_regression() {
+    let dir = tempdir();
+    let (old, rebuilt, same_build) = (dir.path().join("old"), dir.path().join("rebuilt"), dir.path().join("same"));
+    small(&old, &[], &[]).expect_code(0);
+    let flip = |hex: &str| -> String {
+        let mut c: Vec<char> = hex.chars().collect();
+        let last = c.len() - 1;
+        c[last] = if c[last] == '0' { '1' } else { '0' };
+        c.into_iter().collect()
+    };
+    for (dir, new_build) in [(&rebuilt, true), (&same_build, false)] {
+        std::fs::create_dir_all(dir).unwrap();
+        for (_, mut r) in read_receipts(&old) {
+            assert_eq!(r.evidence.verdict, Verdict::Pass, "{}", r.label());
+            if new_build {
+                r.evidence.build.kernel_source_digest = flip(&r.evidence.build.kernel_source_digest);
+            }
+            // The twin moved every seam's numbers: every digest cell differs.
+            for row in &mut r.evidence.digests.rows {
+                for d in row.digests.iter_mut() {
+                    *d = flip(d);
+                }
+            }
+            store::write_receipt(dir, &r).expect("the rebuilt night's receipt is valid");
+        }
+    }
+    let md = run(&["diff", s(&old), s(&rebuilt), "--threshold", "1e9"]);
+    md.expect_code(0).expect_stdout(&[
+        "sources changed, every digest moved (not a regression check: review the change itself)",
+        "host receipts only: the twins were not checked against a device",
+    ]);
+    assert!(!md.stdout.contains("no regression"), "{}", md.stdout);
+    let v = diff_json(&old, &rebuilt, 0);
+    assert_eq!((v["counts"]["digest_changes"].as_u64(), v["counts"]["paired"].as_u64()), (Some(1), Some(1)), "{v:#}");
+    // Control: the same digests moved under the same build are not "sources changed".
+    let md = run(&["diff", s(&old), s(&same_build), "--threshold", "1e9"]);
+    md.expect_code(0).expect_stdout(&["no regression"]);
+    assert!(!md.stdout.contains("sources changed"), "{}", md.stdout);
+}

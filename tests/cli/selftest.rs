@@ -83,6 +83,10 @@ fn selftest_catches_every_canary_that_runs() {
     out.expect_stdout(&["reference (f64)", "reference canary"]);
     assert!(out.stdout.lines().any(|l| l.starts_with("reference (f64)") && l.contains(" PASS ")), "{}", out.stdout);
     assert!(out.stdout.lines().any(|l| l.starts_with("reference canary") && l.contains("CAUGHT")), "{}", out.stdout);
+    // The reference gate's failure is located (issue 26: it named the seam only): the planted 1 %
+    // in layer 0's o_proj is first over the bound at that layer and seam, prompt 0, step 0.
+    let canary = out.stdout.lines().find(|l| l.starts_with("reference canary")).unwrap_or_default();
+    assert!(canary.contains(": first over the bound at L0.o_proj p0 s0 ["), "{canary}");
 
     // The receipts say the same: each canary that ran FAILed its identity gate at a located
     // divergence, except the silent fallback, which is VOID with its identity intact.
@@ -100,6 +104,18 @@ fn selftest_catches_every_canary_that_runs() {
                 if ev.config.doors.contains_key("MEMRA_CANARY_BROKEN_BROADCAST") {
                     assert_eq!(d.at, DivergenceAt::Copy, "{name}: a broken broadcast is named at the copy");
                     assert!(failed(Gate::Copies), "{name}");
+                    // A deterministic transport fault, located at the copy in both runs: not a race.
+                    assert!(d.reproduced, "{name}: a fault of both runs labelled a race: {}", d.short());
+                    assert!(d.short().contains("in both runs: deterministic"), "{name}: {}", d.short());
+                }
+                if ev.config.doors.contains_key("MEMRA_CANARY_CLAMP") {
+                    // The clamp the defect skips is not counted as applied: the coverage gate
+                    // names the path this run never reached (issue 26: operands past the limit
+                    // were counted, and only the f64 reference could see it).
+                    let cov = ev.gates.iter().find(|g| g.gate == Gate::Coverage).expect("a coverage gate");
+                    assert_eq!(cov.verdict, Verdict::Fail, "{name}: {}", cov.detail);
+                    assert!(cov.detail.contains("swiglu.clamp_silu.shared (this run)"), "{name}: {}", cov.detail);
+                    assert!(cov.detail.contains("swiglu.clamp_silu.routed (this run)"), "{name}: {}", cov.detail);
                 }
                 if let Some(p) = &ev.planted {
                     assert_eq!(d.element, Some(p.element), "{name}: the flip is found at its seeded element");

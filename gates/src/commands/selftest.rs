@@ -303,28 +303,37 @@ fn reference_checks(suite: &Suite, subject: &Builtin, seen: &BTreeSet<(Verdict, 
         }
     }
     let oracle = suite.oracle();
+    // `Some(place)` when the reference disagrees: the first failure as the reference gate names it
+    // (layer, seam, prompt, step and element), so the canary shows the gate's location too.
     let caught = match memra_runtime::reference::reference_run(&model, &subject.battery, &oracle.tokens, None) {
         Ok(reference) => {
             let mut spec = RunSpec::oracle(registry::BackendKind::Host, memra_runtime::ExpertFormat::E4m3);
             spec.capture = crate::gate::all_keys_of_prompt(oracle, 0);
             match subject.run(spec) {
-                Ok(record) => !memra_runtime::reference::compare(
-                    &reference,
-                    &record,
-                    memra_runtime::reference::REFERENCE_REL_BOUND,
-                )
-                .passed(),
-                Err(_) => false,
+                Ok(record) => {
+                    let report = memra_runtime::reference::compare(
+                        &reference,
+                        &record,
+                        memra_runtime::reference::REFERENCE_REL_BOUND,
+                    );
+                    (!report.passed()).then(|| {
+                        crate::suite::reference_first_failure(&report, record.n_layers)
+                            .unwrap_or_else(|| "unlocated".to_string())
+                    })
+                }
+                Err(_) => None,
             }
         }
-        Err(_) => false,
+        Err(_) => None,
     };
     crate::say!(
-        "{:<24} {:<16} {:<14} the f64 reference of a model with layer 0's o_proj scaled by 1.01 must disagree",
+        "{:<24} {:<16} {:<14} the f64 reference of a model with layer 0's o_proj scaled by 1.01 must disagree{}",
         "reference canary",
         "oracle",
-        if caught { "CAUGHT" } else { "MISSED" }
+        if caught.is_some() { "CAUGHT" } else { "MISSED" },
+        caught.as_deref().map(|p| format!(": {p}")).unwrap_or_default()
     );
+    let caught = caught.is_some();
     passed && caught
 }
 

@@ -108,12 +108,15 @@ impl Suite<'_> {
         forced: Option<&Record>,
         capture: &[CaptureKey],
     ) -> Outcome {
-        let baselines: Vec<_> =
-            job.census.iter().map(|d| (d, self.census_baseline(job, d, forced, capture).map(|r| r.census))).collect();
+        let baselines: Vec<_> = job
+            .census
+            .iter()
+            .map(|d| (d, self.census_baseline(job, d, forced, capture).map(|r| r.census.counts().clone())))
+            .collect();
         // Whose word the census is goes into the receipt beside it (`census_witness`), not into
         // this detail: the built-in runtime through the protocol keeps its evidence otherwise
         // byte-identical to the same plan in process.
-        gate::engagement(&run.census, &baselines)
+        gate::engagement(run.census.counts(), &baselines)
     }
 
     /// Each door of `job` that claims to change no number (`CensusDecl::identity`), against the

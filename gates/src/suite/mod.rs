@@ -26,6 +26,7 @@ mod shape_rules;
 
 pub use phases::{Phase, PhaseTimes};
 pub use probe::probe_sizes;
+pub(crate) use reference::first_failure as reference_first_failure;
 pub use schedule::{clock, Progress, SuiteRun, WriteFailure};
 
 use crate::gate;

@@ -62,7 +62,7 @@ impl Suite<'_> {
 /// The first failure of `report` in program order, named by layer, seam, prompt and step (and the
 /// element of a seam tensor, or the token of the tape): the first seam tensor over the bound, the
 /// first router whose ids differ or whose decision disagrees, or the first tape mismatch.
-fn first_failure(report: &ComparisonReport, n_layers: usize) -> Option<String> {
+pub(crate) fn first_failure(report: &ComparisonReport, n_layers: usize) -> Option<String> {
     let order = |k: &CaptureKey| (k.prompt, k.step, Record::seam_index(n_layers, k.layer, k.seam));
     let place = |k: &CaptureKey| format!("L{}.{} p{} s{}", k.layer, k.seam.name(), k.prompt, k.step);
     let mut found: Vec<((usize, usize, usize), String)> = Vec::new();

@@ -16,9 +16,11 @@
 //! one has nothing to fall back to. Beside it: `op/` the work a backend is handed ([`Op`] and
 //! everything known about one — name, slices, census kernel —, digest parts, a join's fences,
 //! packed copies), `probe.rs` the byte-integrity probe and the copy bandwidth,
-//! written once over the trait, `open.rs` opening a backend by kind (and over processes).
+//! written once over the trait, `open.rs` opening a backend by kind (and over processes),
+//! `census.rs` the one census counter (its mutators visible only in here).
 
 pub mod capability;
+mod census;
 pub mod cuda;
 pub mod dist;
 pub mod host;

@@ -125,9 +125,10 @@ pub struct Record {
     pub backend: String,
     /// Compiler options that decided the arithmetic (empty for the host twins).
     pub build_options: Vec<String>,
-    /// What the backend carried out (`backend::census`): launches per kernel, copies per
+    /// What the backend carried out (`Witness::census`; a read-only `Census` only a backend makes):
+    /// launches per kernel, copies per
     /// transport and size, peer stores, … — the engagement gate's evidence.
-    pub census: BTreeMap<String, u64>,
+    pub census: crate::evidence::census::Census,
     /// Coverage of the special paths (`backend::coverage`), where the backend counts it (host).
     pub coverage: Option<crate::evidence::coverage::Coverage>,
     /// `rank_digests[prompt][step][seam index][rank]`: each rank's share of a seam digest (the

@@ -18,7 +18,7 @@ use crate::cuda_step::{add_group, GroupSpec};
 use crate::harness::{cuda_backend, GpuTest, Ran};
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{Backend, Op, Slice};
-use memra_runtime::evidence::census::Census;
+use memra_runtime::evidence::census::Counts;
 
 pub fn tests() -> Vec<GpuTest> {
     vec![
@@ -207,7 +207,7 @@ fn expert_cases(rng: &mut Rng, lanes: usize, gap: usize) -> Vec<LaneCase> {
 
 /// Run a case's lanes on `b` (`fused`: one `launch_lanes`, else one launch per lane); the
 /// outputs and the census change.
-fn run(b: &mut dyn Backend, c: &Case, fused: bool) -> (Vec<Vec<f32>>, Census) {
+fn run(b: &mut dyn Backend, c: &Case, fused: bool) -> (Vec<Vec<f32>>, Counts) {
     for data in &c.bufs {
         let id = b.alloc(0, data.len()).unwrap();
         b.write(0, Slice::new(id, 0, data.len()), data).unwrap();
@@ -238,7 +238,7 @@ fn run(b: &mut dyn Backend, c: &Case, fused: bool) -> (Vec<Vec<f32>>, Census) {
     (outs, change)
 }
 
-fn launches(census: &Census) -> Vec<(String, u64)> {
+fn launches(census: &Counts) -> Vec<(String, u64)> {
     census.iter().filter(|(k, _)| k.starts_with("launch.")).map(|(k, v)| (k.clone(), *v)).collect()
 }
 

@@ -24,7 +24,7 @@ use crate::harness::{cuda_backend, GpuTest, Ran, Skip};
 use memra_runtime::backend::cuda::{CudaBackend, CudaOptions};
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{Backend, Op, RowOrder, Slice, WeightId, Witness};
-use memra_runtime::evidence::census::Census;
+use memra_runtime::evidence::census::{Census, Counts};
 use memra_runtime::model::matrix::MatrixShard;
 use memra_runtime::model::{gen::generate, ModelConfig};
 use memra_runtime::{program, Battery, PassShape, RunConfig, Transport};
@@ -72,10 +72,10 @@ impl Pass<'_> {
 /// change of the lanes' launch.
 struct Outcome {
     outs: Vec<Vec<f32>>,
-    census: Census,
+    census: Counts,
 }
 
-fn census_change(before: &Census, after: &Census) -> Census {
+fn census_change(before: &Census, after: &Census) -> Counts {
     after
         .iter()
         .filter_map(|(k, v)| {
@@ -220,7 +220,7 @@ fn fused_lanes_equal_per_lane_and_host() -> Ran {
                 Ok(fused) => {
                     // One fused launch for 2 lanes or more; one lane is a plain launch.
                     let name = if p.lanes > 1 { format!("{}_lanes", kernel_of(p.kind)) } else { kernel_of(p.kind).into() };
-                    let want: Census = [(format!("launch.{name}.{}", format_of(&p.shards[0])), 1)].into();
+                    let want: Counts = [(format!("launch.{name}.{}", format_of(&p.shards[0])), 1)].into();
                     if fused.census != want {
                         failures.push(format!("{what}: census {:?}, expected {want:?}", fused.census));
                     }
@@ -243,7 +243,7 @@ fn unfusable_lanes_run_lane_by_lane() -> Ran {
     for kind in [Kind::Rows, Kind::Partials] {
         let p = Pass { kind, shards: &w, lanes: 4, gap: 0, active: vec![0, 1, 3] };
         let fused = check_pass(&mut host, &mut dev, &p, &mut rng).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
-        let want: Census = [(format!("launch.{}.bf16", kernel_of(kind)), 3)].into();
+        let want: Counts = [(format!("launch.{}.bf16", kernel_of(kind)), 3)].into();
         assert_eq!(fused.census, want, "{kind:?} with a skipped lane must run lane by lane");
     }
     // The tree order (QKV_FUSED) has no multi-lane kernel.
@@ -259,7 +259,7 @@ fn unfusable_lanes_run_lane_by_lane() -> Ran {
         .collect();
     let before = dev.census();
     dev.launch_lanes(0, ops).unwrap();
-    let want: Census = [("launch.gemv_rows_tree.bf16".to_string(), 2)].into();
+    let want: Counts = [("launch.gemv_rows_tree.bf16".to_string(), 2)].into();
     assert_eq!(census_change(&before, &dev.census()), want, "the tree order runs lane by lane");
     Ok(())
 }

@@ -11,6 +11,7 @@
 //! - `copies`: `{"verified": n, "faults": [[prompt, step, layer, "seam", src_rank, dst_rank], …]}`
 //!   — cross-rank copies checked against their source, and those that arrived different.
 
+use memra_runtime::evidence::census::Census;
 use memra_runtime::evidence::coverage::{Coverage, PathCount, SeamPoint};
 use memra_runtime::record::{CopyFault, Record, Seam};
 use serde::{Deserialize, Serialize};
@@ -52,7 +53,7 @@ impl BackendEvidence {
     pub fn of(record: &Record) -> BackendEvidence {
         let place = |p: &SeamPoint| (p.prompt, p.step, p.layer, p.seam.name().to_string());
         BackendEvidence {
-            backend_census: Some(record.census.clone()),
+            backend_census: Some(record.census.counts().clone()),
             coverage: record.coverage.as_ref().map(|c| {
                 c.iter()
                     .map(|(k, v)| (k.clone(), WirePath { count: v.count, first: v.first.as_ref().map(place) }))
@@ -73,7 +74,9 @@ impl BackendEvidence {
     /// record's census is `backend_census` when given, else the subject's `census`. A seam name
     /// that is not a seam, or a place past the run, is the error returned.
     pub fn apply(&self, record: &mut Record, layers: usize) -> Result<(), String> {
-        record.census = self.backend_census.clone().unwrap_or_else(|| record.engaged.clone());
+        // The subject's own word (the receipt's `census_witness` says whose): the one place outside
+        // the built-in backends where a census is made (tidy: `census_is_written_only_by_backends`).
+        record.census = Census::reported(self.backend_census.clone().unwrap_or_else(|| record.engaged.clone()));
         let check_layer = |layer: usize, what: &str| {
             if layer > layers {
                 Err(format!("{what}: layer {layer} is past the model's {layers} layers (and the head at {layers})"))

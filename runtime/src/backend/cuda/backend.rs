@@ -4,6 +4,7 @@
 use super::graph::{self, Call};
 use super::memory::{self, DeviceBuffer};
 use super::{driver, safe, CudaBackend, GemvLayout, DIGEST_CHUNK};
+use crate::backend::census::CensusCounter;
 use crate::backend::op::lane_grid::{lanes_name, plan_grid};
 use crate::backend::{
     AllReduce, Backend, BufId, Collected, Graphs, JoinFence, Op, Packed, PackedCopies, PeerStores, ProbeResult, Slice,
@@ -11,7 +12,7 @@ use crate::backend::{
 };
 use crate::config::Transport;
 use crate::error::RuntimeError;
-use crate::evidence::census::{Census, CensusCounter};
+use crate::evidence::census::Census;
 use crate::evidence::defect::TwinDefect;
 use crate::model::matrix::MatrixShard;
 use crate::Result;

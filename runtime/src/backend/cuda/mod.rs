@@ -51,8 +51,8 @@ pub use probe::{
 };
 
 use super::{Op, Slice};
+use crate::backend::census::CensusCounter;
 use crate::error::RuntimeError;
-use crate::evidence::census::CensusCounter;
 use crate::Result;
 use compile::Kernels;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};

@@ -30,9 +30,10 @@ use super::{
     AllReduce, Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, Op, ProbeResult, Slice, Transfer,
     UnfencedCopies, WeightId, Witness,
 };
+use crate::backend::census::CensusCounter;
 use crate::config::Transport;
 use crate::error::RuntimeError;
-use crate::evidence::census::{Census, CensusCounter, MECHANISMS};
+use crate::evidence::census::{Census, MECHANISMS};
 use crate::evidence::defect::TwinDefect;
 use crate::model::matrix::MatrixShard;
 use crate::Result;

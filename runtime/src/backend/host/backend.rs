@@ -4,6 +4,7 @@
 
 use super::execute::{digest_group, execute};
 use super::{read_slice, write_slice, Arena, HostBackend, Observe};
+use crate::backend::census::CensusCounter;
 use crate::backend::op::lanes::fused_kernel;
 use crate::backend::{
     Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, PeerStores, ProbeResult, Slice,
@@ -11,7 +12,7 @@ use crate::backend::{
 };
 use crate::config::Transport;
 use crate::error::RuntimeError;
-use crate::evidence::census::{Census, CensusCounter};
+use crate::evidence::census::Census;
 use crate::evidence::coverage::{self, Coverage, SeamPoint};
 use crate::evidence::defect::TwinDefect;
 use crate::model::matrix::MatrixShard;

@@ -28,8 +28,8 @@ mod rows;
 mod simd;
 
 use super::{GroupEntry, Op, Slice};
+use crate::backend::census::CensusCounter;
 use crate::error::RuntimeError;
-use crate::evidence::census::CensusCounter;
 use crate::evidence::coverage::{self, Coverage, SeamPoint};
 use crate::evidence::defect::TwinDefect;
 use crate::model::matrix::MatrixShard;
