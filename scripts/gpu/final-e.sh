@@ -9,7 +9,7 @@ export MEMRA_REQUIRE_GPU=1
 exec > >(tee -a "$OUT/final-e.txt") 2>&1
 T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
 steps_start "${FINAL_DEADLINE:-500}"
-step gpu_tests 230 $T --test-threads=1
+step gpu_tests 210 $T --test-threads=1 --skip cuda_kernels::
 grep -E "^test result" /tmp/gpu_tests.log; grep -E "^test .*FAILED" /tmp/gpu_tests.log | head; grep -E "panicked" -A5 /tmp/gpu_tests.log | head -20
 grep -E "^test cuda_doors29" /tmp/gpu_tests.log | head -10
 step selftest 45 $G selftest --backend cuda --out /tmp/selftest
