@@ -11,105 +11,48 @@ use memra_gating::gate;
 use memra_gating::job::CensusDecl;
 use memra_gating::registry::Registry;
 use memra_runtime::backend::host::HostBackend;
-use memra_runtime::backend::{
-    capability, Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, PeerStores, ProbeResult,
-    Slice, Transfer, WeightId, Witness,
-};
-use memra_runtime::evidence::census::{Census, Counts};
-use memra_runtime::evidence::defect::TwinDefect;
-use memra_runtime::model::matrix::MatrixShard;
+use memra_runtime::backend::intercept::{Hooks, Intercepted};
+use memra_runtime::backend::{capability, Backend, JoinFence, Op, Slice, Transfer};
+use memra_runtime::evidence::census::Counts;
 use memra_runtime::model::{gen::generate, ModelConfig};
 use memra_runtime::record::Record;
 use memra_runtime::{program, Battery, DoorSet, RunConfig, Transport};
 
-/// The host backend, whose peer stores are a host round trip (`round_trip`) or its own.
+/// Hooks on the host backend: its peer stores become a host round trip (`round_trip`), and
+/// same-rank copies a host read + write (`local_copies_round_trip`).
 struct RoundTrip {
-    inner: HostBackend,
     round_trip: bool,
-    /// Same-rank copies become a host read + write.
     local_copies_round_trip: bool,
 }
 
-impl Backend for RoundTrip {
-    fn describe(&self) -> String {
-        self.inner.describe()
+impl RoundTrip {
+    fn backend(round_trip: bool, local_copies_round_trip: bool) -> Intercepted<HostBackend, RoundTrip> {
+        Intercepted::new(HostBackend::new(2).unwrap(), RoundTrip { round_trip, local_copies_round_trip })
     }
-    fn ranks(&self) -> usize {
-        self.inner.ranks()
-    }
-    fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> memra_runtime::Result<WeightId> {
-        self.inner.upload_weight(rank, shard)
-    }
-    fn alloc(&mut self, rank: usize, len: usize) -> memra_runtime::Result<BufId> {
-        self.inner.alloc(rank, len)
-    }
-    fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> memra_runtime::Result<()> {
-        self.inner.write(rank, dst, data)
-    }
-    fn read(&mut self, rank: usize, src: Slice) -> memra_runtime::Result<Vec<f32>> {
-        self.inner.read(rank, src)
-    }
-    fn launch(&mut self, rank: usize, op: Op) -> memra_runtime::Result<()> {
-        self.inner.launch(rank, op)
-    }
-    fn copy(&mut self, c: Transfer) -> memra_runtime::Result<()> {
+}
+
+impl Hooks<HostBackend> for RoundTrip {
+    fn copy(&mut self, inner: &mut HostBackend, c: Transfer) -> memra_runtime::Result<()> {
         if self.local_copies_round_trip && c.from.0 == c.to.0 {
-            let bytes = self.inner.read(c.from.0, c.from.1)?;
-            return self.inner.write(c.to.0, c.to.1, &bytes);
+            let bytes = inner.read(c.from.0, c.from.1)?;
+            return inner.write(c.to.0, c.to.1, &bytes);
         }
-        self.inner.copy(c)
+        inner.copy(c)
     }
-    fn digest(&mut self, rank: usize, src: Slice, base: u64) -> memra_runtime::Result<usize> {
-        self.inner.digest(rank, src, base)
-    }
-    fn digest_batch(&mut self, rank: usize, groups: &[Vec<DigestPart>]) -> memra_runtime::Result<Vec<Vec<usize>>> {
-        self.inner.digest_batch(rank, groups)
-    }
-    fn register_experts(
-        &mut self,
-        rank: usize,
-        experts: usize,
-        entries: &[Option<GroupEntry>],
-    ) -> memra_runtime::Result<GroupId> {
-        self.inner.register_experts(rank, experts, entries)
-    }
-    fn mark(&mut self) -> memra_runtime::Result<()> {
-        self.inner.mark()
-    }
-    fn collect(&mut self) -> memra_runtime::Result<Collected> {
-        self.inner.collect()
-    }
-    fn probe(&mut self, t: Transport, sizes: &[usize]) -> memra_runtime::Result<Vec<ProbeResult>> {
-        self.inner.probe(t, sizes)
-    }
-    fn peer_stores(&mut self) -> Option<&mut dyn PeerStores> {
-        self.inner.peer_stores().is_some().then_some(self as &mut dyn PeerStores)
-    }
-}
-
-impl Witness for RoundTrip {
-    fn census(&self) -> Census {
-        self.inner.census()
-    }
-    fn plant(&mut self, d: TwinDefect) -> memra_runtime::Result<()> {
-        self.inner.plant(d)
-    }
-}
-
-impl PeerStores for RoundTrip {
     fn launch_peer_store(
         &mut self,
+        inner: &mut HostBackend,
         rank: usize,
         mut op: Op,
         out_rank: usize,
         fence: JoinFence,
     ) -> memra_runtime::Result<()> {
         if !self.round_trip {
-            return capability::peer_stores(&mut self.inner)?.launch_peer_store(rank, op, out_rank, fence);
+            return capability::peer_stores(inner)?.launch_peer_store(rank, op, out_rank, fence);
         }
         // The planted defect: the same kernel into a buffer of the peer, then host read + write.
         let target = *op.slices().last().expect("a store target");
-        let scratch = Slice { buf: self.inner.alloc(rank, target.len)?, offset: 0, len: target.len };
+        let scratch = Slice { buf: inner.alloc(rank, target.len)?, offset: 0, len: target.len };
         let last = op.slices().len() - 1;
         let mut i = 0;
         op.map_slices(|s| {
@@ -118,9 +61,9 @@ impl PeerStores for RoundTrip {
             }
             i += 1;
         });
-        self.inner.launch(rank, op)?;
-        let bytes = self.inner.read(rank, scratch)?;
-        self.inner.write(out_rank, target, &bytes)
+        inner.launch(rank, op)?;
+        let bytes = inner.read(rank, scratch)?;
+        inner.write(out_rank, target, &bytes)
     }
 }
 
@@ -143,7 +86,7 @@ fn peer_stores_replaced_by_a_host_round_trip_are_not_witnessed() {
     let run = |direct: bool, round_trip: bool| -> Record {
         let mut cfg = RunConfig::new(2, Transport::NativeP2p, Battery::default_for(m.config.vocab, 2)).unwrap();
         cfg.doors.oproj_direct = direct;
-        let mut b = RoundTrip { inner: HostBackend::new(2).unwrap(), round_trip, local_copies_round_trip: false };
+        let mut b = RoundTrip::backend(round_trip, false);
         program::run(&m, &cfg, &mut b).unwrap()
     };
     let off = run(false, false);
@@ -183,8 +126,7 @@ fn fewer_copies_by_a_host_round_trip_are_not_witnessed() {
     let run = |lazy: bool, round_trip: bool| -> Record {
         let mut cfg = RunConfig::new(2, Transport::NativeP2p, Battery::default_for(m.config.vocab, 2)).unwrap();
         cfg.doors.len_mirror_lazy = lazy;
-        let mut b =
-            RoundTrip { inner: HostBackend::new(2).unwrap(), round_trip: false, local_copies_round_trip: round_trip };
+        let mut b = RoundTrip::backend(false, round_trip);
         program::run(&m, &cfg, &mut b).unwrap()
     };
     let off = run(false, false);

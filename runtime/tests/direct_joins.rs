@@ -8,15 +8,10 @@
 //! copies) instead of running the default path under a door's name.
 
 use memra_runtime::backend::host::HostBackend;
-use memra_runtime::backend::{
-    capability, Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, Packed, PackedCopies,
-    PeerStores, ProbeResult, Slice, Transfer, WeightId, Witness,
-};
+use memra_runtime::backend::intercept::{Hooks, Intercepted};
+use memra_runtime::backend::{capability, Backend, BufId, JoinFence, Op, PeerStores, Slice, Transfer};
 use memra_runtime::config::Tp;
-use memra_runtime::evidence::census::Census;
-use memra_runtime::evidence::defect::TwinDefect;
 use memra_runtime::evidence::record::{CaptureKey, Record, Seam};
-use memra_runtime::model::matrix::MatrixShard;
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::program::placement::{ExpertMode, Placement};
 use memra_runtime::{program, Battery, DoorSet, RunConfig, Transport};
@@ -45,10 +40,10 @@ fn steps(b: &Battery) -> u64 {
     (0..b.prompts.len()).map(|p| b.steps_of(p) as u64).sum()
 }
 
-/// A host backend that records every cross-rank copy and peer store, and can misplace one peer
-/// store (the negative control's planted defect, reachable only from this test).
+/// What a host backend is asked for: every cross-rank copy and peer store; and it can misplace
+/// one peer store (the negative control's planted defect, reachable only from this test).
+#[derive(Default)]
 struct Recording {
-    inner: HostBackend,
     /// (src rank, dst rank, dst slice) of every copy.
     copies: Vec<(usize, usize, Slice)>,
     /// (rank, out rank, target slice) of every peer store, as the program asked for it.
@@ -58,8 +53,8 @@ struct Recording {
 }
 
 impl Recording {
-    fn new(tp: usize) -> Recording {
-        Recording { inner: HostBackend::new(tp).unwrap(), copies: Vec::new(), stores: Vec::new(), misplace: None }
+    fn backend(tp: usize) -> Intercepted<HostBackend, Recording> {
+        Intercepted::new(HostBackend::new(tp).unwrap(), Recording::default())
     }
 
     fn peer_to_root_copies(&self) -> impl Iterator<Item = &(usize, usize, Slice)> {
@@ -67,78 +62,14 @@ impl Recording {
     }
 }
 
-impl Backend for Recording {
-    fn describe(&self) -> String {
-        format!("recording {}", self.inner.describe())
-    }
-    fn ranks(&self) -> usize {
-        self.inner.ranks()
-    }
-    fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> memra_runtime::Result<WeightId> {
-        self.inner.upload_weight(rank, shard)
-    }
-    fn alloc(&mut self, rank: usize, len: usize) -> memra_runtime::Result<BufId> {
-        self.inner.alloc(rank, len)
-    }
-    fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> memra_runtime::Result<()> {
-        self.inner.write(rank, dst, data)
-    }
-    fn read(&mut self, rank: usize, src: Slice) -> memra_runtime::Result<Vec<f32>> {
-        self.inner.read(rank, src)
-    }
-    fn launch(&mut self, rank: usize, op: Op) -> memra_runtime::Result<()> {
-        self.inner.launch(rank, op)
-    }
-    fn copy(&mut self, c: Transfer) -> memra_runtime::Result<()> {
+impl Hooks<HostBackend> for Recording {
+    fn copy(&mut self, inner: &mut HostBackend, c: Transfer) -> memra_runtime::Result<()> {
         self.copies.push((c.from.0, c.to.0, c.to.1));
-        self.inner.copy(c)
+        inner.copy(c)
     }
-    fn digest(&mut self, rank: usize, src: Slice, base: u64) -> memra_runtime::Result<usize> {
-        self.inner.digest(rank, src, base)
-    }
-    fn digest_batch(&mut self, rank: usize, groups: &[Vec<DigestPart>]) -> memra_runtime::Result<Vec<Vec<usize>>> {
-        self.inner.digest_batch(rank, groups)
-    }
-    fn register_experts(
-        &mut self,
-        rank: usize,
-        experts: usize,
-        entries: &[Option<GroupEntry>],
-    ) -> memra_runtime::Result<GroupId> {
-        self.inner.register_experts(rank, experts, entries)
-    }
-    fn mark(&mut self) -> memra_runtime::Result<()> {
-        self.inner.mark()
-    }
-    fn collect(&mut self) -> memra_runtime::Result<Collected> {
-        self.inner.collect()
-    }
-    fn probe(&mut self, t: Transport, sizes: &[usize]) -> memra_runtime::Result<Vec<ProbeResult>> {
-        self.inner.probe(t, sizes)
-    }
-    fn peer_stores(&mut self) -> Option<&mut dyn PeerStores> {
-        self.inner.peer_stores().is_some().then_some(self as &mut dyn PeerStores)
-    }
-    fn packed_copies(&mut self) -> Option<&mut dyn PackedCopies> {
-        self.inner.packed_copies().is_some().then_some(self as &mut dyn PackedCopies)
-    }
-}
-
-impl Witness for Recording {
-    fn census(&self) -> Census {
-        self.inner.census()
-    }
-    fn plant(&mut self, d: TwinDefect) -> memra_runtime::Result<()> {
-        self.inner.plant(d)
-    }
-    fn engagement(&self) -> Vec<(String, u64)> {
-        self.inner.engagement()
-    }
-}
-
-impl PeerStores for Recording {
     fn launch_peer_store(
         &mut self,
+        inner: &mut HostBackend,
         rank: usize,
         op: Op,
         out_rank: usize,
@@ -154,13 +85,7 @@ impl PeerStores for Recording {
             }
             _ => op,
         };
-        capability::peer_stores(&mut self.inner)?.launch_peer_store(rank, op, out_rank, fence)
-    }
-}
-
-impl PackedCopies for Recording {
-    fn copy_packed(&mut self, t: Transport, src_rank: usize, dst_rank: usize, p: Packed) -> memra_runtime::Result<()> {
-        capability::packed_copies(&mut self.inner)?.copy_packed(t, src_rank, dst_rank, p)
+        capability::peer_stores(inner)?.launch_peer_store(rank, op, out_rank, fence)
     }
 }
 
@@ -168,9 +93,9 @@ fn run_recorded(tp: usize, doors: DoorSet, capture: Vec<CaptureKey>) -> (Record,
     let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery()).unwrap();
     cfg.doors = doors;
     cfg.capture = capture;
-    let mut b = Recording::new(tp);
+    let mut b = Recording::backend(tp);
     let r = program::run(tiny(), &cfg, &mut b).unwrap_or_else(|e| panic!("TP{tp} {doors:?}: {e}"));
-    (r, b)
+    (r, b.hooks)
 }
 
 /// First (prompt, step, layer, seam) whose digest differs, or None.
@@ -298,15 +223,18 @@ fn a_misplaced_peer_store_is_caught_at_the_seam_it_lands_in() {
     let doors = DoorSet { oproj_direct: true, ..DoorSet::default() };
     let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery()).unwrap();
     cfg.doors = doors;
-    let mut b = Recording::new(tp);
+    let mut b = Recording::backend(tp);
     let block = (tiny().config.hidden * Placement::new(tiny(), Tp::new(tp).unwrap(), &doors, false).unwrap().o_kblocks
         / tp) as isize;
-    b.misplace = Some((0, -block));
+    b.hooks.misplace = Some((0, -block));
     let r = program::run(tiny(), &cfg, &mut b).unwrap();
-    assert_eq!(b.stores[0].2.offset, block as usize, "store 0 is rank 1's o_proj partials at its canonical offset");
+    assert_eq!(
+        b.hooks.stores[0].2.offset, block as usize,
+        "store 0 is rank 1's o_proj partials at its canonical offset"
+    );
     assert_eq!(first_diff(oracle(), &r), Some((0, 0, 0, Seam::OProj)), "the misplaced store must be caught at o_proj");
     // The same run unplanted is identical: the difference is the misplacement, nothing else.
-    let mut clean = Recording::new(tp);
+    let mut clean = Recording::backend(tp);
     let r = program::run(tiny(), &cfg, &mut clean).unwrap();
     assert_identical(&r, "TP2 oproj_direct, unplanted control");
 }

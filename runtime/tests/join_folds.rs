@@ -11,13 +11,8 @@
 //! negative control of the reading).
 
 use memra_runtime::backend::host::HostBackend;
-use memra_runtime::backend::{
-    capability, Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, PeerStores, ProbeResult,
-    Slice, Transfer, WeightId, Witness,
-};
-use memra_runtime::evidence::census::Census;
-use memra_runtime::evidence::defect::TwinDefect;
-use memra_runtime::model::matrix::MatrixShard;
+use memra_runtime::backend::intercept::{Hooks, Intercepted};
+use memra_runtime::backend::{capability, Backend, BufId, JoinFence, Op, Slice, Transfer};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::{program, Battery, Canary, DoorSet, RunConfig, Transport};
 use std::collections::BTreeMap;
@@ -29,10 +24,10 @@ const PARTIAL_PRODUCERS: [&str; 2] = ["gemv_partials", "expert_down"];
 const HOST_WRITE: &str = "host_write";
 const NEG_ZERO: u32 = 0x8000_0000;
 
-/// A host backend that remembers, per element of every buffer, which op last wrote it (a copy or
-/// a peer store hands on its source's producers), and inspects every partial-folding op.
+/// Hooks on a host backend that remember, per element of every buffer, which op last wrote it (a
+/// copy or a peer store hands on its source's producers), and inspect every partial-folding op.
+#[derive(Default)]
 struct Provenance {
-    inner: HostBackend,
     /// (rank, buffer) → the producer of each element.
     producers: Vec<((usize, BufId), Vec<&'static str>)>,
     /// Partial-folding op name → (ops checked, elements whose parts are all −0.0, −0.0 parts).
@@ -42,13 +37,8 @@ struct Provenance {
 }
 
 impl Provenance {
-    fn new(tp: usize) -> Provenance {
-        Provenance {
-            inner: HostBackend::new(tp).unwrap(),
-            producers: Vec::new(),
-            folds: BTreeMap::new(),
-            foreign: BTreeMap::new(),
-        }
+    fn backend(tp: usize) -> Intercepted<HostBackend, Provenance> {
+        Intercepted::new(HostBackend::new(tp).unwrap(), Provenance::default())
     }
 
     fn buffer(&mut self, rank: usize, buf: BufId) -> &mut Vec<&'static str> {
@@ -98,7 +88,7 @@ impl Provenance {
 
     /// Before a partial-folding op runs on `rank`: the producers of what it reads, and the parts'
     /// signed zeros.
-    fn inspect(&mut self, rank: usize, op: &Op) -> memra_runtime::Result<()> {
+    fn inspect(&mut self, inner: &mut HostBackend, rank: usize, op: &Op) -> memra_runtime::Result<()> {
         let Some((parts, len)) = Provenance::parts_of(op) else { return Ok(()) };
         let name = op.name();
         let len = len.min(self.buffer(rank, parts.buf).len() - parts.offset);
@@ -107,7 +97,7 @@ impl Provenance {
                 *self.foreign.entry((name, k)).or_insert(0) += 1;
             }
         }
-        let values = self.inner.read(rank, Slice { len, ..parts })?;
+        let values = inner.read(rank, Slice { len, ..parts })?;
         let n_parts = match *op {
             Op::Fold { n_parts, .. }
             | Op::FoldAddRmsNorm { n_parts, .. }
@@ -133,89 +123,40 @@ impl Provenance {
     }
 }
 
-impl Backend for Provenance {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn ranks(&self) -> usize {
-        self.inner.ranks()
-    }
-    fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> memra_runtime::Result<WeightId> {
-        self.inner.upload_weight(rank, shard)
-    }
-    fn alloc(&mut self, rank: usize, len: usize) -> memra_runtime::Result<BufId> {
-        let id = self.inner.alloc(rank, len)?;
+impl Hooks<HostBackend> for Provenance {
+    fn alloc(&mut self, inner: &mut HostBackend, rank: usize, len: usize) -> memra_runtime::Result<BufId> {
+        let id = inner.alloc(rank, len)?;
         self.producers.push(((rank, id), vec!["unwritten"; len]));
         Ok(id)
     }
-    fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> memra_runtime::Result<()> {
+    fn write(&mut self, inner: &mut HostBackend, rank: usize, dst: Slice, data: &[f32]) -> memra_runtime::Result<()> {
         let kinds: Vec<&'static str> =
             data.iter().map(|v| if v.to_bits() == NEG_ZERO { "host_write_of_neg_zero" } else { HOST_WRITE }).collect();
         self.mark(rank, dst.offset, dst.buf, &kinds);
-        self.inner.write(rank, dst, data)
+        inner.write(rank, dst, data)
     }
-    fn read(&mut self, rank: usize, src: Slice) -> memra_runtime::Result<Vec<f32>> {
-        self.inner.read(rank, src)
-    }
-    fn launch(&mut self, rank: usize, op: Op) -> memra_runtime::Result<()> {
-        self.inspect(rank, &op)?;
+    fn launch(&mut self, inner: &mut HostBackend, rank: usize, op: Op) -> memra_runtime::Result<()> {
+        self.inspect(inner, rank, &op)?;
         self.stored(rank, &op);
-        self.inner.launch(rank, op)
+        inner.launch(rank, op)
     }
-    fn copy(&mut self, c: Transfer) -> memra_runtime::Result<()> {
+    fn copy(&mut self, inner: &mut HostBackend, c: Transfer) -> memra_runtime::Result<()> {
         let ((src_rank, src), (dst_rank, dst)) = (c.from, c.to);
         let kinds = self.kinds(src_rank, src.buf, src.offset, src.len);
         self.mark(dst_rank, dst.offset, dst.buf, &kinds);
-        self.inner.copy(c)
+        inner.copy(c)
     }
-    fn digest(&mut self, rank: usize, src: Slice, base: u64) -> memra_runtime::Result<usize> {
-        self.inner.digest(rank, src, base)
-    }
-    fn digest_batch(&mut self, rank: usize, groups: &[Vec<DigestPart>]) -> memra_runtime::Result<Vec<Vec<usize>>> {
-        self.inner.digest_batch(rank, groups)
-    }
-    fn register_experts(
-        &mut self,
-        rank: usize,
-        experts: usize,
-        entries: &[Option<GroupEntry>],
-    ) -> memra_runtime::Result<GroupId> {
-        self.inner.register_experts(rank, experts, entries)
-    }
-    fn mark(&mut self) -> memra_runtime::Result<()> {
-        self.inner.mark()
-    }
-    fn collect(&mut self) -> memra_runtime::Result<Collected> {
-        self.inner.collect()
-    }
-    fn probe(&mut self, t: Transport, sizes: &[usize]) -> memra_runtime::Result<Vec<ProbeResult>> {
-        self.inner.probe(t, sizes)
-    }
-    fn peer_stores(&mut self) -> Option<&mut dyn PeerStores> {
-        self.inner.peer_stores().is_some().then_some(self as &mut dyn PeerStores)
-    }
-}
-
-impl Witness for Provenance {
-    fn census(&self) -> Census {
-        self.inner.census()
-    }
-    fn plant(&mut self, d: TwinDefect) -> memra_runtime::Result<()> {
-        self.inner.plant(d)
-    }
-}
-
-impl PeerStores for Provenance {
     fn launch_peer_store(
         &mut self,
+        inner: &mut HostBackend,
         rank: usize,
         op: Op,
         out_rank: usize,
         fence: JoinFence,
     ) -> memra_runtime::Result<()> {
-        self.inspect(rank, &op)?;
+        self.inspect(inner, rank, &op)?;
         self.stored(out_rank, &op);
-        capability::peer_stores(&mut self.inner)?.launch_peer_store(rank, op, out_rank, fence)
+        capability::peer_stores(inner)?.launch_peer_store(rank, op, out_rank, fence)
     }
 }
 
@@ -229,9 +170,9 @@ fn run(model: &Model, tp: usize, doors: DoorSet) -> Provenance {
     battery.gen_tokens = 3;
     let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery).unwrap();
     cfg.doors = doors;
-    let mut b = Provenance::new(tp);
+    let mut b = Provenance::backend(tp);
     program::run(model, &cfg, &mut b).unwrap_or_else(|e| panic!("TP{tp} {doors:?}: {e}"));
-    b
+    b.hooks
 }
 
 #[test]
@@ -282,14 +223,14 @@ fn a_planted_scaled_partial_is_a_foreign_producer_and_its_negative_zeros_are_see
     // Negative control of the enumeration: partials written by a product (here `Scale` by −1.0
     // of +0.0 values, so every part is −0.0) instead of a partial producer — the shape of a
     // future scaled partial — are named, and the fold reads elements whose parts are all −0.0.
-    let mut b = Provenance::new(1);
+    let mut b = Provenance::backend(1);
     let (x, parts, out) = (b.alloc(0, 8).unwrap(), b.alloc(0, 8).unwrap(), b.alloc(0, 4).unwrap());
     b.write(0, Slice { buf: x, offset: 0, len: 8 }, &[0.0; 8]).unwrap();
     let whole = |buf, len| Slice { buf, offset: 0, len };
     b.launch(0, Op::Scale { x: whole(x, 8), s: -1.0, out: whole(parts, 8) }).unwrap();
     b.launch(0, Op::Fold { parts: whole(parts, 8), n_parts: 2, reverse: false, out: whole(out, 4) }).unwrap();
-    assert_eq!(b.foreign.get(&("fold", "scale")), Some(&8), "{:?}", b.foreign);
-    assert_eq!(b.folds.get("fold"), Some(&(1, 4, 8)), "one fold, 4 elements of all −0.0 parts, 8 −0.0 parts");
+    assert_eq!(b.hooks.foreign.get(&("fold", "scale")), Some(&8), "{:?}", b.hooks.foreign);
+    assert_eq!(b.hooks.folds.get("fold"), Some(&(1, 4, 8)), "one fold, 4 elements of all −0.0 parts, 8 −0.0 parts");
     // The canonical fold from +0.0 turns them into +0.0.
     assert!(b.read(0, whole(out, 4)).unwrap().iter().all(|v| v.to_bits() == 0), "the fold starts from +0.0");
 }

@@ -5,20 +5,15 @@
 //! which must read it (the negative control: the counter below does see a read there).
 
 use memra_runtime::backend::host::HostBackend;
-use memra_runtime::backend::{
-    capability, Backend, BufId, Collected, DigestPart, GroupEntry, GroupId, JoinFence, Op, PeerStores, ProbeResult,
-    Slice, Transfer, WeightId, Witness,
-};
-use memra_runtime::evidence::census::Census;
-use memra_runtime::evidence::defect::TwinDefect;
-use memra_runtime::model::matrix::MatrixShard;
+use memra_runtime::backend::intercept::{Hooks, Intercepted};
+use memra_runtime::backend::{capability, Backend, Collected, DigestPart, JoinFence, Op, Slice, Transfer};
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::{program, Battery, DoorSet, RunConfig, Transport};
 use std::collections::BTreeMap;
 
-/// A host backend that counts what the program issues between `collect`s.
+/// What the program issues to a host backend, counted between `collect`s.
+#[derive(Default)]
 struct Counting {
-    inner: HostBackend,
     /// Launches by op name, copies, digest batches, over the whole run.
     launches: BTreeMap<&'static str, u64>,
     copies: u64,
@@ -26,19 +21,6 @@ struct Counting {
     /// Host reads issued while a step was in flight (after its first launch, before its collect).
     reads_in_step: u64,
     in_step: bool,
-}
-
-impl Counting {
-    fn new(tp: usize) -> Counting {
-        Counting {
-            inner: HostBackend::new(tp).unwrap(),
-            launches: BTreeMap::new(),
-            copies: 0,
-            digest_batches: 0,
-            reads_in_step: 0,
-            in_step: false,
-        }
-    }
 }
 
 fn op_name(op: &Op) -> &'static str {
@@ -52,84 +34,43 @@ fn op_name(op: &Op) -> &'static str {
     }
 }
 
-impl Backend for Counting {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn ranks(&self) -> usize {
-        self.inner.ranks()
-    }
-    fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> memra_runtime::Result<WeightId> {
-        self.inner.upload_weight(rank, shard)
-    }
-    fn alloc(&mut self, rank: usize, len: usize) -> memra_runtime::Result<BufId> {
-        self.inner.alloc(rank, len)
-    }
-    fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> memra_runtime::Result<()> {
-        self.inner.write(rank, dst, data)
-    }
-    fn read(&mut self, rank: usize, src: Slice) -> memra_runtime::Result<Vec<f32>> {
+impl Hooks<HostBackend> for Counting {
+    fn read(&mut self, inner: &mut HostBackend, rank: usize, src: Slice) -> memra_runtime::Result<Vec<f32>> {
         self.reads_in_step += u64::from(self.in_step);
-        self.inner.read(rank, src)
+        inner.read(rank, src)
     }
-    fn launch(&mut self, rank: usize, op: Op) -> memra_runtime::Result<()> {
+    fn launch(&mut self, inner: &mut HostBackend, rank: usize, op: Op) -> memra_runtime::Result<()> {
         self.in_step = true;
         *self.launches.entry(op_name(&op)).or_insert(0) += 1;
-        self.inner.launch(rank, op)
+        inner.launch(rank, op)
     }
-    fn copy(&mut self, c: Transfer) -> memra_runtime::Result<()> {
+    fn copy(&mut self, inner: &mut HostBackend, c: Transfer) -> memra_runtime::Result<()> {
         self.copies += 1;
-        self.inner.copy(c)
+        inner.copy(c)
     }
-    fn digest(&mut self, rank: usize, src: Slice, base: u64) -> memra_runtime::Result<usize> {
-        self.inner.digest(rank, src, base)
-    }
-    fn digest_batch(&mut self, rank: usize, groups: &[Vec<DigestPart>]) -> memra_runtime::Result<Vec<Vec<usize>>> {
-        self.digest_batches += 1;
-        self.inner.digest_batch(rank, groups)
-    }
-    fn register_experts(
+    fn digest_batch(
         &mut self,
+        inner: &mut HostBackend,
         rank: usize,
-        experts: usize,
-        entries: &[Option<GroupEntry>],
-    ) -> memra_runtime::Result<GroupId> {
-        self.inner.register_experts(rank, experts, entries)
+        groups: &[Vec<DigestPart>],
+    ) -> memra_runtime::Result<Vec<Vec<usize>>> {
+        self.digest_batches += 1;
+        inner.digest_batch(rank, groups)
     }
-    fn mark(&mut self) -> memra_runtime::Result<()> {
-        self.inner.mark()
-    }
-    fn collect(&mut self) -> memra_runtime::Result<Collected> {
+    fn collect(&mut self, inner: &mut HostBackend) -> memra_runtime::Result<Collected> {
         self.in_step = false;
-        self.inner.collect()
+        inner.collect()
     }
-    fn probe(&mut self, t: Transport, sizes: &[usize]) -> memra_runtime::Result<Vec<ProbeResult>> {
-        self.inner.probe(t, sizes)
-    }
-    fn peer_stores(&mut self) -> Option<&mut dyn PeerStores> {
-        self.inner.peer_stores().is_some().then_some(self as &mut dyn PeerStores)
-    }
-}
-
-impl Witness for Counting {
-    fn census(&self) -> Census {
-        self.inner.census()
-    }
-    fn plant(&mut self, d: TwinDefect) -> memra_runtime::Result<()> {
-        self.inner.plant(d)
-    }
-}
-
-impl PeerStores for Counting {
     fn launch_peer_store(
         &mut self,
+        inner: &mut HostBackend,
         rank: usize,
         op: Op,
         out_rank: usize,
         fence: JoinFence,
     ) -> memra_runtime::Result<()> {
         self.in_step = true;
-        capability::peer_stores(&mut self.inner)?.launch_peer_store(rank, op, out_rank, fence)
+        capability::peer_stores(inner)?.launch_peer_store(rank, op, out_rank, fence)
     }
 }
 
@@ -142,9 +83,9 @@ fn run(model: &Model, tp: usize, doors: DoorSet) -> (Counting, u64) {
     let steps: u64 = (0..battery.prompts.len()).map(|p| battery.steps_of(p) as u64).sum();
     let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery).unwrap();
     cfg.doors = doors;
-    let mut b = Counting::new(tp);
+    let mut b = Intercepted::new(HostBackend::new(tp).unwrap(), Counting::default());
     program::run(model, &cfg, &mut b).unwrap_or_else(|e| panic!("TP{tp} {doors:?}: {e}"));
-    (b, steps)
+    (b.hooks, steps)
 }
 
 #[test]

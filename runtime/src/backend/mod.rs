@@ -24,6 +24,7 @@ mod census;
 pub mod cuda;
 pub mod dist;
 pub mod host;
+pub mod intercept;
 mod op;
 mod open;
 mod probe;
