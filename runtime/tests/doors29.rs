@@ -13,26 +13,14 @@
 //! recording backend that hands the host events), the host refuses the kernel doorbell rather than
 //! run events under its name, and the door without FENCE_MEMOPS is refused by its `requires` rule.
 
+use crate::edge_fixture::{battery, edge};
 use crate::segments::SegmentChecker;
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{capability, Backend, JoinFence, Op, Slice};
 use memra_runtime::evidence::coverage;
 use memra_runtime::evidence::record::{CopyFault, Record, Seam};
-use memra_runtime::model::{gen::generate, Model, ModelConfig};
-use memra_runtime::{program, Battery, DoorSet, RunConfig, RuntimeError, Transport};
+use memra_runtime::{program, DoorSet, RunConfig, RuntimeError, Transport};
 use std::sync::OnceLock;
-
-fn edge() -> &'static Model {
-    static EDGE: OnceLock<Model> = OnceLock::new();
-    EDGE.get_or_init(|| generate(&ModelConfig::preset("edge", None).unwrap(), 1).unwrap())
-}
-
-fn battery() -> Battery {
-    let mut b = Battery::default_for(edge().config.vocab, 1);
-    b.prompts.truncate(3);
-    b.gen_tokens = 4;
-    b
-}
 
 fn config(tp: usize, doors: DoorSet) -> RunConfig {
     let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery()).unwrap();

@@ -4,25 +4,13 @@
 //! says its path is first reached; every cross-rank copy is verified and a broken broadcast is
 //! named at the copy; the census sees what the backend did.
 
+use crate::edge_fixture::{battery, edge};
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::evidence::coverage::{self, SeamPoint};
 use memra_runtime::evidence::record::{CopyFault, Record, Seam};
 use memra_runtime::model::edge::CLAIMS;
-use memra_runtime::model::{gen::generate, Model, ModelConfig};
-use memra_runtime::{program, Battery, Canary, RunConfig, Transport};
+use memra_runtime::{program, Canary, RunConfig, Transport};
 use std::sync::OnceLock;
-
-fn edge() -> &'static Model {
-    static EDGE: OnceLock<Model> = OnceLock::new();
-    EDGE.get_or_init(|| generate(&ModelConfig::preset("edge", None).unwrap(), 1).unwrap())
-}
-
-fn battery() -> Battery {
-    let mut b = Battery::default_for(edge().config.vocab, 1);
-    b.prompts.truncate(3);
-    b.gen_tokens = 4;
-    b
-}
 
 fn run_with(tp: usize, t: Transport, edit: impl FnOnce(&mut RunConfig)) -> Record {
     let mut cfg = RunConfig::new(tp, t, battery()).unwrap();

@@ -2,6 +2,8 @@
 //! module per area, the GRAPH test double in `support/segments.rs` (shared with the CUDA tests in `gpu/`, a second
 //! binary under its own harness because its tests must be able to report "ignored" at run time).
 
+#[path = "support/edge_fixture.rs"]
+mod edge_fixture;
 #[path = "support/segments.rs"]
 mod segments;
 

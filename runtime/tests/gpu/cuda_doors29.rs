@@ -17,9 +17,9 @@ use memra_runtime::backend::cuda::{CudaOptions, PlacementPolicy};
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{capability, Backend, JoinFence, Op, Slice, Witness};
 use memra_runtime::evidence::record::Record;
-use memra_runtime::model::{gen::generate, Model, ModelConfig};
-use memra_runtime::{program, Battery, Canary, DoorSet, RunConfig, RuntimeError, Transport};
+use memra_runtime::{program, Canary, DoorSet, RunConfig, RuntimeError, Transport};
 use std::sync::OnceLock;
+use crate::edge_fixture::{battery, edge};
 
 pub fn tests() -> Vec<GpuTest> {
     let mut t = vec![
@@ -39,17 +39,6 @@ pub fn tests() -> Vec<GpuTest> {
 
 const DISTINCT: CudaOptions = CudaOptions { placement: PlacementPolicy::Auto, ..CO_RESIDENT };
 
-fn edge() -> &'static Model {
-    static EDGE: OnceLock<Model> = OnceLock::new();
-    EDGE.get_or_init(|| generate(&ModelConfig::preset("edge", None).unwrap(), 1).unwrap())
-}
-
-fn battery() -> Battery {
-    let mut b = Battery::default_for(edge().config.vocab, 1);
-    b.prompts.truncate(3);
-    b.gen_tokens = 4;
-    b
-}
 
 fn config(tp: usize, doors: DoorSet) -> RunConfig {
     let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery()).unwrap();

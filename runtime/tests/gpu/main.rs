@@ -9,6 +9,8 @@
 //! dead code, which clippy refuses). Adding a file of GPU tests is adding its name to
 //! `gpu_modules!` below.
 
+#[path = "../support/edge_fixture.rs"]
+mod edge_fixture;
 mod harness;
 #[path = "../support/segments.rs"]
 mod segments;
