@@ -3,21 +3,7 @@
 //! mechanism is disabled.
 
 use memra_gating::gate;
-use memra_gating::job::CensusDecl;
-use memra_gating::registry::Registry;
 use std::collections::BTreeMap;
-
-fn decl(id: &str) -> CensusDecl {
-    let reg = Registry::builtin().unwrap();
-    let door = reg.door(id).unwrap();
-    CensusDecl {
-        door: door.id.clone(),
-        changes: door.census.clone(),
-        off: Default::default(),
-        off_vars: Default::default(),
-        identity: None,
-    }
-}
 
 /// SEL_MIRROR on real host runs: witnessed at TP2 and TP4, where each peer's ids copy becomes a
 /// mirror launch; VOID at TP1 — the flag set, but the only rank is the root, so no mirror runs
@@ -27,7 +13,7 @@ fn sel_mirror_is_witnessed_with_peers_and_void_without() {
     use memra_runtime::backend::host::HostBackend;
     use memra_runtime::model::{gen::generate, ModelConfig};
     use memra_runtime::{program, Battery, RunConfig, Transport};
-    let d = decl("sel_mirror");
+    let d = crate::registry_decl("sel_mirror");
     let m = generate(&ModelConfig::preset("tiny", None).unwrap(), 7).unwrap();
     let census = |tp: usize, on: bool| {
         let mut cfg = RunConfig::new(tp, Transport::NativeP2p, Battery::default_for(m.config.vocab, 2)).unwrap();
@@ -52,7 +38,7 @@ fn sel_mirror_is_witnessed_with_peers_and_void_without() {
 /// events (nothing counted), is VOID.
 #[test]
 fn fence_rank1_is_witnessed_only_by_kernel_doorbells() {
-    let d = decl("fence_rank1");
+    let d = crate::registry_decl("fence_rank1");
     let stores = 24u64;
     let census = |doorbells: u64, kernel: u64| {
         let mut c: BTreeMap<String, u64> = BTreeMap::new();

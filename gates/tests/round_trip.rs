@@ -8,15 +8,13 @@
 //! more writes, undeclared) fails it. The controls: the real mechanisms pass the same gate.
 
 use memra_gating::gate;
-use memra_gating::job::CensusDecl;
-use memra_gating::registry::Registry;
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::intercept::{Hooks, Intercepted};
 use memra_runtime::backend::{capability, Backend, JoinFence, Op, Slice, Transfer};
 use memra_runtime::evidence::census::Counts;
 use memra_runtime::model::{gen::generate, ModelConfig};
 use memra_runtime::record::Record;
-use memra_runtime::{program, Battery, DoorSet, RunConfig, Transport};
+use memra_runtime::{program, Battery, RunConfig, Transport};
 
 /// Hooks on the host backend: its peer stores become a host round trip (`round_trip`), and
 /// same-rank copies a host read + write (`local_copies_round_trip`).
@@ -73,15 +71,7 @@ fn family(c: &Counts, prefix: &str) -> u64 {
 
 #[test]
 fn peer_stores_replaced_by_a_host_round_trip_are_not_witnessed() {
-    let reg = Registry::builtin().unwrap();
-    let door = reg.door("oproj_direct").unwrap();
-    let decl = CensusDecl {
-        door: door.id.clone(),
-        changes: door.census.clone(),
-        off: DoorSet::default(),
-        off_vars: Default::default(),
-        identity: None,
-    };
+    let decl = crate::registry_decl("oproj_direct");
     let m = generate(&ModelConfig::preset("tiny", None).unwrap(), 7).unwrap();
     let run = |direct: bool, round_trip: bool| -> Record {
         let mut cfg = RunConfig::new(2, Transport::NativeP2p, Battery::default_for(m.config.vocab, 2)).unwrap();
@@ -107,21 +97,9 @@ fn peer_stores_replaced_by_a_host_round_trip_are_not_witnessed() {
     assert!(family(p, "read.") > family(r, "read.") && family(p, "write.") > family(r, "write."), "{p:?}\n{r:?}");
 }
 
-fn decl_of(id: &str) -> CensusDecl {
-    let reg = Registry::builtin().unwrap();
-    let door = reg.door(id).unwrap();
-    CensusDecl {
-        door: door.id.clone(),
-        changes: door.census.clone(),
-        off: DoorSet::default(),
-        off_vars: Default::default(),
-        identity: None,
-    }
-}
-
 #[test]
 fn fewer_copies_by_a_host_round_trip_are_not_witnessed() {
-    let decl = decl_of("len_mirror_lazy");
+    let decl = crate::registry_decl("len_mirror_lazy");
     let m = generate(&ModelConfig::preset("tiny", None).unwrap(), 7).unwrap();
     let run = |lazy: bool, round_trip: bool| -> Record {
         let mut cfg = RunConfig::new(2, Transport::NativeP2p, Battery::default_for(m.config.vocab, 2)).unwrap();

@@ -184,20 +184,10 @@ fn default_shapes_and_their_explanation() {
 #[test]
 fn len_mirror_lazy_is_witnessed_outside_columns_and_void_in_them() {
     use memra_gating::gate;
-    use memra_gating::job::CensusDecl;
-    use memra_gating::registry::Registry;
     use memra_runtime::backend::host::HostBackend;
     use memra_runtime::model::{gen::generate, ModelConfig};
-    use memra_runtime::{program, Battery, DoorSet, PassShape, RunConfig, Transport};
-    let reg = Registry::builtin().unwrap();
-    let door = reg.door("len_mirror_lazy").unwrap();
-    let decl = CensusDecl {
-        door: door.id.clone(),
-        changes: door.census.clone(),
-        off: DoorSet::default(),
-        off_vars: Default::default(),
-        identity: None,
-    };
+    use memra_runtime::{program, Battery, PassShape, RunConfig, Transport};
+    let decl = crate::registry_decl("len_mirror_lazy");
     let m = generate(&ModelConfig::preset("tiny", None).unwrap(), 7).unwrap();
     let census = |shape: PassShape, lazy: bool| {
         let mut cfg = RunConfig::new(2, Transport::NativeP2p, Battery::default_for(m.config.vocab, 3)).unwrap();

@@ -12,3 +12,17 @@ mod round_trip;
 mod rows_columns;
 mod subject_manifest;
 mod subject_tape;
+
+/// A door's census declaration as the registry writes it, judged against the run with every door
+/// at its default (the engagement tests on real runs: `doors29`, `round_trip`, `rows_columns`).
+fn registry_decl(id: &str) -> memra_gating::job::CensusDecl {
+    let reg = memra_gating::registry::Registry::builtin().unwrap();
+    let door = reg.door(id).unwrap();
+    memra_gating::job::CensusDecl {
+        door: door.id.clone(),
+        changes: door.census.clone(),
+        off: Default::default(),
+        off_vars: Default::default(),
+        identity: None,
+    }
+}

@@ -98,23 +98,10 @@ fn run_recorded(tp: usize, doors: DoorSet, capture: Vec<CaptureKey>) -> (Record,
     (r, b.hooks)
 }
 
-/// First (prompt, step, layer, seam) whose digest differs, or None.
-fn first_diff(a: &Record, b: &Record) -> Option<(usize, usize, usize, Seam)> {
-    for (p, (ra, rb)) in a.digests.iter().zip(&b.digests).enumerate() {
-        for (s, (da, db)) in ra.iter().zip(rb).enumerate() {
-            if let Some(i) = da.iter().zip(db).position(|(x, y)| x != y) {
-                let (l, seam) = Record::seam_at(a.n_layers, i);
-                return Some((p, s, l, seam));
-            }
-        }
-    }
-    None
-}
-
 fn assert_identical(got: &Record, what: &str) {
     let o = oracle();
     assert_eq!(got.digests.len(), o.digests.len(), "{what}: prompt count");
-    assert_eq!(first_diff(o, got), None, "{what}: differs from the TP1 oracle");
+    assert_eq!(o.first_digest_difference(got), None, "{what}: differs from the TP1 oracle");
     assert_eq!(got.tokens, o.tokens, "{what}: token tapes differ");
 }
 
@@ -232,7 +219,11 @@ fn a_misplaced_peer_store_is_caught_at_the_seam_it_lands_in() {
         b.hooks.stores[0].2.offset, block as usize,
         "store 0 is rank 1's o_proj partials at its canonical offset"
     );
-    assert_eq!(first_diff(oracle(), &r), Some((0, 0, 0, Seam::OProj)), "the misplaced store must be caught at o_proj");
+    assert_eq!(
+        oracle().first_digest_difference(&r),
+        Some((0, 0, 0, Seam::OProj)),
+        "the misplaced store must be caught at o_proj"
+    );
     // The same run unplanted is identical: the difference is the misplacement, nothing else.
     let mut clean = Recording::backend(tp);
     let r = program::run(tiny(), &cfg, &mut clean).unwrap();

@@ -44,18 +44,6 @@ fn oracle() -> &'static Record {
     })
 }
 
-fn first_diff(a: &Record, b: &Record) -> Option<(usize, usize, usize, Seam)> {
-    for (p, (ra, rb)) in a.digests.iter().zip(&b.digests).enumerate() {
-        for (s, (x, y)) in ra.iter().zip(rb).enumerate() {
-            if let Some(i) = x.iter().zip(y).position(|(u, v)| u != v) {
-                let (layer, seam) = Record::seam_at(a.n_layers, i);
-                return Some((p, s, layer, seam));
-            }
-        }
-    }
-    None
-}
-
 fn census(r: &Record, key: &str) -> u64 {
     r.census.get(key).copied().unwrap_or(0)
 }
@@ -79,7 +67,7 @@ fn sel_mirror_keeps_every_bit_through_router_ties_with_one_mirror_per_peer_and_l
     for tp in [2, 4, 8] {
         let off = host_run(tp, DoorSet::default());
         let on = host_run(tp, mirror());
-        assert_eq!(first_diff(o, &on), None, "TP{tp}: SEL_MIRROR changed a bit");
+        assert_eq!(o.first_digest_difference(&on), None, "TP{tp}: SEL_MIRROR changed a bit");
         assert_eq!(on.tokens, o.tokens, "TP{tp}");
         assert_eq!(on.coverage, o.coverage, "TP{tp}: the same paths (ties included) as TP1");
         assert_eq!(on.copy_faults, vec![], "TP{tp}");
@@ -93,7 +81,7 @@ fn sel_mirror_keeps_every_bit_through_router_ties_with_one_mirror_per_peer_and_l
     // Whole experts on owners (the owner rule reads the mirrored ids) and direct stores from them.
     let ep = DoorSet { step_ep: true, moe_direct: true, ..mirror() };
     let r = host_run(4, ep);
-    assert_eq!(first_diff(o, &r), None, "TP4 step_ep+moe_direct+sel_mirror");
+    assert_eq!(o.first_digest_difference(&r), None, "TP4 step_ep+moe_direct+sel_mirror");
     assert!(census(&r, "peer_store.mirror_sel") > 0 && census(&r, "peer_store.fold_slots") > 0);
 }
 
@@ -106,7 +94,7 @@ fn sel_mirror_under_nvfp4_ep2_mirrors_ids_and_weights_at_once() {
     let ep2 = DoorSet { nvfp4_ep2: true, ..DoorSet::default() };
     let off = host_run(2, ep2);
     let on = host_run(2, DoorSet { sel_mirror: true, ..ep2 });
-    assert_eq!(first_diff(&off, &on), None);
+    assert_eq!(off.first_digest_difference(&on), None);
     assert_eq!(on.tokens, off.tokens);
     let per_step = edge().config.layers as u64 * steps();
     assert_eq!(census(&on, "peer_store.mirror_sel"), per_step, "one mirror per layer and step");
@@ -127,12 +115,16 @@ fn a_mirror_that_reorders_the_selection_is_named_at_the_router() {
         b.swap_mirrored_slots = swap;
         let r = run(2, mirror(), &mut b).unwrap();
         if !swap {
-            assert_eq!((r.copy_faults.len(), first_diff(oracle(), &r)), (0, None), "the checker alone changes nothing");
+            assert_eq!(
+                (r.copy_faults.len(), oracle().first_digest_difference(&r)),
+                (0, None),
+                "the checker alone changes nothing"
+            );
             continue;
         }
         let want = CopyFault { prompt: 0, step: 0, layer: 0, seam: Seam::Router, src_rank: 0, dst_rank: 1 };
         assert_eq!(r.copy_faults.first(), Some(&want), "{:?}", r.copy_faults);
-        let d = first_diff(oracle(), &r).expect("a reordered selection changes the peer's expert work");
+        let d = oracle().first_digest_difference(&r).expect("a reordered selection changes the peer's expert work");
         assert_eq!((d.0, d.1, d.2), (0, 0, 0), "diverges at the first layer of the first step: {d:?}");
     }
 }
@@ -166,7 +158,7 @@ fn fence_rank1_asks_for_the_kernel_doorbell_at_every_moe_direct_store() {
             let mut b = SegmentChecker::new(HostBackend::new(tp).unwrap());
             b.fences_as_events = true;
             let r = run(tp, DoorSet { fence_rank1: rank1, ..memops }, &mut b).unwrap();
-            assert_eq!(first_diff(oracle(), &r), None, "TP{tp} rank1={rank1}");
+            assert_eq!(oracle().first_digest_difference(&r), None, "TP{tp} rank1={rank1}");
             let stores = r.engaged.get("moe_direct.peer_stores").copied().unwrap_or(0);
             assert!(stores > 0, "TP{tp}: no MOE_DIRECT store");
             assert_eq!(b.fences_seen.len() as u64, stores, "TP{tp}: one fence pair per store");

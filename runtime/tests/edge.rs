@@ -24,18 +24,6 @@ fn oracle() -> &'static Record {
     ORACLE.get_or_init(|| run_with(1, Transport::HostBounce, |_| {}))
 }
 
-fn first_diff(a: &Record, b: &Record) -> Option<(usize, usize, usize, Seam)> {
-    for (p, (ra, rb)) in a.digests.iter().zip(&b.digests).enumerate() {
-        for (s, (x, y)) in ra.iter().zip(rb).enumerate() {
-            if let Some(i) = x.iter().zip(y).position(|(u, v)| u != v) {
-                let (layer, seam) = Record::seam_at(a.n_layers, i);
-                return Some((p, s, layer, seam));
-            }
-        }
-    }
-    None
-}
-
 #[test]
 fn every_claimed_path_is_reached_and_the_output_is_not_trivial() {
     let o = oracle();
@@ -57,7 +45,7 @@ fn every_tp_size_and_transport_gives_the_same_bits_coverage_and_no_copy_fault() 
     for tp in [2, 4, 8] {
         for t in [Transport::HostBounce, Transport::NativeP2p] {
             let r = run_with(tp, t, |_| {});
-            assert_eq!(first_diff(o, &r), None, "TP{tp} {} differs from TP1", t.name());
+            assert_eq!(o.first_digest_difference(&r), None, "TP{tp} {} differs from TP1", t.name());
             assert_eq!(r.coverage, o.coverage, "TP{tp} {}: coverage differs from TP1", t.name());
             assert_eq!(r.copy_faults, vec![], "TP{tp} {}", t.name());
             assert!(r.copies_verified > 0, "TP{tp} {}: no copy was verified", t.name());
@@ -88,7 +76,8 @@ fn twin_defects_show_where_their_path_is_first_reached() {
     for (canary, at) in cases {
         for tp in [1, 2] {
             let r = run_with(tp, Transport::HostBounce, |c| c.doors.canary = Some(canary));
-            let d = first_diff(oracle(), &r).unwrap_or_else(|| panic!("{canary:?} at TP{tp} changed nothing"));
+            let d =
+                oracle().first_digest_difference(&r).unwrap_or_else(|| panic!("{canary:?} at TP{tp} changed nothing"));
             assert_eq!(d, (at.prompt, at.step, at.layer, at.seam), "{canary:?} at TP{tp}");
             let name = canary.twin_defect().unwrap().name();
             assert!(r.census.get(&format!("defect.{name}")).copied().unwrap_or(0) > 0, "{canary:?}: census");
@@ -122,7 +111,7 @@ fn a_broken_broadcast_is_named_at_the_copy() {
         let want = CopyFault { prompt: 0, step: 0, layer: 0, seam: Seam::AttnNorm, src_rank: 0, dst_rank: tp - 1 };
         assert_eq!(r.copy_faults.first(), Some(&want), "TP{tp}: {:?}", r.copy_faults);
         // The consuming seam (qkv) differs too; the copy comes first in program order.
-        assert_eq!(first_diff(oracle(), &r).map(|d| d.3), Some(Seam::Qkv));
+        assert_eq!(oracle().first_digest_difference(&r).map(|d| d.3), Some(Seam::Qkv));
     }
 }
 
@@ -142,7 +131,7 @@ fn the_census_sees_peer_stores_and_their_silent_fallback() {
     assert_eq!(stores(&fallback), 0);
     assert_eq!(fallback.census, plain.census, "a silent fallback issues exactly the plain run's calls");
     assert!(fallback.engaged.get("oproj_direct.peer_stores").copied().unwrap_or(0) > 0, "the call site still counts");
-    assert_eq!(first_diff(&plain, &fallback), None);
+    assert_eq!(plain.first_digest_difference(&fallback), None);
 }
 
 /// A transport that breaks only small payloads: the probe's ladder from one word up finds it
@@ -187,7 +176,7 @@ fn expert_parallel_owners_beyond_the_root_are_reached() {
             census_sum(&direct, "peer_store.fold_slots") > 0,
             "TP{tp}: an owner other than the root stores its slot"
         );
-        assert_eq!(first_diff(oracle(), &direct), None, "TP{tp}: the same bits as the oracle");
+        assert_eq!(oracle().first_digest_difference(&direct), None, "TP{tp}: the same bits as the oracle");
     }
 }
 
@@ -203,5 +192,5 @@ fn moe_direct_under_nvfp4_ep2_changes_nothing_on_edge() {
     });
     assert_eq!(direct.census, ep2.census, "the same calls with MOE_DIRECT as without");
     assert_eq!(census_sum(&direct, "peer_store."), 0);
-    assert_eq!(first_diff(&ep2, &direct), None);
+    assert_eq!(ep2.first_digest_difference(&direct), None);
 }

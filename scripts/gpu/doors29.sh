@@ -6,9 +6,7 @@
 # `matrix --explain` for the exclusions.
 set -uo pipefail
 source scripts/gpu/libs.sh
-export MEMRA_REQUIRE_GPU=1
-exec > >(tee -a "$OUT/doors29.txt") 2>&1
-T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
+gpu_call doors29
 steps_start "${FINAL_DEADLINE:-540}"
 step gpu_doors29 150 $T --test-threads=1 cuda_doors29
 grep -E "^test |^test result" /tmp/gpu_doors29.log | tail -14; grep -E "panicked" -A5 /tmp/gpu_doors29.log | head -20

@@ -3,6 +3,10 @@
 // scale block and evaluates the SAME dot32 tree alone), on the step model's expert gate/up shape.
 // Both must give the same bits; the question is which reaches HBM speed.
 //
+// This file is the record of the experiment (docs/gpu/2026-12-03-e4m3/): its variants are kept as
+// they were measured. What shipped from it — the v2 kernel — lives in kernels/cuda/gemv.cu
+// (`bpl_stage_x`, `bpl_dot`, `bpl_pairs`, `gemv_bpl`); change that, not this.
+//
 // Build and run on the GPU machine (nvcc there):
 //   nvcc -O3 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true -I kernels/cuda \
 //        -o /tmp/e4m3_bench scripts/gpu/e4m3_bench.cu && /tmp/e4m3_bench

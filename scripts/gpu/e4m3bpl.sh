@@ -4,9 +4,7 @@
 # per-kernel time of one b1 bench. Full logs in $OUT/e4m3bpl.tgz, a short table last.
 set -uo pipefail
 source scripts/gpu/libs.sh
-export MEMRA_REQUIRE_GPU=1
-exec > >(tee -a "$OUT/e4m3bpl.txt") 2>&1
-T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
+gpu_call e4m3bpl
 NCU=$(ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 steps_start "${E4M3BPL_DEADLINE:-420}"
 step kernels 60 $T --test-threads=1 cuda_kernels::

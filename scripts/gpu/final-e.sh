@@ -5,9 +5,7 @@
 # co-resident TP2/4/8 with `matrix --explain`'s exclusions, and the PyTorch subject's columns.
 set -uo pipefail
 source scripts/gpu/libs.sh
-export MEMRA_REQUIRE_GPU=1
-exec > >(tee -a "$OUT/final-e.txt") 2>&1
-T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
+gpu_call final-e
 steps_start "${FINAL_DEADLINE:-500}"
 step gpu_tests 210 $T --test-threads=1 --skip cuda_kernels::
 grep -E "^test result" /tmp/gpu_tests.log; grep -E "^test .*FAILED" /tmp/gpu_tests.log | head; grep -E "panicked" -A5 /tmp/gpu_tests.log | head -20

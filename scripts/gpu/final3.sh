@@ -5,9 +5,7 @@
 # CUDA (alone and under GRAPH), bench of the step layer at b1 and b8, selftest on CUDA.
 set -uo pipefail
 source scripts/gpu/libs.sh
-export MEMRA_REQUIRE_GPU=1
-exec > >(tee -a "$OUT/final3.txt") 2>&1
-T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
+gpu_call final3
 steps_start "${FINAL_DEADLINE:-540}"
 step gpu_tests 200 env MEMRA_GPU_STEP=1 $T --test-threads=1
 grep -E "^test result" /tmp/gpu_tests.log; grep -E "^test .*(FAILED|ignored)" /tmp/gpu_tests.log | head; grep -E "panicked" -A5 /tmp/gpu_tests.log | head -20

@@ -7,9 +7,7 @@
 # stdout and $OUT/issue24.txt, logs and receipts in $OUT/issue24.tgz.
 set -uo pipefail
 source scripts/gpu/libs.sh
-export MEMRA_REQUIRE_GPU=1
-exec > >(tee -a "$OUT/issue24.txt") 2>&1
-T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
+gpu_call issue24
 steps_start "${ISSUE24_DEADLINE:-400}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 step cuda_passes 120 env MEMRA_GPU_STEP=1 $T --test-threads=1 cuda_passes::

@@ -7,9 +7,7 @@
 # Summary lines to stdout and $OUT/lanegrid.txt, logs and receipts in $OUT/lanegrid.tgz.
 set -uo pipefail
 source scripts/gpu/libs.sh
-export MEMRA_REQUIRE_GPU=1
-exec > >(tee -a "$OUT/lanegrid.txt") 2>&1
-T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
+gpu_call lanegrid
 steps_start "${LANEGRID_DEADLINE:-480}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 step lane_grid 60 $T --test-threads=1 cuda_lane_grid::

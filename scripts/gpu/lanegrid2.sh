@@ -4,9 +4,7 @@
 # `--matrix all` time with 8 and 16 concurrent processes on one H200 (matrixtime.sh).
 set -uo pipefail
 source scripts/gpu/libs.sh
-export MEMRA_REQUIRE_GPU=1
-exec > >(tee -a "$OUT/lanegrid2.txt") 2>&1
-T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
+gpu_call lanegrid2
 steps_start "${LANEGRID_DEADLINE:-330}"
 step matrix8 60 bash scripts/gpu/matrixtime.sh 8 512 0
 tail -2 /tmp/matrix8.log

@@ -28,3 +28,12 @@ step() {
   local t0=$(date +%s); timeout "$(left)" "$@" > /tmp/$name.log 2>&1; local rc=$?
   echo "$name: exit $rc in $(( $(date +%s)-t0 ))s"
 }
+
+# `gpu_call NAME`: the common start of a call script — GPU tests must not skip
+# (MEMRA_REQUIRE_GPU=1), all output also into $OUT/NAME.txt, T = the carried GPU test binary and
+# G = the carried memra-gates (both under target-gpu/).
+gpu_call() {
+  export MEMRA_REQUIRE_GPU=1
+  exec > >(tee -a "$OUT/$1.txt") 2>&1
+  T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
+}

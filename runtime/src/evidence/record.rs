@@ -176,6 +176,21 @@ impl Record {
         }
     }
 
+    /// The first (prompt, step, layer, seam) whose digest differs between two records of one plan
+    /// (compared over the prompts and steps both have), or None: the tests' verdict of "the same
+    /// bits". The gates' `first_difference` also names the element, the rank and the bits.
+    pub fn first_digest_difference(&self, other: &Record) -> Option<(usize, usize, usize, Seam)> {
+        for (p, (ra, rb)) in self.digests.iter().zip(&other.digests).enumerate() {
+            for (s, (da, db)) in ra.iter().zip(rb).enumerate() {
+                if let Some(i) = da.iter().zip(db).position(|(x, y)| x != y) {
+                    let (layer, seam) = Record::seam_at(self.n_layers, i);
+                    return Some((p, s, layer, seam));
+                }
+            }
+        }
+        None
+    }
+
     /// Seams compared per step.
     pub fn seams_per_step(&self) -> usize {
         self.n_layers * Seam::LAYER.len() + Seam::HEAD.len()

@@ -39,7 +39,6 @@ pub fn tests() -> Vec<GpuTest> {
 
 const DISTINCT: CudaOptions = CudaOptions { placement: PlacementPolicy::Auto, ..CO_RESIDENT };
 
-
 fn config(tp: usize, doors: DoorSet) -> RunConfig {
     let mut cfg = RunConfig::new(tp, Transport::NativeP2p, battery()).unwrap();
     cfg.doors = doors;
@@ -52,17 +51,6 @@ fn oracle() -> &'static Record {
         let cfg = RunConfig::new(1, Transport::HostBounce, battery()).unwrap();
         program::run(edge(), &cfg, &mut HostBackend::new(1).unwrap()).unwrap()
     })
-}
-
-fn first_diff(a: &Record, b: &Record) -> Option<(usize, usize, usize)> {
-    for (p, (ra, rb)) in a.digests.iter().zip(&b.digests).enumerate() {
-        for (s, (da, db)) in ra.iter().zip(rb).enumerate() {
-            if let Some(i) = da.iter().zip(db).position(|(x, y)| x != y) {
-                return Some((p, s, i));
-            }
-        }
-    }
-    None
 }
 
 fn census(r: &Record, key: &str) -> u64 {
@@ -122,7 +110,7 @@ fn sel_mirror_runs(distinct: Option<usize>) -> Ran {
         ] {
             let what = format!("TP{tp} {where_} {name}");
             let Some((r, _)) = cuda_run(tp, doors, opts, &what, &mut not_run)? else { continue };
-            assert_eq!(first_diff(oracle(), &r), None, "{what}: device ≠ host oracle");
+            assert_eq!(oracle().first_digest_difference(&r), None, "{what}: device ≠ host oracle");
             assert_eq!(r.tokens, oracle().tokens, "{what}");
             assert_eq!(r.copy_faults, vec![], "{what}");
             let host = program::run(edge(), &config(tp, doors), &mut HostBackend::new(tp).unwrap()).unwrap();
@@ -148,7 +136,7 @@ fn fence_rank1_runs(distinct: Option<usize>) -> Ran {
             if let Some(why) = b.doorbell_fallback() {
                 panic!("{what}: doorbells fell back to events: {why}");
             }
-            assert_eq!(first_diff(oracle(), &r), None, "{what}: device ≠ host oracle");
+            assert_eq!(oracle().first_digest_difference(&r), None, "{what}: device ≠ host oracle");
             assert_eq!(r.tokens, oracle().tokens, "{what}");
             // Every peer store of these door sets is MOE_DIRECT's.
             let stores: u64 = r.census.iter().filter(|(k, _)| k.starts_with("peer_store.")).map(|(_, v)| v).sum();
@@ -187,8 +175,8 @@ fn skip_fence_caught_with_fence_rank1() -> Ran {
             runs.push(r);
         }
         let [a, b] = &runs[..] else { continue };
-        let caught = |r: &Record| !r.copy_faults.is_empty() || first_diff(oracle(), r).is_some();
-        let differ = first_diff(a, b).is_some() || a.tokens != b.tokens;
+        let caught = |r: &Record| !r.copy_faults.is_empty() || oracle().first_digest_difference(r).is_some();
+        let differ = a.first_digest_difference(b).is_some() || a.tokens != b.tokens;
         assert!(caught(a) || caught(b) || differ, "{what}: the skipped fence was not caught (no copy fault, no divergence, both runs equal)");
         println!("ok {what}: copy faults {} / {}, differ {differ}", a.copy_faults.len(), b.copy_faults.len());
         not_run.ran();

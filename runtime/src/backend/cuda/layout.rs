@@ -97,14 +97,6 @@ pub(crate) fn to_lane_major<T: Copy + Default + Send + Sync>(data: &[T], cols: u
     out
 }
 
-/// Rows per block of a block-per-lane launch over `matrices` matrices of `nb` scale blocks per
-/// row: as many as the block's scaled-dot slots hold ([`BPL_SV`]), at most 64 — and, when `rows`
-/// is given, few enough to leave every SM of an H200 two blocks. A launch choice only.
-pub(crate) fn bpl_rows_per_block(nb: usize, matrices: usize, rows: Option<usize>) -> usize {
-    let fit = (BPL_SV / (nb.max(1) * matrices.max(1))).clamp(1, 64);
-    rows.map_or(fit, |rows| fit.min((rows / 264).max(1)))
-}
-
 /// Bit reversal of a lane index (5 bits): the order in which a block-per-lane pair stores its 32
 /// lane sums, so that the butterfly's tree is evaluated left to right.
 pub(crate) fn brev5(m: usize) -> usize {
@@ -157,6 +149,17 @@ mod tests {
     use super::*;
     use memra_kernels::canon::{butterfly32, dot32};
     use memra_kernels::formats::e4m3_decode;
+
+    /// The Rust mirrors of gemv.cu's block-per-lane bounds are the values the kernels were built
+    /// with (a drift would let the runtime launch shapes the shared memory does not hold).
+    #[test]
+    fn block_per_lane_bounds_mirror_the_kernel_source() {
+        let src = memra_kernels::sources::cuda_source();
+        for (name, value) in [("E4M3_BPL", E4M3_BPL), ("BPL_MAX_NB", BPL_MAX_NB), ("BPL_SV", BPL_SV)] {
+            let line = format!("#define {name} {value}\n");
+            assert!(src.contains(&line), "gemv.cu does not define {name} as {value}");
+        }
+    }
 
     #[test]
     fn block_per_lane_positions_are_a_bijection_and_the_rearrangement_follows_them() {

@@ -10,8 +10,9 @@
 //! This file builds the tables (`register_group`) and holds the extents every launch checks;
 //! the launches themselves are in `expert_ops.rs`.
 
+use super::gemv::bpl_rows_per_block;
 use super::{i32_of, shape_err, GEMV_MAX_TASKS, GEMV_THREADS};
-use crate::backend::cuda::layout::{bpl_rows_per_block, BPL_MAX_NB, E4M3_BPL};
+use crate::backend::cuda::layout::{BPL_MAX_NB, E4M3_BPL};
 use crate::backend::cuda::memory::{DeviceBuffer, WeightKind};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::{GroupEntry, GroupId, Slice};

@@ -3,7 +3,7 @@
 //! (`kernels/cuda/gemv.cu`).
 
 use super::{capacity_err, cfg, i32_of, shape_err, GEMV_MAX_TASKS, GEMV_THREADS, TREE_THREADS};
-use crate::backend::cuda::layout::{bpl_rows_per_block, E4M3_BPL};
+use crate::backend::cuda::layout::{BPL_SV, E4M3_BPL};
 use crate::backend::cuda::memory::WeightKind;
 use crate::backend::cuda::safe::{self, DevicePtr};
 use crate::backend::cuda::CudaBackend;
@@ -20,6 +20,14 @@ const GEMV_MIN_BLOCKS: usize = 264;
 pub(crate) fn gemv_rows_per_block(rows: usize, nk: usize) -> usize {
     let base = (32 / nk).clamp(1, GEMV_MAX_TASKS / nk);
     base.min((rows / GEMV_MIN_BLOCKS).max(1))
+}
+
+/// Rows per block of a block-per-lane E4M3 launch over `matrices` matrices of `nb` scale blocks
+/// per row: as many as the block's scaled-dot slots hold (`BPL_SV`), at most 64 — and, when `rows`
+/// is given, few enough to leave every SM two blocks (`GEMV_MIN_BLOCKS`). A launch choice only.
+pub(crate) fn bpl_rows_per_block(nb: usize, matrices: usize, rows: Option<usize>) -> usize {
+    let fit = (BPL_SV / (nb.max(1) * matrices.max(1))).clamp(1, 64);
+    rows.map_or(fit, |rows| fit.min((rows / GEMV_MIN_BLOCKS).max(1)))
 }
 
 /// The row-fold slots a GEMV block holds bound its K-blocks (`GEMV_MAX_TASKS`).
