@@ -200,6 +200,12 @@ pub struct RunArgs {
     /// oracle stays the built-in canonical program.
     #[arg(long, value_name = "MANIFEST")]
     pub subject: Option<PathBuf>,
+    /// The outside witness of a CUDA subject's census (with --subject; docs/subject-protocol.md):
+    /// `auto` arms the CUPTI injection library built beside this binary when it and CUPTI are
+    /// found (else the census stays `self-reported`), `require` refuses to run without it, `off`
+    /// never arms it.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["auto", "require", "off"], requires = "subject")]
+    pub witness: String,
     /// Never print progress (on a terminal: a line per finished configuration; elsewhere, e.g. a
     /// CI log: a plain line every --progress-every seconds).
     #[arg(long)]

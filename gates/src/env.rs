@@ -95,6 +95,12 @@ pub fn path_var() -> std::ffi::OsString {
     std::env::var_os("PATH").unwrap_or_default()
 }
 
+/// The CUDA toolkit's location variables (`CUDA_HOME`, `CUDA_PATH`; `None` for any other name):
+/// where the outside witness looks for CUPTI (`subject::protocol::witness`).
+pub fn cuda_var(name: &str) -> Option<std::ffi::OsString> {
+    matches!(name, "CUDA_HOME" | "CUDA_PATH").then(|| std::env::var_os(name)).flatten()
+}
+
 /// Read the `MEMRA_*` variables out of an environment (pass `std::env::vars()` or a test list).
 /// Other variables are ignored. Every problem is reported, one per line.
 pub fn parse_env<I>(vars: I, registry: &Registry) -> Result<DoorRequest, RegistryError>

@@ -368,6 +368,7 @@ pub fn engagement(run: &BTreeMap<String, u64>, doors: &[CensusBaseline]) -> Outc
             Ok(off) => {
                 let mut checks: Vec<Result<String, String>> = decl.changes.iter().map(|c| c.check(off, run)).collect();
                 checks.extend(host_round_trip(decl, off, run).map(Err));
+                checks.extend(outside_witness(off, run));
                 let failed: Vec<&String> = checks.iter().filter_map(|c| c.as_ref().err()).collect();
                 if failed.is_empty() {
                     held.push(format!(
@@ -386,6 +387,61 @@ pub fn engagement(run: &BTreeMap<String, u64>, doors: &[CensusBaseline]) -> Outc
         Outcome::Pass(if held.is_empty() { "no door enabled".to_string() } else { held.join("; ") })
     } else {
         Outcome::Fail(format!("enabled but not witnessed by the backend: {}", missing.join("; ")))
+    }
+}
+
+/// Where an outside witness counted the run (`outside.processes` in its census: a CUDA start of
+/// an external subject, `subject::protocol::witness`), the door must change what it saw — some
+/// kernel launched or some copy issued, by name and count — against the same configuration with
+/// the door off. A door that only writes its own counter leaves the witness's counts unchanged:
+/// its engagement rests on the subject's word alone. `None` when no witness counted the run.
+fn outside_witness(off: &BTreeMap<String, u64>, on: &BTreeMap<String, u64>) -> Option<Result<String, String>> {
+    use memra_witness::format::{PREFIX, PROCESSES};
+    let seen = *on.get(PROCESSES)?;
+    if seen == 0 {
+        return Some(Err("the outside witness saw no CUDA work in this run".into()));
+    }
+    if !off.contains_key(PROCESSES) {
+        return Some(Err("the run without the door has no outside count to compare with".into()));
+    }
+    let outside = |c: &BTreeMap<String, u64>| {
+        c.iter()
+            .filter(|(k, _)| k.starts_with(PREFIX) && k.as_str() != PROCESSES)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
+    };
+    let (a, b): (BTreeMap<String, u64>, BTreeMap<String, u64>) = (outside(off), outside(on));
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    // What appeared first (the door's own work), then what vanished or changed count.
+    let mut moved: Vec<(bool, String)> = keys
+        .into_iter()
+        .filter_map(|k| {
+            let (x, y) = (a.get(k).copied().unwrap_or(0), b.get(k).copied().unwrap_or(0));
+            (x != y).then(|| (x != 0, format!("{} {x} → {y}", clip_name(&k[PREFIX.len()..]))))
+        })
+        .collect();
+    moved.sort_by_key(|(was_there, _)| *was_there);
+    let moved: Vec<String> = moved.into_iter().map(|(_, m)| m).collect();
+    Some(if moved.is_empty() {
+        let launches: u64 = b.iter().filter(|(k, _)| k.starts_with("outside.launch.")).map(|(_, v)| v).sum();
+        Err(format!(
+            "the outside witness counted the same work with the door on as off ({launches} kernel launches, {} kinds \
+             of kernel and call): only the subject's own counters say it engaged",
+            b.len()
+        ))
+    } else {
+        let shown = moved.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+        let more = if moved.len() > 3 { format!(" and {} more", moved.len() - 3) } else { String::new() };
+        Ok(format!("outside witness: {shown}{more}"))
+    })
+}
+
+/// A kernel's name as a detail shows it: at most 64 characters.
+fn clip_name(name: &str) -> String {
+    if name.chars().count() <= 64 {
+        name.to_string()
+    } else {
+        name.chars().take(63).collect::<String>() + "…"
     }
 }
 

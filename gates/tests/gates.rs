@@ -62,6 +62,40 @@ fn engagement_is_decided_by_the_census_not_by_call_site_counters() {
     assert!(gate::engagement(&on, &[]).passed(), "no door: nothing to witness");
 }
 
+/// An outside witness (a CUDA subject's CUPTI counts, `outside.*`): the door must change what it
+/// saw. The forged counter: the subject's own counter appears, the witness's counts do not move.
+#[test]
+fn a_door_the_outside_witness_did_not_see_is_not_engaged() {
+    let d = decl("forged", &[("forged.calls", Change::Appears)]);
+    let work = [("outside.processes", 1), ("outside.launch.sgemm", 96), ("outside.call.cuMemcpyHtoDAsync_v2", 40)];
+    let off = census(&work);
+    let mut forged_run: Vec<(&str, u64)> = work.to_vec();
+    forged_run.push(("forged.calls", 7));
+    let o = gate::engagement(&census(&forged_run), &[(&d, Ok(off.clone()))]);
+    assert!(!o.passed(), "{}", o.detail());
+    assert!(o
+        .detail()
+        .contains("the outside witness counted the same work with the door on as off (96 kernel launches"));
+    // The honest door: bf16 kernels replace the f32 ones, and the witness says which.
+    let honest = census(&[
+        ("outside.processes", 1),
+        ("outside.launch.sgemm", 10),
+        ("outside.launch.gemv_bf16", 86),
+        ("outside.call.cuMemcpyHtoDAsync_v2", 40),
+        ("forged.calls", 7),
+    ]);
+    let o = gate::engagement(&honest, &[(&d, Ok(off.clone()))]);
+    assert!(o.passed(), "{}", o.detail());
+    assert!(o.detail().contains("outside witness: launch.gemv_bf16 0 → 86, launch.sgemm 96 → 10"), "{}", o.detail());
+    // Armed but no CUDA work seen, and a door-off run the witness did not count: not engaged.
+    let nothing = census(&[("outside.processes", 0), ("forged.calls", 7)]);
+    assert!(gate::engagement(&nothing, &[(&d, Ok(off))]).detail().contains("saw no CUDA work"));
+    let unwitnessed_off = census(&[]);
+    assert!(!gate::engagement(&honest, &[(&d, Ok(unwitnessed_off))]).passed());
+    // Without a witness (a host subject) the rule does not apply: the self-reported census decides.
+    assert!(gate::engagement(&census(&[("forged.calls", 7)]), &[(&d, Ok(census(&[])))]).passed());
+}
+
 #[test]
 fn a_host_round_trip_is_not_engagement_unless_declared() {
     let d = decl("len_mirror_lazy", &[("copy.local.*", Change::Fewer)]);

@@ -61,6 +61,30 @@ fn a_program_that_cannot_start_is_refused_before_any_model_is_built() {
     o.expect_code(1).expect_stdout(&["exited with status 3"]);
 }
 
+/// `--witness require` where the witness cannot be armed (no CUPTI: `CUDA_HOME` names an empty
+/// directory and this machine has no /usr/local/cuda*) is refused with exit 2 before any model is
+/// built, naming what is missing; `--witness off` runs the same plan.
+#[test]
+fn a_required_witness_that_is_missing_is_refused_before_any_work() {
+    let has_toolkit = std::fs::read_dir("/usr/local")
+        .map(|d| d.filter_map(|e| e.ok()).any(|e| e.file_name().to_string_lossy().starts_with("cuda")))
+        .unwrap_or(false);
+    if has_toolkit {
+        eprintln!("skipped: a CUDA toolkit is installed here, so the witness's CUPTI is not missing");
+        return;
+    }
+    let tmp = tempdir();
+    let manifest = manifest_with(tmp.path(), "sh", "\"sh\", \"-c\", \"exit 3\"");
+    let out = tmp.path().join("out");
+    let base = ["run", "--backend", "host", "--quiet", "--out", s(&out), "--subject", s(&manifest)];
+    let empty = s(tmp.path());
+    let o = run_env(&[&base[..], &["--witness", "require"]].concat(), &[("CUDA_HOME", empty)]);
+    o.expect_code(2).expect_stderr(&["--witness require: not found: a CUPTI library"]);
+    assert!(!out.exists(), "the refused plan created its --out");
+    let short = ["--tp", "1", "--transport", "host-bounce", "--prompts", "1", "--gen-tokens", "2", "--witness", "off"];
+    run_env(&[&base[..], &short[..]].concat(), &[("CUDA_HOME", empty)]).expect_code(1);
+}
+
 /// Whether process `pid` is gone (or a zombie nobody reaped yet: it runs nothing).
 fn gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

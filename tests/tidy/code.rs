@@ -16,6 +16,11 @@ const ENV_READERS: &[(&str, &str)] = &[
         "runtime/src/backend/cuda/nccl.rs",
         "checks (never writes) NCCL's own NCCL_NVLS_ENABLE before handing out NCCL; the binary sets it in gates/src/env.rs",
     ),
+    (
+        "runtime/witness/src/inject.rs",
+        "the CUPTI injection library runs inside a subject's process, where memra-gates is not: it reads the two \
+         variables memra-gates set for it (its record directory, the CUPTI path)",
+    ),
     ("tests/", "the CLI tests start the binary with the caller's environment minus every MEMRA_* variable"),
     (
         "runtime/tests/",
@@ -185,13 +190,16 @@ pub fn check_nvrtc_options(files: &[(String, String)]) -> Vec<Violation> {
 /// FFI returning `Result`); the rest of the CUDA backend uses cudarc's safe types and this file's
 /// wrappers.
 pub const DRIVER_LAYER: &str = "runtime/src/backend/cuda/driver.rs";
+/// The outside witness's injection library: it calls CUPTI's raw layer (not the driver's), inside
+/// a subject's process, where the backend's driver layer does not exist.
+pub const CUPTI_LAYER: &str = "runtime/witness/src/inject.rs";
 
 /// Every use of cudarc's raw layers in Rust file `rel` outside [`DRIVER_LAYER`]: a path through a
 /// `sys` or `result` segment (`dsys::cuMemcpyAsync(…)`, `cudarc::driver::result::init()`), and a
 /// `use` of cudarc that imports either layer under any name (`use cudarc::driver::{sys as d}`).
 /// `std::result` and `core::result` are not driver layers.
 pub fn check_driver_calls(rel: &str, src: &str) -> Vec<Violation> {
-    if rel == DRIVER_LAYER {
+    if rel == DRIVER_LAYER || rel == CUPTI_LAYER {
         return Vec::new();
     }
     let m = mask(src, Lang::Rust);

@@ -11,6 +11,7 @@ use crate::args::{Provenance, RunArgs};
 use crate::error::GateError;
 use crate::outdir::{OutDir, Reuse};
 use crate::plan::RunPlan;
+use crate::subject::protocol::witness::{OutsideWitness, WitnessMode};
 use crate::subject::{External, Subject};
 use crate::suite::{Progress, Suite, SuiteOptions};
 use memra_receipts::schema as rs;
@@ -34,6 +35,15 @@ pub fn progress_of(quiet: bool, every_s: u64) -> Result<Progress, GateError> {
 
 pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     let plan = RunPlan::from_args(args)?;
+    // The outside witness of an external subject's CUDA runs, found (or refused) before any work.
+    let witness = match &plan.subject {
+        Some(_) => {
+            let exe = std::env::current_exe()
+                .map_err(|e| GateError::usage(format!("cannot find this executable (for --witness): {e}")))?;
+            OutsideWitness::find(WitnessMode::parse(&args.witness)?, &exe, &crate::env::cuda_var)?
+        }
+        None => None,
+    };
     let progress = progress_of(args.quiet, args.progress_every)?;
     let processes = plan.dist.as_ref().map_or(1, |d| d.spec.processes);
     // Only process 0 of a distributed launch writes receipts; the others compute the same ones.
@@ -128,8 +138,10 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
             generate_ms,
         };
         // An external subject runs the jobs; the built-in runtime stays the oracle.
-        let external =
-            manifest.as_ref().map(|m| External::prepare(m.clone(), &subject, crate::env::memra_names())).transpose()?;
+        let external = match &manifest {
+            Some(m) => Some(External::prepare(m.clone(), &subject, crate::env::memra_names(), witness.clone())?),
+            None => None,
+        };
         if let Some(e) = &external {
             let m = e.manifest();
             eprintln!("memra-gates: subject {} {} ({})", m.name, m.version, m.path.display());

@@ -9,12 +9,14 @@ use super::protocol::battery::BatteryFile;
 use super::protocol::manifest::{Manifest, SubjectClass};
 use super::protocol::shapes::SHAPES_SINCE;
 use super::protocol::tape::{self, DoorState, Expect};
+use super::protocol::witness::{self, OutsideWitness};
 use super::{Builtin, RunSpec, Subject, SubjectError};
 use crate::error::GateError;
 use crate::registry::{
     SUBJECT_BACKEND, SUBJECT_BATTERY, SUBJECT_MODEL, SUBJECT_PROTOCOL, SUBJECT_TAPE, SUBJECT_TP, SUBJECT_TRANSPORT,
 };
 use memra_receipts::schema::Verdict;
+use memra_runtime::backend::BackendKind;
 use memra_runtime::model::ModelConfig;
 use memra_runtime::record::Record;
 use memra_runtime::{Battery, Canary, ExpertFormat};
@@ -42,6 +44,8 @@ pub struct External {
     /// The watcher that ends the subject's process groups and removes `work` when this process
     /// ends in any way (`Guard`).
     guard: Option<Guard>,
+    /// The outside witness armed for CUDA starts (`run --witness`), when there is one.
+    witness: Option<OutsideWitness>,
 }
 
 /// A small shell process in a process group of its own, holding the read end of a pipe whose
@@ -113,7 +117,12 @@ impl External {
     /// Prepare the subject of `manifest` for the plan's model and battery (held by `runtime`):
     /// a private work directory and the model file every start reads. `inherited` are the
     /// `MEMRA_*` names of this process's environment (`crate::env::memra_names`).
-    pub fn prepare(manifest: Manifest, runtime: &Builtin, inherited: Vec<String>) -> Result<External, GateError> {
+    pub fn prepare(
+        manifest: Manifest,
+        runtime: &Builtin,
+        inherited: Vec<String>,
+        witness: Option<OutsideWitness>,
+    ) -> Result<External, GateError> {
         let work = private_dir()?;
         let guard = match Guard::start(&work) {
             Ok(g) => g,
@@ -136,6 +145,7 @@ impl External {
             inherited,
             next: AtomicUsize::new(0),
             guard: Some(guard),
+            witness,
         })
     }
 
@@ -226,6 +236,14 @@ impl External {
             log.try_clone().map_err(|e| self.error(format!("cannot share the log {}: {e}", files.log.display())))?;
         let mut cmd = self.command(spec, &doors, &files.battery, &files.tape);
         cmd.stdout(log).stderr(log2);
+        // A CUDA start is counted from outside its code when a witness is armed.
+        let witnessed = self.witness.as_ref().filter(|_| spec.backend == BackendKind::Cuda);
+        if let Some(w) = witnessed {
+            std::fs::create_dir(&files.witness).map_err(|e| {
+                self.error(format!("cannot create the witness directory {}: {e}", files.witness.display()))
+            })?;
+            w.arm(&mut cmd, &files.witness);
+        }
         let mut child = cmd.spawn().map_err(|e| {
             self.error(format!(
                 "{}: cannot start {:?} (manifest {}): {e}",
@@ -271,14 +289,18 @@ impl External {
             doors: &doors,
             pass: spec.pass,
         };
-        tape::read(&bytes, &expect).map_err(|e| {
+        let mut record = tape::read(&bytes, &expect).map_err(|e| {
             let reason = match &e {
                 tape::TapeError::Reported(r) => r.clone(),
                 tape::TapeError::Malformed(r) => format!("the tape of {}: {r}", self.who()),
                 tape::TapeError::Unbacked(r) => r.clone(),
             };
             SubjectError::Failed { verdict: e.verdict(), reason }
-        })
+        })?;
+        if witnessed.is_some() {
+            witness::apply(&mut record, &files.witness).map_err(|e| self.error(format!("{}: {e}", self.who())))?;
+        }
+        Ok(record)
     }
 }
 
@@ -287,6 +309,8 @@ struct RunFiles {
     battery: PathBuf,
     tape: PathBuf,
     log: PathBuf,
+    /// The outside witness's records of this start (a directory, made only when armed).
+    witness: PathBuf,
 }
 
 impl Subject for External {
@@ -299,17 +323,25 @@ impl Subject for External {
     fn exact(&self) -> bool {
         self.manifest.class == SubjectClass::Exact
     }
+    fn census_witness(&self, backend: BackendKind) -> Option<String> {
+        Some(match (&self.witness, backend) {
+            (Some(_), BackendKind::Cuda) => memra_witness::format::WITNESS_NAME.to_string(),
+            _ => memra_receipts::schema::CENSUS_SELF_REPORTED.to_string(),
+        })
+    }
     fn run(&self, spec: RunSpec) -> Result<Record, SubjectError> {
         let n = self.next.fetch_add(1, Ordering::SeqCst);
         let files = RunFiles {
             battery: self.work.join(format!("run-{n}.battery.json")),
             tape: self.work.join(format!("run-{n}.tape.safetensors")),
             log: self.work.join(format!("run-{n}.log")),
+            witness: self.work.join(format!("run-{n}.witness")),
         };
         let result = self.start_and_read(&spec, &files);
         for f in [&files.battery, &files.tape, &files.log] {
             let _ = std::fs::remove_file(f);
         }
+        let _ = std::fs::remove_dir_all(&files.witness);
         result
     }
 }

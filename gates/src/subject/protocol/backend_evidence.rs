@@ -14,6 +14,7 @@
 use memra_runtime::evidence::census::Census;
 use memra_runtime::evidence::coverage::{Coverage, PathCount, SeamPoint};
 use memra_runtime::record::{CopyFault, Record, Seam};
+use memra_witness::format::PREFIX as OUTSIDE;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -76,7 +77,15 @@ impl BackendEvidence {
     pub fn apply(&self, record: &mut Record, layers: usize) -> Result<(), String> {
         // The subject's own word (the receipt's `census_witness` says whose): the one place outside
         // the built-in backends where a census is made (tidy: `census_is_written_only_by_backends`).
-        record.census = Census::reported(self.backend_census.clone().unwrap_or_else(|| record.engaged.clone()));
+        let reported = self.backend_census.clone().unwrap_or_else(|| record.engaged.clone());
+        // The outside witness's counters are added by memra-gates alone (`super::witness`).
+        if let Some(k) = reported.keys().chain(record.engaged.keys()).find(|k| k.starts_with(OUTSIDE)) {
+            return Err(format!(
+                "census counter {k:?}: counters named {OUTSIDE}* are the outside witness's, which memra-gates adds \
+                 itself; a subject may not report one"
+            ));
+        }
+        record.census = Census::reported(reported);
         let check_layer = |layer: usize, what: &str| {
             if layer > layers {
                 Err(format!("{what}: layer {layer} is past the model's {layers} layers (and the head at {layers})"))
@@ -122,5 +131,27 @@ impl BackendEvidence {
                 .collect::<Result<_, String>>()?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A subject may not write the outside witness's counters itself, in either census.
+    #[test]
+    fn a_tape_reporting_an_outside_counter_is_refused() {
+        let forged: BTreeMap<String, u64> = [("outside.launch.gemm_bf16".to_string(), 3)].into();
+        let mut r = Record { engaged: forged.clone(), ..Record::default() };
+        let e = BackendEvidence::default().apply(&mut r, 2).unwrap_err();
+        assert!(e.contains("\"outside.launch.gemm_bf16\"") && e.contains("may not report"), "{e}");
+        let mut r = Record::default();
+        let ev = BackendEvidence { backend_census: Some(forged), ..BackendEvidence::default() };
+        assert!(ev.apply(&mut r, 2).is_err());
+        // The control: the same counter under the subject's own name is its word, accepted.
+        let own: BTreeMap<String, u64> = [("torch.launch.gemm_bf16".to_string(), 3)].into();
+        let mut r = Record { engaged: own.clone(), ..Record::default() };
+        BackendEvidence::default().apply(&mut r, 2).unwrap();
+        assert_eq!(r.census.counts(), &own);
     }
 }

@@ -152,6 +152,7 @@ pub mod lanes;
 pub mod manifest;
 pub mod shapes;
 pub mod tape;
+pub mod witness;
 
 use memra_kernels::twins::gemv::{canonical_kblocks, WeightFormat};
 use memra_runtime::model::ModelConfig;
