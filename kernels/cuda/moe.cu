@@ -68,6 +68,33 @@ __device__ __forceinline__ void block_best(float& key, u32& id, bool higher_id, 
     }
 }
 
+// key_better as one unsigned 64-bit rank (larger ranks higher; 0 = no candidate): the upper word
+// orders the key — NaN is 1, below every number; -0.0 counts as +0.0; a float's bits map to an
+// unsigned order (negative: all bits flipped; otherwise the sign bit set) — and the lower word
+// breaks ties by id (flipped when the lower id wins). Distinct ids give distinct ranks, so
+// rank_code(a) > rank_code(b) exactly when key_better(a, b): a round of selection is a plain
+// unsigned maximum.
+__device__ __forceinline__ unsigned long long rank_code(float key, u32 id, bool higher_id) {
+    if (id == NO_INDEX) return 0ull;
+    u32 hi = 1u;
+    if (!is_nan_c(key)) {
+        const u32 b = __float_as_uint(key == C_ZERO ? C_ZERO : key);
+        hi = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    }
+    const u32 lo = higher_id ? id : ~id;
+    return ((unsigned long long)hi << 32) | lo;
+}
+
+// The id of a non-zero rank_code.
+__device__ __forceinline__ u32 rank_id(unsigned long long code, bool higher_id) {
+    const u32 lo = (u32)code;
+    return higher_id ? lo : ~lo;
+}
+
+__device__ __forceinline__ unsigned long long max_u64(unsigned long long a, unsigned long long b) {
+    return a > b ? a : b;
+}
+
 // Arg-best of (key, id) over one warp under key_better; every lane returns the winner.
 __device__ __forceinline__ void warp_best(float& key, u32& id, bool higher_id) {
     for (int o = 16; o > 0; o >>= 1) {
@@ -128,31 +155,25 @@ __device__ __forceinline__ void router_body(const float* logits, const float* bi
     float sel = C_ZERO;  // lane s < k keeps slot s's raw score
     u32 sel_id = 0u;
     if (n <= 32 * ROUTER_LANE_CAND) {
-        // The lane's candidates e = lane + 32j live in registers: a round scans them without a
-        // shared-memory load per candidate, and the winner's owner drops it (id := NO_INDEX, which
-        // never wins). Selection under a strict total order picks the same expert either way.
-        float ck[ROUTER_LANE_CAND];
-        u32 ci[ROUTER_LANE_CAND];
+        // The lane's candidates e = lane + 32j live in registers as rank codes: a round is an
+        // unsigned maximum over them and a 5-step shuffle maximum over the warp, and the winner's
+        // owner drops it (code := 0, which never wins). Selection under a strict total order
+        // picks the same expert in any order of comparisons.
+        unsigned long long code[ROUTER_LANE_CAND];
 #pragma unroll
         for (int j = 0; j < ROUTER_LANE_CAND; ++j) {
             const int e = lane + 32 * j;
-            ck[j] = e < n ? keys[e] : C_ZERO;
-            ci[j] = e < n ? (u32)e : NO_INDEX;
+            code[j] = e < n ? rank_code(keys[e], (u32)e, variant) : 0ull;
         }
         for (int slot = 0; slot < k; ++slot) {
-            float key = C_ZERO;
-            u32 id = NO_INDEX;
+            unsigned long long best = 0ull;
+#pragma unroll
+            for (int j = 0; j < ROUTER_LANE_CAND; ++j) best = max_u64(best, code[j]);
+            for (int o = 16; o > 0; o >>= 1) best = max_u64(best, __shfl_xor_sync(MEMRA_FULL_MASK, best, o));
+            const u32 id = rank_id(best, variant);
 #pragma unroll
             for (int j = 0; j < ROUTER_LANE_CAND; ++j) {
-                if (key_better(ck[j], ci[j], key, id, variant)) {
-                    key = ck[j];
-                    id = ci[j];
-                }
-            }
-            warp_best(key, id, variant);
-#pragma unroll
-            for (int j = 0; j < ROUTER_LANE_CAND; ++j) {
-                if (ci[j] == id) ci[j] = NO_INDEX;
+                if (code[j] == best) code[j] = 0ull;
             }
             if (lane == (slot & 31)) {
                 sel = scores[id];

@@ -302,7 +302,10 @@ fn moe_kernels_match_twins() -> Ran {
                     logits[e] = 1.25;
                     bias[e] = 0.0;
                 }
-                logits[n - 1] = f32::NAN; // a NaN key ranks below every number
+                // NaN keys rank below every number, -inf among the numbers; two NaNs by id.
+                logits[n - 1] = f32::NAN;
+                logits[n - 2] = f32::NAN;
+                bias[2] = f32::NEG_INFINITY;
             }
             logits[1] = -120.0; // exp_c overflow side of sigmoid
             let mut c =
