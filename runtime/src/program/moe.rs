@@ -18,6 +18,7 @@ use super::layer::store_to_root;
 use super::placement::ExpertMode;
 use super::Ctx;
 use crate::backend::{DigestPart, JoinFence, Op, OwnedSlots, OwnerRule, Packed, RowOrder, SlotOwner};
+use crate::evidence::coverage;
 use crate::evidence::record::Seam;
 use crate::Result;
 
@@ -105,8 +106,20 @@ fn distribute_selection(ctx: &mut Ctx) -> Result<()> {
 
 /// The route ids read on the host (MOE_DIRECT on expert-parallel owners only), checked.
 fn read_ids(ctx: &mut Ctx, l: usize) -> Result<Vec<usize>> {
-    let (k, experts) = (ctx.model.config.top_k, ctx.model.config.experts);
     let route = ctx.read_lane(0, ctx.buffers.root.route)?;
+    check_ids(ctx, l, &route)
+}
+
+/// The route ids as rank `r` holds them (its copy of the root's selection: k words), checked.
+fn read_ids_on(ctx: &mut Ctx, l: usize, r: usize) -> Result<Vec<usize>> {
+    let k = ctx.model.config.top_k;
+    let route = ctx.read_lane(r, ctx.buffers.ranks[r].route.sub(0, k))?;
+    check_ids(ctx, l, &route)
+}
+
+/// The first k words of `route` as expert ids, each checked to be an expert.
+fn check_ids(ctx: &Ctx, l: usize, route: &[f32]) -> Result<Vec<usize>> {
+    let (k, experts) = (ctx.model.config.top_k, ctx.model.config.experts);
     let ids: Vec<usize> = route[..k].iter().map(|v| v.to_bits() as usize).collect();
     if let Some(bad) = ids.iter().find(|e| **e >= experts) {
         return Err(crate::RuntimeError::Device {
@@ -136,6 +149,42 @@ fn held(ctx: &Ctx, l: usize, r: usize, expert: Option<usize>) -> bool {
     }
 }
 
+/// STEP_EP without EP_DEVICE_ARITHMETIC, for the one active lane: the SwiGLU of every routed slot
+/// rank `r` owns, on the host — its gate rows (in `ea`) and up rows (in `eu`) read, the host
+/// twin's SwiGLU applied with the clamps counted as the backend's twin counts them, the
+/// activations written back into `ea` for the down projection.
+fn host_swiglu(ctx: &mut Ctx, l: usize, r: usize, ids: &[usize]) -> Result<()> {
+    let c = &ctx.model.config;
+    let (rows, limit, pitch) = (c.expert_width, c.swiglu_limit, ctx.buffers.act_pitch);
+    let (ea, eu) = (ctx.buffers.ranks[r].ea, ctx.buffers.ranks[r].eu);
+    let at = ctx.lane_point(l, Seam::Experts);
+    for (s, e) in ids.iter().enumerate() {
+        if !held(ctx, l, r, Some(*e)) {
+            continue;
+        }
+        let g = ctx.read_lane(r, ea.sub(s * pitch, rows))?;
+        let u = ctx.read_lane(r, eu.sub(s * pitch, rows))?;
+        let (mut silu, mut high, mut low) = (0u64, 0u64, 0u64);
+        let act: Vec<f32> = g
+            .iter()
+            .zip(&u)
+            .map(|(&gv, &uv)| {
+                let (v, clamps) = memra_kernels::canon::swiglu_traced(gv, uv, limit);
+                (silu, high, low) =
+                    (silu + clamps.silu as u64, high + clamps.up_high as u64, low + clamps.up_low as u64);
+                v
+            })
+            .collect();
+        ctx.write_lane(r, ea.sub(s * pitch, rows), &act)?;
+        for (what, n) in
+            [("elements", rows as u64), ("clamp_silu", silu), ("clamp_up_high", high), ("clamp_up_low", low)]
+        {
+            ctx.note_coverage(&coverage::swiglu_path(what, false), at, n);
+        }
+    }
+    Ok(())
+}
+
 /// experts: gate/up/SwiGLU and down partials of every slot on every rank holding it.
 fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let c = ctx.model.config.clone();
@@ -152,6 +201,8 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let (routed_direct, shared_direct) = (doors.moe_direct && routed_sharded, doors.moe_direct && shared_sharded);
     let (g_r, g_s) = (ctx.placement.down_kblocks, ctx.placement.shared_kblocks);
     let rule = rank_rule(ctx);
+    let ep_host = ctx.ep_host_arithmetic();
+    let ep_device = ctx.placement.experts == ExpertMode::ExpertParallel && doors.step_ep && !ep_host;
     ctx.begin(l, Seam::Experts)?;
     let mut parts: Vec<(usize, DigestPart)> = Vec::new();
     for r in 0..tp {
@@ -169,39 +220,54 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             out_pitch: stride,
         };
         let holds_shared = held(ctx, l, r, None);
-        // gate, up, SwiGLU.
+        // gate, up, SwiGLU (STEP_EP without EP_DEVICE_ARITHMETIC: the routed slots' SwiGLU
+        // operands, and the SwiGLU on the host).
+        let fused = |first_slot: usize, n: usize| Op::ExpertGateUp {
+            group,
+            route,
+            first_slot,
+            slots: n,
+            x: rb.xin,
+            limit,
+            act: rb.ea.sub(first_slot * pitch, (n - 1) * pitch + pitch),
+            act_pitch: pitch,
+        };
+        let operands = |first_slot: usize, n: usize| Op::ExpertGateUpRows {
+            group,
+            route,
+            first_slot,
+            slots: n,
+            x: rb.xin,
+            gate: rb.ea.sub(first_slot * pitch, (n - 1) * pitch + pitch),
+            up: rb.eu.sub(first_slot * pitch, (n - 1) * pitch + pitch),
+            pitch,
+        };
         match host_ids {
             Some(ids) => {
                 for (s, e) in ids.iter().map(|e| Some(*e)).chain([None]).enumerate() {
                     if held(ctx, l, r, e) {
-                        let act = rb.ea.sub(s * pitch, pitch);
-                        let op = Op::ExpertGateUp {
-                            group,
-                            route,
-                            first_slot: s,
-                            slots: 1,
-                            x: rb.xin,
-                            limit,
-                            act,
-                            act_pitch: pitch,
-                        };
+                        let op = if ep_host && s < k { operands(s, 1) } else { fused(s, 1) };
                         ctx.launch(r, op)?;
                     }
                 }
+                if ep_host {
+                    host_swiglu(ctx, l, r, ids)?;
+                }
             }
-            None => {
-                let op = Op::ExpertGateUp {
-                    group,
-                    route,
-                    first_slot: 0,
-                    slots,
-                    x: rb.xin,
-                    limit,
-                    act: rb.ea,
-                    act_pitch: pitch,
-                };
-                ctx.launch(r, op)?;
+            None if ep_host => {
+                ctx.launch(r, operands(0, k))?;
+                if holds_shared {
+                    ctx.launch(r, fused(k, 1))?;
+                }
+                ctx.each_lane(|ctx| {
+                    let ids = read_ids_on(ctx, l, r)?;
+                    host_swiglu(ctx, l, r, &ids)
+                })?;
             }
+            None => ctx.launch(r, fused(0, slots))?,
+        }
+        if ep_device {
+            ctx.count("ep_device_arithmetic.device_ops");
         }
         // down partials: locally, or (MOE_DIRECT, TP-sharded slots) straight into the root's
         // canonical place, one peer store per slot.
@@ -457,8 +523,20 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             Op::Add { a: root.rank_sums.sub(0, hidden), b: root.rank_sums.sub(hidden, hidden), out: routed },
         )?;
         ctx.copy(Seam::MoeJoin, 0, root.y.sub(k * hidden, hidden), 0, shared)?;
+    } else if ctx.ep_host_arithmetic() {
+        // STEP_EP without EP_DEVICE_ARITHMETIC: the weighted combine on the host twin.
+        ctx.each_lane(|ctx| {
+            let y = ctx.read_lane(0, root.y)?;
+            let w = ctx.read_lane(0, weights)?;
+            let mut out = vec![0.0f32; root.moe.len];
+            memra_kernels::twins::moe::combine_shared(&y, &w, &mut out);
+            ctx.write_lane(0, root.moe, &out)
+        })?;
     } else {
         ctx.launch(0, Op::CombineShared { y: root.y, w: weights, out: root.moe })?;
+        if ctx.placement.experts == ExpertMode::ExpertParallel && doors.step_ep {
+            ctx.count("ep_device_arithmetic.device_ops");
+        }
     }
     ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe))
 }
