@@ -77,7 +77,7 @@ __device__ __forceinline__ int task_rows_c(int fmt, int vec) { return (fmt == FM
 // kernel), or the SwiGLU's operands, g into act and u into up_out (ROWS true:
 // expert_gate_up_rows_f32, STEP_EP's host-arithmetic default, whose SwiGLU the program applies).
 template <bool ROWS>
-__device__ __forceinline__ void gate_up_store(float* act, float* up_out, int r, float g, float u, int has_limit,
+__device__ __forceinline__ void gate_up_store(float* act, float* up_out, size_t r, float g, float u, int has_limit,
                                               float limit) {
     if (ROWS) {
         act[r] = g;
@@ -146,10 +146,9 @@ __device__ __forceinline__ void expert_gate_up_slots(const ExpertEntry* table, i
     if (en.gate == 0ull) return;
     const int r_first = blockIdx.x * rpb;
     if (r_first >= en.rows) return;
-    float* act_s = act + (size_t)slot * act_pitch;
-    float* up_s = ROWS ? up_out + (size_t)slot * act_pitch : up_out;
     if (en.fmt == FMT_E4M3 && en.gate_vec == E4M3_BPL && en.up_vec == E4M3_BPL) {
-        expert_gate_up_bpl<ROWS>(en, x, has_limit, limit, act_s, up_s, r_first, rpb);
+        expert_gate_up_bpl<ROWS>(en, x, has_limit, limit, act + (size_t)slot * act_pitch,
+                                 ROWS ? up_out + (size_t)slot * act_pitch : nullptr, r_first, rpb);
         return;
     }
     const int warp = threadIdx.x >> 5;
@@ -192,7 +191,7 @@ __device__ __forceinline__ void expert_gate_up_slots(const ExpertEntry* table, i
             g = g * en.sg;
             u = u * en.su;
         }
-        gate_up_store<ROWS>(act_s, up_s, r, g, u, has_limit, limit);
+        gate_up_store<ROWS>(act, up_out, (size_t)slot * act_pitch + r, g, u, has_limit, limit);
     }
 }
 

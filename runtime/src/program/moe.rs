@@ -12,6 +12,12 @@
 //!
 //! MOE_DIRECT on whole experts stores each slot from its owner and counts each such store, so
 //! that door alone reads the route on the host (`Ctx::host_routes`) and issues per-slot launches.
+//!
+//! Under STEP_EP the owners' routed SwiGLU and the root's weighted combine are a host program
+//! unless EP_DEVICE_ARITHMETIC keeps them on the device (`Ctx::ep_host_arithmetic`): the owners'
+//! gate/up launch stores the SwiGLU's operands (`Op::ExpertGateUpRows`), `host_swiglu` reads the
+//! owned slots' rows and writes their activations back, and the combine is read, computed by
+//! `twins::moe::combine_shared` and written back — the same twin arithmetic either way.
 
 use super::copies::broadcast;
 use super::layer::store_to_root;
