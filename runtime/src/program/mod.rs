@@ -7,6 +7,7 @@
 
 pub mod buffers;
 mod copies;
+mod ep_host;
 mod lanes;
 mod layer;
 mod moe;

@@ -15,16 +15,15 @@
 //!
 //! Under STEP_EP the owners' routed SwiGLU and the root's weighted combine are a host program
 //! unless EP_DEVICE_ARITHMETIC keeps them on the device (`Ctx::ep_host_arithmetic`): the owners'
-//! gate/up launch stores the SwiGLU's operands (`Op::ExpertGateUpRows`), `host_swiglu` reads the
-//! owned slots' rows and writes their activations back, and the combine is read, computed by
-//! `twins::moe::combine_shared` and written back — the same twin arithmetic either way.
+//! gate/up launch stores the SwiGLU's operands (`Op::ExpertGateUpRows`) and `ep_host.rs` applies
+//! the SwiGLU and the combine between host reads and writes — the same twin arithmetic either way.
 
 use super::copies::broadcast;
+use super::ep_host;
 use super::layer::store_to_root;
 use super::placement::ExpertMode;
 use super::Ctx;
 use crate::backend::{DigestPart, JoinFence, Op, OwnedSlots, OwnerRule, Packed, RowOrder, SlotOwner};
-use crate::evidence::coverage;
 use crate::evidence::record::Seam;
 use crate::Result;
 
@@ -147,48 +146,12 @@ fn rank_rule(ctx: &Ctx) -> OwnerRule {
 }
 
 /// Whether rank `r` holds (a shard of) `expert` (`None`: the shared expert) on layer `l`.
-fn held(ctx: &Ctx, l: usize, r: usize, expert: Option<usize>) -> bool {
+pub(super) fn held(ctx: &Ctx, l: usize, r: usize, expert: Option<usize>) -> bool {
     let h = &ctx.weights.layers[l][r];
     match expert {
         Some(e) => h.experts[e].is_some(),
         None => h.shared.is_some(),
     }
-}
-
-/// STEP_EP without EP_DEVICE_ARITHMETIC, for the one active lane: the SwiGLU of every routed slot
-/// rank `r` owns, on the host — its gate rows (in `ea`) and up rows (in `eu`) read, the host
-/// twin's SwiGLU applied with the clamps counted as the backend's twin counts them, the
-/// activations written back into `ea` for the down projection.
-fn host_swiglu(ctx: &mut Ctx, l: usize, r: usize, ids: &[usize]) -> Result<()> {
-    let c = &ctx.model.config;
-    let (rows, limit, pitch) = (c.expert_width, c.swiglu_limit, ctx.buffers.act_pitch);
-    let (ea, eu) = (ctx.buffers.ranks[r].ea, ctx.buffers.ranks[r].eu);
-    let at = ctx.lane_point(l, Seam::Experts);
-    for (s, e) in ids.iter().enumerate() {
-        if !held(ctx, l, r, Some(*e)) {
-            continue;
-        }
-        let g = ctx.read_lane(r, ea.sub(s * pitch, rows))?;
-        let u = ctx.read_lane(r, eu.sub(s * pitch, rows))?;
-        let (mut silu, mut high, mut low) = (0u64, 0u64, 0u64);
-        let act: Vec<f32> = g
-            .iter()
-            .zip(&u)
-            .map(|(&gv, &uv)| {
-                let (v, clamps) = memra_kernels::canon::swiglu_traced(gv, uv, limit);
-                (silu, high, low) =
-                    (silu + clamps.silu as u64, high + clamps.up_high as u64, low + clamps.up_low as u64);
-                v
-            })
-            .collect();
-        ctx.write_lane(r, ea.sub(s * pitch, rows), &act)?;
-        for (what, n) in
-            [("elements", rows as u64), ("clamp_silu", silu), ("clamp_up_high", high), ("clamp_up_low", low)]
-        {
-            ctx.note_coverage(&coverage::swiglu_path(what, false), at, n);
-        }
-    }
-    Ok(())
 }
 
 /// experts: gate/up/SwiGLU and down partials of every slot on every rank holding it.
@@ -257,7 +220,7 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                     }
                 }
                 if ep_host {
-                    host_swiglu(ctx, l, r, ids)?;
+                    ep_host::swiglu(ctx, l, r, ids)?;
                 }
             }
             None if ep_host => {
@@ -267,7 +230,7 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                 }
                 ctx.each_lane(|ctx| {
                     let ids = read_ids_on(ctx, l, r)?;
-                    host_swiglu(ctx, l, r, &ids)
+                    ep_host::swiglu(ctx, l, r, &ids)
                 })?;
             }
             None => ctx.launch(r, fused(0, slots))?,
@@ -531,13 +494,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
         ctx.copy(Seam::MoeJoin, 0, root.y.sub(k * hidden, hidden), 0, shared)?;
     } else if ctx.ep_host_arithmetic() {
         // STEP_EP without EP_DEVICE_ARITHMETIC: the weighted combine on the host twin.
-        ctx.each_lane(|ctx| {
-            let y = ctx.read_lane(0, root.y)?;
-            let w = ctx.read_lane(0, weights)?;
-            let mut out = vec![0.0f32; root.moe.len];
-            memra_kernels::twins::moe::combine_shared(&y, &w, &mut out);
-            ctx.write_lane(0, root.moe, &out)
-        })?;
+        ctx.each_lane(|ctx| ep_host::combine(ctx, root.y, weights, root.moe))?;
     } else {
         ctx.launch(0, Op::CombineShared { y: root.y, w: weights, out: root.moe })?;
         if ctx.placement.experts == ExpertMode::ExpertParallel && doors.step_ep {
