@@ -210,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     expert_gate_up_rows_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k,
                             int first_slot, const float* x, float* gate, float* up, int pitch, int rpb,
                             const LanePitch lp) {
-    expert_gate_up_slots<true>(table, n_entries, experts, ids, k, first_slot, x, 0, 0.0f, gate, up, pitch, rpb, lp);
+    expert_gate_up_slots<true>(table, n_entries, experts, ids, k, first_slot, x, 0, C_ZERO, gate, up, pitch, rpb, lp);
 }
 
 // Down-projection K-block partials of every slot: out[s * out_pitch + kb * rows + r] for the
