@@ -4,6 +4,7 @@
 
 mod bench_floor;
 mod doors29;
+mod ep_device29;
 mod gates;
 mod promote;
 mod promote_gain;

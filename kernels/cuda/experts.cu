@@ -73,12 +73,27 @@ __device__ __forceinline__ void expert_task(int fmt, int vec, u64 w, u64 scales,
 
 __device__ __forceinline__ int task_rows_c(int fmt, int vec) { return (fmt == FMT_E4M3 && vec > 0) ? GEMV_ROWS_PER_TASK : 1; }
 
+// Where row r of a slot's folded gate/up pair goes: the SwiGLU into act (ROWS false: the fused
+// kernel), or the SwiGLU's operands, g into act and u into up_out (ROWS true:
+// expert_gate_up_rows_f32, STEP_EP's host-arithmetic default, whose SwiGLU the program applies).
+template <bool ROWS>
+__device__ __forceinline__ void gate_up_store(float* act, float* up_out, size_t r, float g, float u, int has_limit,
+                                              float limit) {
+    if (ROWS) {
+        act[r] = g;
+        up_out[r] = u;
+    } else {
+        act[r] = swiglu_c(g, u, has_limit, limit);
+    }
+}
+
 // Gate, up and SwiGLU of rows r_first .. of one E4M3 expert in the block-per-lane layout (gemv.cu):
 // x staged once for both matrices, every (row, scale block) pair of gate then up by one thread,
 // then thread t folds row t of each and applies the SwiGLU — the operations of the task path.
 // 2 · rpb · nb <= BPL_SV (checked by the runtime).
+template <bool ROWS>
 __device__ __forceinline__ void expert_gate_up_bpl(const ExpertEntry& en, const float* x, int has_limit, float limit,
-                                                   float* act, int r_first, int rpb) {
+                                                   float* act, float* up_out, int r_first, int rpb) {
     __shared__ float xs[BPL_MAX_NB * BPL_XS_PITCH];
     __shared__ float sv[BPL_SV];
     const int nrows = min(rpb, en.rows - r_first);
@@ -97,29 +112,32 @@ __device__ __forceinline__ void expert_gate_up_bpl(const ExpertEntry& en, const 
             g = g * en.sg;
             u = u * en.su;
         }
-        act[r_first + rl] = swiglu_c(g, u, has_limit, limit);
+        gate_up_store<ROWS>(act, up_out, r_first + rl, g, u, has_limit, limit);
     }
 }
 
 // Gate, up and SwiGLU of every slot (twins::experts::gate_up_act): block (bx, s) computes rows
 // bx*rpb .. of slot s's expert; its 8 warps share the (matrix, row group, K-block) tasks of gate
 // and up; then thread t folds row t's partials of each matrix from +0.0 in K-block order,
-// applies the NVFP4 per-matrix scales once, and writes act[s * act_pitch + r] = swiglu.
+// applies the NVFP4 per-matrix scales once, and writes act[s * act_pitch + r] = swiglu (ROWS:
+// act[s * act_pitch + r] = g and up_out[s * act_pitch + r] = u instead).
 // Shared memory holds 2 x rpb x nk partials (rpb * nk <= GEMV_MAX_TASKS, checked by the runtime).
 //
 // Lane grid: blockIdx.y = slot × lanes + lane (slot-major, so every lane's blocks of one slot —
 // the shared expert's above all — run side by side and share the weights through L2); slices
-// [ids, x, act].
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
-    expert_gate_up_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
-                       const float* x, int has_limit, float limit, float* act, int act_pitch, int rpb,
-                       const LanePitch lp) {
+// [ids, x, act] (ROWS: [ids, x, act, up_out]).
+template <bool ROWS>
+__device__ __forceinline__ void expert_gate_up_slots(const ExpertEntry* table, int n_entries, int experts,
+                                                     const float* ids, int k, int first_slot, const float* x,
+                                                     int has_limit, float limit, float* act, float* up_out,
+                                                     int act_pitch, int rpb, const LanePitch& lp) {
     __shared__ float part[2][GEMV_MAX_TASKS];
     const int slot = (int)blockIdx.y / lp.lanes;
     const int ln = (int)blockIdx.y - slot * lp.lanes;
     ids = LANE_AT(ids, lp, 0, ln);
     x = LANE_AT(x, lp, 1, ln);
     act = LANE_AT(act, lp, 2, ln);
+    if (ROWS) up_out = LANE_AT(up_out, lp, 3, ln);
     const int e = slot_entry_c(ids, k, experts, first_slot + slot);
     if (e < 0 || e >= n_entries) return;  // block-uniform
     // Read through a reference (the fields are re-read from L1 where needed): a register copy of
@@ -129,7 +147,8 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     const int r_first = blockIdx.x * rpb;
     if (r_first >= en.rows) return;
     if (en.fmt == FMT_E4M3 && en.gate_vec == E4M3_BPL && en.up_vec == E4M3_BPL) {
-        expert_gate_up_bpl(en, x, has_limit, limit, act + (size_t)slot * act_pitch, r_first, rpb);
+        expert_gate_up_bpl<ROWS>(en, x, has_limit, limit, act + (size_t)slot * act_pitch,
+                                 ROWS ? up_out + (size_t)slot * act_pitch : nullptr, r_first, rpb);
         return;
     }
     const int warp = threadIdx.x >> 5;
@@ -172,8 +191,26 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
             g = g * en.sg;
             u = u * en.su;
         }
-        act[(size_t)slot * act_pitch + r] = swiglu_c(g, u, has_limit, limit);
+        gate_up_store<ROWS>(act, up_out, (size_t)slot * act_pitch + r, g, u, has_limit, limit);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
+    expert_gate_up_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
+                       const float* x, int has_limit, float limit, float* act, int act_pitch, int rpb,
+                       const LanePitch lp) {
+    expert_gate_up_slots<false>(table, n_entries, experts, ids, k, first_slot, x, has_limit, limit, act, nullptr,
+                                act_pitch, rpb, lp);
+}
+
+// The SwiGLU's operands of every slot (twins::experts::gate_up_rows; Op::ExpertGateUpRows): the
+// fused kernel's blocks and arithmetic up to the SwiGLU, g stored at gate[s * pitch + r] and u at
+// up[s * pitch + r].
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
+    expert_gate_up_rows_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k,
+                            int first_slot, const float* x, float* gate, float* up, int pitch, int rpb,
+                            const LanePitch lp) {
+    expert_gate_up_slots<true>(table, n_entries, experts, ids, k, first_slot, x, 0, C_ZERO, gate, up, pitch, rpb, lp);
 }
 
 // Down-projection K-block partials of every slot: out[s * out_pitch + kb * rows + r] for the

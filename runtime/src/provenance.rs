@@ -12,11 +12,12 @@
 //! [`build_digest`] are computed from one list.
 
 /// (workspace-relative path, text) of every runtime source that decides the arithmetic.
-pub const PROGRAM_SOURCES: [(&str, &str); 21] = [
+pub const PROGRAM_SOURCES: [(&str, &str); 22] = [
     ("runtime/src/program/mod.rs", include_str!("program/mod.rs")),
     ("runtime/src/program/layer.rs", include_str!("program/layer.rs")),
     ("runtime/src/program/moe.rs", include_str!("program/moe.rs")),
     ("runtime/src/program/copies.rs", include_str!("program/copies.rs")),
+    ("runtime/src/program/ep_host.rs", include_str!("program/ep_host.rs")),
     ("runtime/src/program/lanes.rs", include_str!("program/lanes.rs")),
     ("runtime/src/program/passes.rs", include_str!("program/passes.rs")),
     ("runtime/src/program/buffers.rs", include_str!("program/buffers.rs")),

@@ -2,7 +2,9 @@
 //! gate/up/SwiGLU launch and one down launch per rank for all slots, the seams of a layer are one
 //! digest launch per rank, and nothing inside a step reads device memory on the host (the route
 //! stays on the device) — except where MOE_DIRECT stores expert-parallel slots from their owners,
-//! which must read it (the negative control: the counter below does see a read there).
+//! which must read it, and where STEP_EP runs its expert-parallel arithmetic on the host (its
+//! default without MEMRA_STEP_EP_DEVICE_ARITHMETIC) — the negative controls: the counter below
+//! does see reads there.
 
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::intercept::{Hooks, Intercepted};
@@ -26,6 +28,7 @@ struct Counting {
 fn op_name(op: &Op) -> &'static str {
     match op {
         Op::ExpertGateUp { .. } => "expert_gate_up",
+        Op::ExpertGateUpRows { .. } => "expert_gate_up_rows",
         Op::ExpertDown { .. } => "expert_down",
         Op::GemvRows { .. } => "gemv_rows",
         Op::GemvRowsBatch { .. } => "gemv_rows_batch",
@@ -92,12 +95,8 @@ fn run(model: &Model, tp: usize, doors: DoorSet) -> (Counting, u64) {
 fn experts_are_one_launch_per_projection_kind_and_the_route_stays_on_the_device() {
     let model = tiny();
     let layers = model.layers.len() as u64;
-    for (tp, doors) in [
-        (1, DoorSet::default()),
-        (2, DoorSet::default()),
-        (4, DoorSet { step_ep: true, ..DoorSet::default() }),
-        (8, DoorSet { step_ep: true, ..DoorSet::default() }),
-    ] {
+    let device_ep = DoorSet { step_ep: true, ep_device_arithmetic: true, ..DoorSet::default() };
+    for (tp, doors) in [(1, DoorSet::default()), (2, DoorSet::default()), (4, device_ep), (8, device_ep)] {
         let (b, steps) = run(&model, tp, doors);
         let what = format!("TP{tp} {doors:?}");
         let per_rank_layer = steps * layers * tp as u64;
@@ -118,8 +117,16 @@ fn experts_are_one_launch_per_projection_kind_and_the_route_stays_on_the_device(
     // LEN_MIRROR_LAZY: single-token decode reads no mirror, so TP1 copies nothing at all.
     let (b, _) = run(&model, 1, DoorSet { len_mirror_lazy: true, ..DoorSet::default() });
     assert_eq!(b.copies, 0, "TP1 with LEN_MIRROR_LAZY copies nothing");
-    // Negative control: MOE_DIRECT on expert-parallel owners reads the route on the host, and the
+    // Negative controls: MOE_DIRECT on expert-parallel owners reads the route on the host, and the
     // counter sees it (one read per layer and step).
-    let (b, steps) = run(&model, 2, DoorSet { step_ep: true, moe_direct: true, ..DoorSet::default() });
+    let (b, steps) = run(&model, 2, DoorSet { moe_direct: true, ..device_ep });
     assert_eq!(b.reads_in_step, steps * layers, "MOE_DIRECT on expert-parallel owners reads the route once per layer");
+    // STEP_EP's host arithmetic (without the door) reads inside every layer of every step, and
+    // each owner's routed slots get the SwiGLU-operand launch instead of the fused one.
+    let (b, steps) = run(&model, 4, DoorSet { step_ep: true, ..DoorSet::default() });
+    assert!(
+        b.reads_in_step >= steps * layers * 6,
+        "TP4 STEP_EP: per layer the ids on 4 ranks and the combine's 2 reads"
+    );
+    assert_eq!(b.launches["expert_gate_up_rows"], steps * layers * 4, "TP4 STEP_EP: one per rank and layer");
 }

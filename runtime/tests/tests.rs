@@ -10,6 +10,7 @@ mod segments;
 mod direct_joins;
 mod doors29;
 mod edge;
+mod ep_device29;
 mod graph_program;
 mod host_ranks;
 mod join_folds;

@@ -7,6 +7,7 @@ use crate::env::DoorRequest;
 use crate::error::GateError;
 use crate::job::{CensusDecl, Job, JobClass};
 use crate::matrix::{Configuration, MatrixPlan};
+use crate::registry::census::{CensusChange, Change};
 use crate::registry::{BackendKind, Door, DoorClass, FlipAt, Registry};
 use crate::subject::protocol::manifest::{Manifest, SubjectClass};
 use crate::subject::BUILTIN_NAME;
@@ -94,6 +95,29 @@ fn class_of(doors: &[&Door], subject: Option<&SubjectClass>) -> JobClass {
 }
 
 /// One configuration as a job (of the built-in runtime, or of an external `subject`).
+/// A door's census declaration in a job with the doors `enabled`: its own changes, and the host
+/// program that a door requiring it would move onto the device (that door declares `read.*` /
+/// `write.*` fewer) while that door is off — the same counters must then be higher than without
+/// this door (STEP_EP's expert-parallel arithmetic is a host program unless
+/// EP_DEVICE_ARITHMETIC is on). Declared, that host traffic is this door's to show, so the
+/// round-trip rule of the engagement gate does not read it as a mechanism replaced by the host.
+fn with_host_default(registry: &Registry, d: &Door, enabled: &std::collections::BTreeSet<String>) -> Vec<CensusChange> {
+    let mut changes = d.census.clone();
+    let host = |c: &&CensusChange| {
+        c.change == Change::Fewer
+            && c.counter.split('+').any(|t| t.trim().starts_with("read.") || t.trim().starts_with("write."))
+    };
+    for r in registry.doors() {
+        if enabled.contains(&r.id) || !r.requires.iter().any(|l| l.id == d.id) {
+            continue;
+        }
+        for c in r.census.iter().filter(host) {
+            changes.push(CensusChange { counter: c.counter.clone(), change: Change::More });
+        }
+    }
+    changes
+}
+
 pub fn job_of(
     registry: &Registry,
     c: &Configuration,
@@ -146,7 +170,7 @@ pub fn job_of(
             let dropped = doors.iter().filter(|x| !off.contains(&x.id.as_str()));
             Ok(CensusDecl {
                 door: d.id.clone(),
-                changes: d.census.clone(),
+                changes: with_host_default(registry, d, &c.doors),
                 off: registry.to_door_set(&off, flip)?,
                 off_vars,
                 identity: dropped.clone().all(|x| exact(x)).then(|| d.class.name()),

@@ -37,6 +37,9 @@ pub struct RankBuffers {
     pub route: Slice,
     /// SwiGLU activations of every slot, slot s at `s * act_pitch` (the widest expert).
     pub ea: Slice,
+    /// STEP_EP without EP_DEVICE_ARITHMETIC: the up rows of every routed slot at `s * act_pitch`
+    /// (their gate rows go to `ea`, which the program's host SwiGLU then overwrites).
+    pub eu: Slice,
     /// Expert down partials, slot s at `s * gmax * hidden`. Rank 0's IS the root's `epart_all`:
     /// its K-blocks of a TP-sharded slot sit at their canonical place there already (offset
     /// `s * stride + 0`), so the root never copies its own partials.
@@ -186,6 +189,7 @@ pub fn allocate(
             xin: a.whole(r, c.hidden)?,
             route: a.whole(r, 2 * c.top_k)?,
             ea: a.whole(r, slots * width_max)?,
+            eu: a.whole(r, c.top_k * width_max)?,
             epart: if r == 0 { epart_all } else { a.whole(r, slots * gmax * c.hidden)? },
             ey: if r == 0 { ey_all.sub(0, slots * c.hidden) } else { a.whole(r, slots * c.hidden)? },
             rw: a.whole(r, 2 * c.top_k)?,

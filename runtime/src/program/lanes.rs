@@ -12,6 +12,7 @@
 use super::Ctx;
 use crate::backend::{capability, DigestPart, JoinFence, Op, Packed, Slice, Transfer};
 use crate::error::RuntimeError;
+use crate::evidence::coverage::SeamPoint;
 use crate::Result;
 
 /// One lane of a pass: the session (prompt) and step it computes. A padding lane (`live` false)
@@ -89,6 +90,25 @@ impl Ctx<'_> {
         };
         let s = self.at_lane(rank, src, lane);
         self.backend.read(rank, s)
+    }
+
+    /// Write `data` into `dst` of `rank` for the one active lane (host writes, like host reads,
+    /// happen lane by lane).
+    pub fn write_lane(&mut self, rank: usize, dst: Slice, data: &[f32]) -> Result<()> {
+        let [lane] = self.active[..] else {
+            return Err(RuntimeError::Contract(format!(
+                "a host write of {dst:?} on rank {rank} with {} active lanes: write inside Ctx::each_lane",
+                self.active.len()
+            )));
+        };
+        let d = self.at_lane(rank, dst, lane);
+        self.backend.write(rank, d, data)
+    }
+
+    /// Where the one active lane is: layer `layer`, seam `seam` (the program's own coverage).
+    pub fn lane_point(&self, layer: usize, seam: crate::evidence::record::Seam) -> SeamPoint {
+        let lane = self.pass[self.active[0]];
+        SeamPoint { prompt: lane.prompt, step: lane.step, layer, seam }
     }
 
     /// Issue `calls` once per active lane, that lane alone active (paths whose launches depend

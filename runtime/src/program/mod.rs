@@ -7,6 +7,7 @@
 
 pub mod buffers;
 mod copies;
+mod ep_host;
 mod lanes;
 mod layer;
 mod moe;
@@ -22,7 +23,7 @@ pub use prepared::{prepare, Layout, Prepared};
 use crate::backend::{capability, Backend, DigestPart, Op, RowOrder, Slice};
 use crate::config::{Canary, RunConfig, Timing};
 use crate::error::RuntimeError;
-use crate::evidence::coverage::SeamPoint;
+use crate::evidence::coverage::{self, Coverage, SeamPoint};
 use crate::evidence::record::{Capture, CaptureKey, Record, Seam};
 use crate::model::Model;
 use crate::Result;
@@ -99,6 +100,9 @@ pub(crate) struct Ctx<'a> {
     active: Vec<usize>,
     /// Per lane: the position its device-held `pos` holds (DCW's counter advances from it).
     lane_pos: Vec<Option<usize>>,
+    /// The coverage of arithmetic the program itself runs on the host (STEP_EP's owner SwiGLU
+    /// without EP_DEVICE_ARITHMETIC, `moe.rs`), added to a counting backend's at the end.
+    host_coverage: Coverage,
 }
 
 impl Ctx<'_> {
@@ -279,6 +283,19 @@ impl Ctx<'_> {
         self.cfg.doors.moe_direct && self.placement.experts == placement::ExpertMode::ExpertParallel
     }
 
+    /// STEP_EP without EP_DEVICE_ARITHMETIC: the owners' routed SwiGLU and the root's weighted
+    /// combine run in the program, on the host twin, between a backend read and a write
+    /// (`moe.rs`); with the door (or without STEP_EP) they are device launches.
+    pub fn ep_host_arithmetic(&self) -> bool {
+        let d = &self.cfg.doors;
+        d.step_ep && !d.ep_device_arithmetic && self.placement.experts == placement::ExpertMode::ExpertParallel
+    }
+
+    /// Count `n` reaches of coverage path `path` by the program's host arithmetic at `at`.
+    pub fn note_coverage(&mut self, path: &str, at: SeamPoint, n: u64) {
+        coverage::note(&mut self.host_coverage, path, Some(at), n);
+    }
+
     /// GRAPH: how this step is issued. Steps whose calls differ from every other step's — a full
     /// capture (host reads), a flip canary aimed at this step, the stale-buffer canary (its
     /// o_join changes after step 0) — run the same launches eagerly instead, since a segment must
@@ -288,9 +305,10 @@ impl Ctx<'_> {
         if !d.graph || d.canary == Some(Canary::StaleBuffer) {
             return GraphMode::Eager;
         }
-        // The MoE half stays eager where it reads the route on the host, or where FENCE_MEMOPS
-        // rings a fresh doorbell ticket at every join (a replay would ring the captured one).
-        if self.host_routes() || (d.moe_direct && d.fence_memops) {
+        // The MoE half stays eager where it reads the route on the host, where its expert-parallel
+        // arithmetic bounces through the host, or where FENCE_MEMOPS rings a fresh doorbell
+        // ticket at every join (a replay would ring the captured one).
+        if self.host_routes() || self.ep_host_arithmetic() || (d.moe_direct && d.fence_memops) {
             return GraphMode::AttentionHalves;
         }
         if let Some(Canary::FlipBit { step, .. }) = d.canary {
@@ -399,6 +417,7 @@ pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepare
         pass: vec![lanes::Lane { prompt: 0, step: 0, live: true }],
         active: vec![0],
         lane_pos: Vec::new(),
+        host_coverage: Coverage::new(),
     };
     if ctx.weights.widened > 0 {
         ctx.record.engaged.insert("f32_mirror.widened_matrices".into(), ctx.weights.widened);
@@ -411,6 +430,11 @@ pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepare
     }
     ctx.record.census = ctx.backend.census();
     ctx.record.coverage = ctx.backend.coverage()?;
+    // A backend that counts coverage counts the arithmetic it runs; the program's own host twin
+    // arithmetic counts beside it (on a backend that does not count, neither does the program).
+    if let Some(c) = ctx.record.coverage.as_mut() {
+        coverage::merge(c, &ctx.host_coverage);
+    }
     Ok(ctx.record)
 }
 

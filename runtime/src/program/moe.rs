@@ -12,8 +12,14 @@
 //!
 //! MOE_DIRECT on whole experts stores each slot from its owner and counts each such store, so
 //! that door alone reads the route on the host (`Ctx::host_routes`) and issues per-slot launches.
+//!
+//! Under STEP_EP the owners' routed SwiGLU and the root's weighted combine are a host program
+//! unless EP_DEVICE_ARITHMETIC keeps them on the device (`Ctx::ep_host_arithmetic`): the owners'
+//! gate/up launch stores the SwiGLU's operands (`Op::ExpertGateUpRows`) and `ep_host.rs` applies
+//! the SwiGLU and the combine between host reads and writes — the same twin arithmetic either way.
 
 use super::copies::broadcast;
+use super::ep_host;
 use super::layer::store_to_root;
 use super::placement::ExpertMode;
 use super::Ctx;
@@ -105,8 +111,20 @@ fn distribute_selection(ctx: &mut Ctx) -> Result<()> {
 
 /// The route ids read on the host (MOE_DIRECT on expert-parallel owners only), checked.
 fn read_ids(ctx: &mut Ctx, l: usize) -> Result<Vec<usize>> {
-    let (k, experts) = (ctx.model.config.top_k, ctx.model.config.experts);
     let route = ctx.read_lane(0, ctx.buffers.root.route)?;
+    check_ids(ctx, l, &route)
+}
+
+/// The route ids as rank `r` holds them (its copy of the root's selection: k words), checked.
+fn read_ids_on(ctx: &mut Ctx, l: usize, r: usize) -> Result<Vec<usize>> {
+    let k = ctx.model.config.top_k;
+    let route = ctx.read_lane(r, ctx.buffers.ranks[r].route.sub(0, k))?;
+    check_ids(ctx, l, &route)
+}
+
+/// The first k words of `route` as expert ids, each checked to be an expert.
+fn check_ids(ctx: &Ctx, l: usize, route: &[f32]) -> Result<Vec<usize>> {
+    let (k, experts) = (ctx.model.config.top_k, ctx.model.config.experts);
     let ids: Vec<usize> = route[..k].iter().map(|v| v.to_bits() as usize).collect();
     if let Some(bad) = ids.iter().find(|e| **e >= experts) {
         return Err(crate::RuntimeError::Device {
@@ -128,7 +146,7 @@ fn rank_rule(ctx: &Ctx) -> OwnerRule {
 }
 
 /// Whether rank `r` holds (a shard of) `expert` (`None`: the shared expert) on layer `l`.
-fn held(ctx: &Ctx, l: usize, r: usize, expert: Option<usize>) -> bool {
+pub(super) fn held(ctx: &Ctx, l: usize, r: usize, expert: Option<usize>) -> bool {
     let h = &ctx.weights.layers[l][r];
     match expert {
         Some(e) => h.experts[e].is_some(),
@@ -152,6 +170,8 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let (routed_direct, shared_direct) = (doors.moe_direct && routed_sharded, doors.moe_direct && shared_sharded);
     let (g_r, g_s) = (ctx.placement.down_kblocks, ctx.placement.shared_kblocks);
     let rule = rank_rule(ctx);
+    let ep_host = ctx.ep_host_arithmetic();
+    let ep_device = ctx.placement.experts == ExpertMode::ExpertParallel && doors.step_ep && !ep_host;
     ctx.begin(l, Seam::Experts)?;
     let mut parts: Vec<(usize, DigestPart)> = Vec::new();
     for r in 0..tp {
@@ -169,39 +189,54 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             out_pitch: stride,
         };
         let holds_shared = held(ctx, l, r, None);
-        // gate, up, SwiGLU.
+        // gate, up, SwiGLU (STEP_EP without EP_DEVICE_ARITHMETIC: the routed slots' SwiGLU
+        // operands, and the SwiGLU on the host).
+        let fused = |first_slot: usize, n: usize| Op::ExpertGateUp {
+            group,
+            route,
+            first_slot,
+            slots: n,
+            x: rb.xin,
+            limit,
+            act: rb.ea.sub(first_slot * pitch, (n - 1) * pitch + pitch),
+            act_pitch: pitch,
+        };
+        let operands = |first_slot: usize, n: usize| Op::ExpertGateUpRows {
+            group,
+            route,
+            first_slot,
+            slots: n,
+            x: rb.xin,
+            gate: rb.ea.sub(first_slot * pitch, (n - 1) * pitch + pitch),
+            up: rb.eu.sub(first_slot * pitch, (n - 1) * pitch + pitch),
+            pitch,
+        };
         match host_ids {
             Some(ids) => {
                 for (s, e) in ids.iter().map(|e| Some(*e)).chain([None]).enumerate() {
                     if held(ctx, l, r, e) {
-                        let act = rb.ea.sub(s * pitch, pitch);
-                        let op = Op::ExpertGateUp {
-                            group,
-                            route,
-                            first_slot: s,
-                            slots: 1,
-                            x: rb.xin,
-                            limit,
-                            act,
-                            act_pitch: pitch,
-                        };
+                        let op = if ep_host && s < k { operands(s, 1) } else { fused(s, 1) };
                         ctx.launch(r, op)?;
                     }
                 }
+                if ep_host {
+                    ep_host::swiglu(ctx, l, r, ids)?;
+                }
             }
-            None => {
-                let op = Op::ExpertGateUp {
-                    group,
-                    route,
-                    first_slot: 0,
-                    slots,
-                    x: rb.xin,
-                    limit,
-                    act: rb.ea,
-                    act_pitch: pitch,
-                };
-                ctx.launch(r, op)?;
+            None if ep_host => {
+                ctx.launch(r, operands(0, k))?;
+                if holds_shared {
+                    ctx.launch(r, fused(k, 1))?;
+                }
+                ctx.each_lane(|ctx| {
+                    let ids = read_ids_on(ctx, l, r)?;
+                    ep_host::swiglu(ctx, l, r, &ids)
+                })?;
             }
+            None => ctx.launch(r, fused(0, slots))?,
+        }
+        if ep_device {
+            ctx.count("ep_device_arithmetic.device_ops");
         }
         // down partials: locally, or (MOE_DIRECT, TP-sharded slots) straight into the root's
         // canonical place, one peer store per slot.
@@ -457,8 +492,14 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             Op::Add { a: root.rank_sums.sub(0, hidden), b: root.rank_sums.sub(hidden, hidden), out: routed },
         )?;
         ctx.copy(Seam::MoeJoin, 0, root.y.sub(k * hidden, hidden), 0, shared)?;
+    } else if ctx.ep_host_arithmetic() {
+        // STEP_EP without EP_DEVICE_ARITHMETIC: the weighted combine on the host twin.
+        ctx.each_lane(|ctx| ep_host::combine(ctx, root.y, weights, root.moe))?;
     } else {
         ctx.launch(0, Op::CombineShared { y: root.y, w: weights, out: root.moe })?;
+        if ctx.placement.experts == ExpertMode::ExpertParallel && doors.step_ep {
+            ctx.count("ep_device_arithmetic.device_ops");
+        }
     }
     ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe))
 }

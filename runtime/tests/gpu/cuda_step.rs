@@ -340,6 +340,9 @@ fn grouped_expert_kernels_match_twins() -> Ran {
             // The NVFP4 group runs without a SwiGLU limit, the others with one.
             let limit = if g.nvfp4 { None } else { Some(7.0f32) };
             c.ops.push(Op::ExpertGateUp { group, route, first_slot: 0, slots, x, limit, act, act_pitch: pitch });
+            // The SwiGLU's operands alone (STEP_EP without EP_DEVICE_ARITHMETIC): the same rows.
+            let (gate_rows, up_rows) = (c.out(slots * pitch), c.out(slots * pitch));
+            c.ops.push(Op::ExpertGateUpRows { group, route, first_slot: 0, slots, x, gate: gate_rows, up: up_rows, pitch });
             c.ops.push(Op::ExpertDown {
                 group,
                 route,

@@ -103,6 +103,25 @@ fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
                 write_slice(a, Slice::new(act.buf, act.offset + j * act_pitch, o.len()), &o);
             }
         }
+        Op::ExpertGateUpRows { group, route, first_slot, slots, x, gate, up, pitch } => {
+            // The SwiGLU's operands only: the program applies (and counts) the SwiGLU itself.
+            let ids = read_slice(a, route).to_vec();
+            let xv = read_slice(a, x).to_vec();
+            let arena = &*a;
+            let work = slot_weights(arena, group, &ids, first_slot, slots, |e| e.gate);
+            let rows = rows::per_slot(slots, 2 * work, |j| {
+                let e = slot_group_entry(arena, group, &ids, first_slot + j)?;
+                let (gw, uw) = (&arena.weights[e.gate as usize], &arena.weights[e.up as usize]);
+                let scales = e.nvfp4_scales.map(|[sg, su, _]| (sg, su));
+                Some((e, rows::gate_up_rows(gw, uw, &xv, scales)))
+            });
+            for (j, slot) in rows.into_iter().enumerate() {
+                let Some((e, (g, u))) = slot else { continue };
+                note_codes(a, &[e.gate, e.up], obs.at);
+                write_slice(a, Slice::new(gate.buf, gate.offset + j * pitch, g.len()), &g);
+                write_slice(a, Slice::new(up.buf, up.offset + j * pitch, u.len()), &u);
+            }
+        }
         Op::ExpertDown { group, route, first_slot, slots, act, act_pitch, out, out_pitch } => {
             let ids = read_slice(a, route).to_vec();
             let arena = &*a;
@@ -386,6 +405,7 @@ pub(super) fn execute(a: &mut Arena, op: Op, obs: Observe) {
             }
         }
         op @ (Op::ExpertGateUp { .. }
+        | Op::ExpertGateUpRows { .. }
         | Op::ExpertDown { .. }
         | Op::FoldSlots { .. }
         | Op::FoldCombine { .. }

@@ -270,6 +270,7 @@ impl HostBackend {
                 Err(RuntimeError::Contract(format!("{name}: a weight of {items:?} does not exist on rank {rank}")))
             }
             Op::ExpertGateUp { group, .. }
+            | Op::ExpertGateUpRows { group, .. }
             | Op::ExpertDown { group, .. }
             | Op::FoldSlots { scales: Some(group), .. }
                 if *group as usize >= self.ranks[rank].group_formats.len() =>

@@ -61,6 +61,7 @@ impl Op {
                 vec![q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache]
             }
             Op::ExpertGateUp { route, x, act, .. } => vec![route, x, act],
+            Op::ExpertGateUpRows { route, x, gate, up, .. } => vec![route, x, gate, up],
             Op::ExpertDown { route, act, out, .. } => vec![route, act, out],
             Op::FoldSlots { route, parts, out, .. } => vec![route, parts, out],
             Op::FoldCombine { parts, w, out, .. } => vec![parts, w, out],
@@ -101,6 +102,7 @@ impl Op {
             Op::AppendAt { .. } => "append_at",
             Op::RopeAppend { .. } => "rope_append",
             Op::ExpertGateUp { .. } => "expert_gate_up",
+            Op::ExpertGateUpRows { .. } => "expert_gate_up_rows",
             Op::ExpertDown { .. } => "expert_down",
             Op::FoldSlots { .. } => "fold_slots",
             Op::FoldCombine { .. } => "fold_combine",
@@ -130,7 +132,9 @@ impl Op {
             {
                 format!("{name}_split")
             }
-            Op::ExpertGateUp { group: g, .. } | Op::ExpertDown { group: g, .. } => format!("{name}.{}", group(*g)),
+            Op::ExpertGateUp { group: g, .. }
+            | Op::ExpertGateUpRows { group: g, .. }
+            | Op::ExpertDown { group: g, .. } => format!("{name}.{}", group(*g)),
             _ => name.to_string(),
         }
     }

@@ -220,6 +220,21 @@ pub enum Op {
         act: Slice,
         act_pitch: usize,
     },
+    /// STEP_EP without EP_DEVICE_ARITHMETIC: [`Op::ExpertGateUp`] without the SwiGLU — slot j of
+    /// the op writes its expert's gate rows at `gate.offset + j·pitch` and its up rows at
+    /// `up.offset + j·pitch` (the SwiGLU's operands: whole-row folds, NVFP4 per-matrix scales
+    /// applied once after each), for the program to apply the SwiGLU on the host. A slot whose
+    /// expert this rank does not hold (or whose id is no expert) writes nothing.
+    ExpertGateUpRows {
+        group: GroupId,
+        route: Slice,
+        first_slot: usize,
+        slots: usize,
+        x: Slice,
+        gate: Slice,
+        up: Slice,
+        pitch: usize,
+    },
     /// Grouped experts, down-projection K-block partials of the held K-blocks: slot j of the op
     /// reads `act` at `j·act_pitch` and writes `[kblocks][rows]` at `out.offset + j·out_pitch`.
     ExpertDown {

@@ -57,6 +57,52 @@ impl CudaBackend {
                     lane_p
                 )
             }
+            Op::ExpertGateUpRows { group, route, first_slot, slots, x, gate, up, pitch } => {
+                let what = "expert_gate_up_rows";
+                let g = self.group(rank, group, what)?;
+                let (tp, rp, xp, gp, up_p) = (
+                    g.table.ptr(),
+                    self.slice_ptr(rank, route, what)?,
+                    self.slice_ptr(rank, x, what)?,
+                    self.slice_ptr(rank, gate, what)?,
+                    self.slice_ptr(rank, up, what)?,
+                );
+                if x.len != g.cols {
+                    return Err(shape_err(what, format!("x has {} values, the experts {} columns", x.len, g.cols)));
+                }
+                let need = g.need(what, "gate", route.len, (first_slot, slots, pitch), |e| e.rows)?;
+                if gate.len < need || up.len < need {
+                    return Err(shape_err(
+                        what,
+                        format!("gate holds {} values and up {}, the slots need {need} each", gate.len, up.len),
+                    ));
+                }
+                let Some((c, [ne, ex, k, fs], rpb_i)) =
+                    g.slot_launch(what, (g.max_rows, g.rpb_gate_up), slots, route.len, first_slot)?
+                else {
+                    return Ok(());
+                };
+                let pitch_i = i32_of(what, "pitch", pitch)?;
+                let (c, lane_p) = (self.on_lanes_y(c), self.lane_pitch());
+                launch!(
+                    self,
+                    rank,
+                    "expert_gate_up_rows_f32",
+                    c,
+                    tp,
+                    ne,
+                    ex,
+                    rp,
+                    k,
+                    fs,
+                    xp,
+                    gp,
+                    up_p,
+                    pitch_i,
+                    rpb_i,
+                    lane_p
+                )
+            }
             Op::ExpertDown { group, route, first_slot, slots, act, act_pitch, out, out_pitch } => {
                 let what = "expert_down";
                 let g = self.group(rank, group, what)?;

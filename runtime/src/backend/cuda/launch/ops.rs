@@ -384,6 +384,7 @@ impl CudaBackend {
             Op::MirrorSel { src, out } => self.launch_mirror_sel(rank, src, out, to),
             Op::RopeAppend { .. }
             | Op::ExpertGateUp { .. }
+            | Op::ExpertGateUpRows { .. }
             | Op::ExpertDown { .. }
             | Op::FoldSlots { .. }
             | Op::FoldCombine { .. }
