@@ -476,7 +476,7 @@ fn owner_weights(ctx: &mut Ctx, r: usize) -> Result<crate::backend::Slice> {
 
 /// Whether SEL_DOWN8's fused sweep replaces the owners' down launch, folds and sums: the door on
 /// NVFP4_EP2's interleaved owners (the registry's `requires`; the narrow-row bound is checked at
-/// placement).
+/// `check_run`, before the run).
 fn sel_down8(ctx: &Ctx) -> bool {
     ctx.cfg.doors.sel_down8 && ctx.placement.experts == ExpertMode::Interleaved2
 }

@@ -74,17 +74,6 @@ impl Placement {
                 ),
             });
         }
-        let down8_max = memra_kernels::twins::down8::DOWN8_MAX_COLS;
-        if doors.sel_down8 && c.expert_width > down8_max {
-            return Err(RuntimeError::DoorRefused {
-                door: "MEMRA_SEL_DOWN8",
-                rule: format!(
-                    "MEMRA_SEL_DOWN8 sweeps a slot's whole down row in one warp, at most {down8_max} values (the engine's \
-                     (local_in >> 5) <= 32); this model's routed experts are {} wide",
-                    c.expert_width
-                ),
-            });
-        }
         let experts = if doors.nvfp4_ep2 {
             if tp > 2 {
                 return Err(RuntimeError::DoorRefused {
