@@ -37,7 +37,16 @@ impl Hooks<HostBackend> for Unfused {
                 Slice::new(buf, 0, k * width)
             }
         };
-        let down = Op::ExpertDown { group, route, first_slot: 0, slots: k, act, act_pitch, out: parts, out_pitch: parts_pitch };
+        let down = Op::ExpertDown {
+            group,
+            route,
+            first_slot: 0,
+            slots: k,
+            act,
+            act_pitch,
+            out: parts,
+            out_pitch: parts_pitch,
+        };
         inner.launch(rank, down)?;
         let fold = Op::FoldSlots {
             route,
@@ -81,7 +90,11 @@ fn sel_down8_is_witnessed_by_fused_sweeps_and_void_when_the_backend_unfuses_them
         assert!(witnessed.passed(), "TP{tp}: {}", witnessed.detail());
         let void = gate::engagement(unfused.census.counts(), &baseline());
         assert!(!void.passed(), "TP{tp}: the unfused run must not be witnessed: {}", void.detail());
-        assert!(void.detail().contains("sel_down8") && void.detail().contains("expert_down_combine"), "{}", void.detail());
+        assert!(
+            void.detail().contains("sel_down8") && void.detail().contains("expert_down_combine"),
+            "{}",
+            void.detail()
+        );
         // The program still counted its requests: engagement is the backend's word, not the program's.
         assert_eq!(unfused.engaged.get("sel_down8.fused_sweeps"), on.engaged.get("sel_down8.fused_sweeps"));
     }

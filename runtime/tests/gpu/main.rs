@@ -42,6 +42,7 @@ gpu_modules![
     cuda_lane_grid,
     cuda_passes,
     cuda_doors29,
+    cuda_down8,
     harness_checks
 ];
 

@@ -44,7 +44,7 @@ pub(crate) struct DeviceGroup {
     pub(super) cols: usize,
     pub(super) max_rows: usize,
     pub(super) max_down_rows: usize,
-    /// in_features of the widest down projection (SEL_DOWN8's narrow-shard bound).
+    /// in_features of the widest routed down projection (SEL_DOWN8's narrow-row bound).
     pub(super) max_down_cols: usize,
     /// Rows per block of the gate/up and the down launches (`group_rows_per_block`).
     pub(super) rpb_gate_up: usize,
@@ -185,7 +185,9 @@ impl CudaBackend {
             max_rows = max_rows.max(g.rows);
             max_nk = max_nk.max(nk);
             max_down_rows = max_down_rows.max(d.rows);
-            max_down_cols = max_down_cols.max(d.cols);
+            if e < experts {
+                max_down_cols = max_down_cols.max(d.cols);
+            }
             max_down_nk = max_down_nk.max(dnk);
             let class = if e < experts { &mut routed } else { &mut shared };
             class.rows = class.rows.max(g.rows);
