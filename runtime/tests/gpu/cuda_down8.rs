@@ -15,7 +15,7 @@ use crate::edge_fixture::{battery, edge};
 use crate::harness::{cuda_backend, GpuTest, NotRun, Ran};
 use memra_runtime::backend::cuda::{CudaOptions, PlacementPolicy};
 use memra_runtime::backend::host::HostBackend;
-use memra_runtime::backend::{Op, OwnerRule, SlotOwner};
+use memra_runtime::backend::{Op, OwnerRule, Slice, SlotOwner};
 use memra_runtime::{program, DoorSet, RunConfig, RuntimeError, Transport};
 
 pub fn tests() -> Vec<GpuTest> {
@@ -27,8 +27,38 @@ pub fn tests() -> Vec<GpuTest> {
     t
 }
 
-/// One case per (width, holding): outputs 0..4 are owner 0's and owner 1's fused (parts, sum),
-/// outputs 4..8 the same from the unfused ops.
+/// The fused op of `owner` and, after it, the unfused ops of the same owner: outputs
+/// (fused parts, fused sum, unfused parts, unfused sum) appended to the case in that order.
+#[allow(clippy::too_many_arguments)]
+fn fused_and_unfused(c: &mut Case, group: u32, route: Slice, owner: SlotOwner, act: Slice, pitch: usize, w: Slice, width: usize) {
+    let (k, n_parts) = (route.len, 8usize);
+    let stride = n_parts * width + 3;
+    let parts_len = (k - 1) * stride + n_parts * width;
+    let (parts, out) = (c.out(parts_len), c.out(width));
+    c.ops.push(Op::ExpertDownCombine { group, route, owner, act, act_pitch: pitch, parts, parts_pitch: stride, w, out });
+    // The unfused ops: every held slot's partials, the owner's folds with the NVFP4 down scale,
+    // the owner's sum (the folded outputs in a scratch of their own).
+    let (parts, out) = (c.out(parts_len), c.out(width));
+    let y = c.buf(vec![0.0; k * width]);
+    c.ops.push(Op::ExpertDown { group, route, first_slot: 0, slots: k, act, act_pitch: pitch, out: parts, out_pitch: stride });
+    let fold = Op::FoldSlots {
+        route,
+        first_slot: 0,
+        slots: k,
+        parts,
+        parts_pitch: stride,
+        n_parts,
+        owner: Some(owner),
+        scales: Some(group),
+        out: y,
+    };
+    c.ops.push(fold);
+    c.ops.push(Op::CombineOwned { route, owner, y, w, out });
+}
+
+/// One case per (expert width, holding): both owners of a route with 3 slots each (so a chain in
+/// another slot order shows) and a non-expert id; then owner 0 of a route where its only slot's
+/// weight is −0.0 (so a chain that does not start from +0.0 shows as −0.0 rows).
 fn kernel_matches_twin_and_unfused() -> Ran {
     let mut rng = Rng(29);
     let mut cases = Vec::new();
@@ -39,49 +69,29 @@ fn kernel_matches_twin_and_unfused() -> Ran {
             let mut c = Case::new(format!("width {width}, {hold}"));
             let group = add_group(&mut c, &mut rng, &g, held);
             let k = 6usize;
-            let route = c.ids(&[3, 0, 5, 999, 6, 1]);
-            let (pitch, n_parts) = (width + 5, 8usize);
-            let stride = n_parts * g.cols + 3;
+            let pitch = width + 5;
             let act = c.buf(rng.vec(k * pitch, 2.0));
-            let w = c.buf(vec![0.5, -0.0, 1.25, 2.0, 0.0, -3.5]);
             let rule = OwnerRule { experts: g.experts as u32, div: 1, modulo: 2 };
-            let parts_len = (k - 1) * stride + n_parts * g.cols;
-            let mut unfused = Vec::new();
+            let route = c.ids(&[3, 0, 5, 2, 6, 1]);
+            let w = c.buf(vec![0.5, -0.0, 1.25, 2.0, 0.0, -3.5]);
             for want in 0..2 {
-                let owner = SlotOwner { rule, want };
-                let (parts, out) = (c.out(parts_len), c.out(g.cols));
-                c.ops.push(Op::ExpertDownCombine { group, route, owner, act, act_pitch: pitch, parts, parts_pitch: stride, w, out });
-                unfused.push(owner);
+                fused_and_unfused(&mut c, group, route, SlotOwner { rule, want }, act, pitch, w, g.cols);
             }
-            for owner in unfused {
-                // The unfused ops: every held slot's partials, the owner's folds with the NVFP4
-                // down scale, the owner's sum (the folded outputs in a scratch of their own).
-                let (parts, out) = (c.out(parts_len), c.out(g.cols));
-                let y = c.buf(vec![0.0; k * g.cols]);
-                c.ops.push(Op::ExpertDown { group, route, first_slot: 0, slots: k, act, act_pitch: pitch, out: parts, out_pitch: stride });
-                let fold = Op::FoldSlots {
-                    route,
-                    first_slot: 0,
-                    slots: k,
-                    parts,
-                    parts_pitch: stride,
-                    n_parts,
-                    owner: Some(owner),
-                    scales: Some(group),
-                    out: y,
-                };
-                c.ops.push(fold);
-                c.ops.push(Op::CombineOwned { route, owner, y, w, out });
-            }
+            let lone = c.ids(&[4, 3, 5, 999, 7, 1]);
+            let w_lone = c.buf(vec![-0.0, 0.5, 1.25, 2.0, 0.0, -3.5]);
+            fused_and_unfused(&mut c, group, lone, SlotOwner { rule, want: 0 }, act, pitch, w_lone, g.cols);
             cases.push(c);
         }
     }
     let mut failures = Vec::new();
+    // Outputs come in fours per op pair: the fused sum is 4i + 1, the unfused one 4i + 3.
+    let sums = |o: &[Vec<f32>], at: usize| (0..3).map(|i| o[4 * i + at].clone()).collect::<Vec<_>>();
     for c in &cases {
         let mut host = HostBackend::new(1).expect("host backend");
         let want = run_case(&mut host, c).unwrap_or_else(|e| panic!("{}: host run failed: {e}", c.label));
         // On the host: fused sums = unfused sums (the twin is the composition).
-        assert_eq!(compare(&[want[1].clone(), want[3].clone()], &[want[5].clone(), want[7].clone()], false), None, "{} host", c.label);
+        assert_eq!(compare(&sums(&want, 1), &sums(&want, 3), false), None, "{} host", c.label);
+        assert!(want[9].iter().all(|v| v.to_bits() == 0), "{}: a lone -0.0-weighted slot sums to +0.0", c.label);
         for opts in [FAST, ROW_MAJOR] {
             let mut dev = cuda_backend(1, opts)?;
             let label = format!("{} [{:?}]", c.label, opts.gemv_layout);
@@ -91,8 +101,7 @@ fn kernel_matches_twin_and_unfused() -> Ran {
                     if let Some(msg) = compare(&want, &got, false) {
                         failures.push(format!("{label}: device ≠ twin: {msg}"));
                     }
-                    let fused = [got[1].clone(), got[3].clone()];
-                    if let Some(msg) = compare(&fused, &[got[5].clone(), got[7].clone()], false) {
+                    if let Some(msg) = compare(&sums(&got, 1), &sums(&got, 3), false) {
                         failures.push(format!("{label}: fused ≠ unfused on the device: {msg}"));
                     }
                     println!("ok {label}");
