@@ -438,7 +438,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             let rb = ctx.buffers.ranks[r].clone();
             let acc = rb.esum.sub(owner * hidden, hidden);
             if !sel_down8(ctx) {
-                let w = owner_weights(ctx, r)?;
+                let w = owner_weights(ctx, r, Seam::MoeJoin)?;
                 let op = Op::CombineOwned {
                     route: rb.route.sub(0, k),
                     owner: SlotOwner { rule: parity, want: owner as u32 },
@@ -462,15 +462,16 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
 }
 
 /// NVFP4_EP2's route weights on owner rank `r`: SEL_MIRROR brought them with the ids
-/// (`distribute_selection`; rank 0's route is the root's), otherwise one copy from the root.
-fn owner_weights(ctx: &mut Ctx, r: usize) -> Result<crate::backend::Slice> {
+/// (`distribute_selection`; rank 0's route is the root's), otherwise one copy from the root,
+/// made in `seam` (the moe_join's owner sum, or SEL_DOWN8's fused sweep in the experts seam).
+fn owner_weights(ctx: &mut Ctx, r: usize, seam: Seam) -> Result<crate::backend::Slice> {
     let k = ctx.model.config.top_k;
     let rb = ctx.buffers.ranks[r].clone();
     if ctx.cfg.doors.sel_mirror {
         return Ok(rb.route.sub(k, k));
     }
     let weights = ctx.buffers.root.route.sub(k, k);
-    ctx.copy(Seam::MoeJoin, 0, weights, r, rb.rw.sub(0, k))?;
+    ctx.copy(seam, 0, weights, r, rb.rw.sub(0, k))?;
     Ok(rb.rw.sub(0, k))
 }
 
@@ -492,7 +493,7 @@ fn down_combine(ctx: &mut Ctx, r: usize, group: crate::backend::GroupId) -> Resu
     let g_r = ctx.placement.down_kblocks;
     let parity = OwnerRule { experts: c.experts as u32, div: 1, modulo: 2 };
     for owner in (0..2).filter(|o| o % tp == r) {
-        let w = owner_weights(ctx, r)?;
+        let w = owner_weights(ctx, r, Seam::Experts)?;
         let rb = ctx.buffers.ranks[r].clone();
         let op = Op::ExpertDownCombine {
             group,
