@@ -6,11 +6,12 @@
 //! includes `canon.cuh` only behind its include guard, so the concatenation needs no include path.
 
 /// (file name, contents) in the fixed concatenation order.
-const SOURCES: [(&str, &str); 10] = [
+const SOURCES: [(&str, &str); 11] = [
     ("canon.cuh", include_str!("../cuda/canon.cuh")),
     ("gemv.cu", include_str!("../cuda/gemv.cu")),
     ("gemv_lanes.cu", include_str!("../cuda/gemv_lanes.cu")),
     ("experts.cu", include_str!("../cuda/experts.cu")),
+    ("down8.cu", include_str!("../cuda/down8.cu")),
     ("norm.cu", include_str!("../cuda/norm.cu")),
     ("attention.cu", include_str!("../cuda/attention.cu")),
     ("moe.cu", include_str!("../cuda/moe.cu")),
@@ -58,7 +59,7 @@ pub fn source_digest() -> String {
 /// The host twins and the canonical definitions they are made of (crate-relative paths): the other
 /// half of the canonical program. A change of a twin without its kernel (or the reverse) is a
 /// change of the program, so the build digest covers both halves.
-const TWIN_SOURCES: [(&str, &str); 13] = [
+const TWIN_SOURCES: [(&str, &str); 14] = [
     ("src/canon.rs", include_str!("canon.rs")),
     ("src/formats/mod.rs", include_str!("formats/mod.rs")),
     ("src/formats/bf16.rs", include_str!("formats/bf16.rs")),
@@ -67,6 +68,7 @@ const TWIN_SOURCES: [(&str, &str); 13] = [
     ("src/twins/mod.rs", include_str!("twins/mod.rs")),
     ("src/twins/attention.rs", include_str!("twins/attention.rs")),
     ("src/twins/digest.rs", include_str!("twins/digest.rs")),
+    ("src/twins/down8.rs", include_str!("twins/down8.rs")),
     ("src/twins/experts.rs", include_str!("twins/experts.rs")),
     ("src/twins/gemv.rs", include_str!("twins/gemv.rs")),
     ("src/twins/moe.rs", include_str!("twins/moe.rs")),
@@ -140,6 +142,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "fold_combine_f32",
     "select_slots_f32",
     "combine_owned_f32",
+    // down8.cu
+    "expert_down_combine_f32",
     // norm.cu
     "rmsnorm_f32",
     "add_rmsnorm_f32",

@@ -8,6 +8,7 @@ mod edge_fixture;
 mod segments;
 
 mod direct_joins;
+mod door_down8;
 mod doors29;
 mod edge;
 mod ep_device29;

@@ -57,11 +57,20 @@ fn single_matrix_on_host_passes_every_door() {
                     for g in [Gate::ArgmaxTape, Gate::ErrorBudget] {
                         assert_eq!(gate(g), Some(Verdict::Pass), "{label}: NUMERIC gate {g:?}");
                     }
-                    // The class baseline itself (TP1 host-bounce here) carries no class-identity
-                    // gate: comparing it with itself would pass vacuously. Every other run has it.
+                    // The class baseline itself (TP1 host-bounce here) is not compared with itself
+                    // (that would pass vacuously). Its ClassIdentity gate exists only where a
+                    // BIT-IDENTICAL door rides the NUMERIC one (SEL_DOWN8 with NVFP4_EP2): the
+                    // check against the same configuration without that door. Every other run
+                    // has the gate.
                     let baseline = ev.config.tp == 1 && ev.config.transport.as_str() == "host-bounce";
                     let ci = gate(Gate::ClassIdentity);
-                    if baseline {
+                    let ci_detail = ev.gates.iter().find(|x| x.gate == Gate::ClassIdentity).map(|x| x.detail.clone());
+                    let bit_door = on.iter().any(|d| d["class"] == "BIT-IDENTICAL");
+                    if baseline && bit_door {
+                        assert_eq!(ci, Some(Verdict::Pass), "{label}: its bit-identical door's check");
+                        let detail = ci_detail.unwrap_or_default();
+                        assert!(!detail.contains("class baseline"), "{label}: compared with itself: {detail}");
+                    } else if baseline {
                         assert_eq!(ci, None, "{label}: the class baseline must not compare with itself");
                     } else {
                         assert_eq!(ci, Some(Verdict::Pass), "{label}: NUMERIC gate ClassIdentity");

@@ -13,6 +13,9 @@
 //!   (`runtime/src/program/moe.rs`), and the interleaved NVFP4 banks are neither — each owner
 //!   folds its own slots, which reach the root through the join — so the program issues the same
 //!   calls with the door as without (`runtime/tests/edge.rs` checks that premise).
+//! - SEL_DOWN8 where the routed experts are wider than one warp's down row (`DOWN8_MAX_COLS`,
+//!   1024: the engine's `(local_in >> 5) <= 32`; the `step` preset's 1280): the runtime refuses
+//!   the fused sweep there before any work (`program::check_run`), as the engine keeps its unfused path.
 
 use crate::job::Job;
 use memra_kernels::twins::gemv::{canonical_kblocks, WeightFormat};
@@ -33,6 +36,15 @@ pub(super) fn lanes_not_applicable(job: &Job, battery: &memra_runtime::Battery) 
 }
 
 pub(super) fn not_applicable(job: &Job, c: &ModelConfig) -> Option<String> {
+    let down8_max = memra_kernels::twins::down8::DOWN8_MAX_COLS;
+    if job.doors.sel_down8 && c.expert_width > down8_max {
+        return Some(format!(
+            "the model's routed experts are {} wide, and MEMRA_SEL_DOWN8 sweeps a slot's whole down row in one warp: at \
+             most {down8_max} values (the engine's narrow-shard condition (local_in >> 5) <= 32), so the fused sweep \
+             does not exist for this model",
+            c.expert_width
+        ));
+    }
     let g_r = canonical_kblocks(WeightFormat::E4m3, c.expert_width).ok()?;
     let routed_sharded = g_r % job.tp == 0;
     if job.doors.step_ep && !routed_sharded {
@@ -87,6 +99,22 @@ mod tests {
             [DoorSet { moe_direct: true, ..DoorSet::default() }, DoorSet { nvfp4_ep2: true, ..DoorSet::default() }]
         {
             assert_eq!(not_applicable(&crate::suite::test_job(2, doors), &edge), None, "{doors:?}");
+        }
+    }
+
+    /// SEL_DOWN8 is NOT-APPLICABLE exactly where the experts are wider than one warp's row:
+    /// `step` (1280) yes, `tiny` (1024, the bound itself) and `edge` (256) no; without the door no.
+    #[test]
+    fn sel_down8_needs_experts_one_warp_wide() {
+        let d8 = DoorSet { sel_down8: true, nvfp4_ep2: true, ..DoorSet::default() };
+        let step = ModelConfig::preset("step", Some(1)).unwrap();
+        let why = not_applicable(&crate::suite::test_job(2, d8), &step).expect("step is 1280 wide");
+        assert!(why.contains("MEMRA_SEL_DOWN8") && why.contains("1280") && why.contains("1024"), "{why}");
+        let ep2 = DoorSet { nvfp4_ep2: true, ..DoorSet::default() };
+        assert_eq!(not_applicable(&crate::suite::test_job(2, ep2), &step), None);
+        for name in ["tiny", "edge"] {
+            let c = ModelConfig::preset(name, None).unwrap();
+            assert_eq!(not_applicable(&crate::suite::test_job(1, d8), &c), None, "{name}");
         }
     }
 }

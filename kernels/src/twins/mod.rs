@@ -5,6 +5,7 @@
 
 pub mod attention;
 pub mod digest;
+pub mod down8;
 pub mod experts;
 pub mod gemv;
 pub mod moe;

@@ -450,6 +450,17 @@ fn check_run(model: &Model, cfg: &RunConfig, b: &dyn Backend) -> Result<()> {
     cfg.check_doors()?;
     let c = &model.config;
     c.validate()?;
+    let down8_max = memra_kernels::twins::down8::DOWN8_MAX_COLS;
+    if cfg.doors.sel_down8 && c.expert_width > down8_max {
+        return Err(RuntimeError::DoorRefused {
+            door: "MEMRA_SEL_DOWN8",
+            rule: format!(
+                "MEMRA_SEL_DOWN8 sweeps a slot's whole down row in one warp, at most {down8_max} values (the engine's \
+                 (local_in >> 5) <= 32); this model's routed experts are {} wide",
+                c.expert_width
+            ),
+        });
+    }
     for (i, p) in cfg.battery.prompts.iter().enumerate() {
         if p.is_empty() {
             return Err(RuntimeError::Battery {

@@ -172,6 +172,7 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let rule = rank_rule(ctx);
     let ep_host = ctx.ep_host_arithmetic();
     let ep_device = ctx.placement.experts == ExpertMode::ExpertParallel && doors.step_ep && !ep_host;
+    let down8 = sel_down8(ctx);
     ctx.begin(l, Seam::Experts)?;
     let mut parts: Vec<(usize, DigestPart)> = Vec::new();
     for r in 0..tp {
@@ -243,7 +244,7 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
         let routed_len = if routed_sharded { g_r / tp * hidden } else { g_r * hidden };
         let shared_len = if shared_sharded { g_s / tp * hidden } else { g_s * hidden };
         let local_all = host_ids.is_none() && !routed_direct && !shared_direct;
-        if local_all {
+        if local_all && !down8 {
             ctx.launch(r, down(0, slots, rb.epart))?;
         } else {
             match host_ids {
@@ -254,6 +255,7 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                         }
                     }
                 }
+                None if down8 => down_combine(ctx, r, group)?,
                 None if routed_direct => {
                     for s in 0..k {
                         let at = root.epart_all.sub(s * stride + r * routed_len, routed_len);
@@ -418,6 +420,8 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                     store_to_root(ctx, o, op, y_s, fence, "moe_direct.peer_stores")?;
                 }
             }
+            // SEL_DOWN8: the owners' sums were made with the down sweep (`down_combine`).
+            None if sel_down8(ctx) => {}
             None => {
                 let rule = rank_rule(ctx);
                 for r in 0..tp {
@@ -460,7 +464,6 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     }
     let routed = root.moe.sub(0, hidden);
     let shared = root.moe.sub(hidden, hidden);
-    let weights = root.route.sub(k, k);
     if ctx.placement.experts == ExpertMode::Interleaved2 {
         // NVFP4_EP2: each of the 2 owners (rank o % TP) sums its own slots in slot order from
         // +0.0; the root adds owner 0's sum and owner 1's sum.
@@ -469,22 +472,17 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             let r = owner % tp;
             let rb = ctx.buffers.ranks[r].clone();
             let acc = rb.esum.sub(owner * hidden, hidden);
-            // SEL_MIRROR: the owner's weights came with its ids (`distribute_selection`; rank 0's
-            // route is the root's).
-            let w = if doors.sel_mirror {
-                rb.route.sub(k, k)
-            } else {
-                ctx.copy(Seam::MoeJoin, 0, weights, r, rb.rw.sub(0, k))?;
-                rb.rw.sub(0, k)
-            };
-            let op = Op::CombineOwned {
-                route: rb.route.sub(0, k),
-                owner: SlotOwner { rule: parity, want: owner as u32 },
-                y: rb.ey.sub(0, k * hidden),
-                w,
-                out: acc,
-            };
-            ctx.launch(r, op)?;
+            if !sel_down8(ctx) {
+                let w = owner_weights(ctx, r, Seam::MoeJoin)?;
+                let op = Op::CombineOwned {
+                    route: rb.route.sub(0, k),
+                    owner: SlotOwner { rule: parity, want: owner as u32 },
+                    y: rb.ey.sub(0, k * hidden),
+                    w,
+                    out: acc,
+                };
+                ctx.launch(r, op)?;
+            }
             ctx.copy(Seam::MoeJoin, r, acc, 0, root.rank_sums.sub(owner * hidden, hidden))?;
         }
         ctx.launch(
@@ -494,14 +492,65 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
         ctx.copy(Seam::MoeJoin, 0, root.y.sub(k * hidden, hidden), 0, shared)?;
     } else if ctx.ep_host_arithmetic() {
         // STEP_EP without EP_DEVICE_ARITHMETIC: the weighted combine on the host twin.
-        ctx.each_lane(|ctx| ep_host::combine(ctx, root.y, weights, root.moe))?;
+        ctx.each_lane(|ctx| ep_host::combine(ctx, root.y, root.route.sub(k, k), root.moe))?;
     } else {
-        ctx.launch(0, Op::CombineShared { y: root.y, w: weights, out: root.moe })?;
+        ctx.launch(0, Op::CombineShared { y: root.y, w: root.route.sub(k, k), out: root.moe })?;
         if ctx.placement.experts == ExpertMode::ExpertParallel && doors.step_ep {
             ctx.count("ep_device_arithmetic.device_ops");
         }
     }
     ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe))
+}
+
+/// NVFP4_EP2's route weights on owner rank `r`: SEL_MIRROR brought them with the ids
+/// (`distribute_selection`; rank 0's route is the root's), otherwise one copy from the root,
+/// made in `seam` (the moe_join's owner sum, or SEL_DOWN8's fused sweep in the experts seam).
+fn owner_weights(ctx: &mut Ctx, r: usize, seam: Seam) -> Result<crate::backend::Slice> {
+    let k = ctx.model.config.top_k;
+    let rb = ctx.buffers.ranks[r].clone();
+    if ctx.cfg.doors.sel_mirror {
+        return Ok(rb.route.sub(k, k));
+    }
+    let weights = ctx.buffers.root.route.sub(k, k);
+    ctx.copy(seam, 0, weights, r, rb.rw.sub(0, k))?;
+    Ok(rb.rw.sub(0, k))
+}
+
+/// Whether SEL_DOWN8's fused sweep replaces the owners' down launch, folds and sums: the door on
+/// NVFP4_EP2's interleaved owners (the registry's `requires`; the narrow-row bound is checked at
+/// `check_run`, before the run).
+fn sel_down8(ctx: &Ctx) -> bool {
+    ctx.cfg.doors.sel_down8 && ctx.placement.experts == ExpertMode::Interleaved2
+}
+
+/// SEL_DOWN8 on rank `r`: for each NVFP4_EP2 owner it hosts, ONE launch computes the owned routed
+/// slots' down partials (into the experts seam's buffer, as `ExpertDown` would) and the owner's
+/// slot-ordered sum from +0.0 (into its `esum` half, as `CombineOwned` would).
+fn down_combine(ctx: &mut Ctx, r: usize, group: crate::backend::GroupId) -> Result<()> {
+    let c = ctx.model.config.clone();
+    let (hidden, k, tp) = (c.hidden, c.top_k, ctx.placement.tp);
+    let stride = ctx.buffers.gmax * hidden;
+    let pitch = ctx.buffers.act_pitch;
+    let g_r = ctx.placement.down_kblocks;
+    let parity = OwnerRule { experts: c.experts as u32, div: 1, modulo: 2 };
+    for owner in (0..2).filter(|o| o % tp == r) {
+        let w = owner_weights(ctx, r, Seam::Experts)?;
+        let rb = ctx.buffers.ranks[r].clone();
+        let op = Op::ExpertDownCombine {
+            group,
+            route: rb.route.sub(0, k),
+            owner: SlotOwner { rule: parity, want: owner as u32 },
+            act: rb.ea.sub(0, (k - 1) * pitch + pitch),
+            act_pitch: pitch,
+            parts: rb.epart.sub(0, (k - 1) * stride + g_r * hidden),
+            parts_pitch: stride,
+            w,
+            out: rb.esum.sub(owner * hidden, hidden),
+        };
+        ctx.launch(r, op)?;
+        ctx.count("sel_down8.fused_sweeps");
+    }
+    Ok(())
 }
 
 /// residual: h + (routed + shared), in exactly that operand order.

@@ -43,6 +43,7 @@ gpu_modules![
     cuda_passes,
     cuda_doors29,
     cuda_ep_device29,
+    cuda_down8,
     harness_checks
 ];
 

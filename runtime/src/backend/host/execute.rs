@@ -7,7 +7,7 @@ use super::{read_slice, write_slice, Arena, Observe};
 use crate::backend::{DigestPart, GroupEntry, GroupId, Op, RowOrder, Slice, WeightId};
 use crate::evidence::coverage::{self, SeamPoint};
 use crate::evidence::defect::{self, TwinDefect};
-use memra_kernels::twins::{attention, digest, experts, gemv, moe, norm};
+use memra_kernels::twins::{attention, digest, down8, experts, gemv, moe, norm};
 
 /// The group entry a slot runs on this rank, if it holds one.
 fn slot_group_entry(a: &Arena, group: GroupId, ids: &[f32], s: usize) -> Option<GroupEntry> {
@@ -174,6 +174,44 @@ fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
             let ids = read_slice(a, route).to_vec();
             let mut o = vec![0.0f32; out.len];
             experts::combine_owned(&ids, owner, read_slice(a, y), read_slice(a, w), &mut o);
+            write_slice(a, out, &o);
+        }
+        Op::ExpertDownCombine { group, route, owner, act, act_pitch, parts, parts_pitch, w, out } => {
+            // ExpertDown's partials of the owned slots (all cores where large), then the fold and
+            // the owner's slot-ordered chain of `twins::down8` on this rank's thread.
+            let ids = read_slice(a, route).to_vec();
+            let k = ids.len();
+            let arena = &*a;
+            let work = slot_weights(arena, group, &ids, 0, k, |e| e.down);
+            let outs = rows::per_slot(k, work, |s| {
+                if !owner.owns(&ids, s) {
+                    return None;
+                }
+                let e = slot_group_entry(arena, group, &ids, s)?;
+                let d = &arena.weights[e.down as usize];
+                let xv = read_slice(arena, Slice::new(act.buf, act.offset + s * act_pitch, d.in_features));
+                let n_parts = if d.in_features == 0 { 0 } else { d.in_features / d.kblock_width };
+                let mut o = vec![0.0f32; n_parts * d.out_features];
+                rows::gemv_partials(d, xv, &mut o);
+                Some((e, n_parts, o))
+            });
+            let mut held = vec![None; k];
+            for (s, slot) in outs.into_iter().enumerate() {
+                let Some((e, n_parts, o)) = slot else { continue };
+                note_codes(a, &[e.down], obs.at);
+                write_slice(a, Slice::new(parts.buf, parts.offset + s * parts_pitch, o.len()), &o);
+                held[s] = Some((n_parts, e.nvfp4_scales.map(|[_, _, sd]| sd)));
+            }
+            let mut o = vec![0.0f32; out.len];
+            down8::combine_folded_owned(
+                &ids,
+                owner,
+                &held,
+                read_slice(a, parts),
+                parts_pitch,
+                read_slice(a, w),
+                &mut o,
+            );
             write_slice(a, out, &o);
         }
         other => unreachable!("execute_experts: {} is not a grouped expert op", other.name()),
@@ -410,6 +448,7 @@ pub(super) fn execute(a: &mut Arena, op: Op, obs: Observe) {
         | Op::FoldSlots { .. }
         | Op::FoldCombine { .. }
         | Op::SelectSlots { .. }
-        | Op::CombineOwned { .. }) => execute_experts(a, op, obs),
+        | Op::CombineOwned { .. }
+        | Op::ExpertDownCombine { .. }) => execute_experts(a, op, obs),
     }
 }

@@ -273,6 +273,7 @@ impl HostBackend {
             | Op::ExpertGateUpRows { group, .. }
             | Op::ExpertDown { group, .. }
             | Op::FoldSlots { scales: Some(group), .. }
+            | Op::ExpertDownCombine { group, .. }
                 if *group as usize >= self.ranks[rank].group_formats.len() =>
             {
                 Err(RuntimeError::Contract(format!("{name}: expert group {group} does not exist on rank {rank}")))

@@ -67,6 +67,7 @@ impl Op {
             Op::FoldCombine { parts, w, out, .. } => vec![parts, w, out],
             Op::SelectSlots { route, src, out, .. } => vec![route, src, out],
             Op::CombineOwned { route, y, w, out, .. } => vec![route, y, w, out],
+            Op::ExpertDownCombine { route, act, parts, w, out, .. } => vec![route, act, parts, w, out],
             Op::MirrorSel { src, out } => vec![src, out],
         };
         slices.into_iter().for_each(&mut f);
@@ -108,6 +109,7 @@ impl Op {
             Op::FoldCombine { .. } => "fold_combine",
             Op::SelectSlots { .. } => "select_slots",
             Op::CombineOwned { .. } => "combine_owned",
+            Op::ExpertDownCombine { .. } => "expert_down_combine",
             Op::MirrorSel { .. } => "mirror_sel",
         }
     }
@@ -134,7 +136,8 @@ impl Op {
             }
             Op::ExpertGateUp { group: g, .. }
             | Op::ExpertGateUpRows { group: g, .. }
-            | Op::ExpertDown { group: g, .. } => format!("{name}.{}", group(*g)),
+            | Op::ExpertDown { group: g, .. }
+            | Op::ExpertDownCombine { group: g, .. } => format!("{name}.{}", group(*g)),
             _ => name.to_string(),
         }
     }

@@ -272,6 +272,23 @@ pub enum Op {
     /// NVFP4_EP2's per-owner sum: `out = +0`, then per owned routed slot in order
     /// `out = out + (+0 + w[s]·y[s])` (`y` is `[k][out.len]`, `w` has k values).
     CombineOwned { route: Slice, owner: SlotOwner, y: Slice, w: Slice, out: Slice },
+    /// SEL_DOWN8: an owner's NVFP4 down sweep and route-weight combine in one launch. For every
+    /// routed slot s < route.len that `owner` owns and this rank holds, the down K-block partials
+    /// of `act[s·act_pitch ..]` are written to `parts[s·parts_pitch ..]` (`[kblocks][rows]`, what
+    /// `ExpertDown` writes); then `out = +0` and per such slot in order `y = fold(partials)·sd`,
+    /// `out = out + (+0 + w[s]·y)` — `FoldSlots { owner, scales }` + `CombineOwned` without
+    /// storing y (`twins::down8`). `out.len` is the down rows.
+    ExpertDownCombine {
+        group: GroupId,
+        route: Slice,
+        owner: SlotOwner,
+        act: Slice,
+        act_pitch: usize,
+        parts: Slice,
+        parts_pitch: usize,
+        w: Slice,
+        out: Slice,
+    },
     /// SEL_MIRROR: `out = src`, bit for bit (u32 payloads such as route ids travel as bit
     /// patterns) — the routed selection's mirror, launched by the root as a peer store into a
     /// peer rank's route buffer (`src.len == out.len`).

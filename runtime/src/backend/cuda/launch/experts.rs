@@ -44,6 +44,8 @@ pub(crate) struct DeviceGroup {
     pub(super) cols: usize,
     pub(super) max_rows: usize,
     pub(super) max_down_rows: usize,
+    /// in_features of the widest routed down projection (SEL_DOWN8's narrow-row bound).
+    pub(super) max_down_cols: usize,
     /// Rows per block of the gate/up and the down launches (`group_rows_per_block`).
     pub(super) rpb_gate_up: usize,
     pub(super) rpb_down: usize,
@@ -149,6 +151,7 @@ impl CudaBackend {
         let mut words = vec![0u32; entries.len().max(1) * ENTRY_WORDS];
         let (mut max_rows, mut cols, mut max_nk) = (0usize, None::<usize>, 0usize);
         let (mut max_down_rows, mut max_down_nk, mut max_down_nb) = (0usize, 0usize, 0usize);
+        let mut max_down_cols = 0usize;
         // (some entry is stored block per lane, some entry is not), per projection kind.
         let (mut gu_layouts, mut down_layouts) = ((false, false), (false, false));
         let (mut routed, mut shared) = (Extents::default(), Extents::default());
@@ -182,6 +185,9 @@ impl CudaBackend {
             max_rows = max_rows.max(g.rows);
             max_nk = max_nk.max(nk);
             max_down_rows = max_down_rows.max(d.rows);
+            if e < experts {
+                max_down_cols = max_down_cols.max(d.cols);
+            }
             max_down_nk = max_down_nk.max(dnk);
             let class = if e < experts { &mut routed } else { &mut shared };
             class.rows = class.rows.max(g.rows);
@@ -232,6 +238,7 @@ impl CudaBackend {
             max_rows,
             cols: cols.unwrap_or(0),
             max_down_rows,
+            max_down_cols,
             rpb_gate_up,
             rpb_down,
             routed,

@@ -137,6 +137,7 @@ param_block!(digest::DigestBatch, 2440);
 mod at;
 mod digest;
 mod doors29;
+mod down8;
 mod expert_ops;
 pub(crate) mod experts;
 mod gemv;

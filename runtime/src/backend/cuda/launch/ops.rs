@@ -382,6 +382,7 @@ impl CudaBackend {
             }
             Op::IncU32 { .. } | Op::AttentionRows { .. } | Op::FoldLanes { .. } => self.launch_pass_op(rank, op),
             Op::MirrorSel { src, out } => self.launch_mirror_sel(rank, src, out, to),
+            Op::ExpertDownCombine { .. } => self.launch_down_combine(rank, op),
             Op::RopeAppend { .. }
             | Op::ExpertGateUp { .. }
             | Op::ExpertGateUpRows { .. }

@@ -1,0 +1,161 @@
+//! SEL_DOWN8 on a device (`kernels/cuda/down8.cu`):
+//! - the fused kernel equals its host twin (`twins::down8`) bit for bit, and on the device itself
+//!   equals the unfused `expert_down` + `fold_slots` + `combine_owned` it replaces — both owners,
+//!   experts one warp's row wide (1024) and narrower (256), every or only odd experts held, inputs
+//!   with signed zeros and subnormals, a route with a non-expert id, weights with ±0.0;
+//! - runs: on `edge` with NVFP4_EP2, the door's runs at TP1 and co-resident TP2 (and TP2 on two
+//!   devices) equal the host run of the same doors bit for bit, equal the device run without the
+//!   door, and the device census equals the host's (one fused sweep per owner, layer and step).
+//!
+//! Without a CUDA device every test reads `ignored (no CUDA device: …)`.
+
+use crate::cases::{compare, run_case, Case, Rng, CO_RESIDENT, FAST, ROW_MAJOR};
+use crate::cuda_step::{add_group, GroupSpec};
+use crate::edge_fixture::{battery, edge};
+use crate::harness::{cuda_backend, GpuTest, NotRun, Ran};
+use memra_runtime::backend::cuda::{CudaOptions, PlacementPolicy};
+use memra_runtime::backend::host::HostBackend;
+use memra_runtime::backend::{Op, OwnerRule, Slice, SlotOwner};
+use memra_runtime::{program, DoorSet, RunConfig, RuntimeError, Transport};
+
+pub fn tests() -> Vec<GpuTest> {
+    let mut t = vec![
+        GpuTest::new("expert_down_combine_matches_twin_and_the_unfused_ops", kernel_matches_twin_and_unfused),
+        GpuTest::new("sel_down8_runs_equal_the_host_co_resident", || runs(None)),
+    ];
+    t.extend(GpuTest::per_device_count("sel_down8_runs_equal_the_host", &[2], |n| runs(Some(n))));
+    t
+}
+
+/// The fused op of `owner` and, after it, the unfused ops of the same owner: outputs
+/// (fused parts, fused sum, unfused parts, unfused sum) appended to the case in that order.
+#[allow(clippy::too_many_arguments)]
+fn fused_and_unfused(c: &mut Case, group: u32, route: Slice, owner: SlotOwner, act: Slice, pitch: usize, w: Slice, width: usize) {
+    let (k, n_parts) = (route.len, 8usize);
+    let stride = n_parts * width + 3;
+    let parts_len = (k - 1) * stride + n_parts * width;
+    let (parts, out) = (c.out(parts_len), c.out(width));
+    c.ops.push(Op::ExpertDownCombine { group, route, owner, act, act_pitch: pitch, parts, parts_pitch: stride, w, out });
+    // The unfused ops: every held slot's partials, the owner's folds with the NVFP4 down scale,
+    // the owner's sum (the folded outputs in a scratch of their own).
+    let (parts, out) = (c.out(parts_len), c.out(width));
+    let y = c.buf(vec![0.0; k * width]);
+    c.ops.push(Op::ExpertDown { group, route, first_slot: 0, slots: k, act, act_pitch: pitch, out: parts, out_pitch: stride });
+    let fold = Op::FoldSlots {
+        route,
+        first_slot: 0,
+        slots: k,
+        parts,
+        parts_pitch: stride,
+        n_parts,
+        owner: Some(owner),
+        scales: Some(group),
+        out: y,
+    };
+    c.ops.push(fold);
+    c.ops.push(Op::CombineOwned { route, owner, y, w, out });
+}
+
+/// One case per (expert width, holding): both owners of a route with 3 slots each (so a chain in
+/// another slot order shows) and a non-expert id; then owner 0 of a route where its only slot's
+/// weight is −0.0 (so a chain that does not start from +0.0 shows as −0.0 rows).
+fn kernel_matches_twin_and_unfused() -> Ran {
+    let mut rng = Rng(29);
+    let mut cases = Vec::new();
+    for width in [1024usize, 256] {
+        let g = GroupSpec { experts: 8, rows: width, cols: 512, kw: 64, down_kw: width / 8, row0: 0, nvfp4: true, nan_codes_in: None };
+        let odd = |e: usize| e % 2 == 1;
+        for (hold, held) in [("all held", &(|_| true) as &dyn Fn(usize) -> bool), ("odd experts held", &odd)] {
+            let mut c = Case::new(format!("width {width}, {hold}"));
+            let group = add_group(&mut c, &mut rng, &g, held);
+            let k = 6usize;
+            let pitch = width + 5;
+            let act = c.buf(rng.vec(k * pitch, 2.0));
+            let rule = OwnerRule { experts: g.experts as u32, div: 1, modulo: 2 };
+            let route = c.ids(&[3, 0, 5, 2, 6, 1]);
+            let w = c.buf(vec![0.5, -0.0, 1.25, 2.0, 0.0, -3.5]);
+            for want in 0..2 {
+                fused_and_unfused(&mut c, group, route, SlotOwner { rule, want }, act, pitch, w, g.cols);
+            }
+            let lone = c.ids(&[4, 3, 5, 999, 7, 1]);
+            let w_lone = c.buf(vec![-0.0, 0.5, 1.25, 2.0, 0.0, -3.5]);
+            fused_and_unfused(&mut c, group, lone, SlotOwner { rule, want: 0 }, act, pitch, w_lone, g.cols);
+            cases.push(c);
+        }
+    }
+    let mut failures = Vec::new();
+    // Outputs come in fours per op pair: the fused sum is 4i + 1, the unfused one 4i + 3.
+    let sums = |o: &[Vec<f32>], at: usize| (0..3).map(|i| o[4 * i + at].clone()).collect::<Vec<_>>();
+    for c in &cases {
+        let mut host = HostBackend::new(1).expect("host backend");
+        let want = run_case(&mut host, c).unwrap_or_else(|e| panic!("{}: host run failed: {e}", c.label));
+        // On the host: fused sums = unfused sums (the twin is the composition).
+        assert_eq!(compare(&sums(&want, 1), &sums(&want, 3), false), None, "{} host", c.label);
+        assert!(want[9].iter().all(|v| v.to_bits() == 0), "{}: a lone -0.0-weighted slot sums to +0.0", c.label);
+        for opts in [FAST, ROW_MAJOR] {
+            let mut dev = cuda_backend(1, opts)?;
+            let label = format!("{} [{:?}]", c.label, opts.gemv_layout);
+            match run_case(&mut dev, c) {
+                Err(e) => failures.push(format!("{label}: CUDA run failed: {e}")),
+                Ok(got) => {
+                    if let Some(msg) = compare(&want, &got, false) {
+                        failures.push(format!("{label}: device ≠ twin: {msg}"));
+                    }
+                    if let Some(msg) = compare(&sums(&got, 1), &sums(&got, 3), false) {
+                        failures.push(format!("{label}: fused ≠ unfused on the device: {msg}"));
+                    }
+                    println!("ok {label}");
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+    Ok(())
+}
+
+/// The door's runs on `edge`: device = host with the same doors, = device without the door,
+/// census = host census.
+fn runs(distinct: Option<usize>) -> Ran {
+    let (where_, opts, sizes): (&str, CudaOptions, Vec<usize>) = match distinct {
+        None => ("co-resident", CO_RESIDENT, vec![1, 2]),
+        Some(tp) => ("distinct devices", CudaOptions { placement: PlacementPolicy::Auto, ..CO_RESIDENT }, vec![tp]),
+    };
+    let ep2 = DoorSet { nvfp4_ep2: true, ..DoorSet::default() };
+    let mut not_run = NotRun::new();
+    for tp in sizes {
+        for (name, extra) in [("", DoorSet::default()), ("+sel_mirror", DoorSet { sel_mirror: true, ..DoorSet::default() })] {
+            if extra.sel_mirror && tp == 1 {
+                continue;
+            }
+            let what = format!("TP{tp} {where_} nvfp4_ep2+sel_down8{name}");
+            let cfg = |down8: bool| {
+                let mut c = RunConfig::new(tp, Transport::NativeP2p, battery()).unwrap();
+                c.doors = DoorSet { sel_down8: down8, sel_mirror: extra.sel_mirror, ..ep2 };
+                c
+            };
+            let mut got = Vec::new();
+            for down8 in [true, false] {
+                let mut b = cuda_backend(tp, opts)?;
+                match program::run(edge(), &cfg(down8), &mut b) {
+                    Ok(r) => got.push(r),
+                    Err(RuntimeError::Unavailable(reason)) => {
+                        not_run.note(&what, reason);
+                        break;
+                    }
+                    Err(e) => panic!("{what}: CUDA run failed: {e}"),
+                }
+            }
+            let [on, off] = &got[..] else { continue };
+            let host = program::run(edge(), &cfg(true), &mut HostBackend::new(tp).unwrap()).unwrap();
+            assert_eq!(host.first_digest_difference(on), None, "{what}: device ≠ host");
+            assert_eq!(on.tokens, host.tokens, "{what}");
+            assert_eq!(off.first_digest_difference(on), None, "{what}: the door changed a bit on the device");
+            assert_eq!(on.census, host.census, "{what}: census");
+            let sweeps = on.census.get("launch.expert_down_combine.nvfp4").copied().unwrap_or(0);
+            assert!(sweeps > 0, "{what}: no fused sweep");
+            println!("ok {what}: {sweeps} fused sweeps");
+            not_run.ran();
+        }
+    }
+    not_run.finish()
+}
