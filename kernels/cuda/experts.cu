@@ -62,6 +62,12 @@ __device__ __forceinline__ void expert_task(int fmt, int vec, u64 w, u64 scales,
     const void* sp = reinterpret_cast<const void*>(scales);
     if (fmt == FMT_NVFP4) {
         gemv_task<FMT_NVFP4, 0>(wp, sp, row0, x, cols, kw, r0, nvalid, k, lane, p);
+    } else if (vec == E4M3_BPL) {
+        // One row per task (task_rows_c); scale row as gemv_task's row-major E4M3 path.
+        const float* srow = static_cast<const float*>(sp) +
+                            (size_t)((row0 + r0) / E4M3_BLOCK - row0 / E4M3_BLOCK) * (size_t)(cols / E4M3_BLOCK);
+        p[0] = partial_e4m3_bpl_task(static_cast<const u8*>(wp), srow, (k * kw) / E4M3_BLOCK, x + (size_t)k * kw, r0,
+                                     cols / E4M3_BLOCK, kw, lane);
     } else if (vec == 16) {
         gemv_task<FMT_E4M3, 16>(wp, sp, row0, x, cols, kw, r0, nvalid, k, lane, p);
     } else if (vec == 4) {
@@ -71,7 +77,9 @@ __device__ __forceinline__ void expert_task(int fmt, int vec, u64 w, u64 scales,
     }
 }
 
-__device__ __forceinline__ int task_rows_c(int fmt, int vec) { return (fmt == FMT_E4M3 && vec > 0) ? GEMV_ROWS_PER_TASK : 1; }
+__device__ __forceinline__ int task_rows_c(int fmt, int vec) {
+    return (fmt == FMT_E4M3 && vec > 0 && vec != E4M3_BPL) ? GEMV_ROWS_PER_TASK : 1;
+}
 
 // Where row r of a slot's folded gate/up pair goes: the SwiGLU into act (ROWS false: the fused
 // kernel), or the SwiGLU's operands, g into act and u into up_out (ROWS true:

@@ -265,6 +265,30 @@ __device__ __forceinline__ void bpl_stage_x(const float* __restrict__ x, int col
     }
 }
 
+// partial_e4m3_rm's K-block partial of view row r read from the block-per-lane layout (a warp
+// task: lane m sums its four codes m + 32 i, then the butterfly): for a grouped expert whose one
+// matrix is block-per-lane and the other row-major (a NaN code keeps that one off the fast
+// layouts), which the expert kernels then run as warp tasks. Same operations, same order, same
+// bits as both layouts' own kernels; every code decoded in full (NaN codes included).
+__device__ __forceinline__ float partial_e4m3_bpl_task(const u8* __restrict__ codes, const float* __restrict__ srow,
+                                                       int b0, const float* __restrict__ xk, int r, int nb, int kw,
+                                                       int lane) {
+    const int n = brev5_c(lane);
+    float kacc = C_ZERO;
+    for (int b = 0; b < kw / E4M3_BLOCK; ++b) {
+        const size_t q = (size_t)r * (size_t)nb + (size_t)(b0 + b);
+        const u8* word = codes + (((q / 32) * 8 + (size_t)(n >> 2)) * 32 + q % 32) * 16 + 4 * (n & 3);
+        float acc = C_ZERO;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            acc = acc + e4m3_decode_c(__ldg(word + i)) * __ldg(xk + b * E4M3_BLOCK + lane + 32 * i);
+        }
+        const float d = butterfly32(acc);
+        kacc = kacc + __ldg(srow + b0 + b) * d;
+    }
+    return kacc;
+}
+
 // dot32 of one pair: v_m = (((+0 + p_m) + p_{m+32}) + p_{m+64}) + p_{m+96}, then the butterfly
 // tree over the v_m, evaluated as a stack in bit-reversed leaf order.
 __device__ __forceinline__ float bpl_dot(const uint4 (&c)[8], const float* xsb) {

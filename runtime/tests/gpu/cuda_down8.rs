@@ -30,8 +30,17 @@ pub fn tests() -> Vec<GpuTest> {
 /// The fused op of `owner` and, after it, the unfused ops of the same owner: outputs
 /// (fused parts, fused sum, unfused parts, unfused sum) appended to the case in that order.
 #[allow(clippy::too_many_arguments)]
-fn fused_and_unfused(c: &mut Case, group: u32, route: Slice, owner: SlotOwner, act: Slice, pitch: usize, w: Slice, width: usize) {
-    let (k, n_parts) = (route.len, 8usize);
+fn fused_and_unfused(
+    c: &mut Case,
+    group: u32,
+    route: Slice,
+    owner: SlotOwner,
+    act: Slice,
+    (pitch, n_parts): (usize, usize),
+    w: Slice,
+    width: usize,
+) {
+    let k = route.len;
     let stride = n_parts * width + 3;
     let parts_len = (k - 1) * stride + n_parts * width;
     let (parts, out) = (c.out(parts_len), c.out(width));
@@ -63,7 +72,9 @@ fn kernel_matches_twin_and_unfused() -> Ran {
     let mut rng = Rng(29);
     let mut cases = Vec::new();
     for width in [1024usize, 256] {
-        let g = GroupSpec { experts: 8, rows: width, cols: 512, kw: 64, down_kw: width / 8, row0: 0, nvfp4: true, nan_codes_in: None };
+        // K-blocks of 128 columns: the group's E4M3 shared expert needs whole scale blocks.
+        let g = GroupSpec { experts: 8, rows: width, cols: 512, kw: 128, down_kw: 128, row0: 0, nvfp4: true, nan_codes_in: None };
+        let n_parts = width / g.down_kw;
         let odd = |e: usize| e % 2 == 1;
         for (hold, held) in [("all held", &(|_| true) as &dyn Fn(usize) -> bool), ("odd experts held", &odd)] {
             let mut c = Case::new(format!("width {width}, {hold}"));
@@ -74,24 +85,32 @@ fn kernel_matches_twin_and_unfused() -> Ran {
             let rule = OwnerRule { experts: g.experts as u32, div: 1, modulo: 2 };
             let route = c.ids(&[3, 0, 5, 2, 6, 1]);
             let w = c.buf(vec![0.5, -0.0, 1.25, 2.0, 0.0, -3.5]);
-            for want in 0..2 {
-                fused_and_unfused(&mut c, group, route, SlotOwner { rule, want }, act, pitch, w, g.cols);
+            // An owner holds the experts it owns (a rank of NVFP4_EP2 holds the odd ones and owns
+            // them): with only odd experts held, owner 1 alone is a real configuration (owner 0
+            // would own experts nobody uploaded, whose unfused folds read unwritten partials).
+            let owners: &[u32] = if hold == "all held" { &[0, 1] } else { &[1] };
+            for &want in owners {
+                fused_and_unfused(&mut c, group, route, SlotOwner { rule, want }, act, (pitch, n_parts), w, g.cols);
             }
-            let lone = c.ids(&[4, 3, 5, 999, 7, 1]);
+            // Owner 1's only owned slot (expert 3, slot 0; the rest are even or no expert) weighted
+            // −0.0: a chain that does not start from +0.0 shows as −0.0 rows.
+            let lone = c.ids(&[3, 4, 6, 999, 2, 0]);
             let w_lone = c.buf(vec![-0.0, 0.5, 1.25, 2.0, 0.0, -3.5]);
-            fused_and_unfused(&mut c, group, lone, SlotOwner { rule, want: 0 }, act, pitch, w_lone, g.cols);
+            fused_and_unfused(&mut c, group, lone, SlotOwner { rule, want: 1 }, act, (pitch, n_parts), w_lone, g.cols);
             cases.push(c);
         }
     }
     let mut failures = Vec::new();
-    // Outputs come in fours per op pair: the fused sum is 4i + 1, the unfused one 4i + 3.
-    let sums = |o: &[Vec<f32>], at: usize| (0..3).map(|i| o[4 * i + at].clone()).collect::<Vec<_>>();
+    // Outputs come in fours per op pair: the fused sum is 4i + 1, the unfused one 4i + 3; the
+    // last pair is the lone −0.0-weighted slot's.
+    let sums = |o: &[Vec<f32>], at: usize| (0..o.len() / 4).map(|i| o[4 * i + at].clone()).collect::<Vec<_>>();
     for c in &cases {
         let mut host = HostBackend::new(1).expect("host backend");
         let want = run_case(&mut host, c).unwrap_or_else(|e| panic!("{}: host run failed: {e}", c.label));
         // On the host: fused sums = unfused sums (the twin is the composition).
         assert_eq!(compare(&sums(&want, 1), &sums(&want, 3), false), None, "{} host", c.label);
-        assert!(want[9].iter().all(|v| v.to_bits() == 0), "{}: a lone -0.0-weighted slot sums to +0.0", c.label);
+        let lone = &want[want.len() - 3];
+        assert!(lone.iter().all(|v| v.to_bits() == 0), "{}: a lone -0.0-weighted slot sums to +0.0", c.label);
         for opts in [FAST, ROW_MAJOR] {
             let mut dev = cuda_backend(1, opts)?;
             let label = format!("{} [{:?}]", c.label, opts.gemv_layout);
