@@ -46,7 +46,7 @@ fn cuda_roots(var: &dyn Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
 }
 
 /// A CUPTI library of this machine's CUDA toolkit (`extras/CUPTI/lib64`, `targets/*/lib` or
-/// `lib64` under a root of [`cuda_roots`]), versioned names first; `None` when there is none.
+/// `lib64` under a root of `cuda_roots`), versioned names first; `None` when there is none.
 pub fn cupti(var: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     for root in cuda_roots(var) {
         for sub in ["extras/CUPTI/lib64", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib", "lib64"] {
