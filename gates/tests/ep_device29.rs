@@ -56,7 +56,9 @@ impl Hooks<HostBackend> for Fallback {
                 memra_kernels::twins::moe::combine_shared(&yv, &wv, &mut o);
                 inner.write(rank, out, &o)
             }
-            Op::ExpertGateUp { group, route, first_slot: 0, slots, x, limit, act, act_pitch } if self.swiglu => {
+            Op::ExpertGateUp { group, route, first_slot: 0, slots, x, limit, fold_up, act, act_pitch }
+                if self.swiglu =>
+            {
                 let k = route.len;
                 let up = Slice::new(inner.alloc(rank, k * act_pitch)?, 0, k * act_pitch);
                 let gate = Slice::new(act.buf, act.offset, k * act_pitch);
@@ -72,6 +74,7 @@ impl Hooks<HostBackend> for Fallback {
                     slots: slots - k,
                     x,
                     limit,
+                    fold_up,
                     act: shared,
                     act_pitch,
                 };

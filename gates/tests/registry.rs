@@ -47,7 +47,7 @@ const ALL_BACKENDS: [BackendKind; 2] = [BackendKind::Host, BackendKind::Cuda];
 #[test]
 fn builtin_registry_loads() {
     let r = reg();
-    assert_eq!(r.doors().len(), 36, "20 doors of docs/DESIGN.md §4.3 + 4 of docs/DESIGN.md §3.6 + 12 canaries");
+    assert_eq!(r.doors().len(), 37, "21 doors of docs/DESIGN.md §4.3 + 4 of docs/DESIGN.md §3.6 + 12 canaries");
     // Every door declares the census change that witnesses it.
     assert!(r.doors().iter().all(|d| !d.census.is_empty()));
     assert!(r.setting("MEMRA_REQUIRE_GPU").is_some());
@@ -57,7 +57,7 @@ fn builtin_registry_loads() {
 #[test]
 fn every_design_door_is_present_with_its_class() {
     use DoorClass::*;
-    let expected: [(&str, DoorClass); 24] = [
+    let expected: [(&str, DoorClass); 25] = [
         ("MEMRA_STEP_TP_BULK_P2P", BitIdentical),
         ("MEMRA_OPROJ_DIRECT", BitIdentical),
         ("MEMRA_OPROJ_TAIL", BitIdentical),
@@ -78,6 +78,7 @@ fn every_design_door_is_present_with_its_class() {
         ("MEMRA_FENCE_RANK1", SchedulingOnly),
         ("MEMRA_STEP_EP_DEVICE_ARITHMETIC", BitIdentical),
         ("MEMRA_SEL_DOWN8", BitIdentical),
+        ("MEMRA_STEP_NVFP4_DEV_ROUTES", Numeric),
         // docs/DESIGN.md §3.6: the rows-and-columns doors.
         ("MEMRA_STEP_TP_DECODE_V2", BitIdentical),
         ("MEMRA_TCOL_OPROJ", BitIdentical),

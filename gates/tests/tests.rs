@@ -3,6 +3,7 @@
 //! subject protocol's manifest and tape.
 
 mod bench_floor;
+mod dev_routes;
 mod door_down8;
 mod doors29;
 mod ep_device29;

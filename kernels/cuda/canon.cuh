@@ -115,6 +115,11 @@ __device__ __forceinline__ float swiglu_c(float gate, float up, int has_limit, f
     return s * u;
 }
 
+// canon.rs `swiglu_folded` (NVFP4_DEV_ROUTES, an unclamped layer): the up scale after the product.
+__device__ __forceinline__ float swiglu_folded_c(float gate, float up, float up_scale) {
+    return (silu_c(gate) * up) * up_scale;
+}
+
 // The xor-butterfly of `dot32` (canon.rs `butterfly32`): v = v + v[lane ^ o] for o = 16..1.
 // IEEE addition is commutative, so every lane ends with lane 0's value (the host's result).
 __device__ __forceinline__ float butterfly32(float v) {

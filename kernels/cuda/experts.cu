@@ -81,17 +81,32 @@ __device__ __forceinline__ int task_rows_c(int fmt, int vec) {
     return (fmt == FMT_E4M3 && vec > 0 && vec != E4M3_BPL) ? GEMV_ROWS_PER_TASK : 1;
 }
 
-// Where row r of a slot's folded gate/up pair goes: the SwiGLU into act (ROWS false: the fused
+// The SwiGLU of expert_gate_up_f32 (the runtime's `swiglu_mode`): unclamped, clamped at `limit`,
+// or NVFP4_DEV_ROUTES's (an unclamped layer) with an NVFP4 expert's up scale applied after the
+// product (canon.rs `swiglu_folded`); an expert without per-matrix scales is unclamped there.
+#define SWIGLU_PLAIN 0
+#define SWIGLU_CLAMPED 1
+#define SWIGLU_FOLD_UP 2
+
+// Row r of a slot from its folded gate/up pair: the NVFP4 per-matrix scales once (the up scale
+// kept for the SwiGLU under SWIGLU_FOLD_UP), then the SwiGLU into act (ROWS false: the fused
 // kernel), or the SwiGLU's operands, g into act and u into up_out (ROWS true:
 // expert_gate_up_rows_f32, STEP_EP's host-arithmetic default, whose SwiGLU the program applies).
 template <bool ROWS>
-__device__ __forceinline__ void gate_up_store(float* act, float* up_out, size_t r, float g, float u, int has_limit,
-                                              float limit) {
+__device__ __forceinline__ void gate_up_finish(const ExpertEntry& en, float* act, float* up_out, size_t r, float g,
+                                               float u, int mode, float limit) {
+    const bool fold = mode == SWIGLU_FOLD_UP && en.has_scales;
+    if (en.has_scales) {
+        g = g * en.sg;
+        if (!fold) u = u * en.su;
+    }
     if (ROWS) {
         act[r] = g;
         up_out[r] = u;
+    } else if (fold) {
+        act[r] = swiglu_folded_c(g, u, en.su);
     } else {
-        act[r] = swiglu_c(g, u, has_limit, limit);
+        act[r] = swiglu_c(g, u, mode == SWIGLU_CLAMPED, limit);
     }
 }
 
@@ -100,7 +115,7 @@ __device__ __forceinline__ void gate_up_store(float* act, float* up_out, size_t 
 // then thread t folds row t of each and applies the SwiGLU — the operations of the task path.
 // 2 · rpb · nb <= BPL_SV (checked by the runtime).
 template <bool ROWS>
-__device__ __forceinline__ void expert_gate_up_bpl(const ExpertEntry& en, const float* x, int has_limit, float limit,
+__device__ __forceinline__ void expert_gate_up_bpl(const ExpertEntry& en, const float* x, int mode, float limit,
                                                    float* act, float* up_out, int r_first, int rpb) {
     __shared__ float xs[BPL_MAX_NB * BPL_XS_PITCH];
     __shared__ float sv[BPL_SV];
@@ -114,13 +129,9 @@ __device__ __forceinline__ void expert_gate_up_bpl(const ExpertEntry& en, const 
               nrows, nb, xs, sv + nrows * nb);
     __syncthreads();
     for (int rl = threadIdx.x; rl < nrows; rl += blockDim.x) {
-        float g = bpl_row(sv + rl * nb, nk, bk);
-        float u = bpl_row(sv + (nrows + rl) * nb, nk, bk);
-        if (en.has_scales) {
-            g = g * en.sg;
-            u = u * en.su;
-        }
-        gate_up_store<ROWS>(act, up_out, r_first + rl, g, u, has_limit, limit);
+        const float g = bpl_row(sv + rl * nb, nk, bk);
+        const float u = bpl_row(sv + (nrows + rl) * nb, nk, bk);
+        gate_up_finish<ROWS>(en, act, up_out, r_first + rl, g, u, mode, limit);
     }
 }
 
@@ -137,7 +148,7 @@ __device__ __forceinline__ void expert_gate_up_bpl(const ExpertEntry& en, const 
 template <bool ROWS>
 __device__ __forceinline__ void expert_gate_up_slots(const ExpertEntry* table, int n_entries, int experts,
                                                      const float* ids, int k, int first_slot, const float* x,
-                                                     int has_limit, float limit, float* act, float* up_out,
+                                                     int mode, float limit, float* act, float* up_out,
                                                      int act_pitch, int rpb, const LanePitch& lp) {
     __shared__ float part[2][GEMV_MAX_TASKS];
     const int slot = (int)blockIdx.y / lp.lanes;
@@ -155,7 +166,7 @@ __device__ __forceinline__ void expert_gate_up_slots(const ExpertEntry* table, i
     const int r_first = blockIdx.x * rpb;
     if (r_first >= en.rows) return;
     if (en.fmt == FMT_E4M3 && en.gate_vec == E4M3_BPL && en.up_vec == E4M3_BPL) {
-        expert_gate_up_bpl<ROWS>(en, x, has_limit, limit, act + (size_t)slot * act_pitch,
+        expert_gate_up_bpl<ROWS>(en, x, mode, limit, act + (size_t)slot * act_pitch,
                                  ROWS ? up_out + (size_t)slot * act_pitch : nullptr, r_first, rpb);
         return;
     }
@@ -195,19 +206,15 @@ __device__ __forceinline__ void expert_gate_up_slots(const ExpertEntry* table, i
         float u = C_ZERO;
         for (int kb = 0; kb < nk; ++kb) g = g + part[0][rl * nk + kb];
         for (int kb = 0; kb < nk; ++kb) u = u + part[1][rl * nk + kb];
-        if (en.has_scales) {
-            g = g * en.sg;
-            u = u * en.su;
-        }
-        gate_up_store<ROWS>(act, up_out, (size_t)slot * act_pitch + r, g, u, has_limit, limit);
+        gate_up_finish<ROWS>(en, act, up_out, (size_t)slot * act_pitch + r, g, u, mode, limit);
     }
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     expert_gate_up_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
-                       const float* x, int has_limit, float limit, float* act, int act_pitch, int rpb,
+                       const float* x, int mode, float limit, float* act, int act_pitch, int rpb,
                        const LanePitch lp) {
-    expert_gate_up_slots<false>(table, n_entries, experts, ids, k, first_slot, x, has_limit, limit, act, nullptr,
+    expert_gate_up_slots<false>(table, n_entries, experts, ids, k, first_slot, x, mode, limit, act, nullptr,
                                 act_pitch, rpb, lp);
 }
 

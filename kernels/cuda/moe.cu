@@ -241,6 +241,24 @@ extern "C" __global__ void combine_shared_f32(const float* y, const float* w, in
     }
 }
 
+// NVFP4_DEV_ROUTES's moe_join in one launch (twins::moe::combine_scaled): combine_shared_f32 with
+// each routed slot's down scale folded into its weight, read from the layer's table by the route
+// id: out[i] = +0, then per slot s in order acc = acc + (w[s] * m_s) * y[s][i], m_s =
+// macros[ids[s]] (1.0 for an id outside the table); out[width + i] = y[k][i].
+extern "C" __global__ void combine_scaled_f32(const float* ids, const float* y, const float* w, const float* macros,
+                                              int n_macros, int k, int width, float* out) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
+        float acc = C_ZERO;
+        for (int s = 0; s < k; ++s) {
+            const u32 id = __float_as_uint(ids[s]);
+            const float m = id < (u32)n_macros ? macros[id] : C_ONE;
+            acc = acc + (w[s] * m) * y[(size_t)s * width + i];
+        }
+        out[i] = acc;
+        out[width + i] = y[(size_t)k * width + i];
+    }
+}
+
 // The residual in one launch (twins::moe::residual_add): sum = a + b, then out = h + sum.
 // Lane grid: blockIdx.z = lane, slices [h, a, b, sum, out].
 extern "C" __global__ void residual_add_f32(const float* h, const float* a, const float* b, float* sum, float* out,

@@ -152,6 +152,14 @@ pub fn swiglu_c(gate: f32, up: f32, limit: Option<f32>) -> f32 {
     swiglu_traced(gate, up, limit).0
 }
 
+/// NVFP4_DEV_ROUTES's SwiGLU of an unclamped layer with the up projection's per-matrix scale
+/// folded after the product: `(silu_c(gate) · up) · up_scale`, where `up` is the unscaled up row
+/// (the canonical program computes `silu_c(gate) · (up · up_scale)`). No clamp: a clamped layer
+/// keeps the canonical program, since this form never holds the scaled up value a clamp compares.
+pub fn swiglu_folded(gate: f32, up: f32, up_scale: f32) -> f32 {
+    (silu_c(gate) * up) * up_scale
+}
+
 /// The clamps one SwiGLU applied: which comparisons replaced an operand by the limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SwigluClamps {

@@ -162,6 +162,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "swiglu_f32",
     "combine_f32",
     "combine_shared_f32",
+    "combine_scaled_f32",
     "residual_add_f32",
     "argmax_f32",
     // elementwise.cu

@@ -10,11 +10,12 @@
 //! Every order test also checks its own premise (that the alternative order really differs), so
 //! it cannot pass vacuously.
 
-use memra_kernels::canon::{exp_c, rmsnorm_c, rmsnorm_row_c, sigmoid_c, silu_c, swiglu_c};
+use memra_kernels::canon::{exp_c, rmsnorm_c, rmsnorm_row_c, sigmoid_c, silu_c, swiglu_c, swiglu_folded};
 use memra_kernels::twins::attention::{decode_attention, qk_norm_rope, ATTN_PARTITION, ATTN_SCALE_BITS, HEAD_DIM};
 use memra_kernels::twins::digest::{digest_f32, digest_u32, splitmix64};
 use memra_kernels::twins::moe::{
-    argmax, combine_slots, router_topk, router_topk_device_variant, sigmoid_device_variant, swiglu,
+    argmax, combine_scaled, combine_shared, combine_slots, router_topk, router_topk_device_variant,
+    sigmoid_device_variant, swiglu,
 };
 use memra_kernels::twins::norm::{add_rmsnorm, rmsnorm_rows};
 
@@ -802,6 +803,50 @@ fn combine_slots_matches_f64_reference_and_exact_order() {
     assert_bits_eq("combine vs slot-order fold", &out, &combine_in_order(&y, &w, width, &order));
     let rev: Vec<usize> = (0..slots).rev().collect();
     assert!(bits_differ(&combine_in_order(&y, &w, width, &rev), &out), "premise: reverse order differs somewhere");
+}
+
+/// NVFP4_DEV_ROUTES's combine: with every scale 1.0 it is `combine_shared` bit for bit; with
+/// per-expert scales it is the slot-order fold of `(w·m)·y` from +0.0, looks each slot's scale up
+/// by its route id (1.0 outside the table), copies the shared slot, and differs from the
+/// canonical `w·(y·m)` somewhere (the door's numeric change is real, and small).
+#[test]
+fn combine_scaled_folds_each_slots_scale_into_its_weight() {
+    let mut rng = Rng::new(61);
+    let (k, width, experts) = (4usize, 512usize, 8usize);
+    let ids: Vec<f32> = [3u32, 7, 99, 0].iter().map(|&i| f32::from_bits(i)).collect();
+    let y = rng.vec((k + 1) * width, -4.0, 4.0);
+    let w = rng.vec(k, 0.0, 0.5);
+    let (mut plain, mut ones) = (vec![f32::NAN; 2 * width], vec![f32::NAN; 2 * width]);
+    combine_shared(&y, &w, &mut plain);
+    combine_scaled(&ids, &vec![1.0; experts], &y, &w, &mut ones);
+    assert_bits_eq("scales 1.0 = combine_shared", &ones, &plain);
+    let m = rng.vec(experts, 0.001, 0.01);
+    let mut out = vec![f32::NAN; 2 * width];
+    combine_scaled(&ids, &m, &y, &w, &mut out);
+    let scale = |s: usize| m.get(ids[s].to_bits() as usize).copied().unwrap_or(1.0);
+    let want: Vec<f32> =
+        (0..width).map(|i| (0..k).fold(0.0f32, |acc, s| acc + (w[s] * scale(s)) * y[s * width + i])).collect();
+    assert_bits_eq("routed: (w·m)·y in slot order", &out[..width], &want);
+    assert_bits_eq("shared slot copied", &out[width..], &y[k * width..]);
+    let canonical: Vec<f32> =
+        (0..width).map(|i| (0..k).fold(0.0f32, |acc, s| acc + w[s] * (y[s * width + i] * scale(s)))).collect();
+    assert!(bits_differ(&canonical, &want), "premise: the canonical parenthesization differs somewhere");
+    let reference: Vec<f64> =
+        (0..width).map(|i| (0..k).map(|s| w[s] as f64 * scale(s) as f64 * y[s * width + i] as f64).sum()).collect();
+    assert_close("combine_scaled vs f64", &out[..width], &reference, 1e-6, 1e-5);
+}
+
+/// The folded SwiGLU is `(silu·u)·us` and differs from the canonical `silu·(u·us)` somewhere.
+#[test]
+fn swiglu_folded_applies_the_up_scale_after_the_product() {
+    let mut rng = Rng::new(62);
+    let (g, u) = (rng.vec(4096, -8.0, 8.0), rng.vec(4096, -3.0, 3.0));
+    let us = 0.0123f32;
+    let folded: Vec<f32> = g.iter().zip(&u).map(|(&a, &b)| swiglu_folded(a, b, us)).collect();
+    let want: Vec<f32> = g.iter().zip(&u).map(|(&a, &b)| (silu_c(a) * b) * us).collect();
+    assert_bits_eq("swiglu_folded", &folded, &want);
+    let canonical: Vec<f32> = g.iter().zip(&u).map(|(&a, &b)| swiglu_c(a, b * us, None)).collect();
+    assert!(bits_differ(&canonical, &folded), "premise: the canonical order differs somewhere");
 }
 
 #[test]

@@ -210,7 +210,7 @@ impl RunConfig {
 
     /// Whether the routed experts run as NVFP4 banks.
     pub fn nvfp4_experts(&self) -> bool {
-        self.doors.nvfp4_ep2 || self.expert_format == ExpertFormat::Nvfp4
+        self.doors.nvfp4_banks() || self.expert_format == ExpertFormat::Nvfp4
     }
 }
 

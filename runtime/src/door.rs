@@ -48,6 +48,14 @@ pub enum Canary {
     NeighbourSession,
 }
 
+impl DoorSet {
+    /// Whether the doors put the routed experts in NVFP4 banks (NVFP4_EP2's interleaved owners,
+    /// NVFP4_DEV_ROUTES's device routes program): the expert storage is part of those doors.
+    pub fn nvfp4_banks(&self) -> bool {
+        self.nvfp4_ep2 || self.nvfp4_dev_routes
+    }
+}
+
 impl Canary {
     /// The twin defect this canary plants in the backend, if it is one.
     pub fn twin_defect(&self) -> Option<TwinDefect> {

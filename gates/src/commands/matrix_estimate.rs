@@ -96,7 +96,7 @@ fn median(v: &[f64]) -> Option<f64> {
 /// its own layout).
 fn layout_key(registry: &Registry, c: &Configuration) -> (BackendKind, usize, String) {
     let doors = match registry.to_door_set(&c.doors, None) {
-        Ok(d) => format!("{}{}{}{}{}", d.f32_mirror, d.w8, d.step_ep, d.nvfp4_ep2, d.rank0_merge),
+        Ok(d) => format!("{}{}{}{}{}{}", d.f32_mirror, d.w8, d.step_ep, d.nvfp4_ep2, d.nvfp4_banks(), d.rank0_merge),
         Err(_) => c.doors.iter().cloned().collect::<Vec<_>>().join(","),
     };
     (c.backend, c.tp, doors)

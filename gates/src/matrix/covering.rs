@@ -65,6 +65,64 @@ impl<'r> Table<'r> {
         Ok(t)
     }
 
+    /// Every mask whose door rules hold ([`Table::door_rules_hold`]), ascending — the masks a
+    /// loop over all 2^n would keep, found without visiting the others: doors are decided
+    /// required-first, so a door joins a set only beside everything it requires (when those are
+    /// decided before it) and nothing it conflicts with, and each finished set is checked whole.
+    pub(super) fn legal_masks(&self) -> Vec<u64> {
+        let order = self.required_first();
+        let mut pos = vec![0usize; self.ids.len()];
+        for (at, &i) in order.iter().enumerate() {
+            pos[i] = at;
+        }
+        // Whether door i's requirements are all decided before it (false for one that requires a
+        // canary, u64::MAX: it can never join, which the inclusion test then says at once).
+        let decided_before: Vec<bool> = (0..self.ids.len())
+            .map(|i| self.requires[i] == u64::MAX || self.members(self.requires[i]).all(|r| pos[r] < pos[i]))
+            .collect();
+        let mut out = Vec::new();
+        let mut stack = vec![(0usize, 0u64)];
+        while let Some((at, mask)) = stack.pop() {
+            if at == order.len() {
+                if self.door_rules_hold(mask) {
+                    out.push(mask);
+                }
+                continue;
+            }
+            let i = order[at];
+            stack.push((at + 1, mask));
+            let requires_ok = !decided_before[i] || self.requires[i] & !mask == 0;
+            if requires_ok && self.conflicts[i] & mask == 0 {
+                stack.push((at + 1, mask | (1 << i)));
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// The doors in an order where each comes after the doors it requires (Kahn's order over
+    /// `requires`; doors on a requirement cycle, which the registry refuses, go last in id order).
+    fn required_first(&self) -> Vec<usize> {
+        let n = self.ids.len();
+        let mut placed = 0u64;
+        let mut order = Vec::with_capacity(n);
+        loop {
+            let ready: Vec<usize> = (0..n)
+                .filter(|&i| placed & (1 << i) == 0)
+                .filter(|&i| self.requires[i] == u64::MAX || self.requires[i] & !placed == 0)
+                .collect();
+            if ready.is_empty() {
+                break;
+            }
+            for i in ready {
+                placed |= 1 << i;
+                order.push(i);
+            }
+        }
+        order.extend((0..n).filter(|&i| placed & (1 << i) == 0));
+        order
+    }
+
     pub(super) fn members(&self, mask: u64) -> impl Iterator<Item = usize> + '_ {
         (0..self.ids.len()).filter(move |i| mask & (1 << i) != 0)
     }
@@ -124,9 +182,8 @@ impl<'r> Table<'r> {
     /// uncovered pairs (ties: the smallest mask), until every coverable pair is covered.
     pub(super) fn covering(&self, axes: &Axes) -> Vec<u64> {
         let n = self.ids.len();
-        let candidates: Vec<u64> = (0..(1u64 << n))
-            .filter(|&m| self.door_rules_hold(m) && axes.each().any(|(b, tp, t)| self.runs(m, b, tp, t)))
-            .collect();
+        let candidates: Vec<u64> =
+            self.legal_masks().into_iter().filter(|&m| axes.each().any(|(b, tp, t)| self.runs(m, b, tp, t))).collect();
         let pair_index = |i: usize, j: usize, mask: u64| {
             let a = usize::from(mask & (1 << i) != 0);
             let b = usize::from(mask & (1 << j) != 0);

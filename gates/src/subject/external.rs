@@ -213,7 +213,7 @@ impl External {
 
     /// Start, wait (at most the time limit), and read the tape of one run.
     fn start_and_read(&self, spec: &RunSpec, files: &RunFiles) -> Result<Record, SubjectError> {
-        if spec.format == ExpertFormat::Nvfp4 && !spec.doors.nvfp4_ep2 {
+        if spec.format == ExpertFormat::Nvfp4 && !spec.doors.nvfp4_banks() {
             return Err(self.error(format!(
                 "{}: the protocol carries no expert format; NVFP4 banks come only with a door",
                 self.who()

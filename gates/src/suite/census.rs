@@ -65,9 +65,9 @@ impl Suite<'_> {
         capture: &[CaptureKey],
     ) -> Result<Record, String> {
         let off = decl.off;
-        // The expert storage is part of the door (NVFP4_EP2 implies NVFP4 banks): the baseline
-        // takes the storage its own doors imply.
-        let format = if off.nvfp4_ep2 { ExpertFormat::Nvfp4 } else { ExpertFormat::E4m3 };
+        // The expert storage is part of the door (NVFP4_EP2 and NVFP4_DEV_ROUTES imply NVFP4
+        // banks): the baseline takes the storage its own doors imply.
+        let format = if off.nvfp4_banks() { ExpertFormat::Nvfp4 } else { ExpertFormat::E4m3 };
         let key = key(job, off, &decl.off_vars, format, forced, capture);
         if let Some(c) = self.census_baselines.lock().expect("census baseline lock").get(&key) {
             return c.clone();

@@ -96,9 +96,9 @@ type ClassKey = (Vec<String>, BackendKind);
 /// Probe results per (backend, TP size, transport).
 type ProbeCache = HashMap<(BackendKind, usize, Transport), Result<Vec<ProbeResult>, String>>;
 
-/// The expert format a job's doors imply (NVFP4_EP2 runs on NVFP4 banks).
+/// The expert format a job's doors imply (NVFP4_EP2 and NVFP4_DEV_ROUTES run on NVFP4 banks).
 fn format_of(job: &Job) -> ExpertFormat {
-    if job.doors.nvfp4_ep2 {
+    if job.doors.nvfp4_banks() {
         ExpertFormat::Nvfp4
     } else {
         ExpertFormat::E4m3

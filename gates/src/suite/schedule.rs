@@ -91,7 +91,7 @@ fn run_order(jobs: &[Job]) -> Vec<usize> {
     order.sort_by_key(|&i| {
         let j = &jobs[i];
         let d = &j.doors;
-        (j.backend, j.tp, d.f32_mirror, d.w8, d.step_ep, d.nvfp4_ep2, d.rank0_merge, j.doors_env.len())
+        (j.backend, j.tp, d.f32_mirror, d.w8, d.step_ep, d.nvfp4_ep2, d.nvfp4_banks(), d.rank0_merge, j.doors_env.len())
     });
     order
 }

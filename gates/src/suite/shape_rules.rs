@@ -16,6 +16,9 @@
 //! - SEL_DOWN8 where the routed experts are wider than one warp's down row (`DOWN8_MAX_COLS`,
 //!   1024: the engine's `(local_in >> 5) <= 32`; the `step` preset's 1280): the runtime refuses
 //!   the fused sweep there before any work (`program::check_run`), as the engine keeps its unfused path.
+//! - NVFP4_DEV_ROUTES on a model whose every layer clamps its SwiGLU (`small`, `step`): the
+//!   device routes program exists only on unclamped layers (the engine: "Clamped layers refuse
+//!   (they stay on the EP program)"), so the door would change nothing.
 
 use crate::job::Job;
 use memra_kernels::twins::gemv::{canonical_kblocks, WeightFormat};
@@ -43,6 +46,14 @@ pub(super) fn not_applicable(job: &Job, c: &ModelConfig) -> Option<String> {
              most {down8_max} values (the engine's narrow-shard condition (local_in >> 5) <= 32), so the fused sweep \
              does not exist for this model",
             c.expert_width
+        ));
+    }
+    if job.doors.nvfp4_dev_routes && (0..c.layers).all(|l| c.swiglu_limit_at(l).is_some()) {
+        return Some(format!(
+            "every one of the model's {} layers clamps its SwiGLU, and MEMRA_STEP_NVFP4_DEV_ROUTES's folded up scale \
+             exists only on an unclamped layer (the engine: \"Clamped layers refuse (they stay on the EP program)\"), so \
+             the door has no layer to change",
+            c.layers
         ));
     }
     let g_r = canonical_kblocks(WeightFormat::E4m3, c.expert_width).ok()?;
@@ -115,6 +126,24 @@ mod tests {
         for name in ["tiny", "edge"] {
             let c = ModelConfig::preset(name, None).unwrap();
             assert_eq!(not_applicable(&crate::suite::test_job(1, d8), &c), None, "{name}");
+        }
+    }
+
+    /// NVFP4_DEV_ROUTES is NOT-APPLICABLE exactly where every layer clamps (`small`); the same
+    /// shapes without a clamp, and the default models (an unclamped layer 1), run; without the
+    /// door no rule applies.
+    #[test]
+    fn nvfp4_dev_routes_needs_an_unclamped_layer() {
+        let routes = DoorSet { nvfp4_dev_routes: true, ..DoorSet::default() };
+        let small = ModelConfig::preset("small", None).unwrap();
+        let why = not_applicable(&crate::suite::test_job(2, routes), &small).expect("small clamps every layer");
+        assert!(why.contains("MEMRA_STEP_NVFP4_DEV_ROUTES") && why.contains("4 layers"), "{why}");
+        assert_eq!(not_applicable(&crate::suite::test_job(2, DoorSet::default()), &small), None);
+        let open = ModelConfig { swiglu_limit: None, ..small };
+        assert_eq!(not_applicable(&crate::suite::test_job(2, routes), &open), None, "no clamp anywhere");
+        for name in ["tiny", "edge"] {
+            let c = ModelConfig::preset(name, None).unwrap();
+            assert_eq!(not_applicable(&crate::suite::test_job(1, routes), &c), None, "{name}");
         }
     }
 }

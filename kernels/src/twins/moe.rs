@@ -195,6 +195,31 @@ pub fn combine_shared(y: &[f32], w: &[f32], out: &mut [f32]) {
     shared.copy_from_slice(&y[k * width..]);
 }
 
+/// NVFP4_DEV_ROUTES's moe_join in one kernel (`combine_scaled_f32`): [`combine_shared`] with each
+/// routed slot's NVFP4 down scale folded into its weight — `out[..width] = +0.0`, then per routed
+/// slot s in order `acc = acc + (w[s] · m_s) · y[s][i]`, `m_s = macros[ids[s]]` (the id's bits;
+/// 1.0 for an id outside the table), `out[width..] = y[k]`. The canonical program applies the
+/// scale to the fold instead (`y_s · sd`, then `w[s] · y_s`).
+///
+/// `ids.len() == w.len() == k`; `y` is `[k + 1][width]`, `out` `2·width` (checked).
+pub fn combine_scaled(ids: &[f32], macros: &[f32], y: &[f32], w: &[f32], out: &mut [f32]) {
+    let k = w.len();
+    assert_eq!(ids.len(), k, "combine_scaled: {} route ids for {k} weights", ids.len());
+    assert!(out.len().is_multiple_of(2), "combine_scaled: out has {} values, not [routed | shared]", out.len());
+    let width = out.len() / 2;
+    assert_eq!(y.len(), (k + 1) * width, "combine_scaled: y has {} values, expected ({k} + 1) × {width}", y.len());
+    let (routed, shared) = out.split_at_mut(width);
+    routed.fill(0.0);
+    for s in 0..k {
+        let m = macros.get(ids[s].to_bits() as usize).copied().unwrap_or(1.0);
+        let ws = w[s] * m;
+        for (o, &yi) in routed.iter_mut().zip(&y[s * width..(s + 1) * width]) {
+            *o += ws * yi;
+        }
+    }
+    shared.copy_from_slice(&y[k * width..]);
+}
+
 /// The residual in one kernel (`residual_add_f32`): `sum[i] = a[i] + b[i]`, then
 /// `out[i] = h[i] + sum[i]` — the two roundings of `h + (routed + shared)` in that order.
 pub fn residual_add(h: &[f32], a: &[f32], b: &[f32], sum: &mut [f32], out: &mut [f32]) {

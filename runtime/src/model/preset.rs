@@ -110,6 +110,11 @@ impl ModelConfig {
         Ok(config)
     }
 
+    /// The SwiGLU clamp limit of layer `layer`.
+    pub fn swiglu_limit_at(&self, _layer: usize) -> Option<f32> {
+        self.swiglu_limit
+    }
+
     /// Check every shape rule of the canonical grid (heads and widths divisible into 8 chunks,
     /// K-blocks of whole scale blocks, head_dim 128, top_k ≤ experts…); the error names the
     /// tensor, the width and the rule.

@@ -157,7 +157,8 @@ pub(super) fn held(ctx: &Ctx, l: usize, r: usize, expert: Option<usize>) -> bool
 /// experts: gate/up/SwiGLU and down partials of every slot on every rank holding it.
 fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let c = ctx.model.config.clone();
-    let (hidden, k, limit) = (c.hidden, c.top_k, c.swiglu_limit);
+    let (hidden, k, limit) = (c.hidden, c.top_k, c.swiglu_limit_at(l));
+    let fold_up = dev_routes(ctx, l);
     let tp = ctx.placement.tp;
     let slots = k + 1;
     let stride = ctx.buffers.gmax * hidden;
@@ -199,6 +200,7 @@ fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             slots: n,
             x: rb.xin,
             limit,
+            fold_up,
             act: rb.ea.sub(first_slot * pitch, (n - 1) * pitch + pitch),
             act_pitch: pitch,
         };
@@ -336,6 +338,9 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let shared_sharded = ctx.placement.shared_sharded;
     let (g_r, g_s) = (ctx.placement.down_kblocks, ctx.placement.shared_kblocks);
     let nvfp4 = ctx.cfg.nvfp4_experts();
+    // NVFP4_DEV_ROUTES: the routed slots' down scale waits for the combine.
+    let folded = dev_routes(ctx, l);
+    let down_scaled = nvfp4 && !folded;
     let root_route = root.route.sub(0, k);
     ctx.begin(l, Seam::MoeJoin)?;
     let sharded: Vec<bool> = (0..slots).map(|s| if s < k { routed_sharded } else { shared_sharded }).collect();
@@ -404,7 +409,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                 for (s, e) in ids.iter().enumerate() {
                     let o = ctx.placement.expert_owner(*e, c.experts);
                     let ob = ctx.buffers.ranks[o].clone();
-                    let scales = if nvfp4 { ctx.weights.layers[l][o].group } else { None };
+                    let scales = if down_scaled { ctx.weights.layers[l][o].group } else { None };
                     let op = Op::FoldSlots {
                         route: ob.route.sub(0, k),
                         first_slot: s,
@@ -435,7 +440,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
                         parts_pitch: stride,
                         n_parts: g_r,
                         owner: Some(SlotOwner { rule, want: r as u32 }),
-                        scales: nvfp4.then_some(group),
+                        scales: down_scaled.then_some(group),
                         out: rb.ey.sub(0, k * hidden),
                     };
                     ctx.launch(r, op)?;
@@ -493,6 +498,11 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     } else if ctx.ep_host_arithmetic() {
         // STEP_EP without EP_DEVICE_ARITHMETIC: the weighted combine on the host twin.
         ctx.each_lane(|ctx| ep_host::combine(ctx, root.y, root.route.sub(k, k), root.moe))?;
+    } else if folded {
+        let macros = ctx.weights.down_macros(l, c.experts).expect("NVFP4 banks upload the down-scale table");
+        let op = Op::CombineScaled { route: root_route, y: root.y, w: root.route.sub(k, k), macros, out: root.moe };
+        ctx.launch(0, op)?;
+        ctx.count("nvfp4_dev_routes.folded_layers");
     } else {
         ctx.launch(0, Op::CombineShared { y: root.y, w: root.route.sub(k, k), out: root.moe })?;
         if ctx.placement.experts == ExpertMode::ExpertParallel && doors.step_ep {
@@ -500,6 +510,14 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
         }
     }
     ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe))
+}
+
+/// Whether layer `l` runs NVFP4_DEV_ROUTES's device routes program: the door, NVFP4 banks
+/// and no SwiGLU clamp on the layer (a clamped layer keeps the canonical program, as the
+/// engine's door refuses clamped layers). The registry keeps the door off NVFP4_EP2's owner sums
+/// and STEP_EP's expert-parallel program.
+fn dev_routes(ctx: &Ctx, l: usize) -> bool {
+    ctx.cfg.doors.nvfp4_dev_routes && ctx.cfg.nvfp4_experts() && ctx.model.config.swiglu_limit_at(l).is_none()
 }
 
 /// NVFP4_EP2's route weights on owner rank `r`: SEL_MIRROR brought them with the ids

@@ -53,6 +53,16 @@ pub struct Uploaded {
     pub widened: u64,
     /// Bytes placed on the ranks (every shard as stored, and the parameter buffers).
     pub bytes: u64,
+    /// NVFP4 banks: on the root, every layer's table of each routed expert's NVFP4 down scale
+    /// (`[layers][experts]`), which NVFP4_DEV_ROUTES's combine reads by route id.
+    pub down_macros: Option<BufId>,
+}
+
+impl Uploaded {
+    /// Layer `l`'s down-scale table on the root (`experts` values), when the experts are NVFP4.
+    pub fn down_macros(&self, l: usize, experts: usize) -> Option<Slice> {
+        self.down_macros.map(|b| Slice::new(b, l * experts, experts))
+    }
 }
 
 /// Offsets inside the parameter buffer (identical on every rank; root-only entries are zero
@@ -298,13 +308,23 @@ pub fn upload(
 
     let mut up = Uploader { b, bytes: 0, widened: 0 };
     let mut layers = Vec::new();
-    for layer in &model.layers {
+    // Every expert lives whole on one owner under NVFP4: its down scale is read from there. NaN
+    // marks an expert no rank holds (none should be), so a route to it could not pass unseen.
+    let mut macros = vec![f32::NAN; if nvfp4 { model.layers.len() * c.experts } else { 0 }];
+    for (l, layer) in model.layers.iter().enumerate() {
         let make = |rank| rank_layer(layer, p, doors, nvfp4, rank);
         let shards: Vec<RankLayer> = if large(layer) {
             (0..p.tp).into_par_iter().map(make).collect::<Result<_>>()?
         } else {
             (0..p.tp).map(make).collect::<Result<_>>()?
         };
+        for s in &shards {
+            for (e, ex) in s.experts.iter().enumerate() {
+                if let (Some([_, _, sd]), true) = (ex.as_ref().and_then(|x| x.nvfp4_scales), nvfp4) {
+                    macros[l * c.experts + e] = sd;
+                }
+            }
+        }
         let mut per_rank = Vec::new();
         for (rank, s) in shards.into_iter().enumerate() {
             let [q, k, v, g, o] = s.attn;
@@ -329,6 +349,13 @@ pub fn upload(
         layers.push(per_rank);
     }
     let lm_head = up.put(0, storage(model.lm_head.whole(), doors.f32_mirror, false))?;
-    let bytes = up.bytes + (layout.len() * 4 * p.tp) as u64;
-    Ok(Uploaded { layers, lm_head, params, param_layout: layout, widened: up.widened, bytes })
+    let down_macros = if nvfp4 {
+        let buf = up.b.alloc(0, macros.len())?;
+        up.b.write(0, Slice::new(buf, 0, macros.len()), &macros)?;
+        Some(buf)
+    } else {
+        None
+    };
+    let bytes = up.bytes + (layout.len() * 4 * p.tp + macros.len() * 4) as u64;
+    Ok(Uploaded { layers, lm_head, params, param_layout: layout, widened: up.widened, bytes, down_macros })
 }

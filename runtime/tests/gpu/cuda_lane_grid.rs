@@ -152,6 +152,7 @@ fn expert_cases(rng: &mut Rng, lanes: usize, gap: usize) -> Vec<LaneCase> {
                 slots,
                 x: x.at(l),
                 limit,
+                fold_up: false,
                 act: act.at(l),
                 act_pitch,
             })

@@ -168,6 +168,15 @@ fn moe_join_and_residual_kernels_match_twins() -> Ran {
         let out = c.out(2 * width);
         c.ops.push(Op::CombineShared { y, w, out });
         cases.push(c);
+        // NVFP4_DEV_ROUTES's combine: ids inside and outside a table of per-expert scales.
+        let mut c = Case::new(format!("combine_scaled k {k} width {width}"));
+        let ids: Vec<u32> = (0..k as u32).map(|s| if s == 1 { 40 } else { (s * 7 + 3) % 16 }).collect();
+        let route = c.ids(&ids);
+        let macros = c.buf(rng.vec(16, 0.01));
+        let (y, w) = (c.buf(rng.vec((k + 1) * width, 5.0)), c.buf(rng.vec(k, 1.0)));
+        let out = c.out(2 * width);
+        c.ops.push(Op::CombineScaled { route, y, w, macros, out });
+        cases.push(c);
         let mut c = Case::new(format!("fold_combine k {k} width {width}"));
         let (n_parts, pitch) = (2, 2 * width + 3);
         let parts = c.buf(rng.vec(k * pitch + n_parts * width, 4.0));
@@ -339,7 +348,14 @@ fn grouped_expert_kernels_match_twins() -> Ran {
             let out = c.out(slots * stride);
             // The NVFP4 group runs without a SwiGLU limit, the others with one.
             let limit = if g.nvfp4 { None } else { Some(7.0f32) };
-            c.ops.push(Op::ExpertGateUp { group, route, first_slot: 0, slots, x, limit, act, act_pitch: pitch });
+            let fold_up = false;
+            c.ops.push(Op::ExpertGateUp { group, route, first_slot: 0, slots, x, limit, fold_up, act, act_pitch: pitch });
+            if g.nvfp4 {
+                // NVFP4_DEV_ROUTES's folded up scale (the shared E4M3 slot stays unclamped).
+                let act_f = c.out(slots * pitch);
+                let (fold_up, act) = (true, act_f);
+                c.ops.push(Op::ExpertGateUp { group, route, first_slot: 0, slots, x, limit, fold_up, act, act_pitch: pitch });
+            }
             // The SwiGLU's operands alone (STEP_EP without EP_DEVICE_ARITHMETIC): the same rows.
             let (gate_rows, up_rows) = (c.out(slots * pitch), c.out(slots * pitch));
             c.ops.push(Op::ExpertGateUpRows { group, route, first_slot: 0, slots, x, gate: gate_rows, up: up_rows, pitch });
@@ -607,7 +623,17 @@ fn grouped_experts_bandwidth_report() -> Ran {
         b.mark().unwrap();
         b.launch(
             0,
-            Op::ExpertGateUp { group, route, first_slot: 0, slots: k + 1, x, limit: Some(7.0), act, act_pitch: rows },
+            Op::ExpertGateUp {
+                group,
+                route,
+                first_slot: 0,
+                slots: k + 1,
+                x,
+                limit: Some(7.0),
+                fold_up: false,
+                act,
+                act_pitch: rows,
+            },
         )
         .unwrap();
         b.mark().unwrap();

@@ -61,7 +61,7 @@ fn observe_gemv(a: &mut Arena, w: WeightId, x: &[f32], out: &mut [f32], partials
 /// The grouped expert ops: the per-slot twins of `kernels/cuda/experts.cu`.
 fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
     match op {
-        Op::ExpertGateUp { group, route, first_slot, slots, x, limit, act, act_pitch } => {
+        Op::ExpertGateUp { group, route, first_slot, slots, x, limit, fold_up, act, act_pitch } => {
             let ids = read_slice(a, route).to_vec();
             let xv = read_slice(a, x).to_vec();
             // The slots' GEMVs on all cores where they are large (`rows.rs`); what the SwiGLU
@@ -71,12 +71,14 @@ fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
             let rows = rows::per_slot(slots, 2 * work, |j| {
                 let e = slot_group_entry(arena, group, &ids, first_slot + j)?;
                 let (gw, uw) = (&arena.weights[e.gate as usize], &arena.weights[e.up as usize]);
-                let scales = e.nvfp4_scales.map(|[sg, su, _]| (sg, su));
-                Some((e, rows::gate_up_rows(gw, uw, &xv, scales)))
+                // NVFP4_DEV_ROUTES: the up scale waits for the SwiGLU's product.
+                let (sg, su) = (e.nvfp4_scales.map(|s| s[0]), e.nvfp4_scales.map(|s| s[1]));
+                let (up_scale, folded) = if fold_up { (None, su) } else { (su, None) };
+                Some((e, folded, rows::gate_up_rows(gw, uw, &xv, (sg, up_scale))))
             });
             for (j, slot) in rows.into_iter().enumerate() {
                 let s = first_slot + j;
-                let Some((e, (g, u))) = slot else { continue };
+                let Some((e, folded, (g, u))) = slot else { continue };
                 let shared = s >= ids.len();
                 let swiglu = match obs.defect {
                     Some(TwinDefect::SiluUnclamped) => defect::swiglu_silu_unclamped,
@@ -89,7 +91,11 @@ fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
                     .iter()
                     .zip(&u)
                     .map(|(&gv, &uv)| {
-                        let (v, c) = swiglu(gv, uv, limit);
+                        // Only an unclamped layer folds (the program's rule): no clamp to trace.
+                        let (v, c) = match folded {
+                            Some(su) => (memra_kernels::canon::swiglu_folded(gv, uv, su), Default::default()),
+                            None => swiglu(gv, uv, limit),
+                        };
                         (silu, high, low) = (silu + c.silu as u64, high + c.up_high as u64, low + c.up_low as u64);
                         v
                     })
@@ -112,7 +118,7 @@ fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
             let rows = rows::per_slot(slots, 2 * work, |j| {
                 let e = slot_group_entry(arena, group, &ids, first_slot + j)?;
                 let (gw, uw) = (&arena.weights[e.gate as usize], &arena.weights[e.up as usize]);
-                let scales = e.nvfp4_scales.map(|[sg, su, _]| (sg, su));
+                let scales = (e.nvfp4_scales.map(|s| s[0]), e.nvfp4_scales.map(|s| s[1]));
                 Some((e, rows::gate_up_rows(gw, uw, &xv, scales)))
             });
             for (j, slot) in rows.into_iter().enumerate() {
@@ -350,6 +356,12 @@ pub(super) fn execute(a: &mut Arena, op: Op, obs: Observe) {
         Op::CombineShared { y, w, out } => {
             let mut o = vec![0.0f32; out.len];
             moe::combine_shared(read_slice(a, y), read_slice(a, w), &mut o);
+            write_slice(a, out, &o);
+        }
+        Op::CombineScaled { route, y, w, macros, out } => {
+            let mut o = vec![0.0f32; out.len];
+            let (ids, m) = (read_slice(a, route), read_slice(a, macros));
+            moe::combine_scaled(ids, m, read_slice(a, y), read_slice(a, w), &mut o);
             write_slice(a, out, &o);
         }
         Op::ResidualAdd { h, a: x, b, sum, out } => {

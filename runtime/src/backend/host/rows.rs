@@ -77,21 +77,24 @@ pub(crate) fn gemv_partials(shard: &MatrixShard, x: &[f32], out: &mut [f32]) {
 }
 
 /// One expert slot's gate and up rows `(g, u)` (`experts::gate_up_rows`: each GEMV, then the NVFP4
-/// per-matrix scales), rows split when large.
+/// per-matrix scales `(gate, up)` where given — NVFP4_DEV_ROUTES leaves the up scale to its
+/// folded SwiGLU), rows split when large.
 pub(crate) fn gate_up_rows(
     gate: &MatrixShard,
     up: &MatrixShard,
     x: &[f32],
-    scales: Option<(f32, f32)>,
+    (sg, su): (Option<f32>, Option<f32>),
 ) -> (Vec<f32>, Vec<f32>) {
     let (gv, uv) = (gate.view(), up.view());
     let (mut g, mut u) = (vec![0.0f32; gate.out_features], vec![0.0f32; up.out_features]);
     split_rows(&mut g, gate.in_features, |r0, o| simd::gemv_rows(&gv.rows(r0..r0 + o.len()), x, o));
     split_rows(&mut u, up.in_features, |r0, o| simd::gemv_rows(&uv.rows(r0..r0 + o.len()), x, o));
-    if let Some((sg, su)) = scales {
+    if let Some(sg) = sg {
         for v in g.iter_mut() {
             *v *= sg;
         }
+    }
+    if let Some(su) = su {
         for v in u.iter_mut() {
             *v *= su;
         }
@@ -176,7 +179,7 @@ mod tests {
         }
         let (g, u) = (e4m3.whole(), e4m3.shard_rows(0..rows));
         for scales in [None, Some((0.75f32, 1.5f32))] {
-            let (got_g, got_u) = gate_up_rows(&g, &u, &x, scales);
+            let (got_g, got_u) = gate_up_rows(&g, &u, &x, (scales.map(|s| s.0), scales.map(|s| s.1)));
             let (want_g, want_u) = memra_kernels::twins::experts::gate_up_rows(&g.view(), &u.view(), &x, scales);
             assert_eq!((bits(&got_g), bits(&got_u)), (bits(&want_g), bits(&want_u)), "gate_up_rows {scales:?}");
         }

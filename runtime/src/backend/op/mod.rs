@@ -209,7 +209,9 @@ pub enum Op {
     /// Grouped experts, gate + up + SwiGLU of `slots` slots from `first_slot`: slot s < route.len
     /// runs routed expert `route[s]` (id bits), slot s ≥ route.len the shared entry; slot j of the
     /// op writes its expert's rows at `act.offset + j·act_pitch`. A slot whose expert this rank
-    /// does not hold (or whose id is no expert) writes nothing.
+    /// does not hold (or whose id is no expert) writes nothing. `fold_up` (NVFP4_DEV_ROUTES, an
+    /// unclamped layer: `limit` is `None`): an expert with NVFP4 per-matrix scales applies its up
+    /// scale after the SwiGLU's product, `(silu(g·sg)·u)·su`, instead of to `u` before it.
     ExpertGateUp {
         group: GroupId,
         route: Slice,
@@ -217,6 +219,7 @@ pub enum Op {
         slots: usize,
         x: Slice,
         limit: Option<f32>,
+        fold_up: bool,
         act: Slice,
         act_pitch: usize,
     },
@@ -289,6 +292,11 @@ pub enum Op {
         w: Slice,
         out: Slice,
     },
+    /// NVFP4_DEV_ROUTES: the moe_join's combine with each routed slot's down scale folded into its
+    /// weight: `out[..width] = +0`, then per routed slot s in order `out = out + (w[s]·m)·y[s]`
+    /// with `m = macros[route[s]]` (1.0 for an id outside the table), `out[width..] = y[k]` (the
+    /// shared slot, copied). `y` is `[k + 1][width]` (routed slots unscaled), `out` `2·width`.
+    CombineScaled { route: Slice, y: Slice, w: Slice, macros: Slice, out: Slice },
     /// SEL_MIRROR: `out = src`, bit for bit (u32 payloads such as route ids travel as bit
     /// patterns) — the routed selection's mirror, launched by the root as a peer store into a
     /// peer rank's route buffer (`src.len == out.len`).

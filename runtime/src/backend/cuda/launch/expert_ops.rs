@@ -13,7 +13,7 @@ impl CudaBackend {
     /// The grouped expert ops, RopeAppend (`out_rank`: a peer store's destination, else `rank`).
     pub(super) fn launch_expert_op(&self, rank: usize, op: &Op, out_rank: usize) -> Result<()> {
         match *op {
-            Op::ExpertGateUp { group, route, first_slot, slots, x, limit, act, act_pitch } => {
+            Op::ExpertGateUp { group, route, first_slot, slots, x, limit, fold_up, act, act_pitch } => {
                 let what = "expert_gate_up";
                 let g = self.group(rank, group, what)?;
                 let (tp, rp, xp, ap) = (
@@ -34,8 +34,20 @@ impl CudaBackend {
                 else {
                     return Ok(());
                 };
-                let (has, lim, pitch) =
-                    (limit.is_some() as i32, limit.unwrap_or(0.0), i32_of(what, "act pitch", act_pitch)?);
+                // experts.cu's SWIGLU_PLAIN / SWIGLU_CLAMPED / SWIGLU_FOLD_UP.
+                let mode =
+                    match (limit, fold_up) {
+                        (None, false) => 0i32,
+                        (Some(_), false) => 1,
+                        (None, true) => 2,
+                        (Some(l), true) => return Err(shape_err(
+                            what,
+                            format!(
+                                "fold_up with a clamp at {l}: the folded up scale is defined for unclamped layers only"
+                            ),
+                        )),
+                    };
+                let (lim, pitch) = (limit.unwrap_or(0.0), i32_of(what, "act pitch", act_pitch)?);
                 let (c, lane_p) = (self.on_lanes_y(c), self.lane_pitch());
                 launch!(
                     self,
@@ -49,7 +61,7 @@ impl CudaBackend {
                     k,
                     fs,
                     xp,
-                    has,
+                    mode,
                     lim,
                     ap,
                     pitch,

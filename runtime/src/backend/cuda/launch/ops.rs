@@ -341,6 +341,33 @@ impl CudaBackend {
                 let c = cfg(elementwise_grid(width), ELEMENTWISE_THREADS, 0);
                 launch!(self, rank, "combine_shared_f32", c, yp, wp, k, width_i, outp)
             }
+            Op::CombineScaled { route, y, w, macros, out } => {
+                let what = "combine_scaled";
+                let (rp, yp, wp, mp, outp) = (
+                    self.slice_ptr(rank, route, what)?,
+                    self.slice_ptr(rank, y, what)?,
+                    self.slice_ptr(rank, w, what)?,
+                    self.slice_ptr(rank, macros, what)?,
+                    self.slice_ptr(rank, out, what)?,
+                );
+                let width = out.len / 2;
+                if out.len % 2 != 0 || Some(y.len) != (w.len + 1).checked_mul(width) || route.len != w.len {
+                    return Err(shape_err(
+                        what,
+                        format!(
+                            "y {} for {} routed slots + shared, {} route ids, out {} (2 × width)",
+                            y.len, w.len, route.len, out.len
+                        ),
+                    ));
+                }
+                if width == 0 {
+                    return Ok(());
+                }
+                let (k, width_i, n_m) =
+                    (i32_of(what, "slots", w.len)?, i32_of(what, "width", width)?, i32_of(what, "macros", macros.len)?);
+                let c = cfg(elementwise_grid(width), ELEMENTWISE_THREADS, 0);
+                launch!(self, rank, "combine_scaled_f32", c, rp, yp, wp, mp, n_m, k, width_i, outp)
+            }
             Op::ResidualAdd { h, a, b, sum, out } => {
                 let what = "residual_add";
                 let p = |s: Slice| self.slice_ptr(rank, s, what);
