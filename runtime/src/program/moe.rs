@@ -157,7 +157,7 @@ pub(super) fn held(ctx: &Ctx, l: usize, r: usize, expert: Option<usize>) -> bool
 /// experts: gate/up/SwiGLU and down partials of every slot on every rank holding it.
 fn experts(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     let c = ctx.model.config.clone();
-    let (hidden, k, limit) = (c.hidden, c.top_k, c.swiglu_limit);
+    let (hidden, k, limit) = (c.hidden, c.top_k, c.swiglu_limit_at(l));
     let tp = ctx.placement.tp;
     let slots = k + 1;
     let stride = ctx.buffers.gmax * hidden;
