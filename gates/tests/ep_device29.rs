@@ -44,7 +44,6 @@ struct Fallback {
     combine: bool,
     swiglu: bool,
     rows: usize,
-    limit: Option<f32>,
 }
 
 impl Hooks<HostBackend> for Fallback {
@@ -84,7 +83,7 @@ impl Hooks<HostBackend> for Fallback {
                     let at = |b: Slice| Slice::new(b.buf, b.offset + s * act_pitch, self.rows);
                     let (g, u) = (inner.read(rank, at(gate))?, inner.read(rank, at(up))?);
                     let a: Vec<f32> =
-                        g.iter().zip(&u).map(|(&g, &u)| memra_kernels::canon::swiglu_c(g, u, self.limit)).collect();
+                        g.iter().zip(&u).map(|(&g, &u)| memra_kernels::canon::swiglu_c(g, u, limit)).collect();
                     inner.write(rank, at(gate), &a)?;
                 }
                 Ok(())
@@ -95,8 +94,7 @@ impl Hooks<HostBackend> for Fallback {
 }
 
 fn fallback(tp: usize, combine: bool, swiglu: bool) -> Intercepted<HostBackend, Fallback> {
-    let c = &tiny().config;
-    let hooks = Fallback { combine, swiglu, rows: c.expert_width, limit: c.swiglu_limit };
+    let hooks = Fallback { combine, swiglu, rows: tiny().config.expert_width };
     Intercepted::new(HostBackend::new(tp).unwrap(), hooks)
 }
 

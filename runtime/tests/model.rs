@@ -37,6 +37,8 @@ fn micro_config() -> ModelConfig {
         expert_width: 256,
         shared_width: 256,
         vocab: 64,
+        // Fully clamped: the file's config JSON has no `unclamped_layers` (as before the field).
+        unclamped_layers: Vec::new(),
         ..ModelConfig::preset("tiny", None).unwrap()
     }
 }
@@ -243,6 +245,21 @@ fn validate_refuses_every_rule_of_the_canonical_grid() {
         ("max_positions 0", |c| c.max_positions = 0, &["max_positions 0"]),
         ("layers 0", |c| c.layers = 0, &["layers 0"]),
         ("hidden 2^40", |c| c.hidden = 1 << 40, &["hidden", "exceeds the supported maximum"]),
+        (
+            "unclamped layer 2 of 2",
+            |c| c.unclamped_layers = vec![0, 2],
+            &["unclamped_layers entry 2", "not a layer", "< layers 2"],
+        ),
+        (
+            "unclamped layers duplicated",
+            |c| c.unclamped_layers = vec![1, 1],
+            &["unclamped_layers entry 1 follows 1", "a duplicate", "strictly ascending"],
+        ),
+        (
+            "unclamped layers unsorted",
+            |c| c.unclamped_layers = vec![1, 0],
+            &["unclamped_layers entry 0 follows 1", "out of order", "strictly ascending"],
+        ),
     ];
     let mut failures = Vec::new();
     for (what, edit, parts) in cases {
@@ -261,6 +278,10 @@ fn validate_refuses_every_rule_of_the_canonical_grid() {
     // swiglu_limit may be absent.
     let c = ModelConfig { swiglu_limit: None, ..ModelConfig::preset("tiny", None).unwrap() };
     c.validate().unwrap();
+    // Every layer may be unclamped, and none.
+    for unclamped_layers in [vec![0, 1], vec![]] {
+        ModelConfig { unclamped_layers, ..ModelConfig::preset("tiny", None).unwrap() }.validate().unwrap();
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -652,6 +673,14 @@ fn metadata_is_checked_key_by_key() {
                 m.insert("memra.config".into(), c);
             },
             &["memra.config", "layers.*.experts.*.down.weight", "1000", "scale blocks"],
+        ),
+        (
+            "config unclamps a layer it does not have",
+            |m| {
+                let c = m["memra.config"].replace("\"max_positions\"", "\"unclamped_layers\":[1],\"max_positions\"");
+                m.insert("memra.config".into(), c);
+            },
+            &["memra.config", "unclamped_layers entry 1", "< layers 1"],
         ),
     ];
     for (what, edit, parts) in cases {

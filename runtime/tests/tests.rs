@@ -22,3 +22,4 @@ mod reference;
 mod rows_columns;
 mod tp_invariance;
 mod tp_properties;
+mod unclamped;

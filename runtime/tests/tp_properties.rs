@@ -126,6 +126,8 @@ fn cases() -> impl Strategy<Value = Case> {
                 expert_width,
                 shared_width,
                 vocab,
+                // As the presets: layer 1 (where drawn) without the SwiGLU clamp.
+                unclamped_layers: (1..layers).collect(),
                 ..ModelConfig::preset("tiny", None).expect("the tiny preset is valid")
             };
             let transport = if native { Transport::NativeP2p } else { Transport::HostBounce };

@@ -6,7 +6,8 @@
 # second partition starts at 32) — single-token and in passes of 8 columns — and on a model of odd
 # shapes (odd_model.py). Negative controls:
 # the same engine with partitions of 64 positions must FAIL the long battery (only a battery past
-# 32 positions can tell), and with the scale blocks of a K-block folded in reverse the odd model.
+# 32 positions can tell), with the scale blocks of a K-block folded in reverse the odd model, and
+# one that clamps every layer `edge` (whose layer 1 is unclamped).
 #
 #   scripts/subjects/check-docs-engine.sh [MEMRA_GATES [OUT_DIR]]
 set -euo pipefail
@@ -55,4 +56,10 @@ sed 's/^        for j in range(per):$/        for j in reversed(range(per)):/' "
 cmp -s "$here/docs_engine.py" "$neg/docs_engine.py" && { echo "the negative control planted nothing"; exit 1; }
 check odd-scale-blocks-reversed "$neg/docs_engine.toml" 1 --model "$out/odd.safetensors" --prompts 1 --gen-tokens 2
 grep -q 'experts' "$out/odd-scale-blocks-reversed.log" || { echo "the reversed engine failed, but not at an experts seam"; exit 1; }
-echo "docs engine: BIT-IDENTICAL on tiny, edge, two attention partitions and the odd shapes; both planted defects caught"
+# Negative control: an engine that clamps every layer (ignoring `unclamped_layers`) must FAIL on
+# edge, whose layer 1 is unclamped and reaches the clamp rows, at an experts seam.
+sed 's/None if i in m.unclamped else m.limit)$/m.limit)/' "$here/docs_engine.py" >"$neg/docs_engine.py"
+cmp -s "$here/docs_engine.py" "$neg/docs_engine.py" && { echo "the negative control planted nothing"; exit 1; }
+check edge-every-layer-clamped "$neg/docs_engine.toml" 1 --preset edge --prompts 1 --gen-tokens 2
+grep -q 'experts' "$out/edge-every-layer-clamped.log" || { echo "the every-layer-clamped engine failed, but not at an experts seam"; exit 1; }
+echo "docs engine: BIT-IDENTICAL on tiny, edge, two attention partitions and the odd shapes; all three planted defects caught"

@@ -263,6 +263,8 @@ class Model:
         self.lut = e4m3_table()
         self.eps = F32(c["eps"])
         self.limit = None if c["swiglu_limit"] is None else F32(c["swiglu_limit"])
+        # Layers listed in `unclamped_layers` (absent: none) have no SwiGLU clamp.
+        self.unclamped = set(c.get("unclamped_layers", []))
         self.route_scale = F32(c["route_scale"])
         self.embed = self.bf16("embed.weight")
         self.lm_head = Matrix(self.bf16("lm_head.weight"))
@@ -464,7 +466,7 @@ class Engine:
         parts, blocks = [], []
         full = np.zeros(len(slots) * stride, dtype=np.uint32)
         for k, ex in enumerate(slots):
-            act = swiglu(ex["gate"].rows(xn), ex["up"].rows(xn), m.limit)
+            act = swiglu(ex["gate"].rows(xn), ex["up"].rows(xn), None if i in m.unclamped else m.limit)
             p = ex["down"].partials(act)  # [G][hidden]
             parts.append(p)
             b = f32_bits(p.ravel())

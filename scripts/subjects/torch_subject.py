@@ -324,7 +324,7 @@ class Engine:
             full = torch.zeros(len(ids) * stride + self.g_shared * hidden, device=self.device)
             row_pieces, ys = [], []
             for n, (e, gk) in enumerate(zip(slots, gs)):
-                eparts = self.expert(e, xin[r:r + 1], gk)  # the row's own experts: [1, hidden] each
+                eparts = self.expert(e, xin[r:r + 1], gk, i)  # the row's own experts: [1, hidden] each
                 block = torch.cat(eparts, -1).reshape(-1)
                 full[n * stride:n * stride + block.numel()] = block
                 row_pieces.append((block, n * stride))
@@ -361,10 +361,11 @@ class Engine:
             weights = weights / total
         return ids, weights * float(c["route_scale"])
 
-    def expert(self, e, xin, g):
-        """One expert on rows xin [R, hidden]: its down projection's g K-block partials, [R, hidden] each."""
+    def expert(self, e, xin, g, layer):
+        """One expert of layer `layer` on rows xin [R, hidden]: its down projection's g K-block partials,
+        [R, hidden] each. A layer listed in `unclamped_layers` has no SwiGLU clamp."""
         torch = self.torch
-        limit = self.c["swiglu_limit"]
+        limit = None if layer in self.c.get("unclamped_layers", []) else self.c["swiglu_limit"]
         gate, up = self.mv(e["gate"], xin), self.mv(e["up"], xin)
         silu = gate / (1.0 + torch.exp(-gate))
         if limit is not None:

@@ -19,7 +19,10 @@
 //!   silu side clamps at 7), gate rows 1 and 2 have `0.25·s*`, up row 1 has `−s*` and up row 2 `+s*`
 //!   (up ≈ ∓13: the up side clamps below and above). The down projection reads those three rows
 //!   at 1/32 of their generated weights, so the nearly constant clamped values change the experts
-//!   seam's bits without drowning the tokens' own signal in the residual stream.
+//!   seam's bits without drowning the tokens' own signal in the residual stream. Layer 1 is
+//!   unclamped (the preset's `unclamped_layers`): it has the same rows, but its SwiGLU passes
+//!   them through unclamped, so the clamp paths are reached in layer 0 (every token, every
+//!   expert class) and layer 1 is the unclamped layer the doors for such layers serve.
 //! - **E4M3 codes**: a weight of magnitude 1.0 in a 128×128 block whose other weights are
 //!   small gets the block scale 1/448, so it is stored as the code of magnitude 448 (the
 //!   saturation value); gate row 3 of every expert holds the 8 subnormal codes 0x01–0x07, 0x81 in

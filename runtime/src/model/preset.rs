@@ -6,17 +6,23 @@
 //! one it refuses is refused before any weight is generated or loaded, with a message that names
 //! the tensor, the width and the rule.
 //!
-//! | preset | hidden | layers | q / kv heads × 128 | routed experts | top-k | width | shared | vocab | positions |
-//! |---|---|---|---|---|---|---|---|---|---|
-//! | `tiny` (CI default) | 1024 | 2 | 8 / 8 | 8 | 2 | 1024 | 1024 | 1024 | 64 |
-//! | `small` | 2048 | 4 | 16 / 8 | 32 | 4 | 1024 | 1024 | 8192 | 64 |
-//! | `step` (performance shapes) | 4096 | caller's | 32 / 8 | 288 | 8 | 1280 | 1280 | 32768 | 256 |
-//! | `edge` (special paths; `model::edge`) | 256 | 2 | 8 / 8 | 8 | 2 | 256 | 128 | 256 | 64 |
+//! | preset | hidden | layers | q / kv heads × 128 | routed experts | top-k | width | shared | vocab | positions | unclamped layers |
+//! |---|---|---|---|---|---|---|---|---|---|---|
+//! | `tiny` (CI default) | 1024 | 2 | 8 / 8 | 8 | 2 | 1024 | 1024 | 1024 | 64 | 1 |
+//! | `small` | 2048 | 4 | 16 / 8 | 32 | 4 | 1024 | 1024 | 8192 | 64 | none |
+//! | `step` (performance shapes) | 4096 | caller's | 32 / 8 | 288 | 8 | 1280 | 1280 | 32768 | 256 | none |
+//! | `edge` (special paths; `model::edge`) | 256 | 2 | 8 / 8 | 8 | 2 | 256 | 128 | 256 | 64 | 1 |
 //!
 //! Scalars, the same for every preset: `eps` 1e-6, `rope_theta` 10000, `swiglu_limit` 7.0,
 //! `route_scale` 2.5, `route_norm` true. `route_scale` is Step's 2.5 on the small presets too:
 //! a scale of 1.0 would let a program that forgets to apply it pass every comparison with the
 //! reference.
+//!
+//! The SwiGLU clamp is a property of each layer, as in Step (which clamps only some layers):
+//! `swiglu_limit` applies to every layer not listed in `unclamped_layers`
+//! ([`ModelConfig::swiglu_limit_at`]). `tiny` and `edge` leave layer 1 unclamped (when the
+//! caller's layer count has a layer 1), so both kinds of layer — and the doors that serve only
+//! unclamped ones — run on the default models; `small` and `step` clamp every layer.
 
 use crate::error::RuntimeError;
 use memra_kernels::twins::gemv::{canonical_kblocks, WeightFormat};
@@ -38,8 +44,12 @@ pub struct ModelConfig {
     pub vocab: usize,
     pub eps: f32,
     pub rope_theta: f32,
-    /// Step's SwiGLU clamp limit (finite, > 0) or none.
+    /// Step's SwiGLU clamp limit (finite, > 0) or none, for every layer not in `unclamped_layers`.
     pub swiglu_limit: Option<f32>,
+    /// The layers whose SwiGLU has no clamp (ascending, distinct, each < `layers`). Absent from
+    /// the JSON when empty, so a fully clamped model reads and writes as before the field existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unclamped_layers: Vec<usize>,
     pub route_scale: f32,
     pub route_norm: bool,
     /// Longest sequence (positions) the KV cache holds.
@@ -87,6 +97,12 @@ impl ModelConfig {
                  its layers are 4096 wide with 288 experts each, so the count decides memory and time"
             ),
         })?;
+        // Layer 1 of the small random presets is unclamped (module docs); a caller's layer count
+        // without a layer 1 leaves the model fully clamped.
+        let unclamped_layers = match name {
+            "tiny" | "edge" => [1].into_iter().filter(|l| *l < layers).collect(),
+            _ => Vec::new(),
+        };
         let config = ModelConfig {
             preset: name.to_string(),
             hidden,
@@ -102,17 +118,13 @@ impl ModelConfig {
             eps: 1e-6,
             rope_theta: 10000.0,
             swiglu_limit: Some(7.0),
+            unclamped_layers,
             route_scale: 2.5,
             route_norm: true,
             max_positions: positions,
         };
         config.validate()?;
         Ok(config)
-    }
-
-    /// The SwiGLU clamp limit of layer `layer`.
-    pub fn swiglu_limit_at(&self, _layer: usize) -> Option<f32> {
-        self.swiglu_limit
     }
 
     /// Check every shape rule of the canonical grid (heads and widths divisible into 8 chunks,
@@ -129,6 +141,7 @@ impl ModelConfig {
     /// - `experts` a positive multiple of 8 (router rows in 8 chunks; expert-parallel ownership),
     ///   `vocab` a positive multiple of 8 (lm_head rows in 8 chunks), `1 ≤ top_k ≤ experts`;
     /// - `eps`, `rope_theta`, `route_scale` and `swiglu_limit` (when set) finite and > 0;
+    /// - `unclamped_layers` strictly ascending (so no duplicate) and each entry < `layers`;
     /// - every matrix has a canonical K-block count (`canonical_kblocks`).
     pub fn validate(&self) -> Result<(), RuntimeError> {
         let fail = |rule: String| Err(RuntimeError::ModelShape { rule });
@@ -223,6 +236,17 @@ impl ModelConfig {
                 return fail(format!("swiglu_limit {limit} must be finite and > 0 (or absent)"));
             }
         }
+        for (i, &l) in self.unclamped_layers.iter().enumerate() {
+            if l >= self.layers {
+                return fail(format!("unclamped_layers entry {l} is not a layer: it must be < layers {}", self.layers));
+            }
+            if let Some(&prev) = i.checked_sub(1).map(|p| &self.unclamped_layers[p]).filter(|p| **p >= l) {
+                let what = if prev == l { "a duplicate" } else { "out of order" };
+                return fail(format!(
+                    "unclamped_layers entry {l} follows {prev} ({what}): the list must be strictly ascending"
+                ));
+            }
+        }
         // Every matrix must have a canonical K-block count. The rules above already imply it;
         // asking the kernels' own definition keeps the two from drifting apart.
         let q_width = self.q_heads * HEAD_DIM;
@@ -240,6 +264,16 @@ impl ModelConfig {
             }
         }
         Ok(())
+    }
+
+    /// The SwiGLU clamp limit of layer `layer`: `swiglu_limit`, unless the layer is listed in
+    /// `unclamped_layers` (then none).
+    pub fn swiglu_limit_at(&self, layer: usize) -> Option<f32> {
+        if self.unclamped_layers.contains(&layer) {
+            None
+        } else {
+            self.swiglu_limit
+        }
     }
 
     /// Rows of the query projection (`q_heads × head_dim`).

@@ -19,7 +19,7 @@ use crate::Result;
 /// fused kernel's — and the activations written back into `ea` for the down projection.
 pub(super) fn swiglu(ctx: &mut Ctx, l: usize, r: usize, ids: &[usize]) -> Result<()> {
     let c = &ctx.model.config;
-    let (rows, limit, pitch) = (c.expert_width, c.swiglu_limit, ctx.buffers.act_pitch);
+    let (rows, limit, pitch) = (c.expert_width, c.swiglu_limit_at(l), ctx.buffers.act_pitch);
     let (ea, eu) = (ctx.buffers.ranks[r].ea, ctx.buffers.ranks[r].eu);
     let at = ctx.lane_point(l, Seam::Experts);
     for (s, e) in ids.iter().enumerate() {

@@ -16,7 +16,8 @@
 //!   ties → lower id), weights = the selected scores, divided by their sum if `route_norm`, times
 //!   `route_scale`. Seam `[k ids | k weights]` (ids as numbers; the program stores their u32 bits).
 //! - `experts`: per slot (the k routed ids in order, then the shared expert)
-//!   `act = min(silu(gate·x), limit) · clamp(up·x, −limit, limit)` (no clamp without a limit),
+//!   `act = min(silu(gate·x), limit) · clamp(up·x, −limit, limit)` with the layer's limit
+//!   (`ModelConfig::swiglu_limit_at`; no clamp without one),
 //!   then the partials of `down · act` over the down projection's G K-blocks; seam
 //!   `[slot][gmax][hidden]` with slot stride `gmax · hidden` (gmax = the larger G of routed and
 //!   shared down projections; a slot with fewer K-blocks leaves zeros, and the tensor ends with
@@ -314,7 +315,7 @@ impl PromptRun<'_> {
         let mut expert_seam = vec![0.0; slots.len() * gmax * hidden];
         let mut y = Vec::with_capacity(slots.len());
         for (s, (expert, g)) in slots.iter().zip(&g_slots).enumerate() {
-            let parts = expert_partials(expert, &xin, c.swiglu_limit.map(f64::from), *g);
+            let parts = expert_partials(expert, &xin, c.swiglu_limit_at(l).map(f64::from), *g);
             expert_seam[s * gmax * hidden..][..parts.len()].copy_from_slice(&parts);
             y.push(sum_partials(&parts, *g));
         }

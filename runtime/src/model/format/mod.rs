@@ -15,7 +15,7 @@
 //! |---|---|
 //! | `memra.format` | `"memra-model"` |
 //! | `memra.format_version` | `"1"` (any other version is refused) |
-//! | `memra.config` | the [`ModelConfig`] as JSON; unknown fields are refused and it must pass [`ModelConfig::validate`] |
+//! | `memra.config` | the [`ModelConfig`] as JSON; unknown fields are refused and it must pass [`ModelConfig::validate`]; `unclamped_layers` (the layers without a SwiGLU clamp) is written only when not empty and read as empty when absent |
 //!
 //! The tensors, for `i` in `0..layers` and `e` in `0..experts` (W = `expert_width`,
 //! S = `shared_width`, `ceil(n)` = ⌈n / 128⌉); no other tensor may be present:
