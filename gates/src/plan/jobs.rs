@@ -192,6 +192,8 @@ pub fn job_of(
         baseline_transport,
         not_run,
         pass: c.pass(),
+        canary_held_to_doors: doors.iter().any(|d| d.is_canary())
+            && doors.iter().any(|d| d.class == DoorClass::Numeric),
     })
 }
 

@@ -35,18 +35,19 @@ impl CudaBackend {
                     return Ok(());
                 };
                 // experts.cu's SWIGLU_PLAIN / SWIGLU_CLAMPED / SWIGLU_FOLD_UP.
-                let mode =
-                    match (limit, fold_up) {
-                        (None, false) => 0i32,
-                        (Some(_), false) => 1,
-                        (None, true) => 2,
-                        (Some(l), true) => return Err(shape_err(
+                let mode = match (limit, fold_up) {
+                    (None, false) => 0i32,
+                    (Some(_), false) => 1,
+                    (None, true) => 2,
+                    (Some(l), true) => {
+                        return Err(shape_err(
                             what,
                             format!(
                                 "fold_up with a clamp at {l}: the folded up scale is defined for unclamped layers only"
                             ),
-                        )),
-                    };
+                        ))
+                    }
+                };
                 let (lim, pitch) = (limit.unwrap_or(0.0), i32_of(what, "act pitch", act_pitch)?);
                 let (c, lane_p) = (self.on_lanes_y(c), self.lane_pitch());
                 launch!(
