@@ -156,4 +156,21 @@ mod tests {
             assert_eq!(not_applicable(&crate::suite::test_job(1, routes), &c), None, "{name}");
         }
     }
+
+    /// The slot-order canary is NOT-APPLICABLE exactly where an owner sums at most two slots
+    /// (`edge`, `tiny`: top_k 2); with top_k 4 (`small`, or `edge` widened) it runs, and so does
+    /// SEL_DOWN8 without it on `edge`.
+    #[test]
+    fn down8_slot_order_canary_needs_three_slots_per_owner() {
+        let d8 = DoorSet { sel_down8: true, nvfp4_ep2: true, ..DoorSet::default() };
+        let mut job = crate::suite::test_job(2, d8);
+        job.engagement.insert("canary_down8_slot_order".into(), "canary_down8_slot_order.reversed_sums".into());
+        let edge = ModelConfig::preset("edge", None).unwrap();
+        let why = not_applicable(&job, &edge).expect("edge routes 2 slots");
+        assert!(why.contains("MEMRA_CANARY_DOWN8_SLOT_ORDER") && why.contains("top_k = 2"), "{why}");
+        assert!(not_applicable(&job, &ModelConfig::preset("tiny", None).unwrap()).is_some());
+        assert_eq!(not_applicable(&job, &ModelConfig { top_k: 4, ..edge.clone() }), None);
+        assert_eq!(not_applicable(&job, &ModelConfig::preset("small", None).unwrap()), None);
+        assert_eq!(not_applicable(&crate::suite::test_job(2, d8), &edge), None, "SEL_DOWN8 alone runs on edge");
+    }
 }
