@@ -60,6 +60,11 @@ pub struct Job {
     pub baseline_transport: Transport,
     /// When set, the job is NOT-APPLICABLE (or SKIP) for this reason and does not run.
     pub not_run: Option<(Verdict, String)>,
+    /// A CANARY planted in a door set with a NUMERIC door (canary_down8_slot_order under
+    /// NVFP4_EP2): those doors leave the oracle's numbers by design, so the identity reference is
+    /// the same configuration with the canary off (its census baseline), and a failure is the
+    /// canary's alone.
+    pub canary_held_to_doors: bool,
     /// Rows or columns per pass (docs/DESIGN.md §3.6). Every reference the job is compared with
     /// (the oracle, the CUDA TP1 record, the class baseline) runs one token of one session per
     /// pass: that comparison is the batch-invariance and verify = decode gate.

@@ -10,7 +10,8 @@ use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::intercept::{Hooks, Intercepted};
 use memra_runtime::backend::{BufId, Op, Slice};
 use memra_runtime::model::{gen::generate, ModelConfig};
-use memra_runtime::{program, Battery, DoorSet, RunConfig, Transport};
+use memra_runtime::record::Seam;
+use memra_runtime::{program, Battery, Canary, DoorSet, RunConfig, Transport};
 use std::collections::HashMap;
 
 /// The mechanism disabled: each fused op becomes the three launches it fuses, the folded slot
@@ -24,7 +25,9 @@ struct Unfused {
 impl Hooks<HostBackend> for Unfused {
     fn launch(&mut self, inner: &mut HostBackend, rank: usize, op: Op) -> memra_runtime::Result<()> {
         use memra_runtime::backend::Backend;
-        let Op::ExpertDownCombine { group, route, owner, act, act_pitch, parts, parts_pitch, w, out } = op else {
+        let Op::ExpertDownCombine { group, route, owner, act, act_pitch, parts, parts_pitch, w, out, reverse: false } =
+            op
+        else {
             return inner.launch(rank, op);
         };
         let (k, width) = (route.len, out.len);
@@ -97,5 +100,51 @@ fn sel_down8_is_witnessed_by_fused_sweeps_and_void_when_the_backend_unfuses_them
         );
         // The program still counted its requests: engagement is the backend's word, not the program's.
         assert_eq!(unfused.engaged.get("sel_down8.fused_sweeps"), on.engaged.get("sel_down8.fused_sweeps"));
+    }
+}
+
+/// The canary canary_down8_slot_order on real host runs. On `edge`'s shapes generated plainly
+/// with top_k = 4 (an owner sums three slots or more somewhere; `edge`'s own weights are built
+/// for top_k 2) the reversed owner chain changes the bits, first at a moe_join
+/// (the experts seam digests only the partials, which it leaves as they were — selftest's
+/// expected place), at TP1 and TP2; it counts its engagement and its registry census is witnessed.
+/// On `edge` itself (top_k = 2: an owner sums at most two terms, and they commute) it changes no
+/// bit: the premise of its NOT-APPLICABLE rule (`suite/shape_rules.rs`).
+#[test]
+fn canary_down8_slot_order_shows_at_a_moe_join_where_an_owner_sums_three_slots() {
+    let d = crate::registry_decl("canary_down8_slot_order");
+    let mut wide = ModelConfig::preset("edge", None).unwrap();
+    (wide.preset, wide.top_k) = ("edge-shaped".to_string(), 4);
+    let models = [
+        ("edge-shaped top_k 4", generate(&wide, 4).unwrap()),
+        ("edge", generate(&ModelConfig::preset("edge", None).unwrap(), 4).unwrap()),
+    ];
+    for (name, m) in &models {
+        let mut battery = Battery::default_for(m.config.vocab, 3);
+        battery.prompts.truncate(2);
+        battery.gen_tokens = 3;
+        let cfg = |tp: usize, planted: bool| {
+            let mut c = RunConfig::new(tp, Transport::HostBounce, battery.clone()).unwrap();
+            c.doors = DoorSet { nvfp4_ep2: true, sel_down8: true, ..DoorSet::default() };
+            c.doors.canary = planted.then_some(Canary::Down8SlotOrder);
+            c
+        };
+        for tp in [1, 2] {
+            let off = program::run(m, &cfg(tp, false), &mut HostBackend::new(tp).unwrap()).unwrap();
+            let on = program::run(m, &cfg(tp, true), &mut HostBackend::new(tp).unwrap()).unwrap();
+            let sums = on.engaged.get("canary_down8_slot_order.reversed_sums").copied().unwrap_or(0);
+            assert_eq!(sums, on.engaged.get("sel_down8.fused_sweeps").copied().unwrap_or(0), "{name} TP{tp}");
+            assert!(sums > 0, "{name} TP{tp}: the canary did not engage");
+            let witnessed = gate::engagement(on.census.counts(), &[(&d, Ok(off.census.counts().clone()))]);
+            assert!(witnessed.passed(), "{name} TP{tp}: {}", witnessed.detail());
+            let first = off.first_digest_difference(&on);
+            if m.config.top_k < 3 {
+                assert_eq!(first, None, "{name} TP{tp}: two slots commute");
+            } else {
+                let (_, _, _, seam) =
+                    first.unwrap_or_else(|| panic!("{name} TP{tp}: the reversed chain changed no bit"));
+                assert_eq!(seam, Seam::MoeJoin, "{name} TP{tp}: {first:?}");
+            }
+        }
     }
 }

@@ -47,7 +47,7 @@ const ALL_BACKENDS: [BackendKind; 2] = [BackendKind::Host, BackendKind::Cuda];
 #[test]
 fn builtin_registry_loads() {
     let r = reg();
-    assert_eq!(r.doors().len(), 37, "21 doors of docs/DESIGN.md §4.3 + 4 of docs/DESIGN.md §3.6 + 12 canaries");
+    assert_eq!(r.doors().len(), 38, "21 doors of docs/DESIGN.md §4.3 + 4 of docs/DESIGN.md §3.6 + 13 canaries");
     // Every door declares the census change that witnesses it.
     assert!(r.doors().iter().all(|d| !d.census.is_empty()));
     assert!(r.setting("MEMRA_REQUIRE_GPU").is_some());

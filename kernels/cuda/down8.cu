@@ -18,10 +18,12 @@
 // its id is an expert this rank holds as NVFP4, owned (rule (id / div) % modulo == want); a live
 // slot's partials are written to parts[s * parts_pitch + kb * rows + r] (expert_down's layout), a
 // slot that is not live writes nothing and adds nothing. Slices [ids, act, parts, w, out].
+// `reverse` != 0 is a PLANTED DEFECT (canary_down8_slot_order, twins::down8's
+// combine_folded_owned_reversed): the chain walks the slots from k-1 down to 0.
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     expert_down_combine_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, u32 o_experts,
                             u32 o_div, u32 o_mod, u32 o_want, const float* act, int act_pitch, float* parts,
-                            int parts_pitch, const float* w, float* out, int width) {
+                            int parts_pitch, const float* w, float* out, int width, int reverse) {
     __shared__ float ys[DC_MAX_SLOTS * DC_ROWS];
     __shared__ int live[DC_MAX_SLOTS];
     if ((int)threadIdx.x < k) {
@@ -58,7 +60,8 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     const int r = r_first + (int)threadIdx.x;
     if ((int)threadIdx.x < DC_ROWS && r < width) {
         float acc = C_ZERO;
-        for (int j = 0; j < k; ++j) {
+        for (int i = 0; i < k; ++i) {
+            const int j = reverse ? k - 1 - i : i;
             if (!live[j]) continue;
             const float t = C_ZERO + w[j] * ys[j * DC_ROWS + (int)threadIdx.x];
             acc = acc + t;

@@ -46,6 +46,9 @@ pub enum Canary {
     /// Rows: one row attends to its neighbour's session — at layer 0, the second prompt's first
     /// step reads the KV cache of the row before it.
     NeighbourSession,
+    /// SEL_DOWN8's fused sweep sums each owner's slots in reverse slot order (the partials as
+    /// before): the moe_join's owner sum must differ where an owner sums three slots or more.
+    Down8SlotOrder,
 }
 
 impl DoorSet {
@@ -84,11 +87,12 @@ impl Canary {
             Canary::BatchKSplit => "canary_batch_ksplit",
             Canary::VerifyPartitions => "canary_verify_partitions",
             Canary::NeighbourSession => "canary_neighbour_session",
+            Canary::Down8SlotOrder => "canary_down8_slot_order",
         }
     }
 
     /// Every canary without a place (the flip-bit one at layer 0, attn_norm, step 0, element 0).
-    pub fn all() -> [Canary; 12] {
+    pub fn all() -> [Canary; 13] {
         [
             Canary::FlipBit { layer: 0, seam: Seam::AttnNorm, step: 0, element: 0 },
             Canary::ReverseKBlocks,
@@ -102,6 +106,7 @@ impl Canary {
             Canary::BatchKSplit,
             Canary::VerifyPartitions,
             Canary::NeighbourSession,
+            Canary::Down8SlotOrder,
         ]
     }
 }

@@ -66,6 +66,9 @@ fn selftest_catches_every_canary_that_runs() {
         match id.as_str() {
             "canary_skip_fence" => assert_eq!(caught, 0),
             "canary_silent_fallback" => assert_eq!(caught, 3, "{id}: {rows:?}"),
+            // `edge` routes top_k = 2 slots: the reversed owner chain has the canonical bits there,
+            // so it is NOT-APPLICABLE at its TP1 and TP2 rows (caught on a top_k 4 model below).
+            "canary_down8_slot_order" => assert_eq!((caught, rows.len()), (0, 4), "{id}: {rows:?}"),
             // At every TP size and transport: single-token, or at the first pass shape the
             // rows and columns canaries allow (b2, b2, t4).
             "canary_flip_bit"
@@ -149,6 +152,37 @@ fn selftest_fails_when_a_canary_is_disarmed() {
             if id != disarmed {
                 assert!(!rows.iter().any(|v| v == "MISSED"), "{id} was missed although only {disarmed} was disarmed");
             }
+        }
+    }
+}
+
+/// canary_down8_slot_order has nothing to show on `edge` (top_k 2: two terms commute, so it is
+/// NOT-APPLICABLE in the selftest above). On a model file whose NVFP4_EP2 owners sum three slots
+/// or more (`edge`'s shapes, plainly generated, top_k 4) selftest catches it at a moe_join — held
+/// to the same doors without it, as NVFP4_EP2 leaves the oracle's numbers — at TP1 and TP2 over
+/// each transport; disarmed, it is MISSED there.
+#[test]
+fn selftest_catches_the_down8_slot_order_canary_where_an_owner_sums_three_slots() {
+    use memra_runtime::model::{format::save, gen::generate, ModelConfig};
+    let dir = tempdir();
+    let file = dir.path().join("edge-shaped-top4.safetensors");
+    let mut config = ModelConfig::preset("edge", None).unwrap();
+    (config.preset, config.top_k) = ("edge-shaped".to_string(), 4);
+    save(&generate(&config, 1).unwrap(), &file).unwrap();
+    let id = "canary_down8_slot_order";
+    for (disarm, want) in [(false, "CAUGHT"), (true, "MISSED")] {
+        let out_dir = dir.path().join(format!("selftest-{disarm}"));
+        let mut extra = vec!["--model", s(&file)];
+        if disarm {
+            extra.extend_from_slice(&["--disarm", id]);
+        }
+        let out = selftest(&out_dir, &extra);
+        let st = statuses(&out.stdout);
+        assert_eq!(st[id], vec![want; 4], "disarmed {disarm}\n{}", out.transcript());
+        let rows: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with(id)).collect();
+        assert!(rows.iter().all(|l| l.contains("the first moe_join reached")), "{rows:?}");
+        if !disarm {
+            assert!(rows.iter().all(|l| l.contains(".moe_join p")), "caught at a moe_join: {rows:?}");
         }
     }
 }

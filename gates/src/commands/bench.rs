@@ -324,6 +324,7 @@ fn performance_receipt(
         baseline_tp: 1,
         baseline_transport: Transport::HostBounce,
         not_run: None,
+        canary_held_to_doors: false,
         pass: memra_runtime::PassShape::SINGLE,
     };
     let nt = crate::gate::non_triviality(record);

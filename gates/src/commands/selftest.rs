@@ -30,6 +30,9 @@ pub enum Expected {
     /// The first divergence: (prompt, step, layer, seam), the element where the canary names one,
     /// and for a broken copy its (source, destination) ranks.
     At { place: (usize, usize, usize, Seam), element: Option<u64>, copy: Option<(usize, usize)> },
+    /// The first divergence at any place of this seam (a defect whose first place depends on the
+    /// values it meets, but never on which seam shows it first).
+    AtSeam(Seam),
     /// A race: any divergence, or a failed determinism gate.
     Any,
     /// A silent fallback: the identity holds, and the engagement gate makes the run VOID naming
@@ -84,6 +87,10 @@ pub fn expected(c: &Canary, tp: usize, columns: usize, first_prompt: usize, ev: 
         // Columns: prompt 0's prefill pass holds steps 0..T; partitions of P = 32 >> T positions
         // first differ from one partition at the step whose length is P + 1 (step P).
         Canary::VerifyPartitions => verify_partitions_place(columns, first_prompt),
+        // The reversed owner chain leaves the experts seam's partials as they were: it first shows
+        // in an owner sum, at the moe_join that consumes it (where an owner sums three slots or
+        // more and their reassociation changes a bit: a place only the values decide).
+        Canary::Down8SlotOrder => Expected::AtSeam(Seam::MoeJoin),
     }
 }
 
@@ -115,6 +122,9 @@ fn caught(expected: &Expected, ev: &Evidence) -> bool {
             };
             failed(Gate::Identity) && here && elem && copied
         }),
+        Expected::AtSeam(seam) => {
+            failed(Gate::Identity) && d.is_some_and(|d| d.seam == seam.name() && d.at == DivergenceAt::Seam)
+        }
         Expected::Any => failed(Gate::Identity) || failed(Gate::Determinism),
         Expected::Void(door) => {
             ev.verdict == Verdict::Void
@@ -140,6 +150,7 @@ fn describe(e: &Expected) -> String {
             }
             t
         }
+        Expected::AtSeam(seam) => format!("the first {} reached", seam.name()),
         Expected::Any => "any divergence".into(),
         Expected::Void(door) => format!("VOID: {door} not witnessed"),
         Expected::Unreached(why) => format!("unreachable: {why}"),

@@ -192,6 +192,8 @@ pub fn job_of(
         baseline_transport,
         not_run,
         pass: c.pass(),
+        canary_held_to_doors: doors.iter().any(|d| d.is_canary())
+            && doors.iter().any(|d| d.class == DoorClass::Numeric),
     })
 }
 
@@ -211,5 +213,23 @@ mod tests {
         c.doors = ["qkv_fused"].iter().map(|s| s.to_string()).collect();
         let job = job_of(&reg, &c, None, None, None).unwrap();
         assert_eq!((job.baseline_tp, job.baseline_transport), (1, Transport::HostBounce));
+    }
+
+    /// A canary in a NUMERIC door set (the slot-order canary under NVFP4_EP2) is held to identity
+    /// with its doors without it; a canary among exact doors (the silent fallback under
+    /// OPROJ_DIRECT), and the NUMERIC set without a canary, are not.
+    #[test]
+    fn a_canary_in_a_numeric_door_set_is_held_to_its_doors() {
+        let reg = Registry::builtin().unwrap();
+        let job = |tp, transport, ids: &[&str]| {
+            let mut c = Configuration::baseline(tp, transport, BackendKind::Host);
+            c.doors = ids.iter().map(|s| s.to_string()).collect();
+            job_of(&reg, &c, None, None, None).unwrap()
+        };
+        let hb = Transport::HostBounce;
+        assert!(job(2, hb, &["canary_down8_slot_order", "sel_down8", "nvfp4_ep2"]).canary_held_to_doors);
+        assert!(!job(2, hb, &["sel_down8", "nvfp4_ep2"]).canary_held_to_doors);
+        let fallback = ["canary_silent_fallback", "oproj_direct"];
+        assert!(!job(2, Transport::NativeP2p, &fallback).canary_held_to_doors);
     }
 }

@@ -57,7 +57,7 @@ fn key(
 impl Suite<'_> {
     /// The run of `job`'s configuration with `decl`'s door off (its captures dropped): its census
     /// is the door's engagement baseline, its digests the door's identity baseline.
-    fn census_baseline(
+    pub(super) fn census_baseline(
         &self,
         job: &Job,
         decl: &CensusDecl,

@@ -155,7 +155,9 @@ impl Suite<'_> {
         let claims: Vec<&str> = claims.iter().map(String::as_str).collect();
         // A host run counts its own coverage; where it is held to identity it must reach what the
         // oracle reached (a NUMERIC door may legitimately take another path).
-        let own = (job.backend == BackendKind::Host && !matches!(job.class, JobClass::Numeric { .. }))
+        let own = (job.backend == BackendKind::Host
+            && !matches!(job.class, JobClass::Numeric { .. })
+            && !job.canary_held_to_doors)
             .then_some(first.coverage.as_ref())
             .flatten();
         ev.gates.push(gate_result(
@@ -182,7 +184,14 @@ impl Suite<'_> {
     /// Identity with the reference (host oracle or CUDA TP1) — every seam digest, and every
     /// cross-rank copy — located on failure. Returns false when the job ended in ERROR.
     fn identity_gate(&self, job: &Job, run: &Record, other: &Record, locating: Locating, ev: &mut Evaluation) -> bool {
-        let reference = match self.reference_for(job) {
+        // A canary in a NUMERIC door set is held to that door set without it (the subject's own run).
+        let held =
+            job.canary_held_to_doors.then(|| job.census.iter().find(|d| d.door.starts_with("canary_"))).flatten();
+        let reference = match held {
+            Some(decl) => self.census_baseline(job, decl, None, &[]),
+            None => self.reference_for(job),
+        };
+        let reference = match reference {
             Ok(r) => r,
             Err(e) => {
                 ev.error_text(format!("the reference run failed: {e}"));
@@ -206,8 +215,14 @@ impl Suite<'_> {
             },
             Ok(Some(mut d)) => {
                 gate::name_lane(&mut d, run, job.pass);
-                let reference = RunSpec::oracle(job.backend, ExpertFormat::E4m3);
-                self.place(&mut d, (run, other), locating, (reference, false), self.spec(job, None, &[]));
+                let reference = match held {
+                    Some(decl) => (
+                        RunSpec { doors: decl.off, door_vars: decl.off_vars.clone(), ..self.spec(job, None, &[]) },
+                        true,
+                    ),
+                    None => (RunSpec::oracle(job.backend, ExpertFormat::E4m3), false),
+                };
+                self.place(&mut d, (run, other), locating, reference, self.spec(job, None, &[]));
                 let text = format!("first divergence at {}", d.describe());
                 ev.divergence = Some(d);
                 Outcome::Fail(text)

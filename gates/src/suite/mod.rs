@@ -334,6 +334,7 @@ pub(crate) fn test_job(tp: usize, doors: memra_runtime::DoorSet) -> Job {
         baseline_tp: 1,
         baseline_transport: Transport::HostBounce,
         not_run: None,
+        canary_held_to_doors: false,
         pass: memra_runtime::PassShape::SINGLE,
     }
 }

@@ -16,6 +16,8 @@
 //! - SEL_DOWN8 where the routed experts are wider than one warp's down row (`DOWN8_MAX_COLS`,
 //!   1024: the engine's `(local_in >> 5) <= 32`; the `step` preset's 1280): the runtime refuses
 //!   the fused sweep there before any work (`program::check_run`), as the engine keeps its unfused path.
+//! - The canary MEMRA_CANARY_DOWN8_SLOT_ORDER on a model of top_k ≤ 2 (`tiny`, `edge`): an owner
+//!   sums at most two slots, two terms commute, so the reversed chain has the canonical bits.
 //! - NVFP4_DEV_ROUTES on a model whose every layer clamps its SwiGLU (`small`, `step`): the
 //!   device routes program exists only on unclamped layers (the engine: "Clamped layers refuse
 //!   (they stay on the EP program)"), so the door would change nothing.
@@ -46,6 +48,14 @@ pub(super) fn not_applicable(job: &Job, c: &ModelConfig) -> Option<String> {
              most {down8_max} values (the engine's narrow-shard condition (local_in >> 5) <= 32), so the fused sweep \
              does not exist for this model",
             c.expert_width
+        ));
+    }
+    if job.engagement.contains_key("canary_down8_slot_order") && c.top_k < 3 {
+        return Some(format!(
+            "the model routes top_k = {} slot(s), so an NVFP4_EP2 owner sums at most {} in its chain, and IEEE addition \
+             of two terms from +0.0 commutes: MEMRA_CANARY_DOWN8_SLOT_ORDER's reversed slot order has the canonical \
+             bits on this model (it shows only where an owner sums three slots or more)",
+            c.top_k, c.top_k
         ));
     }
     if job.doors.nvfp4_dev_routes && (0..c.layers).all(|l| c.swiglu_limit_at(l).is_some()) {
@@ -145,5 +155,22 @@ mod tests {
             let c = ModelConfig::preset(name, None).unwrap();
             assert_eq!(not_applicable(&crate::suite::test_job(1, routes), &c), None, "{name}");
         }
+    }
+
+    /// The slot-order canary is NOT-APPLICABLE exactly where an owner sums at most two slots
+    /// (`edge`, `tiny`: top_k 2); with top_k 4 (`small`, or `edge` widened) it runs, and so does
+    /// SEL_DOWN8 without it on `edge`.
+    #[test]
+    fn down8_slot_order_canary_needs_three_slots_per_owner() {
+        let d8 = DoorSet { sel_down8: true, nvfp4_ep2: true, ..DoorSet::default() };
+        let mut job = crate::suite::test_job(2, d8);
+        job.engagement.insert("canary_down8_slot_order".into(), "canary_down8_slot_order.reversed_sums".into());
+        let edge = ModelConfig::preset("edge", None).unwrap();
+        let why = not_applicable(&job, &edge).expect("edge routes 2 slots");
+        assert!(why.contains("MEMRA_CANARY_DOWN8_SLOT_ORDER") && why.contains("top_k = 2"), "{why}");
+        assert!(not_applicable(&job, &ModelConfig::preset("tiny", None).unwrap()).is_some());
+        assert_eq!(not_applicable(&job, &ModelConfig { top_k: 4, ..edge.clone() }), None);
+        assert_eq!(not_applicable(&job, &ModelConfig::preset("small", None).unwrap()), None);
+        assert_eq!(not_applicable(&crate::suite::test_job(2, d8), &edge), None, "SEL_DOWN8 alone runs on edge");
     }
 }

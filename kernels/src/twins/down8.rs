@@ -41,10 +41,39 @@ pub fn combine_folded_owned(
     w: &[f32],
     out: &mut [f32],
 ) {
+    combine_in_order(ids, owner, held, (parts, parts_pitch), w, out, 0..ids.len());
+}
+
+/// A PLANTED DEFECT (canary `canary_down8_slot_order`): [`combine_folded_owned`] with the owner's
+/// slots summed in REVERSE slot order (s = k−1 down to 0) — the same terms, the same +0.0 start,
+/// another association of the chain. Two terms commute in IEEE arithmetic, so it differs from
+/// the canonical chain only where an owner sums three slots or more.
+pub fn combine_folded_owned_reversed(
+    ids: &[f32],
+    owner: SlotOwner,
+    held: &[Option<(usize, Option<f32>)>],
+    parts: &[f32],
+    parts_pitch: usize,
+    w: &[f32],
+    out: &mut [f32],
+) {
+    combine_in_order(ids, owner, held, (parts, parts_pitch), w, out, (0..ids.len()).rev());
+}
+
+/// The owner's chain over the slots in `order` (skipping slots not owned or not held).
+fn combine_in_order(
+    ids: &[f32],
+    owner: SlotOwner,
+    held: &[Option<(usize, Option<f32>)>],
+    (parts, parts_pitch): (&[f32], usize),
+    w: &[f32],
+    out: &mut [f32],
+    order: impl Iterator<Item = usize>,
+) {
     let width = out.len();
     out.fill(0.0);
     let mut y = vec![0.0f32; width];
-    for s in 0..ids.len() {
+    for s in order {
         let Some((n_parts, scale)) = held[s] else { continue };
         if !owner.owns(ids, s) {
             continue;
@@ -192,5 +221,23 @@ mod tests {
         combine_folded_owned(&ids[..1], owner, &held[..1], &neg, 1, &w, &mut o);
         assert_eq!(o[0].to_bits(), 0.0f32.to_bits(), "+0.0 start");
         assert_ne!(o[0].to_bits(), (-0.0f32 * 1.0).to_bits(), "a chain from the first product keeps -0.0");
+    }
+
+    /// The planted defect (canary_down8_slot_order) is the reversed chain: with three owned slots
+    /// it has the bits of the reversed sum and not the canonical one's; with two it commutes.
+    #[test]
+    fn the_reversed_twin_sums_the_slots_backwards() {
+        let ids = [0u32, 2, 4].map(f32::from_bits);
+        let owner = SlotOwner { rule: OwnerRule { experts: 8, div: 1, modulo: 2 }, want: 0 };
+        let held = [Some((1usize, None)); 3];
+        let (parts, w) = ([1.0f32, 1e8, -1e8], [1.0f32; 3]);
+        let (mut canon, mut rev) = ([f32::NAN], [f32::NAN]);
+        combine_folded_owned(&ids, owner, &held, &parts, 1, &w, &mut canon);
+        combine_folded_owned_reversed(&ids, owner, &held, &parts, 1, &w, &mut rev);
+        assert_eq!(rev[0].to_bits(), (((0.0f32 + -1e8) + 1e8) + 1.0).to_bits());
+        assert_ne!(rev[0].to_bits(), canon[0].to_bits(), "three slots: the order shows");
+        combine_folded_owned(&ids[..2], owner, &held[..2], &parts, 1, &w, &mut canon);
+        combine_folded_owned_reversed(&ids[..2], owner, &held[..2], &parts, 1, &w, &mut rev);
+        assert_eq!(rev[0].to_bits(), canon[0].to_bits(), "two slots commute");
     }
 }

@@ -24,6 +24,7 @@ use super::layer::store_to_root;
 use super::placement::ExpertMode;
 use super::Ctx;
 use crate::backend::{DigestPart, JoinFence, Op, OwnedSlots, OwnerRule, Packed, RowOrder, SlotOwner};
+use crate::config::Canary;
 use crate::evidence::record::Seam;
 use crate::Result;
 
@@ -551,6 +552,8 @@ fn down_combine(ctx: &mut Ctx, r: usize, group: crate::backend::GroupId) -> Resu
     let pitch = ctx.buffers.act_pitch;
     let g_r = ctx.placement.down_kblocks;
     let parity = OwnerRule { experts: c.experts as u32, div: 1, modulo: 2 };
+    // The canary's planted defect: the owner sum walks its slots backwards.
+    let reverse = ctx.cfg.doors.canary == Some(Canary::Down8SlotOrder);
     for owner in (0..2).filter(|o| o % tp == r) {
         let w = owner_weights(ctx, r, Seam::Experts)?;
         let rb = ctx.buffers.ranks[r].clone();
@@ -564,9 +567,13 @@ fn down_combine(ctx: &mut Ctx, r: usize, group: crate::backend::GroupId) -> Resu
             parts_pitch: stride,
             w,
             out: rb.esum.sub(owner * hidden, hidden),
+            reverse,
         };
         ctx.launch(r, op)?;
         ctx.count("sel_down8.fused_sweeps");
+        if reverse {
+            ctx.count("canary_down8_slot_order.reversed_sums");
+        }
     }
     Ok(())
 }

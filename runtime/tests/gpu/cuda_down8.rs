@@ -44,7 +44,19 @@ fn fused_and_unfused(
     let stride = n_parts * width + 3;
     let parts_len = (k - 1) * stride + n_parts * width;
     let (parts, out) = (c.out(parts_len), c.out(width));
-    c.ops.push(Op::ExpertDownCombine { group, route, owner, act, act_pitch: pitch, parts, parts_pitch: stride, w, out });
+    let fused = Op::ExpertDownCombine {
+        group,
+        route,
+        owner,
+        act,
+        act_pitch: pitch,
+        parts,
+        parts_pitch: stride,
+        w,
+        out,
+        reverse: false,
+    };
+    c.ops.push(fused);
     // The unfused ops: every held slot's partials, the owner's folds with the NVFP4 down scale,
     // the owner's sum (the folded outputs in a scratch of their own).
     let (parts, out) = (c.out(parts_len), c.out(width));
@@ -70,7 +82,7 @@ fn fused_and_unfused(
 /// weight is −0.0 (so a chain that does not start from +0.0 shows as −0.0 rows).
 fn kernel_matches_twin_and_unfused() -> Ran {
     let mut rng = Rng(29);
-    let mut cases = Vec::new();
+    let (mut cases, mut reversed) = (Vec::new(), Vec::new());
     for width in [1024usize, 256] {
         // K-blocks of 128 columns: the group's E4M3 shared expert needs whole scale blocks.
         let g = GroupSpec { experts: 8, rows: width, cols: 512, kw: 128, down_kw: 128, row0: 0, nvfp4: true, nan_codes_in: None };
@@ -98,6 +110,23 @@ fn kernel_matches_twin_and_unfused() -> Ran {
             let w_lone = c.buf(vec![-0.0, 0.5, 1.25, 2.0, 0.0, -3.5]);
             fused_and_unfused(&mut c, group, lone, SlotOwner { rule, want: 1 }, act, (pitch, n_parts), w_lone, g.cols);
             cases.push(c);
+            // The canary's planted defect (canary_down8_slot_order): each owner's fused sweep in
+            // slot order, then reversed — the device's reversed chain is held to the twin's.
+            let mut r = Case::new(format!("width {width}, {hold}, reversed chain"));
+            let group = add_group(&mut r, &mut rng, &g, held);
+            let act = r.buf(rng.vec(k * pitch, 2.0));
+            let (route, w) = (r.ids(&[3, 0, 5, 2, 6, 1]), r.buf(vec![0.5, -0.0, 1.25, 2.0, 0.0, -3.5]));
+            for &want in owners {
+                for reverse in [false, true] {
+                    let stride = n_parts * g.cols + 3;
+                    let (parts, out) = (r.out((k - 1) * stride + n_parts * g.cols), r.out(g.cols));
+                    let owner = SlotOwner { rule, want };
+                    let (act_pitch, parts_pitch) = (pitch, stride);
+                    let op = Op::ExpertDownCombine { group, route, owner, act, act_pitch, parts, parts_pitch, w, out, reverse };
+                    r.ops.push(op);
+                }
+            }
+            reversed.push(r);
         }
     }
     let mut failures = Vec::new();
@@ -126,6 +155,24 @@ fn kernel_matches_twin_and_unfused() -> Ran {
                     println!("ok {label}");
                 }
             }
+        }
+    }
+    for c in &reversed {
+        let mut host = HostBackend::new(1).expect("host backend");
+        let want = run_case(&mut host, c).unwrap_or_else(|e| panic!("{}: host run failed: {e}", c.label));
+        // Outputs per owner: (parts, sum) in slot order, then reversed; the partials are the same,
+        // and with 3 owned slots the reversed chain shows on the host (so the comparison can fail).
+        for o in want.chunks(4) {
+            assert_eq!(compare(&o[..1], &o[2..3], false), None, "{}: partials", c.label);
+        }
+        assert!(want.chunks(4).any(|o| compare(&o[1..2], &o[3..4], false).is_some()), "{}: order unseen", c.label);
+        let mut dev = cuda_backend(1, FAST)?;
+        match run_case(&mut dev, c) {
+            Err(e) => failures.push(format!("{}: CUDA run failed: {e}", c.label)),
+            Ok(got) => match compare(&want, &got, false) {
+                Some(msg) => failures.push(format!("{}: device ≠ twin: {msg}", c.label)),
+                None => println!("ok {}", c.label),
+            },
         }
     }
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));

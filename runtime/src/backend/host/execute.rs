@@ -182,7 +182,7 @@ fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
             experts::combine_owned(&ids, owner, read_slice(a, y), read_slice(a, w), &mut o);
             write_slice(a, out, &o);
         }
-        Op::ExpertDownCombine { group, route, owner, act, act_pitch, parts, parts_pitch, w, out } => {
+        Op::ExpertDownCombine { group, route, owner, act, act_pitch, parts, parts_pitch, w, out, reverse } => {
             // ExpertDown's partials of the owned slots (all cores where large), then the fold and
             // the owner's slot-ordered chain of `twins::down8` on this rank's thread.
             let ids = read_slice(a, route).to_vec();
@@ -209,15 +209,9 @@ fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
                 held[s] = Some((n_parts, e.nvfp4_scales.map(|[_, _, sd]| sd)));
             }
             let mut o = vec![0.0f32; out.len];
-            down8::combine_folded_owned(
-                &ids,
-                owner,
-                &held,
-                read_slice(a, parts),
-                parts_pitch,
-                read_slice(a, w),
-                &mut o,
-            );
+            // `reverse`: the canary's planted reversed chain (canary_down8_slot_order).
+            let combine = if reverse { down8::combine_folded_owned_reversed } else { down8::combine_folded_owned };
+            combine(&ids, owner, &held, read_slice(a, parts), parts_pitch, read_slice(a, w), &mut o);
             write_slice(a, out, &o);
         }
         other => unreachable!("execute_experts: {} is not a grouped expert op", other.name()),

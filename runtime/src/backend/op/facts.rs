@@ -117,7 +117,7 @@ impl Op {
     }
 
     /// The kernel this op runs, as the census names it: the op's name, its variant where the op
-    /// has one (`gemv_rows_tree`, `router_dev`, `fold_reverse`), and for GEMVs and grouped expert
+    /// has one (`gemv_rows_tree`, `router_dev`, `fold_reverse`, `expert_down_combine.reverse`), and for GEMVs and grouped expert
     /// ops the weight storage it reads (`gemv_rows.f32`, `expert_gate_up.nvfp4`). `weight` and
     /// `group` give the storage of a rank's weight and expert group.
     pub fn kernel(&self, weight: impl Fn(WeightId) -> &'static str, group: impl Fn(GroupId) -> &'static str) -> String {
@@ -130,6 +130,9 @@ impl Op {
             }
             Op::Router { device_variant: true, .. } => "router_dev".to_string(),
             Op::Fold { reverse: true, .. } => "fold_reverse".to_string(),
+            // The planted reversed owner sum stays in the fused sweep's family (SEL_DOWN8's and
+            // NVFP4_EP2's census count `launch.expert_down_combine.*`).
+            Op::ExpertDownCombine { group: g, reverse: true, .. } => format!("{name}.reverse.{}", group(*g)),
             // Only the verify-partitions canary walks other partitions than the program's.
             Op::AttentionAt { partition, .. } | Op::AttentionRows { partition, .. }
                 if *partition != memra_kernels::twins::attention::ATTN_PARTITION =>
@@ -161,5 +164,23 @@ mod tests {
         assert_eq!(fold(false).kernel(fmt, grp), "fold");
         assert_eq!(fold(true).kernel(fmt, grp), "fold_reverse");
         assert_eq!(Op::FlipLowBit { x: s }.kernel(fmt, grp), "flip_low_bit");
+        let owner = memra_kernels::twins::experts::SlotOwner {
+            rule: memra_kernels::twins::experts::OwnerRule { experts: 8, div: 1, modulo: 2 },
+            want: 0,
+        };
+        let dc = |reverse| Op::ExpertDownCombine {
+            group: 0,
+            route: s,
+            owner,
+            act: s,
+            act_pitch: 1,
+            parts: s,
+            parts_pitch: 1,
+            w: s,
+            out: s,
+            reverse,
+        };
+        assert_eq!(dc(false).kernel(fmt, grp), "expert_down_combine.nvfp4");
+        assert_eq!(dc(true).kernel(fmt, grp), "expert_down_combine.reverse.nvfp4");
     }
 }

@@ -280,7 +280,8 @@ pub enum Op {
     /// of `act[s·act_pitch ..]` are written to `parts[s·parts_pitch ..]` (`[kblocks][rows]`, what
     /// `ExpertDown` writes); then `out = +0` and per such slot in order `y = fold(partials)·sd`,
     /// `out = out + (+0 + w[s]·y)` — `FoldSlots { owner, scales }` + `CombineOwned` without
-    /// storing y (`twins::down8`). `out.len` is the down rows.
+    /// storing y (`twins::down8`). `out.len` is the down rows. `reverse` (only the canary
+    /// `canary_down8_slot_order`, a planted defect) sums the owned slots from k−1 down to 0.
     ExpertDownCombine {
         group: GroupId,
         route: Slice,
@@ -291,6 +292,7 @@ pub enum Op {
         parts_pitch: usize,
         w: Slice,
         out: Slice,
+        reverse: bool,
     },
     /// NVFP4_DEV_ROUTES: the moe_join's combine with each routed slot's down scale folded into its
     /// weight: `out[..width] = +0`, then per routed slot s in order `out = out + (w[s]·m)·y[s]`

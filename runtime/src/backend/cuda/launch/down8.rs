@@ -16,7 +16,8 @@ const DC_MAX_SLOTS: usize = 16;
 impl CudaBackend {
     /// `Op::ExpertDownCombine` on `rank` (never a peer store: it writes two slices).
     pub(super) fn launch_down_combine(&self, rank: usize, op: &Op) -> Result<()> {
-        let Op::ExpertDownCombine { group, route, owner, act, act_pitch, parts, parts_pitch, w, out } = *op else {
+        let Op::ExpertDownCombine { group, route, owner, act, act_pitch, parts, parts_pitch, w, out, reverse } = *op
+        else {
             return Err(shape_err("expert_down_combine", format!("{} is not SEL_DOWN8's op", op.name())));
         };
         let what = "expert_down_combine";
@@ -64,6 +65,8 @@ impl CudaBackend {
         };
         let (ne, ex, k_i) = (i32_of(what, "entries", g.n_entries)?, i32_of(what, "experts", g.experts)?, k as i32);
         let (oe, od, om, ow) = (owner.rule.experts, owner.rule.div, owner.rule.modulo, owner.want);
+        // The canary's planted reversed chain (canary_down8_slot_order): slots from k−1 down to 0.
+        let reverse_i = i32::from(reverse);
         let (ap_i, pp_i, width) = (
             i32_of(what, "act pitch", act_pitch)?,
             i32_of(what, "parts pitch", parts_pitch)?,
@@ -89,7 +92,8 @@ impl CudaBackend {
             pp_i,
             wp,
             op_ptr,
-            width
+            width,
+            reverse_i
         )
     }
 }
