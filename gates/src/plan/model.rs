@@ -89,14 +89,10 @@ impl ModelPlan {
             }
             None => {
                 let preset = m.preset.clone().unwrap_or_else(|| "tiny".to_string());
-                let seed = m.seed.unwrap_or(1);
                 let config = ModelConfig::preset(&preset, m.layers)?;
                 check_fits(&config, &format!("--preset {preset}"))?;
-                // A generated model is a pure function of (config, seed): its identity is their
-                // digest (serializing the `step` preset just to hash it would cost gigabytes).
-                let identity = format!("generated:{}:{}", serde_json::to_string(&config).unwrap_or_default(), seed);
-                let digest = format!("{:016x}", fnv1a64(identity.as_bytes()));
-                (ModelSource::Generated { config: config.clone(), seed }, config, preset, digest)
+                let plan = ModelPlan::generated(config, m.seed.unwrap_or(1), m.cuda_reserve_gib)?;
+                (plan.source, plan.config, preset, plan.evidence.digest)
             }
         };
         let mut plan = ModelPlan {
@@ -113,6 +109,21 @@ impl ModelPlan {
             plan.evidence.digest = format!("{:016x}", fnv1a64(format!("{d}:kv{n}").as_bytes()));
         }
         Ok(plan)
+    }
+
+    /// A model generated from `config` and `seed` (not yet generated), named by its config's
+    /// preset. A generated model is a pure function of (config, seed): its identity is their
+    /// digest (serializing the `step` preset just to hash it would cost gigabytes).
+    pub fn generated(config: ModelConfig, seed: u64, cuda_reserve_gib: f64) -> Result<ModelPlan, GateError> {
+        config.validate()?;
+        let identity = format!("generated:{}:{}", serde_json::to_string(&config).unwrap_or_default(), seed);
+        let digest = format!("{:016x}", fnv1a64(identity.as_bytes()));
+        Ok(ModelPlan {
+            evidence: ModelEvidence { preset: config.preset.clone(), digest },
+            source: ModelSource::Generated { config: config.clone(), seed },
+            config,
+            device_reserve_bytes: reserve_bytes(cuda_reserve_gib)?,
+        })
     }
 
     /// What [`ModelPlan::load`] will do, for progress: generate which preset, or read which file.
