@@ -90,6 +90,12 @@ fn selftest_catches_every_canary_that_runs() {
     // in layer 0's o_proj is first over the bound at that layer and seam, prompt 0, step 0.
     let canary = out.stdout.lines().find(|l| l.starts_with("reference canary")).unwrap_or_default();
     assert!(canary.contains(": first over the bound at L0.o_proj p0 s0 ["), "{canary}");
+    // NUMERIC doors are compared with the canonical program on the storage they imply (an NVFP4
+    // door against the E4M3 oracle would always "change arithmetic"): DEV_ROUTES changes edge's
+    // unclamped layer; NVFP4_EP2 regroups nothing at TP1 on a top-2 model, so it is reported.
+    let line = |id: &str| out.stdout.lines().find(|l| l.starts_with(id)).unwrap_or_default().to_string();
+    assert!(line("nvfp4_dev_routes ").contains("changes arithmetic as its NUMERIC class says"), "{}", out.stdout);
+    assert!(line("nvfp4_ep2 ").contains("WARNING: bit-identical to the canonical program on the same NVFP4 banks"));
 
     // The receipts say the same: each canary that ran FAILed its identity gate at a located
     // divergence, except the silent fallback, which is VOID with its identity intact.

@@ -417,7 +417,9 @@ fn reference_checks(suite: &Suite, subject: &Builtin, seen: &BTreeSet<(Verdict, 
     passed && caught
 }
 
-/// NUMERIC-CLASS doors that change nothing may be mislabeled.
+/// NUMERIC-CLASS doors that change nothing may be mislabeled. Each door is compared with the
+/// canonical program on the expert storage it implies (NVFP4_EP2 and NVFP4_DEV_ROUTES run on NVFP4
+/// banks: against the E4M3 oracle they would always "change arithmetic", whatever they did).
 fn numeric_mislabel_warnings(
     registry: &registry::Registry,
     backend: registry::BackendKind,
@@ -432,18 +434,32 @@ fn numeric_mislabel_warnings(
             door.transports.allowed[0]
         };
         let doors = registry.to_door_set(&BTreeSet::from([door.id.clone()]), None)?;
-        let mut spec = RunSpec::oracle(backend, memra_runtime::ExpertFormat::E4m3);
+        let format =
+            if doors.nvfp4_banks() { memra_runtime::ExpertFormat::Nvfp4 } else { memra_runtime::ExpertFormat::E4m3 };
+        let canonical = match format {
+            memra_runtime::ExpertFormat::E4m3 => Ok(suite.oracle().clone()),
+            memra_runtime::ExpertFormat::Nvfp4 => {
+                let mut base = RunSpec::oracle(backend, format);
+                (base.tp, base.transport, base.forced) = (tp, transport, Some(suite.oracle()));
+                subject.run_canonical(base)
+            }
+        };
+        let mut spec = RunSpec::oracle(backend, format);
         (spec.tp, spec.transport, spec.doors, spec.forced) = (tp, transport, doors, Some(suite.oracle()));
-        match subject.run_canonical(spec) {
-            Ok(r) if r.digests == suite.oracle().digests => {
+        match (subject.run_canonical(spec), canonical) {
+            (Ok(r), Ok(c)) if r.digests == c.digests => {
+                let on = match format {
+                    memra_runtime::ExpertFormat::E4m3 => "the oracle",
+                    memra_runtime::ExpertFormat::Nvfp4 => "the canonical program on the same NVFP4 banks",
+                };
                 crate::say!(
-                    "{:<24} WARNING: bit-identical to the oracle at TP{tp} {}: its NUMERIC class may be mislabeled",
+                    "{:<24} WARNING: bit-identical to {on} at TP{tp} {} on this model: its NUMERIC class may be mislabeled",
                     door.id,
                     transport.name()
                 );
             }
-            Ok(_) => crate::say!("{:<24} changes arithmetic as its NUMERIC class says", door.id),
-            Err(e) => crate::say!("{:<24} could not run: {e}", door.id),
+            (Ok(_), Ok(_)) => crate::say!("{:<24} changes arithmetic as its NUMERIC class says", door.id),
+            (Err(e), _) | (_, Err(e)) => crate::say!("{:<24} could not run: {e}", door.id),
         }
     }
     Ok(())
