@@ -18,15 +18,12 @@ use memra_runtime::{program, DoorSet, RunConfig, Transport};
 use safetensors::SafeTensors;
 use std::path::Path;
 
-/// The clamp counters of both expert classes (coverage names).
-const CLAMPS: [&str; 6] = [
-    "swiglu.clamp_silu.routed",
-    "swiglu.clamp_up_high.routed",
-    "swiglu.clamp_up_low.routed",
-    "swiglu.clamp_silu.shared",
-    "swiglu.clamp_up_high.shared",
-    "swiglu.clamp_up_low.shared",
-];
+/// The clamp counters of both expert classes (coverage names): the clamp paths `edge` claims.
+fn clamp_paths() -> Vec<&'static str> {
+    let v: Vec<&str> = memra_runtime::model::edge::CLAIMS.iter().copied().filter(|c| c.contains(".clamp_")).collect();
+    assert_eq!(v.len(), 6, "edge claims three clamps of two expert classes: {v:?}");
+    v
+}
 
 /// The edge model's weights with `unclamped` as its unclamped layers.
 fn edge_with(unclamped: &[usize]) -> Model {
@@ -57,7 +54,7 @@ fn expert_paths() -> Vec<(usize, Transport, DoorSet)> {
 }
 
 fn clamps(cov: &Coverage) -> Vec<(&'static str, u64, Option<usize>)> {
-    CLAMPS.iter().map(|p| (*p, cov[*p].count, cov[*p].first.map(|f| f.layer))).collect()
+    clamp_paths().into_iter().map(|p| (p, cov[p].count, cov[p].first.map(|f| f.layer))).collect()
 }
 
 /// With layer 0 unclamped, every clamp the edge battery reaches is first reached in layer 1

@@ -319,8 +319,9 @@ pub fn upload(
             (0..p.tp).map(make).collect::<Result<_>>()?
         };
         for s in &shards {
+            // Only NVFP4 banks carry scales (and only then is the table non-empty).
             for (e, ex) in s.experts.iter().enumerate() {
-                if let (Some([_, _, sd]), true) = (ex.as_ref().and_then(|x| x.nvfp4_scales), nvfp4) {
+                if let Some([_, _, sd]) = ex.as_ref().and_then(|x| x.nvfp4_scales) {
                     macros[l * c.experts + e] = sd;
                 }
             }

@@ -327,13 +327,7 @@ impl CudaBackend {
                 let what = "combine_shared";
                 let (yp, wp, outp) =
                     (self.slice_ptr(rank, y, what)?, self.slice_ptr(rank, w, what)?, self.slice_ptr(rank, out, what)?);
-                let width = out.len / 2;
-                if out.len % 2 != 0 || Some(y.len) != (w.len + 1).checked_mul(width) {
-                    return Err(shape_err(
-                        what,
-                        format!("y {} for {} routed slots + shared, out {} (2 × width)", y.len, w.len, out.len),
-                    ));
-                }
+                let width = combine_width(what, y, w, out)?;
                 if width == 0 {
                     return Ok(());
                 }
@@ -350,15 +344,9 @@ impl CudaBackend {
                     self.slice_ptr(rank, macros, what)?,
                     self.slice_ptr(rank, out, what)?,
                 );
-                let width = out.len / 2;
-                if out.len % 2 != 0 || Some(y.len) != (w.len + 1).checked_mul(width) || route.len != w.len {
-                    return Err(shape_err(
-                        what,
-                        format!(
-                            "y {} for {} routed slots + shared, {} route ids, out {} (2 × width)",
-                            y.len, w.len, route.len, out.len
-                        ),
-                    ));
+                let width = combine_width(what, y, w, out)?;
+                if route.len != w.len {
+                    return Err(shape_err(what, format!("{} route ids for {} routed weights", route.len, w.len)));
                 }
                 if width == 0 {
                     return Ok(());
@@ -420,4 +408,17 @@ impl CudaBackend {
             | Op::CombineOwned { .. } => self.launch_expert_op(rank, op, to),
         }
     }
+}
+
+/// The width of a `[routed | shared]` combine (`combine_shared`, `combine_scaled`): `out` is
+/// `2·width` and `y` holds the `w.len` routed slots and the shared one, `[w.len + 1][width]`.
+fn combine_width(what: &str, y: Slice, w: Slice, out: Slice) -> Result<usize> {
+    let width = out.len / 2;
+    if !out.len.is_multiple_of(2) || Some(y.len) != (w.len + 1).checked_mul(width) {
+        return Err(shape_err(
+            what,
+            format!("y {} for {} routed slots + shared, out {} (2 × width)", y.len, w.len, out.len),
+        ));
+    }
+    Ok(width)
 }
