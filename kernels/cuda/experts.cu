@@ -314,36 +314,46 @@ extern "C" __global__ void fold_slots_f32(const float* ids, int k, int first_slo
 // output y_s = ((+0 + P0) + P1) + ... of its n_parts partials (parts[s * pitch + p * width + i]),
 // routed = sum over s < k of w[s] * y_s in slot order from +0.0, shared = y_k.
 // Lane grid: blockIdx.z = lane, slices [parts, w, out].
-#define FC_BATCH 8
+// The (slot, part) values of an element, up to FC_BATCH of them, are all read before any is added:
+// a loop that adds each value as it arrives waits a memory round trip per value ((k + 1) · n_parts
+// of them; 18 at `step`'s TP1). (slot, part) advance as counters, not divisions: the unrolled
+// index stays a register index. The adds keep their order: t = s · n_parts + p, ascending.
+#define FC_BATCH 32
 extern "C" __global__ void fold_combine_f32(const float* parts, int pitch, int n_parts, const float* w, int k,
                                             int width, float* out, const LanePitch lp) {
     parts = LANE_AT(parts, lp, 0, blockIdx.z);
     w = LANE_AT(w, lp, 1, blockIdx.z);
     out = LANE_AT(out, lp, 2, blockIdx.z);
-    // The (slot, part) values of an element are read FC_BATCH at a time before any is added: a
-    // loop that adds each value as it arrives waits a memory round trip per value ((k + 1) ·
-    // n_parts of them). The adds keep their order: t = s · n_parts + p, ascending.
     const int total = (k + 1) * n_parts;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
         float routed = C_ZERO;
         float y = C_ZERO;
+        float ws = C_ZERO;
+        int s = 0, p = 0;  // the (slot, part) of value t0
         for (int t0 = 0; t0 < total; t0 += FC_BATCH) {
             float v[FC_BATCH];
+            int ls = s, lp_ = p;
 #pragma unroll
             for (int j = 0; j < FC_BATCH; ++j) {
-                const int t = t0 + j;
-                const int s = t / n_parts;
-                v[j] = t < total ? parts[(size_t)s * pitch + (size_t)(t - s * n_parts) * width + i] : C_ZERO;
+                v[j] = t0 + j < total ? parts[(size_t)ls * pitch + (size_t)lp_ * width + i] : C_ZERO;
+                if (++lp_ == n_parts) {
+                    lp_ = 0;
+                    ++ls;
+                }
             }
 #pragma unroll
             for (int j = 0; j < FC_BATCH; ++j) {
-                const int t = t0 + j;
-                if (t >= total) break;
-                const int s = t / n_parts;
-                const int p = t - s * n_parts;
-                if (p == 0) y = C_ZERO;
+                if (t0 + j >= total) break;
+                if (p == 0) {
+                    y = C_ZERO;
+                    ws = s < k ? w[s] : C_ZERO;  // read as the slot starts, used at its last part
+                }
                 y = y + v[j];
-                if (p == n_parts - 1 && s < k) routed = routed + w[s] * y;
+                if (p == n_parts - 1 && s < k) routed = routed + ws * y;
+                if (++p == n_parts) {
+                    p = 0;
+                    ++s;
+                }
             }
         }
         out[i] = routed;

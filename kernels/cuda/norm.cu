@@ -13,8 +13,9 @@
 #define NORM_LANES 256
 // Loads a thread issues before it uses the first: a strided loop that stores each value before
 // loading the next waits a full memory round trip per element (16 of them for a 4096-wide row —
-// most of a single-row norm's time). Batching moves loads earlier, never an operation.
-#define NORM_BATCH 8
+// most of a single-row norm's time). Batching moves loads earlier, never an operation; 16 covers a
+// 4096-wide row in one round trip (and its weights, prefetched before the sum, in the same one).
+#define NORM_BATCH 16
 
 // dst[i] = a[i] (+ b[i] when b is given, operand order a + b; also into h when given) for this
 // thread's elements i = tid, tid + blockDim, ...: the thread that stages an element is the thread
@@ -59,6 +60,17 @@ __device__ __forceinline__ void rmsnorm_block(const float* sx, const float* __re
     __shared__ float s_warp[NORM_LANES / 32];
     if (blockDim.x != NORM_LANES) __trap();
     const int tid = threadIdx.x;
+    // A row of at most NORM_BATCH * NORM_LANES values: the thread's weights are loaded before the
+    // sum of squares, so their round trip overlaps the reduction instead of following it.
+    const bool one_pass = n <= NORM_BATCH * NORM_LANES;
+    float wpre[NORM_BATCH];
+    if (one_pass) {
+#pragma unroll
+        for (int j = 0; j < NORM_BATCH; ++j) {
+            const int i = tid + j * NORM_LANES;
+            wpre[j] = i < n ? w[i] : C_ZERO;
+        }
+    }
     float acc = C_ZERO;
     for (int i = tid; i < n; i += NORM_LANES) acc = acc + sx[i] * sx[i];
     acc = butterfly32(acc);
@@ -70,6 +82,14 @@ __device__ __forceinline__ void rmsnorm_block(const float* sx, const float* __re
     const float h3 = s_warp[3] + s_warp[7];
     const float ss = (h0 + h2) + (h1 + h3);
     const float inv = rsqrt_c(div_c(ss, (float)n) + eps);
+    if (one_pass) {
+#pragma unroll
+        for (int j = 0; j < NORM_BATCH; ++j) {
+            const int i = tid + j * NORM_LANES;
+            if (i < n) y[i] = (sx[i] * inv) * wpre[j];
+        }
+        return;
+    }
     for (int base = tid; base < n; base += NORM_BATCH * NORM_LANES) {
         float wv[NORM_BATCH];
 #pragma unroll

@@ -19,14 +19,7 @@
 #include "canon.cuh"
 #include "gemv.cu"
 
-#define CK(x)                                                                          \
-    do {                                                                               \
-        cudaError_t e_ = (x);                                                          \
-        if (e_ != cudaSuccess) {                                                       \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
+#include "cuda_check.cuh"
 
 // ---- block-per-lane layout: pair q = r * nb + b (row r, scale block b); chunk = q / 32, l = q % 32;
 // 16-byte vector g (0..7) of pair q at byte ((chunk * 8 + g) * 32 + l) * 16; byte 4j + i of vector

@@ -37,3 +37,20 @@ gpu_call() {
   exec > >(tee -a "$OUT/$1.txt") 2>&1
   T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
 }
+
+# The toolkit's ncu and nvcc (empty when absent): `gpu_tools` sets NCU and NVCC.
+gpu_tools() {
+  NCU=$(ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+  NVCC=$(command -v nvcc || ls /usr/local/cuda*/bin/nvcc 2>/dev/null | head -1)
+}
+# `ncu_means CSV`: the mean time per launch of the layer's kernels in an ncu --csv log of
+# gpu__time_duration.sum, one line per kernel (name, unit, launches, mean).
+ncu_means() {
+  grep -E '"(expert|gemv|router|rmsnorm|add_rmsnorm|fold|argmax)' "$1" | awk -F'","' '{k=$5; sub(/\(.*/,"",k); v=$NF; gsub(/[",]/,"",v); s[k" "$(NF-1)]+=v; n[k" "$(NF-1)]++} END {for (k in s) printf "  %-40s %4d launches  mean %9.1f\n", k, n[k], s[k]/n[k]}' | sort
+}
+# `build_fma_bench`: the FMA lane-order microbenchmark (e4m3_fma_bench.cu) into /tmp/e4m3_fma.
+build_fma_bench() {
+  step fma_build 60 "$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
+    -I kernels/cuda -o /tmp/e4m3_fma scripts/gpu/e4m3_fma_bench.cu
+  tail -5 /tmp/fma_build.log
+}

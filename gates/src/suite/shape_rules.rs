@@ -5,7 +5,8 @@
 //!
 //! - STEP_EP at a TP size that does not divide the routed experts' down-projection K-blocks: the
 //!   routed experts are expert-parallel already (the `edge` model at TP4 and TP8).
-//! - BULK_P2P where no two consecutive slots are TP-sharded: each rank has at most one block per
+//! - BULK_P2P where no two consecutive slots are TP-sharded (routed experts expert-parallel by G,
+//!   or NVFP4 banks, which always run whole — a registry conflict too): each rank has at most one block per
 //!   join to move, so there is nothing to pack.
 //! - MOE_DIRECT with NVFP4_EP2 at TP2 where the shared expert's down projection is whole on rank 0
 //!   (its K-blocks not divisible by the TP size; the `edge` model): MOE_DIRECT stores TP-sharded
@@ -67,7 +68,8 @@ pub(super) fn not_applicable(job: &Job, c: &ModelConfig) -> Option<String> {
         ));
     }
     let g_r = canonical_kblocks(WeightFormat::E4m3, c.expert_width).ok()?;
-    let routed_sharded = g_r % job.tp == 0;
+    // NVFP4 banks run whole on their owners whatever G is (`program/placement.rs`).
+    let routed_sharded = g_r % job.tp == 0 && !job.doors.nvfp4_banks();
     if job.doors.step_ep && !routed_sharded {
         return Some(format!(
             "the model's routed experts are expert-parallel at TP{} already (their down projection has {g_r} canonical \
@@ -154,6 +156,42 @@ mod tests {
         for name in ["tiny", "edge"] {
             let c = ModelConfig::preset(name, None).unwrap();
             assert_eq!(not_applicable(&crate::suite::test_job(1, routes), &c), None, "{name}");
+        }
+    }
+
+    /// Every configuration of the CUDA `--matrix all` plan with BULK_P2P that these rules let run
+    /// on a default model has blocks to pack: the runtime's own placement shards its routed
+    /// experts, so k ≥ 2 consecutive slots share one G. A door set that places them whole (NVFP4
+    /// banks, STEP_EP) must be a registry conflict or a rule here — on 2026-12-04 a shard of the
+    /// night found BULK_P2P with NVFP4_DEV_ROUTES VOID in every such run.
+    #[test]
+    fn bulk_p2p_has_blocks_to_pack_wherever_the_plan_runs_it() {
+        use crate::matrix::{enumerate, MatrixKind};
+        use crate::registry::{BackendKind, Registry};
+        use memra_runtime::program::placement::{ExpertMode, Placement};
+        use memra_runtime::Transport;
+        let reg = Registry::builtin().unwrap();
+        let plan =
+            enumerate(&reg, &MatrixKind::All, &[1, 2, 4, 8], &[Transport::NativeP2p], &[BackendKind::Cuda]).unwrap();
+        let bulk: Vec<_> = plan.legal.iter().filter(|c| c.doors.contains("bulk_p2p")).collect();
+        assert!(bulk.len() > 100, "the plan runs BULK_P2P in {} configurations", bulk.len());
+        for name in ["tiny", "edge"] {
+            let c = ModelConfig::preset(name, None).unwrap();
+            let model = memra_runtime::model::gen::generate(&c, 1).unwrap();
+            let (mut ran, mut skipped) = (0, 0);
+            for cfg in &bulk {
+                let doors = cfg.door_set(&reg, None).unwrap();
+                if not_applicable(&crate::suite::test_job(cfg.tp, doors), &c).is_some() {
+                    skipped += 1;
+                    continue;
+                }
+                let tp = memra_runtime::config::check_tp(cfg.tp).unwrap();
+                let p = Placement::new(&model, tp, &doors, doors.nvfp4_banks()).unwrap();
+                assert_eq!(p.experts, ExpertMode::TensorParallel, "{name} {}: nothing to pack", cfg.label());
+                assert!(c.top_k >= 2, "{name}: one routed slot packs nothing");
+                ran += 1;
+            }
+            assert!(ran > 0, "{name}: every BULK_P2P configuration was NOT-APPLICABLE ({skipped})");
         }
     }
 

@@ -162,7 +162,7 @@ fn batched_and_small_gemvs_match_twins() -> Ran {
 fn moe_join_and_residual_kernels_match_twins() -> Ran {
     let mut rng = Rng(37);
     let mut cases = Vec::new();
-    for (k, width) in [(8, 4096), (2, 1024), (1, 5)] {
+    for (k, width) in [(8, 4096), (2, 1024), (1, 5), (16, 300)] {
         let mut c = Case::new(format!("combine_shared k {k} width {width}"));
         let (y, w) = (c.buf(rng.vec((k + 1) * width, 5.0)), c.buf(rng.vec(k, 1.0)));
         let out = c.out(2 * width);
@@ -177,13 +177,16 @@ fn moe_join_and_residual_kernels_match_twins() -> Ran {
         let out = c.out(2 * width);
         c.ops.push(Op::CombineScaled { route, y, w, macros, out });
         cases.push(c);
-        let mut c = Case::new(format!("fold_combine k {k} width {width}"));
-        let (n_parts, pitch) = (2, 2 * width + 3);
-        let parts = c.buf(rng.vec(k * pitch + n_parts * width, 4.0));
-        let w = c.buf(rng.vec(k, 1.0));
-        let out = c.out(2 * width);
-        c.ops.push(Op::FoldCombine { parts, pitch, n_parts, w, out });
-        cases.push(c);
+        // (k + 1) · n_parts values per element: one load batch of the kernel (≤ 32) or several.
+        for n_parts in [1, 2, 3] {
+            let mut c = Case::new(format!("fold_combine k {k} parts {n_parts} width {width}"));
+            let pitch = n_parts * width + 3;
+            let parts = c.buf(rng.vec(k * pitch + n_parts * width, 4.0));
+            let w = c.buf(rng.vec(k, 1.0));
+            let out = c.out(2 * width);
+            c.ops.push(Op::FoldCombine { parts, pitch, n_parts, w, out });
+            cases.push(c);
+        }
         let mut c = Case::new(format!("residual_add {width}"));
         let (h, a, b) = (c.buf(rng.vec(width, 9.0)), c.buf(rng.vec(width, 3.0)), c.buf(rng.vec(width, 3.0)));
         let (sum, out) = (c.out(width), c.out(width));

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# 2026-12-04 (second session), one call: an A/B of three builds of the block-per-lane E4M3 kernels
+# carried side by side (target-gpu/memra-gates-v0|v1|v2; issue 27):
+#   v0 x staged one value per load (the kernels that landed), v1 staged by batched loads and, in the
+#   dense GEMV only, each thread's first pair of codes read before the staging, v2 batched staging
+#   only (v2 = docs/gpu/2026-12-04-staging/v2-batched-staging.patch on the landed kernels; v1 also
+#   reads the first pair before the staging in gemv_bpl). bench b1 interleaved (v0 v1 v2, twice), b8 once each, ncu of v0 and v2, and the GPU
+#   modules against the twins with the test binary of v2.
+set -uo pipefail
+source scripts/gpu/libs.sh
+gpu_call staging-ab
+gpu_tools
+steps_start "${FINAL_DEADLINE:-420}"
+for round in 1 2; do
+  for v in v0 v1 v2; do
+    n=b1-$v-$round; step $n 30 target-gpu/memra-gates-$v bench --backend cuda --preset step --layers 2 --graph --no-torch --batch 1 --out /tmp/$n
+    echo "$n: $(grep -E '^[01] ' /tmp/$n.log | awk 'NF==7 {printf "L%s exp %s qkv %s; ", $1, $6, $5} NF==5 {printf "L%s gated %s; ", $1, $3}')"
+  done
+done
+for v in v0 v1 v2; do
+  n=b8-$v; step $n 30 target-gpu/memra-gates-$v bench --backend cuda --preset step --layers 2 --graph --no-torch --batch 8 --out /tmp/$n
+  echo "$n: $(grep -E '^[01] ' /tmp/$n.log | awk 'NF==7 {printf "L%s exp %s; ", $1, $6} NF==5 {printf "L%s gated %s; ", $1, $3}')"
+done
+for m in cuda_kernels:: cuda_step:: cuda_lane_grid::; do
+  n=gpu_${m//:/}; step $n 60 $T --test-threads=1 $m
+  grep -E "^test result" /tmp/$n.log; grep -E "panicked" -A6 /tmp/$n.log | head -14
+done
+if [ -n "$NCU" ]; then
+  for v in v0 v2; do
+    step ncu-$v 40 $NCU --metrics gpu__time_duration.sum --csv --launch-skip 200 --launch-count 80 target-gpu/memra-gates-$v bench --backend cuda --preset step --layers 2 --batch 1 --no-torch --out /tmp/ncubench-$v
+    cp /tmp/ncu-$v.log $OUT/ncu-b1-$v.csv
+    echo "ncu $v:"; ncu_means /tmp/ncu-$v.log
+  done
+fi
+tar czf $OUT/staging-ab.tgz -C /tmp $(cd /tmp && ls *.log 2>/dev/null) 2>/dev/null
+echo "done in $(( $(date +%s)-STEPS_START ))s"
