@@ -1,7 +1,7 @@
-// What would an FMA lane order buy the E4M3 expert GEMV? (issue 27; docs/gpu/2026-12-04-fma/)
+// What would an FMA lane order buy the E4M3 expert GEMV? (issue 27; docs/gpu/2026-12-04-staging/)
 //
 // The canonical dot32 (docs/DESIGN.md §3.4 step 1) rounds each product and then each sum: per code
-// one FMUL and one FADD. DESIGN §3.4 would allow a new canonical order with an explicit fused
+// one FMUL and one FADD. docs/DESIGN.md §3.4 would allow a new canonical order with an explicit fused
 // multiply-add on both sides (the host twin's `mul_add`, the device's `__fmaf_rn`), one FFMA per
 // code. This microbenchmark times the shipped block-per-lane kernel (`gemv_bpl`, rows mode, from
 // kernels/cuda/gemv.cu) against the same kernel with `v = fma(d, x, v)` lane sums, at the `step`
@@ -114,7 +114,7 @@ static u8 rand_code(unsigned& s) {
     }
 }
 
-// Host evaluation of one row in either order (the canonical E4M3 row, §3.4 step 7).
+// Host evaluation of one row in either order (the canonical E4M3 row, docs/DESIGN.md §3.4 step 7).
 static float lut[256];
 
 static float host_row(const std::vector<u8>& rm, const std::vector<float>& sc, const std::vector<float>& x, int r,
