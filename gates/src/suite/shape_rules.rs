@@ -5,9 +5,9 @@
 //!
 //! - STEP_EP at a TP size that does not divide the routed experts' down-projection K-blocks: the
 //!   routed experts are expert-parallel already (the `edge` model at TP4 and TP8).
-//! - BULK_P2P where no two consecutive slots are TP-sharded (routed experts expert-parallel by G,
-//!   or NVFP4 banks, which always run whole — a registry conflict too): each rank has at most one block per
-//!   join to move, so there is nothing to pack.
+//! - BULK_P2P where no two consecutive slots are TP-sharded: each rank has at most one block per
+//!   join to move, so there is nothing to pack. (NVFP4 banks always run whole on their owners:
+//!   that is a registry conflict of BULK_P2P with both NVFP4 doors, not a rule here.)
 //! - MOE_DIRECT with NVFP4_EP2 at TP2 where the shared expert's down projection is whole on rank 0
 //!   (its K-blocks not divisible by the TP size; the `edge` model): MOE_DIRECT stores TP-sharded
 //!   down partials and expert-parallel owners' slots at the root
@@ -68,8 +68,7 @@ pub(super) fn not_applicable(job: &Job, c: &ModelConfig) -> Option<String> {
         ));
     }
     let g_r = canonical_kblocks(WeightFormat::E4m3, c.expert_width).ok()?;
-    // NVFP4 banks run whole on their owners whatever G is (`program/placement.rs`).
-    let routed_sharded = g_r % job.tp == 0 && !job.doors.nvfp4_banks();
+    let routed_sharded = g_r % job.tp == 0;
     if job.doors.step_ep && !routed_sharded {
         return Some(format!(
             "the model's routed experts are expert-parallel at TP{} already (their down projection has {g_r} canonical \
