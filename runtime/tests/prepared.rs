@@ -1,8 +1,9 @@
 //! Weights placed once and run many times (docs/DESIGN.md §8): a run on a prepared, rewound
-//! backend gives the record of a run on a fresh one — digests, tokens, logits, engagement and
-//! captures — whatever ran on it before; the pool prepares each (backend, options, layout) once;
+//! backend gives the record of a run on a fresh one — digests, tokens, logits, engagement, census,
+//! captures and copies — whatever ran on it before; the pool prepares each (backend, options, layout) once;
 //! and the refusals: another layout, another model, a backend that cannot rewind.
 
+use crate::same_record::assert_same_record;
 use memra_runtime::backend::dist::memory::{MemoryHub, MemoryMover};
 use memra_runtime::backend::dist::{DistBackend, ProcessLayout, ProcessSpec};
 use memra_runtime::backend::host::HostBackend;
@@ -51,16 +52,6 @@ fn fresh(cfg: &RunConfig) -> Record {
     program::run(tiny(), cfg, &mut b).unwrap()
 }
 
-/// Everything a gate reads (timings aside).
-fn assert_same(what: &str, got: &Record, want: &Record) {
-    assert_eq!(got.digests, want.digests, "{what}: digests");
-    assert_eq!(got.tokens, want.tokens, "{what}: tokens");
-    let bits = |r: &Record| r.top2.iter().flatten().map(|(a, b)| (a.to_bits(), b.to_bits())).collect::<Vec<_>>();
-    assert_eq!(bits(got), bits(want), "{what}: top-2 logits");
-    assert_eq!(got.engaged, want.engaged, "{what}: engagement counters");
-    assert_eq!(got.captures, want.captures, "{what}: captures");
-}
-
 #[test]
 fn pooled_runs_equal_fresh_runs_whatever_ran_before() {
     let pool = Pool::new(Budget { host_bytes: u64::MAX, device_bytes: 0, max_idle: 32 });
@@ -71,7 +62,7 @@ fn pooled_runs_equal_fresh_runs_whatever_ran_before() {
     for i in order {
         let (name, cfg) = &cfgs[i];
         let (got, times) = pool.run(tiny(), cfg, BackendKind::Host, &OpenOptions::default()).unwrap();
-        assert_same(name, &got, &want[i]);
+        assert_same_record(name, &got, &want[i]);
         assert!(times.run_ms > 0.0, "{name}: the run was timed");
     }
     let layouts: std::collections::HashSet<Layout> = cfgs.iter().map(|(_, c)| Layout::of(c)).collect();
@@ -120,7 +111,7 @@ fn another_layout_model_or_a_backend_that_cannot_rewind_is_refused() {
     let mut d = DistBackend::new(layout, HostBackend::new(2).unwrap(), mover, None).unwrap();
     let prepared = program::prepare(tiny(), Layout::of(&cfg), &mut d).unwrap();
     let first = program::run_prepared(tiny(), &cfg, &mut d, &prepared).unwrap();
-    assert_same("distributed, one process", &first, &fresh(&cfg));
+    assert_same_record("distributed, one process", &first, &fresh(&cfg));
     let e = program::run_prepared(tiny(), &cfg, &mut d, &prepared).unwrap_err().to_string();
     assert!(e.contains("cannot rewind"), "{e}");
 }

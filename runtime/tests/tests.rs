@@ -4,6 +4,8 @@
 
 #[path = "support/edge_fixture.rs"]
 mod edge_fixture;
+#[path = "support/same_record.rs"]
+mod same_record;
 #[path = "support/segments.rs"]
 mod segments;
 

@@ -69,35 +69,28 @@ impl Suite<'_> {
         // banks): the baseline takes the storage its own doors imply.
         let format = if off.nvfp4_banks() { ExpertFormat::Nvfp4 } else { ExpertFormat::E4m3 };
         let key = key(job, off, &decl.off_vars, format, forced, capture);
-        if let Some(c) = self.census_baselines.lock().expect("census baseline lock").get(&key) {
-            return c.clone();
-        }
-        let spec = RunSpec {
-            backend: job.backend,
-            tp: job.tp,
-            transport: job.transport,
-            // The census of a pass of several lanes is compared with the same shape's.
-            pass: job.pass,
-            doors: off,
-            door_vars: decl.off_vars.clone(),
-            format,
-            forced,
-            capture: capture.to_vec(),
-        };
-        let c = self.subject_as(Phase::Oracle, spec).map(without_captures).map_err(|e| e.to_string());
-        self.census_baselines.lock().expect("census baseline lock").insert(key, c.clone());
-        c
+        self.census_baselines.get_or_compute(key, || {
+            let spec = RunSpec {
+                backend: job.backend,
+                tp: job.tp,
+                transport: job.transport,
+                // The census of a pass of several lanes is compared with the same shape's.
+                pass: job.pass,
+                doors: off,
+                door_vars: decl.off_vars.clone(),
+                format,
+                forced,
+                capture: capture.to_vec(),
+            };
+            self.subject_as(Phase::Oracle, spec).map(without_captures).map_err(|e| e.to_string())
+        })
     }
 
     /// Keep the census of `run`, the job's gated run (made with `forced` and `capture`), as the
     /// census baseline of its own configuration.
     pub(super) fn keep_census(&self, job: &Job, run: &Record, forced: Option<&Record>, capture: &[CaptureKey]) {
         let key = key(job, job.doors, &job.doors_env, super::format_of(job), forced, capture);
-        self.census_baselines
-            .lock()
-            .expect("census baseline lock")
-            .entry(key)
-            .or_insert_with(|| Ok(without_captures(run.clone())));
+        self.census_baselines.offer(key, || Ok(without_captures(run.clone())));
     }
 
     /// The engagement gate of `run` (the job's gated run, made with `forced` and `capture`).

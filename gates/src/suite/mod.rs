@@ -18,6 +18,7 @@ mod census;
 mod determinism;
 mod evaluate;
 mod locate;
+mod memo;
 mod phases;
 mod probe;
 mod reference;
@@ -71,7 +72,7 @@ pub struct Suite<'a> {
     cuda_baseline: Mutex<Option<Result<Record, String>>>,
     /// NUMERIC-CLASS class baselines: (door variables, backend) → the door set's teacher-forced
     /// record at its baseline TP and transport.
-    class_baselines: Mutex<HashMap<ClassKey, Result<Record, String>>>,
+    class_baselines: memo::Memo<ClassKey, Result<Record, String>>,
     /// The oracle with full captures of prompt 0 (error budgets), per expert format.
     oracle_captured: Mutex<HashMap<ExpertFormat, Record>>,
     /// The canonical program on NVFP4 expert banks (the oracle of NVFP4 doors).
@@ -81,7 +82,7 @@ pub struct Suite<'a> {
     probes: Mutex<ProbeCache>,
     /// The run of each configuration with a door off, captures dropped: the door's census and
     /// identity baseline (`census`).
-    census_baselines: Mutex<HashMap<census::BaselineKey, Result<Record, String>>>,
+    census_baselines: memo::Memo<census::BaselineKey, Result<Record, String>>,
     /// The f64 reference check of the oracle record, once per suite (`reference`).
     reference: Mutex<Option<gate::Outcome>>,
     /// Milliseconds the host oracle took (receipts' `phase_plan_oracle_ms`).
@@ -130,11 +131,11 @@ impl<'a> Suite<'a> {
             opts,
             oracle,
             cuda_baseline: Mutex::new(None),
-            class_baselines: Mutex::new(HashMap::new()),
+            class_baselines: memo::Memo::new(),
             oracle_captured: Mutex::new(HashMap::new()),
             nvfp4_oracle: Mutex::new(None),
             probes: Mutex::new(HashMap::new()),
-            census_baselines: Mutex::new(HashMap::new()),
+            census_baselines: memo::Memo::new(),
             reference: Mutex::new(None),
         })
     }
@@ -179,26 +180,22 @@ impl<'a> Suite<'a> {
     }
 
     fn class_baseline(&self, job: &Job, oracle: &Record) -> Result<Record, String> {
-        let key = Self::class_key(job);
-        if let Some(r) = self.class_baselines.lock().expect("baseline lock").get(&key) {
-            return r.clone();
-        }
-        let spec = RunSpec {
-            backend: job.backend,
-            tp: job.baseline_tp,
-            transport: job.baseline_transport,
-            doors: job.doors,
-            door_vars: job.doors_env.clone(),
-            format: format_of(job),
-            forced: Some(oracle),
-            capture: vec![],
-            // The class baseline is the door set's single-token fresh tape: a run of several
-            // rows or columns must equal it (batch invariance, verify = decode).
-            pass: memra_runtime::PassShape::SINGLE,
-        };
-        let r = self.subject_as(Phase::Oracle, spec).map_err(|e| e.to_string());
-        self.class_baselines.lock().expect("baseline lock").insert(key, r.clone());
-        r
+        self.class_baselines.get_or_compute(Self::class_key(job), || {
+            let spec = RunSpec {
+                backend: job.backend,
+                tp: job.baseline_tp,
+                transport: job.baseline_transport,
+                doors: job.doors,
+                door_vars: job.doors_env.clone(),
+                format: format_of(job),
+                forced: Some(oracle),
+                capture: vec![],
+                // The class baseline is the door set's single-token fresh tape: a run of several
+                // rows or columns must equal it (batch invariance, verify = decode).
+                pass: memra_runtime::PassShape::SINGLE,
+            };
+            self.subject_as(Phase::Oracle, spec).map_err(|e| e.to_string())
+        })
     }
 
     /// A class baseline job's own first run IS the class baseline (the same configuration, forced
@@ -207,7 +204,7 @@ impl<'a> Suite<'a> {
     /// compares the record with itself.)
     fn keep_class_baseline(&self, job: &Job, first: &Record) {
         if job.is_class_baseline() {
-            self.class_baselines.lock().expect("baseline lock").entry(Self::class_key(job)).or_insert_with(|| {
+            self.class_baselines.offer(Self::class_key(job), || {
                 let mut r = first.clone();
                 r.captures.clear();
                 Ok(r)

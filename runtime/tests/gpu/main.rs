@@ -12,6 +12,8 @@
 #[path = "../support/edge_fixture.rs"]
 mod edge_fixture;
 mod harness;
+#[path = "../support/same_record.rs"]
+mod same_record;
 #[path = "../support/segments.rs"]
 mod segments;
 
@@ -44,6 +46,7 @@ gpu_modules![
     cuda_doors29,
     cuda_ep_device29,
     cuda_down8,
+    cuda_threads,
     harness_checks
 ];
 
