@@ -9,10 +9,7 @@ source scripts/gpu/libs.sh
 gpu_call final-0412b
 gpu_tools
 steps_start "${FINAL_DEADLINE:-420}"
-for m in cuda_step:: cuda_lane_grid::; do
-  n=gpu_${m//:/}; step $n 60 $T --test-threads=1 $m
-  grep -E "^test result" /tmp/$n.log; grep -E "panicked" -A6 /tmp/$n.log | head -14
-done
+gpu_modules cuda_step:: cuda_lane_grid::
 if [ -n "$NCU" ]; then
   step ncu_detail 60 $NCU --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
     -k regex:expert_gate_up_f32 --launch-skip 4 --launch-count 1 $G bench --backend cuda --preset step --layers 2 --batch 1 --no-torch --out /tmp/ncudetail

@@ -11,15 +11,8 @@ steps_start "${FINAL_DEADLINE:-560}"
 build_fma_bench
 step fma_bench 60 /tmp/e4m3_fma
 cat /tmp/fma_bench.log
-for shape in "--batch 1" "--batch 8"; do
-  n=bench$(echo $shape | tr -d ' -'); step $n 40 $G bench --backend cuda --preset step --layers 2 --graph --no-torch $shape --out /tmp/$n
-  grep -E "^[01] |L0: .*per token|experts|overhead" /tmp/$n.log | head -10
-done
-if [ -n "$NCU" ]; then
-  step ncu 90 $NCU --metrics gpu__time_duration.sum --csv --launch-skip 200 --launch-count 80 $G bench --backend cuda --preset step --layers 2 --batch 1 --no-torch --out /tmp/ncubench
-  cp /tmp/ncu.log $OUT/ncu-b1.csv
-  ncu_means /tmp/ncu.log
-fi
+bench_b1_b8 "^[01] |L0: .*per token|experts|overhead"
+ncu_b1 ncu-b1 90
 step matrix_shard 100 bash scripts/gpu/matrixtime.sh 1 512 7 $G
 cat /tmp/matrix_shard.log
 tar czf $OUT/fma-bench.tgz -C /tmp $(cd /tmp && ls *.log 2>/dev/null) bench1 bench8 matrixtime 2>/dev/null

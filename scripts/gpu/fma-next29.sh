@@ -12,10 +12,7 @@ steps_start "${FINAL_DEADLINE:-570}"
 build_fma_bench
 step fma_bench 60 /tmp/e4m3_fma
 cat /tmp/fma_bench.log
-for m in norms moe_join_and_residual cuda_lane_grid cuda_down8; do
-  step "gpu_$m" 60 $T --test-threads=1 $m
-  grep -E "^test |^test result" /tmp/gpu_$m.log | tail -6; grep -E "panicked" -A6 /tmp/gpu_$m.log | head -14
-done
+gpu_modules norms moe_join_and_residual cuda_lane_grid cuda_down8
 step selftest 120 $G selftest --backend cuda --out /tmp/selftest
 grep -E "down8|selftest:" /tmp/selftest.log | head -12
 step single_tiny 200 $G run --matrix single --backend cuda --preset tiny --quiet --out /tmp/single-tiny

@@ -54,3 +54,31 @@ build_fma_bench() {
     -I kernels/cuda -o /tmp/e4m3_fma scripts/gpu/e4m3_fma_bench.cu
   tail -5 /tmp/fma_build.log
 }
+# `gpu_modules FILTER...`: the carried GPU test binary ($T) on each filter, one test thread, logged to
+# /tmp/gpu_<filter>.log; prints its result line and the first panics.
+gpu_modules() {
+  local m n
+  for m in "$@"; do
+    n=gpu_${m//:/}; step "$n" 60 "$T" --test-threads=1 "$m"
+    grep -E "^test result" "/tmp/$n.log"; grep -E "panicked" -A6 "/tmp/$n.log" | head -14
+  done
+}
+# `bench_b1_b8 [PATTERN]`: bench of the step layer (2 layers, --graph, no torch) with $G at --batch 1
+# and 8 into /tmp/bench1 and /tmp/bench8; prints the log lines matching PATTERN.
+bench_b1_b8() {
+  local pat="${1:-^[01] |L0: .*per token|overhead}" b
+  for b in 1 8; do
+    step "bench$b" 40 "$G" bench --backend cuda --preset step --layers 2 --graph --no-torch --batch "$b" --out "/tmp/bench$b"
+    grep -E "$pat" "/tmp/bench$b.log" | head -10
+  done
+}
+# `ncu_b1 NAME NEED_S [BIN]`: ncu's per-kernel time of one b1 bench of BIN ($G) into /tmp/NAME.log and
+# $OUT/NAME.csv, then the means per kernel (nothing without ncu; `gpu_tools` first).
+ncu_b1() {
+  local name=$1 need=$2 bin=${3:-$G}
+  [ -n "$NCU" ] || { echo "$name: no ncu on this machine"; return; }
+  step "$name" "$need" "$NCU" --metrics gpu__time_duration.sum --csv --launch-skip 200 --launch-count 80 "$bin" bench \
+    --backend cuda --preset step --layers 2 --batch 1 --no-torch --out "/tmp/$name-bench"
+  cp "/tmp/$name.log" "$OUT/$name.csv"
+  ncu_means "/tmp/$name.log"
+}

@@ -21,16 +21,9 @@ for v in v0 v1 v2; do
   n=b8-$v; step $n 30 target-gpu/memra-gates-$v bench --backend cuda --preset step --layers 2 --graph --no-torch --batch 8 --out /tmp/$n
   echo "$n: $(grep -E '^[01] ' /tmp/$n.log | awk 'NF==7 {printf "L%s exp %s; ", $1, $6} NF==5 {printf "L%s gated %s; ", $1, $3}')"
 done
-for m in cuda_kernels:: cuda_step:: cuda_lane_grid::; do
-  n=gpu_${m//:/}; step $n 60 $T --test-threads=1 $m
-  grep -E "^test result" /tmp/$n.log; grep -E "panicked" -A6 /tmp/$n.log | head -14
+gpu_modules cuda_kernels:: cuda_step:: cuda_lane_grid::
+for v in v0 v2; do
+  echo "ncu $v:"; ncu_b1 "ncu-b1-$v" 40 "target-gpu/memra-gates-$v"
 done
-if [ -n "$NCU" ]; then
-  for v in v0 v2; do
-    step ncu-$v 40 $NCU --metrics gpu__time_duration.sum --csv --launch-skip 200 --launch-count 80 target-gpu/memra-gates-$v bench --backend cuda --preset step --layers 2 --batch 1 --no-torch --out /tmp/ncubench-$v
-    cp /tmp/ncu-$v.log $OUT/ncu-b1-$v.csv
-    echo "ncu $v:"; ncu_means /tmp/ncu-$v.log
-  done
-fi
 tar czf $OUT/staging-ab.tgz -C /tmp $(cd /tmp && ls *.log 2>/dev/null) 2>/dev/null
 echo "done in $(( $(date +%s)-STEPS_START ))s"

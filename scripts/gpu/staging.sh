@@ -10,23 +10,13 @@ source scripts/gpu/libs.sh
 gpu_call staging
 gpu_tools
 steps_start "${FINAL_DEADLINE:-500}"
-for m in cuda_kernels:: cuda_step:: cuda_lane_grid:: cuda_lanes::; do
-  n=gpu_${m//:/}; step $n 60 $T --test-threads=1 $m
-  grep -E "^test result" /tmp/$n.log; grep -E "panicked" -A6 /tmp/$n.log | head -14
-done
+gpu_modules cuda_kernels:: cuda_step:: cuda_lane_grid:: cuda_lanes::
 step run_default 90 $G run --backend cuda --quiet --out /tmp/run-default
 tail -1 /tmp/run_default.log
 build_fma_bench
 step fma_bench 30 /tmp/e4m3_fma
 cat /tmp/fma_bench.log
-for shape in "--batch 1" "--batch 8"; do
-  n=bench$(echo $shape | tr -d ' -'); step $n 40 $G bench --backend cuda --preset step --layers 2 --graph --no-torch $shape --out /tmp/$n
-  grep -E "^[01] |L0: .*per token|overhead" /tmp/$n.log | head -10
-done
-if [ -n "$NCU" ]; then
-  step ncu 60 $NCU --metrics gpu__time_duration.sum --csv --launch-skip 200 --launch-count 80 $G bench --backend cuda --preset step --layers 2 --batch 1 --no-torch --out /tmp/ncubench
-  cp /tmp/ncu.log $OUT/ncu-b1.csv
-  ncu_means /tmp/ncu.log
-fi
+bench_b1_b8
+ncu_b1 ncu-b1 60
 tar czf $OUT/staging.tgz -C /tmp $(cd /tmp && ls *.log 2>/dev/null) bench1 bench8 2>/dev/null
 echo "done in $(( $(date +%s)-STEPS_START ))s"
