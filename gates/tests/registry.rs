@@ -1075,3 +1075,37 @@ fn default_on_doors_must_run_in_the_oracle_configuration() {
             .default
     );
 }
+
+/// `matrix --explain`'s count of the runs a plan needs beyond its jobs' own: a BIT-IDENTICAL
+/// door's door-off run is the smaller configuration's own run (shared), a NUMERIC door's is not
+/// (the job is teacher-forced with prompt 0 captured, the door-free set runs free), a NUMERIC set
+/// with another door off is the smaller NUMERIC job's own run (shared), and a plan without the
+/// smaller configuration must run it as a baseline.
+#[test]
+fn a_plan_counts_the_census_baselines_no_job_of_it_provides() {
+    use memra_gating::plan::jobs_of;
+    use memra_gating::suite::unshared_baselines;
+    let r = reg();
+    let all = enumerate(&r, &MatrixKind::All, &[2], &[Transport::HostBounce], &[BackendKind::Host]).unwrap();
+    let pick = |sets: &[&[&str]]| {
+        let wanted: Vec<BTreeSet<String>> = sets.iter().map(|s| set(s)).collect();
+        let legal: Vec<Configuration> =
+            all.legal.iter().filter(|c| c.batch == 1 && c.columns == 1 && wanted.contains(&c.doors)).cloned().collect();
+        assert_eq!(legal.len(), sets.len(), "each door set is legal at TP2 host-bounce on the host");
+        MatrixPlan { legal, excluded: vec![], not_applicable: vec![], smallest_sets_only: false, pass_notes: vec![] }
+    };
+    let unshared =
+        |sets: &[&[&str]]| unshared_baselines(&jobs_of(&r, &pick(sets), &DoorRequest::default(), 1, None).unwrap());
+    assert_eq!(unshared(&[&[], &["f32_mirror"]]), 0, "f32_mirror off is the base configuration's own run");
+    assert_eq!(unshared(&[&[], &["w8"]]), 1, "w8 off, forced and captured, is no job's run");
+    assert_eq!(
+        unshared(&[&[], &["f32_mirror"], &["w8"], &["f32_mirror", "w8"]]),
+        2,
+        "w8 off twice, f32_mirror off shared"
+    );
+    assert_eq!(
+        unshared(&[&["f32_mirror"], &["w8"], &["f32_mirror", "w8"]]),
+        3,
+        "and the base set, now outside the plan"
+    );
+}

@@ -210,6 +210,31 @@ __device__ __forceinline__ void expert_gate_up_slots(const ExpertEntry* table, i
     }
 }
 
+// expert_gate_up_f32 for a group whose every gate and up matrix is E4M3 in the block-per-lane
+// layout (the runtime picks it then; anything else traps): the same blocks, pairs and folds, so
+// the same bits, without the warp-task path, whose registers bound the general kernel to 80 per
+// thread and 3 blocks per SM. This one runs 4 blocks per SM in 64 registers, no spill: more code
+// loads in flight per SM — the experts seam 0.92× at b1, 0.86× at b8 (docs/gpu/2026-12-04-bplonly/;
+// 5 blocks per SM in 48 registers measured 0.91× and 0.81× but has not been through the GPU tests).
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 4)
+    expert_gate_up_bpl_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k,
+                           int first_slot, const float* x, int mode, float limit, float* act, int act_pitch, int rpb,
+                           const LanePitch lp) {
+    const int slot = (int)blockIdx.y / lp.lanes;
+    const int ln = (int)blockIdx.y - slot * lp.lanes;
+    ids = LANE_AT(ids, lp, 0, ln);
+    x = LANE_AT(x, lp, 1, ln);
+    act = LANE_AT(act, lp, 2, ln);
+    const int e = slot_entry_c(ids, k, experts, first_slot + slot);
+    if (e < 0 || e >= n_entries) return;  // block-uniform
+    const ExpertEntry& en = table[e];
+    if (en.gate == 0ull) return;
+    const int r_first = blockIdx.x * rpb;
+    if (r_first >= en.rows) return;
+    if (en.fmt != FMT_E4M3 || en.gate_vec != E4M3_BPL || en.up_vec != E4M3_BPL) __trap();
+    expert_gate_up_bpl<false>(en, x, mode, limit, act + (size_t)slot * act_pitch, nullptr, r_first, rpb);
+}
+
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     expert_gate_up_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
                        const float* x, int mode, float limit, float* act, int act_pitch, int rpb,
@@ -389,4 +414,27 @@ extern "C" __global__ void combine_owned_f32(const float* ids, int k, u32 o_expe
         }
         out[i] = acc;
     }
+}
+
+// expert_down_f32 for a group whose every down matrix is E4M3 in the block-per-lane layout (the
+// runtime picks it then; anything else traps): the same blocks and partials, so the same bits,
+// without the warp-task path's registers (as expert_gate_up_bpl_f32: 64 registers, 4 blocks per SM).
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 4)
+    expert_down_bpl_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
+                        const float* act, int act_pitch, float* out, int out_pitch, int rpb, const LanePitch lp) {
+    const int slot = (int)blockIdx.y / lp.lanes;
+    const int ln = (int)blockIdx.y - slot * lp.lanes;
+    ids = LANE_AT(ids, lp, 0, ln);
+    act = LANE_AT(act, lp, 1, ln);
+    out = LANE_AT(out, lp, 2, ln);
+    const int e = slot_entry_c(ids, k, experts, first_slot + slot);
+    if (e < 0 || e >= n_entries) return;
+    const ExpertEntry& en = table[e];
+    if (en.down == 0ull) return;
+    const int r_first = blockIdx.x * rpb;
+    if (r_first >= en.down_rows) return;
+    if (en.fmt != FMT_E4M3 || en.down_vec != E4M3_BPL) __trap();
+    gemv_bpl<true>(reinterpret_cast<const u8*>(en.down), reinterpret_cast<const float*>(en.down_scales), 0,
+                   act + (size_t)slot * act_pitch, out + (size_t)slot * out_pitch, en.down_rows, en.down_cols,
+                   en.down_kw, rpb, blockIdx.x);
 }

@@ -136,8 +136,10 @@ pub const KERNEL_NAMES: &[&str] = &[
     "gemv_partials_lanes_f32",
     // experts.cu
     "expert_gate_up_f32",
+    "expert_gate_up_bpl_f32",
     "expert_gate_up_rows_f32",
     "expert_down_f32",
+    "expert_down_bpl_f32",
     "fold_slots_f32",
     "fold_combine_f32",
     "select_slots_f32",

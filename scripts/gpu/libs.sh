@@ -82,3 +82,8 @@ ncu_b1() {
   cp "/tmp/$name.log" "$OUT/$name.csv"
   ncu_means "/tmp/$name.log"
 }
+# `bench_summary LOG`: one line from a bench log of `--layers 2`: per layer the experts and qkv seams
+# (µs / floor µs), then each layer's gated latency.
+bench_summary() {
+  grep -E '^[01] ' "$1" | awk 'NF==7 {printf "L%s exp %s qkv %s; ", $1, $6, $5} NF==5 {printf "L%s gated %s; ", $1, $3}'
+}

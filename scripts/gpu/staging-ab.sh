@@ -14,7 +14,7 @@ steps_start "${FINAL_DEADLINE:-420}"
 for round in 1 2; do
   for v in v0 v1 v2; do
     n=b1-$v-$round; step $n 30 target-gpu/memra-gates-$v bench --backend cuda --preset step --layers 2 --graph --no-torch --batch 1 --out /tmp/$n
-    echo "$n: $(grep -E '^[01] ' /tmp/$n.log | awk 'NF==7 {printf "L%s exp %s qkv %s; ", $1, $6, $5} NF==5 {printf "L%s gated %s; ", $1, $3}')"
+    echo "$n: $(bench_summary /tmp/$n.log)"
   done
 done
 for v in v0 v1 v2; do

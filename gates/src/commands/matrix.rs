@@ -58,6 +58,14 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
     );
     if args.explain {
         crate::say!("{}", plan.explain());
+        let jobs = plan::jobs_of(&registry, &plan, &request, 1, None)?;
+        let runnable = jobs.iter().filter(|j| j.not_run.is_none()).count();
+        let baselines = crate::suite::unshared_baselines(&jobs);
+        crate::say!(
+            "runs on one model: {runnable} configuration(s) × 2 (the determinism gate's second run) + at least \
+             {baselines} census baseline(s) that no configuration's own run provides = {}",
+            2 * runnable + baselines
+        );
         crate::say!("{}", super::matrix_estimate::explain(&registry, &plan.legal, &args.history)?);
     }
     Ok(Status::Passed)

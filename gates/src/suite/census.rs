@@ -20,19 +20,32 @@ use memra_runtime::{DoorSet, ExpertFormat, PassShape, Transport};
 /// of its run specification, so one key is one run.
 /// The door variables are part of the key: an external subject's doors have no field in the
 /// built-in runtime's door values.
-pub(super) type BaselineKey = (
-    BackendKind,
-    usize,
-    Transport,
-    PassShape,
-    DoorSet,
-    Vec<String>,
-    ExpertFormat,
-    Option<Vec<Vec<u32>>>,
-    Vec<CaptureKey>,
-);
+pub(super) type BaselineKey = KeyOf<Vec<Vec<u32>>, Vec<CaptureKey>>;
 
-fn key(
+/// A baseline key with the tape and the captures as `T` and `C`: the tokens and capture keys in a
+/// run ([`BaselineKey`]); in a plan, before any run, what decides them — the oracle a NUMERIC job
+/// is forced with (its expert format) and whether prompt 0 is captured ([`PlanKey`]).
+type KeyOf<T, C> = (BackendKind, usize, Transport, PassShape, DoorSet, Vec<String>, ExpertFormat, Option<T>, C);
+
+/// [`BaselineKey`] as a plan knows it: a NUMERIC job is forced with the tokens of the oracle of
+/// its expert format and captures all of prompt 0, every other job neither, so two plan keys are
+/// equal exactly when the two runs' keys will be.
+type PlanKey = KeyOf<ExpertFormat, bool>;
+
+fn key<T, C>(
+    job: &Job,
+    doors: DoorSet,
+    vars: &std::collections::BTreeMap<String, bool>,
+    format: ExpertFormat,
+    forced: Option<T>,
+    capture: C,
+) -> KeyOf<T, C> {
+    let vars = vars.iter().filter(|(_, on)| **on).map(|(v, _)| v.clone()).collect();
+    (job.backend, job.tp, job.transport, job.pass, doors, vars, format, forced, capture)
+}
+
+/// The key of a run made with `forced` and `capture` (what [`BaselineKey`] holds of them).
+fn run_key(
     job: &Job,
     doors: DoorSet,
     vars: &std::collections::BTreeMap<String, bool>,
@@ -40,18 +53,36 @@ fn key(
     forced: Option<&Record>,
     capture: &[CaptureKey],
 ) -> BaselineKey {
-    let vars = vars.iter().filter(|(_, on)| **on).map(|(v, _)| v.clone()).collect();
-    (
-        job.backend,
-        job.tp,
-        job.transport,
-        job.pass,
-        doors,
-        vars,
-        format,
-        forced.map(|r| r.tokens.clone()),
-        capture.to_vec(),
-    )
+    key(job, doors, vars, format, forced.map(|r| r.tokens.clone()), capture.to_vec())
+}
+
+/// The expert format a door set's banks take (NVFP4_EP2 and NVFP4_DEV_ROUTES imply NVFP4).
+pub(super) fn format_of_doors(doors: DoorSet) -> ExpertFormat {
+    if doors.nvfp4_banks() {
+        ExpertFormat::Nvfp4
+    } else {
+        ExpertFormat::E4m3
+    }
+}
+
+/// The runs a whole plan needs beyond its jobs' own two each: the census baselines that no job's
+/// own gated run provides (a NUMERIC door switched off can leave a set whose own run is not
+/// teacher-forced, or a set no job of the plan has). A lower bound of a real run: a baseline
+/// asked for before the job that provides it has run is run twice.
+pub fn unshared_baselines(jobs: &[Job]) -> usize {
+    let numeric = |j: &Job| matches!(j.class, crate::job::JobClass::Numeric { .. });
+    let plan_key = |j: &Job, doors: DoorSet, vars, format| -> PlanKey {
+        let n = numeric(j);
+        key(j, doors, vars, format, n.then(|| super::format_of(j)), n)
+    };
+    let runnable: Vec<&Job> = jobs.iter().filter(|j| j.not_run.is_none()).collect();
+    let provided: std::collections::HashSet<PlanKey> =
+        runnable.iter().map(|j| plan_key(j, j.doors, &j.doors_env, format_of_doors(j.doors))).collect();
+    let needed: std::collections::HashSet<PlanKey> = runnable
+        .iter()
+        .flat_map(|j| j.census.iter().map(move |d| plan_key(j, d.off, &d.off_vars, format_of_doors(d.off))))
+        .collect();
+    needed.difference(&provided).count()
 }
 
 impl Suite<'_> {
@@ -67,8 +98,8 @@ impl Suite<'_> {
         let off = decl.off;
         // The expert storage is part of the door (NVFP4_EP2 and NVFP4_DEV_ROUTES imply NVFP4
         // banks): the baseline takes the storage its own doors imply.
-        let format = if off.nvfp4_banks() { ExpertFormat::Nvfp4 } else { ExpertFormat::E4m3 };
-        let key = key(job, off, &decl.off_vars, format, forced, capture);
+        let format = format_of_doors(off);
+        let key = run_key(job, off, &decl.off_vars, format, forced, capture);
         self.census_baselines.get_or_compute(key, || {
             let spec = RunSpec {
                 backend: job.backend,
@@ -89,7 +120,7 @@ impl Suite<'_> {
     /// Keep the census of `run`, the job's gated run (made with `forced` and `capture`), as the
     /// census baseline of its own configuration.
     pub(super) fn keep_census(&self, job: &Job, run: &Record, forced: Option<&Record>, capture: &[CaptureKey]) {
-        let key = key(job, job.doors, &job.doors_env, super::format_of(job), forced, capture);
+        let key = run_key(job, job.doors, &job.doors_env, super::format_of(job), forced, capture);
         self.census_baselines.offer(key, || Ok(without_captures(run.clone())));
     }
 
@@ -186,10 +217,11 @@ mod tests {
         let off_vars: BTreeMap<String, bool> = BTreeMap::from([("MEMRA_STEP_EP".to_string(), true)]);
         let (a, b) = (tape(3), tape(4));
         let cap = [CaptureKey { prompt: 0, step: 0, layer: 0, seam: memra_runtime::record::Seam::LAYER[0] }];
-        let asked =
-            |forced, capture: &[CaptureKey]| key(&superset, with_ep, &off_vars, ExpertFormat::E4m3, forced, capture);
+        let asked = |forced, capture: &[CaptureKey]| {
+            run_key(&superset, with_ep, &off_vars, ExpertFormat::E4m3, forced, capture)
+        };
         let own = |forced, capture: &[CaptureKey]| {
-            key(&subset, subset.doors, &subset.doors_env, ExpertFormat::E4m3, forced, capture)
+            run_key(&subset, subset.doors, &subset.doors_env, ExpertFormat::E4m3, forced, capture)
         };
         assert_eq!(asked(None, &[]), own(None, &[]));
         assert_eq!(asked(Some(&a), &cap), own(Some(&a), &cap));
@@ -198,13 +230,13 @@ mod tests {
         assert_ne!(asked(None, &[]), own(Some(&a), &[]), "a forced run is not a free one");
         assert_ne!(
             asked(None, &[]),
-            key(&subset, subset.doors, &subset.doors_env, ExpertFormat::Nvfp4, None, &[]),
+            run_key(&subset, subset.doors, &subset.doors_env, ExpertFormat::Nvfp4, None, &[]),
             "the expert storage is part of the run"
         );
         assert_ne!(asked(None, &[]), own_key_of(&superset), "the superset's own run is not its baseline");
     }
 
     fn own_key_of(j: &Job) -> BaselineKey {
-        key(j, j.doors, &j.doors_env, ExpertFormat::E4m3, None, &[])
+        run_key(j, j.doors, &j.doors_env, ExpertFormat::E4m3, None, &[])
     }
 }

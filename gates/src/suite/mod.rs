@@ -25,6 +25,7 @@ mod reference;
 mod schedule;
 mod shape_rules;
 
+pub use census::unshared_baselines;
 pub use phases::{Phase, PhaseTimes};
 pub use probe::probe_sizes;
 pub(crate) use reference::first_failure as reference_first_failure;
@@ -99,11 +100,7 @@ type ProbeCache = HashMap<(BackendKind, usize, Transport), Result<Vec<ProbeResul
 
 /// The expert format a job's doors imply (NVFP4_EP2 and NVFP4_DEV_ROUTES run on NVFP4 banks).
 fn format_of(job: &Job) -> ExpertFormat {
-    if job.doors.nvfp4_banks() {
-        ExpertFormat::Nvfp4
-    } else {
-        ExpertFormat::E4m3
-    }
+    census::format_of_doors(job.doors)
 }
 
 impl<'a> Suite<'a> {

@@ -25,7 +25,7 @@ use super::graph::Pass;
 use super::memory::{driver_err, PinnedBuffer};
 use super::safe::{self, Device, DevicePtr, HostSpan};
 use super::CudaBackend;
-use crate::backend::{probe_word, Packed, ProbeResult, Slice};
+use crate::backend::{Packed, ProbeResult, Slice};
 use crate::config::Transport;
 use crate::error::RuntimeError;
 use crate::Result;
@@ -388,31 +388,11 @@ impl CudaBackend {
     /// docs/DESIGN.md §3.5's byte-integrity probe: hashed pattern over a poisoned destination for every
     /// ordered pair and size; pairs without peer access are reported, not copied.
     pub(crate) fn probe_pairs(&mut self, transport: Transport, sizes_bytes: &[usize]) -> Result<Vec<ProbeResult>> {
-        const POISON: u32 = 0xDEAD_BEEF;
-        let n = self.ranks.len();
-        let mut out = Vec::new();
-        for &bytes in sizes_bytes {
-            let words = bytes / 4;
-            let bufs: Vec<u32> =
-                (0..n).map(|r| crate::backend::Backend::alloc(self, r, words)).collect::<Result<_>>()?;
-            for src in 0..n {
-                for dst in (0..n).filter(|d| *d != src) {
-                    if let Some(reason) = self.pair_unavailable(transport, src, dst) {
-                        out.push(ProbeResult { src, dst, bytes, bad_words: 0, no_peer_access: Some(reason) });
-                        continue;
-                    }
-                    let pattern: Vec<f32> = (0..words).map(|i| f32::from_bits(probe_word(src, dst, i))).collect();
-                    let (s, d) = (Slice::new(bufs[src], 0, words), Slice::new(bufs[dst], 0, words));
-                    crate::backend::Backend::write(self, src, s, &pattern)?;
-                    crate::backend::Backend::write(self, dst, d, &vec![f32::from_bits(POISON); words])?;
-                    self.copy_slices(transport, src, s, dst, d)?;
-                    let got = crate::backend::Backend::read(self, dst, d)?;
-                    let bad_words =
-                        got.iter().enumerate().filter(|(i, v)| v.to_bits() != probe_word(src, dst, *i)).count();
-                    out.push(ProbeResult { src, dst, bytes, bad_words, no_peer_access: None });
-                }
-            }
-        }
-        Ok(out)
+        crate::backend::probe::probe_ladder(
+            self,
+            sizes_bytes,
+            |b, src, dst| b.pair_unavailable(transport, src, dst),
+            |b, (src, s), (dst, d)| b.copy_slices(transport, src, s, dst, d),
+        )
     }
 }

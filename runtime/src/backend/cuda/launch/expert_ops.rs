@@ -49,26 +49,8 @@ impl CudaBackend {
                     }
                 };
                 let (lim, pitch) = (limit.unwrap_or(0.0), i32_of(what, "act pitch", act_pitch)?);
-                let (c, lane_p) = (self.on_lanes_y(c), self.lane_pitch());
-                launch!(
-                    self,
-                    rank,
-                    "expert_gate_up_f32",
-                    c,
-                    tp,
-                    ne,
-                    ex,
-                    rp,
-                    k,
-                    fs,
-                    xp,
-                    mode,
-                    lim,
-                    ap,
-                    pitch,
-                    rpb_i,
-                    lane_p
-                )
+                let (c, lane_p, kernel) = (self.on_lanes_y(c), self.lane_pitch(), g.gate_up_kernel);
+                launch!(self, rank, kernel, c, tp, ne, ex, rp, k, fs, xp, mode, lim, ap, pitch, rpb_i, lane_p)
             }
             Op::ExpertGateUpRows { group, route, first_slot, slots, x, gate, up, pitch } => {
                 let what = "expert_gate_up_rows";
@@ -139,8 +121,8 @@ impl CudaBackend {
                     return Ok(());
                 };
                 let (ap_i, op_i) = (i32_of(what, "act pitch", act_pitch)?, i32_of(what, "out pitch", out_pitch)?);
-                let (c, lane_p) = (self.on_lanes_y(c), self.lane_pitch());
-                launch!(self, rank, "expert_down_f32", c, tp, ne, ex, rp, k, fs, ap, ap_i, op_ptr, op_i, rpb_i, lane_p)
+                let (c, lane_p, kernel) = (self.on_lanes_y(c), self.lane_pitch(), g.down_kernel);
+                launch!(self, rank, kernel, c, tp, ne, ex, rp, k, fs, ap, ap_i, op_ptr, op_i, rpb_i, lane_p)
             }
             Op::FoldSlots { route, first_slot, slots, parts, parts_pitch, n_parts, owner, scales, out } => {
                 let what = "fold_slots";

@@ -54,6 +54,11 @@ pub(crate) struct DeviceGroup {
     pub(super) shared: Extents,
     /// Storage of the entries (census kernel names: `expert_gate_up.<format>`).
     pub format: &'static str,
+    /// The kernels of the gate/up and the down launches: the block-per-lane-only forms
+    /// (`expert_*_bpl_f32`, fewer registers, more blocks per SM) when every entry's matrices of
+    /// that kind are E4M3 block per lane, else the general ones. Same operations, same bits.
+    pub(super) gate_up_kernel: &'static str,
+    pub(super) down_kernel: &'static str,
 }
 
 impl DeviceGroup {
@@ -178,9 +183,10 @@ impl CudaBackend {
                 return Err(bad(e, format!("in_features {} differ from the group's {}", g.cols, cols.unwrap_or(0))));
             }
             let (nk, dnk) = (g.cols / g.kblock_width, d.cols / d.kblock_width);
-            let gu_bpl = g.vec == E4M3_BPL && u.vec == E4M3_BPL;
+            let e4m3 = fmt == FMT_E4M3;
+            let (gu_bpl, d_bpl) = (e4m3 && g.vec == E4M3_BPL && u.vec == E4M3_BPL, e4m3 && d.vec == E4M3_BPL);
             gu_layouts = (gu_layouts.0 || gu_bpl, gu_layouts.1 || !gu_bpl);
-            down_layouts = (down_layouts.0 || d.vec == E4M3_BPL, down_layouts.1 || d.vec != E4M3_BPL);
+            down_layouts = (down_layouts.0 || d_bpl, down_layouts.1 || !d_bpl);
             max_down_nb = max_down_nb.max(d.cols / 128);
             max_rows = max_rows.max(g.rows);
             max_nk = max_nk.max(nk);
@@ -230,8 +236,11 @@ impl CudaBackend {
         let format =
             entries.iter().flatten().find_map(|en| ws.get(en.gate as usize)).map_or("empty", |w| w.kind.suffix());
         let r = &mut self.ranks[rank];
+        let only_bpl = |layouts: (bool, bool)| layouts == (true, false);
         r.groups.push(DeviceGroup {
             format,
+            gate_up_kernel: if only_bpl(gu_layouts) { "expert_gate_up_bpl_f32" } else { "expert_gate_up_f32" },
+            down_kernel: if only_bpl(down_layouts) { "expert_down_bpl_f32" } else { "expert_down_f32" },
             table,
             n_entries: entries.len(),
             experts,
