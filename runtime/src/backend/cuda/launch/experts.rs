@@ -134,6 +134,17 @@ fn group_rows_per_block(op: &str, nk: usize, nb: usize, matrices: usize, (bpl, o
     })
 }
 
+/// The gate/up and down kernels of a group from its layouts per projection kind — (some entry is
+/// E4M3 block per lane, some entry is not): the block-per-lane-only forms where every entry is (they
+/// trap on any other entry), the general kernels otherwise (and for a group of no entries).
+fn group_kernels(gate_up: (bool, bool), down: (bool, bool)) -> (&'static str, &'static str) {
+    let only_bpl = |layouts: (bool, bool)| layouts == (true, false);
+    (
+        if only_bpl(gate_up) { "expert_gate_up_bpl_f32" } else { "expert_gate_up_f32" },
+        if only_bpl(down) { "expert_down_bpl_f32" } else { "expert_down_f32" },
+    )
+}
+
 /// Rows per block of a grouped GEMV with `nk` K-blocks (as `gemv`: ~32 tasks, within the fold slots).
 fn rows_per_block(op: &str, nk: usize) -> Result<usize> {
     if nk == 0 || nk > GEMV_MAX_TASKS {
@@ -236,11 +247,11 @@ impl CudaBackend {
         let format =
             entries.iter().flatten().find_map(|en| ws.get(en.gate as usize)).map_or("empty", |w| w.kind.suffix());
         let r = &mut self.ranks[rank];
-        let only_bpl = |layouts: (bool, bool)| layouts == (true, false);
+        let (gate_up_kernel, down_kernel) = group_kernels(gu_layouts, down_layouts);
         r.groups.push(DeviceGroup {
             format,
-            gate_up_kernel: if only_bpl(gu_layouts) { "expert_gate_up_bpl_f32" } else { "expert_gate_up_f32" },
-            down_kernel: if only_bpl(down_layouts) { "expert_down_bpl_f32" } else { "expert_down_f32" },
+            gate_up_kernel,
+            down_kernel,
             table,
             n_entries: entries.len(),
             experts,
@@ -286,5 +297,28 @@ impl CudaBackend {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_kernels;
+    use memra_kernels::sources::KERNEL_NAMES;
+
+    /// A block-per-lane-only kernel traps on any other entry, so it runs only where every entry of
+    /// the projection kind allows it; each kind is decided alone; every name is a loaded kernel.
+    #[test]
+    fn a_group_takes_the_block_per_lane_kernels_only_where_every_entry_allows_them() {
+        let (all, mixed, none, empty) = ((true, false), (true, true), (false, true), (false, false));
+        assert_eq!(group_kernels(all, all), ("expert_gate_up_bpl_f32", "expert_down_bpl_f32"));
+        assert_eq!(group_kernels(all, mixed), ("expert_gate_up_bpl_f32", "expert_down_f32"));
+        assert_eq!(group_kernels(mixed, all), ("expert_gate_up_f32", "expert_down_bpl_f32"));
+        for other in [mixed, none, empty] {
+            assert_eq!(group_kernels(other, other), ("expert_gate_up_f32", "expert_down_f32"));
+        }
+        for layouts in [all, mixed, none, empty] {
+            let (g, d) = group_kernels(layouts, layouts);
+            assert!(KERNEL_NAMES.contains(&g) && KERNEL_NAMES.contains(&d), "{g} {d}");
+        }
     }
 }
