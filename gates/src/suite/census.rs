@@ -70,9 +70,8 @@ pub(super) fn format_of_doors(doors: DoorSet) -> ExpertFormat {
 /// teacher-forced, or a set no job of the plan has). A lower bound of a real run: a baseline
 /// asked for before the job that provides it has run is run twice.
 pub fn unshared_baselines(jobs: &[Job]) -> usize {
-    let numeric = |j: &Job| matches!(j.class, crate::job::JobClass::Numeric { .. });
     let plan_key = |j: &Job, doors: DoorSet, vars, format| -> PlanKey {
-        let n = numeric(j);
+        let n = super::forced_and_captured(j);
         key(j, doors, vars, format, n.then(|| super::format_of(j)), n)
     };
     let runnable: Vec<&Job> = jobs.iter().filter(|j| j.not_run.is_none()).collect();

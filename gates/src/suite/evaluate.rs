@@ -72,7 +72,7 @@ impl Suite<'_> {
         if !self.probe_gate(job, ev) {
             return;
         }
-        let numeric = matches!(job.class, JobClass::Numeric { .. });
+        let numeric = super::forced_and_captured(job);
         let oracle = match self.numeric_oracle(job) {
             Ok(o) => o,
             Err(e) => return ev.error_text(format!("the oracle run failed: {e}")),

@@ -98,6 +98,13 @@ type ClassKey = (Vec<String>, BackendKind);
 /// Probe results per (backend, TP size, transport).
 type ProbeCache = HashMap<(BackendKind, usize, Transport), Result<Vec<ProbeResult>, String>>;
 
+/// Whether `job`'s runs are teacher-forced (with the oracle of its expert format) and capture all
+/// of prompt 0: a NUMERIC job's are (argmax tape and error budget), every other job's run free.
+/// The gated runs (`evaluate`) and the plan's count of baseline runs (`census`) both ask here.
+fn forced_and_captured(job: &Job) -> bool {
+    matches!(job.class, crate::job::JobClass::Numeric { .. })
+}
+
 /// The expert format a job's doors imply (NVFP4_EP2 and NVFP4_DEV_ROUTES run on NVFP4 banks).
 fn format_of(job: &Job) -> ExpertFormat {
     census::format_of_doors(job.doors)
