@@ -12,17 +12,10 @@
 // Build and run on the GPU machine (nvcc there):
 //   nvcc -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
 //        -I kernels/cuda -o /tmp/e4m3_fma scripts/gpu/e4m3_fma_bench.cu && /tmp/e4m3_fma
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
-
 #include "canon.cuh"
 #include "gemv.cu"
 
-#include "cuda_check.cuh"
+#include "e4m3_host.cuh"
 
 // bpl_dot with fused lane sums: v_m = fma(d_{m+96}, x, fma(d_{m+64}, x, fma(… fma(d_m, x, +0.0))))
 // then the same butterfly stack.
@@ -94,128 +87,33 @@ __global__ void __launch_bounds__(GEMV_THREADS, 3)
     gemv_bpl<false>(codes, scales, 0, x, out, rows, cols, kw, rpb, blockIdx.x);
 }
 
-// Host decode of a finite E4M3 code (bias 7, subnormals m · 2^-9), exact in f32.
-static float e4m3_host(u8 c) {
-    const int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
-    const float mag = e == 0 ? std::ldexp((float)m, -9) : std::ldexp(1.0f + (float)m / 8.0f, e - 7);
-    return s ? -mag : mag;
-}
-
-// brev5_c of canon.cuh, for the host's layout loop.
-static int brev5_host(int m) {
-    return ((m & 1) << 4) | ((m & 2) << 2) | (m & 4) | ((m & 8) >> 2) | ((m & 16) >> 4);
-}
-
-static u8 rand_code(unsigned& s) {
-    for (;;) {
-        s = s * 1664525u + 1013904223u;
-        const u8 c = (u8)(s >> 24);
-        if ((c & 0x7F) != 0x7F) return c;
-    }
-}
-
-// Host evaluation of one row in either order (the canonical E4M3 row, docs/DESIGN.md §3.4 step 7).
-static float lut[256];
-
-static float host_row(const std::vector<u8>& rm, const std::vector<float>& sc, const std::vector<float>& x, int r,
-                      int cols, int kw, bool fma) {
-    const int nb = cols / 128, bk = kw / 128, nk = cols / kw;
-    float acc = 0.0f;
-    for (int k = 0; k < nk; ++k) {
-        float kacc = 0.0f;
-        for (int j = 0; j < bk; ++j) {
-            const int b = k * bk + j;
-            float v[32];
-            for (int l = 0; l < 32; ++l) {
-                float a = 0.0f;
-                for (int i = 0; i < 4; ++i) {
-                    const int c = b * 128 + l + 32 * i;
-                    const float d = lut[rm[(size_t)r * cols + c]];
-                    if (fma) {
-                        a = std::fma(d, x[c], a);  // the float overload: one rounding
-                    } else {
-                        const volatile float p = d * x[c];
-                        a = a + p;
-                    }
-                }
-                v[l] = a;
-            }
-            for (int o = 16; o >= 1; o >>= 1)
-                for (int l = 0; l < o; ++l) v[l] = v[l] + v[l + o];
-            const volatile float sd = sc[(size_t)(r / 128) * nb + b] * v[0];
-            kacc = kacc + sd;
-        }
-        acc = acc + kacc;
-    }
-    return acc;
-}
-
 int main() {
-    const int rows = 23040, cols = 4096, kw = 512, nb = cols / 128, rpb = 32;
-    const size_t n = (size_t)rows * cols;
-    std::vector<u8> rm(n), bpl(n);
-    for (int c = 0; c < 256; ++c) lut[c] = e4m3_host((u8)c);
-    unsigned s = 12345u;
-    for (size_t i = 0; i < n; ++i) rm[i] = rand_code(s);
-    // Block per lane (kernels/cuda/gemv.cu, "Storage"): byte 4j + i of vector g of pair q is the code
-    // of block column m + 32 i, m = brev5(4g + j).
-    for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < cols; ++c) {
-            const int b = c / 128, e = c % 128, m = e & 31, i = e >> 5, nn = brev5_host(m);
-            const size_t q = (size_t)r * nb + b;
-            bpl[(((q / 32) * 8 + nn / 4) * 32 + q % 32) * 16 + 4 * (nn % 4) + i] = rm[(size_t)r * cols + c];
-        }
-    const int srows = (rows + 127) / 128;
-    std::vector<float> sc((size_t)srows * nb), xh(cols);
-    for (auto& v : sc) {
-        s = s * 1664525u + 1013904223u;
-        v = 0.001f + (float)(s >> 8) * 1e-9f;
-    }
-    for (auto& v : xh) {
-        s = s * 1664525u + 1013904223u;
-        v = ((float)(s >> 8) / 16777216.0f - 0.5f) * 4.0f;
-    }
+    const int rows = 23040, cols = 4096, kw = 512, rpb = 32;
+    const E4m3Problem pr(rows, cols, kw);
+    const size_t n = pr.bytes();
     u8* d_bpl;
     float *d_sc, *d_x, *d_o;
     CK(cudaMalloc(&d_bpl, n));
-    CK(cudaMalloc(&d_sc, sc.size() * 4));
+    CK(cudaMalloc(&d_sc, pr.sc.size() * 4));
     CK(cudaMalloc(&d_x, cols * 4));
     CK(cudaMalloc(&d_o, rows * 4));
-    CK(cudaMemcpy(d_bpl, bpl.data(), n, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_sc, sc.data(), sc.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_x, xh.data(), cols * 4, cudaMemcpyHostToDevice));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
+    CK(cudaMemcpy(d_bpl, pr.bpl.data(), n, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_sc, pr.sc.data(), pr.sc.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_x, pr.x.data(), cols * 4, cudaMemcpyHostToDevice));
     const int grid = (rows + rpb - 1) / rpb;
-    // `iters` timed launches between two events each, sorted (ms).
-    auto timed = [&](int iters, auto launch) {
-        std::vector<float> ms;
-        for (int i = 0; i < iters; ++i) {
-            CK(cudaEventRecord(a));
-            launch();
-            CK(cudaEventRecord(b));
-            CK(cudaEventSynchronize(b));
-            float t;
-            CK(cudaEventElapsedTime(&t, a, b));
-            ms.push_back(t);
-        }
-        std::sort(ms.begin(), ms.end());
-        return ms;
-    };
     auto run = [&](const char* name, bool fma, auto launch) {
         CK(cudaMemset(d_o, 0xFF, rows * 4));
         for (int i = 0; i < 3; ++i) launch();
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
-        const std::vector<float> ms = timed(41, launch);
+        const std::vector<float> ms = timed_ms(41, launch);
         std::vector<float> o(rows);
         CK(cudaMemcpy(o.data(), d_o, rows * 4, cudaMemcpyDeviceToHost));
         int bad = 0, differ = 0;
         for (int r = 0; r < rows; ++r) {
-            const float h = host_row(rm, sc, xh, r, cols, kw, fma);
+            const float h = pr.row(r, fma);
             bad += memcmp(&o[r], &h, 4) != 0;
-            const float other = host_row(rm, sc, xh, r, cols, kw, !fma);
+            const float other = pr.row(r, !fma);
             differ += memcmp(&o[r], &other, 4) != 0;
         }
         const double us = ms[20] * 1000.0;
@@ -230,14 +128,9 @@ int main() {
     const double t1 = run("fma lanes (FFMA per code)", true, [&] {
         rows_fma<<<grid, GEMV_THREADS>>>(d_bpl, d_sc, d_x, d_o, rows, cols, kw, rpb);
     });
-    const size_t big = (size_t)1 << 30;
-    u8 *p1, *p2;
-    CK(cudaMalloc(&p1, big));
-    CK(cudaMalloc(&p2, big));
-    const std::vector<float> ms = timed(11, [&] { CK(cudaMemcpyAsync(p2, p1, big, cudaMemcpyDeviceToDevice)); });
-    const double copy_tbs = 2.0 * big / (ms[5] * 1e-3) / 1e12;
-    printf("d2d copy 1 GiB: %.2f TB/s (read + write); floor of this GEMV at that rate: %.1f us\n", copy_tbs,
-           (double)n / (copy_tbs * 1e12) * 1e6);
+    const double tbs = copy_tbs();
+    printf("d2d copy 1 GiB: %.2f TB/s (read + write); floor of this GEMV at that rate: %.1f us\n", tbs,
+           (double)n / (tbs * 1e12) * 1e6);
     printf("fma / shipped: %.3f\n", t1 / t0);
     return 0;
 }

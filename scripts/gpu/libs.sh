@@ -73,11 +73,15 @@ bench_b1_b8() {
   done
 }
 # `ncu_b1 NAME NEED_S [BIN]`: ncu's per-kernel time of one b1 bench of BIN ($G) into /tmp/NAME.log and
-# $OUT/NAME.csv, then the means per kernel (nothing without ncu; `gpu_tools` first).
+# $OUT/NAME.csv, then the means per kernel (nothing without ncu; `gpu_tools` first). ncu's default
+# clock control locks the GPU's clocks to base while it profiles; the lent machine's rules say to
+# leave the clocks alone (the device tool's method notes), so it runs with `--clock-control none` and
+# its times are at the clocks the card runs (the logs before this line was added are at base clocks).
 ncu_b1() {
   local name=$1 need=$2 bin=${3:-$G}
   [ -n "$NCU" ] || { echo "$name: no ncu on this machine"; return; }
-  step "$name" "$need" "$NCU" --metrics gpu__time_duration.sum --csv --launch-skip 200 --launch-count 80 "$bin" bench \
+  step "$name" "$need" "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 200 \
+    --launch-count 80 "$bin" bench \
     --backend cuda --preset step --layers 2 --batch 1 --no-torch --out "/tmp/$name-bench"
   cp "/tmp/$name.log" "$OUT/$name.csv"
   ncu_means "/tmp/$name.log"
