@@ -15,6 +15,7 @@ mod round_trip;
 mod rows_columns;
 mod subject_manifest;
 mod subject_tape;
+mod untimed_runs;
 
 /// A door's census declaration as the registry writes it, judged against the run with every door
 /// at its default (the engagement tests on real runs: `doors29`, `round_trip`, `rows_columns`).

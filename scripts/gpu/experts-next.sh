@@ -7,19 +7,18 @@
 #  2. the call owed since the fourth session (docs/gpu/2026-12-04-bplonly/): c (the block-per-lane-only expert kernels at 5
 #     blocks per SM, 48 registers) through the whole GPU test binary and `selftest --backend cuda`,
 #     b1/b8 bench interleaved with d (6 per SM) and e (today's main: 4 per SM);
-#  3. scripts/gpu/patches/collect-elapsed.patch (marks read with one cuEventElapsedTime each, not
-#     cudarc's bind + two event syncs + elapsed) A/B on one lane's `--matrix all` shard: a0 (main
-#     without it) against e (with it), interleaved twice — it lands only if e is faster;
+#  3. the host side of a configuration's runs on one lane's `--matrix all` shard (TP2 native-p2p,
+#     31 configurations of tiny): a0 (aa9c0ed: every run timed) against m (main: the determinism
+#     re-run and the baselines without timing marks) against e (m + scripts/gpu/patches/
+#     collect-elapsed.patch: marks read with one cuEventElapsedTime each, not cudarc's bind + two
+#     event syncs + elapsed) — the patch lands only if e is faster than m;
 #  4. ncu of c's b1 bench at the card's own clocks, and the single-row kernels without ncu's
 #     cache flush.
-# Carry target-next/ (about 43 MB), built on the dev machine from one main commit:
-#   mg-a0  main as it is;
-#   mg-e   main + `git apply scripts/gpu/patches/collect-elapsed.patch` (4 blocks per SM);
+# Carry target-next/ (about 54 MB), each binary `strip`ped, built on the dev machine:
+#   mg-a0  aa9c0ed;  mg-m  main;  mg-e  main + `git apply scripts/gpu/patches/collect-elapsed.patch`;
 #   mg-c   e with both `__launch_bounds__(GEMV_THREADS, 4)` of the `*_bpl_f32` kernels in
 #          kernels/cuda/experts.cu at 5, and its GPU test binary (`cargo test --release -p
-#          memra-runtime --test gpu --no-run`); mg-d the same at 6;
-# each `strip`ped. The target-next/ of the fifth session (2026-12-04) was built from aa9c0ed (its
-# runtime and kernels are main's).
+#          memra-runtime --test gpu --no-run`); mg-d the same at 6.
 set -uo pipefail
 source scripts/gpu/libs.sh
 gpu_call experts-next
@@ -37,13 +36,11 @@ gpu_modules ""   # the whole GPU test binary (c), into /tmp/gpu_.log
 step selftest 90 target-next/mg-c selftest --backend cuda --out /tmp/selftest
 grep -E "canary was caught|NOT CAUGHT|MISSED|canaries" /tmp/selftest.log | head -5
 
-for round in 1 2; do
-  for v in e c d; do
-    n=b1-$v-$round; step $n 40 target-next/mg-$v bench --backend cuda --preset step --layers 2 --graph --no-torch --batch 1 --out /tmp/$n
-    echo "$n: $(bench_summary /tmp/$n.log)"
-  done
+for v in e c d e c; do
+  n=b1-$v-$(ls /tmp/b1-$v-*.log 2>/dev/null | wc -l); step $n 40 target-next/mg-$v bench --backend cuda --preset step --layers 2 --graph --no-torch --batch 1 --out /tmp/$n
+  echo "$n: $(bench_summary /tmp/$n.log)"
 done
-for v in e c d; do
+for v in e c; do
   n=b8-$v; step $n 40 target-next/mg-$v bench --backend cuda --preset step --layers 2 --graph --no-torch --batch 8 --out /tmp/$n
   echo "$n: $(bench_summary /tmp/$n.log)"; grep -E "per token" /tmp/$n.log | head -2
 done
@@ -54,13 +51,11 @@ run_ms() {
 v=[json.load(open(f))["measurements"]["extra"].get("phase_run_ms") for f in glob.glob(sys.argv[1]+"/run-*.json")]
 v=[x for x in v if x is not None]; print("%d receipts, median phase_run_ms %.1f" % (len(v), s.median(v)) if v else "no receipts")' "$1"
 }
-for round in 1 2; do
-  for v in a0 e; do
-    n=shard-$v-$round; t0=$(date +%s%N)
-    step $n 40 target-next/mg-$v run --matrix all --backend cuda --preset tiny --tp 2 --transport native-p2p \
-      --shard 3/256 --quiet --out /tmp/$n
-    echo "$n: wall $(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN {printf "%.1f", (b - a) / 1e9}') s; $(run_ms /tmp/$n); $(tail -1 /tmp/$n.log)"
-  done
+for v in a0 m e a0; do
+  n=shard-$v-$(ls /tmp/shard-$v-*.log 2>/dev/null | wc -l); t0=$(date +%s%N)
+  step $n 40 target-next/mg-$v run --matrix all --backend cuda --preset tiny --tp 2 --transport native-p2p \
+    --shard 3/256 --quiet --out /tmp/$n
+  echo "$n: wall $(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN {printf "%.1f", (b - a) / 1e9}') s; $(run_ms /tmp/$n); $(tail -1 /tmp/$n.log)"
 done
 
 echo "ncu c:"; ncu_b1 "ncu-b1-c" 40 "target-next/mg-c"

@@ -91,6 +91,8 @@ pub fn subject(_: &SubjectArgs) -> Result<Status, GateError> {
         // Protocol 2's battery file names the pass shape (version 1: single-token); the runtime
         // records each lane's (pass, lane), which the tape carries as `p{p}.lanes`.
         pass,
+        // The tape carries the seam timings (optional in the protocol, written when recorded).
+        timing: memra_runtime::Timing::Seams,
     };
     let bytes = match runtime.run_canonical(spec) {
         Ok(record) => {

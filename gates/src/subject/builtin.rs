@@ -89,6 +89,7 @@ impl Builtin {
         cfg.forced_tokens = spec.forced.map(|r| r.tokens.clone());
         cfg.capture = spec.capture;
         cfg.pass = spec.pass;
+        cfg.timing = spec.timing;
         let opts = OpenOptions {
             device_reserve_bytes: self.device_reserve_bytes,
             rank0_merge: spec.doors.rank0_merge,

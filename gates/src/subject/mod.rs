@@ -17,7 +17,7 @@ pub use external::External;
 use memra_receipts::schema::Verdict;
 use memra_runtime::backend::BackendKind;
 use memra_runtime::record::{CaptureKey, Record};
-use memra_runtime::{DoorSet, ExpertFormat, PassShape, RuntimeError, Transport};
+use memra_runtime::{DoorSet, ExpertFormat, PassShape, RuntimeError, Timing, Transport};
 use std::collections::BTreeMap;
 
 /// One configuration of a run: where, how wide, over what, with which doors and expert format, in
@@ -38,6 +38,13 @@ pub struct RunSpec<'r> {
     pub capture: Vec<CaptureKey>,
     /// Rows or columns per pass (docs/DESIGN.md §3.6); every reference runs single-token.
     pub pass: PassShape,
+    /// Which device timing marks the built-in runtime records. A receipt's latency table comes
+    /// from the job's first gated run alone, so the runs whose timings nobody reads (the
+    /// determinism re-run, census and class baselines) run without marks: a mark is an event
+    /// record on every rank per seam and a read-back per mark (docs/DESIGN.md §8). Timing is not
+    /// evidence, so the records compare the same. An external subject is asked for the same run
+    /// either way (its timings are optional in the protocol).
+    pub timing: Timing,
 }
 
 impl RunSpec<'_> {
@@ -53,6 +60,7 @@ impl RunSpec<'_> {
             forced: None,
             capture: Vec::new(),
             pass: PassShape::SINGLE,
+            timing: Timing::Seams,
         }
     }
 }

@@ -111,6 +111,8 @@ impl Suite<'_> {
                 format,
                 forced,
                 capture: capture.to_vec(),
+                // Only its census and engagement are read (RunSpec::timing).
+                timing: memra_runtime::Timing::Off,
             };
             self.subject_as(Phase::Oracle, spec).map(without_captures).map_err(|e| e.to_string())
         })

@@ -15,7 +15,7 @@ use memra_receipts::schema::{Gate, GateResult, Verdict};
 use memra_receipts::Receipt;
 use memra_runtime::backend::BackendKind;
 use memra_runtime::record::{CaptureKey, Record};
-use memra_runtime::ExpertFormat;
+use memra_runtime::{ExpertFormat, Timing};
 use std::time::Instant;
 
 /// A gate's result for the receipt: a failure reads as `fail_as` (FAIL, or VOID for engagement).
@@ -63,6 +63,7 @@ impl Suite<'_> {
             forced,
             capture: capture.to_vec(),
             pass: job.pass,
+            timing: Timing::Seams,
         }
     }
 
@@ -89,7 +90,10 @@ impl Suite<'_> {
             self.keep_class_baseline(job, &first);
         }
         self.keep_census(job, &first, forced, &capture);
-        let second = match self.subject_as(Phase::Run, self.spec(job, forced, &capture)) {
+        // The same run again, without timing marks: the receipt's latencies are the first run's,
+        // and marks are not evidence (RunSpec::timing).
+        let again_spec = RunSpec { timing: Timing::Off, ..self.spec(job, forced, &capture) };
+        let second = match self.subject_as(Phase::Run, again_spec) {
             Ok(r) => r,
             Err(e) => return ev.failed(e.verdict(), e.reason()),
         };

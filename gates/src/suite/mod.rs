@@ -197,6 +197,8 @@ impl<'a> Suite<'a> {
                 // The class baseline is the door set's single-token fresh tape: a run of several
                 // rows or columns must equal it (batch invariance, verify = decode).
                 pass: memra_runtime::PassShape::SINGLE,
+                // Only its values are read (RunSpec::timing).
+                timing: memra_runtime::Timing::Off,
             };
             self.subject_as(Phase::Oracle, spec).map_err(|e| e.to_string())
         })
