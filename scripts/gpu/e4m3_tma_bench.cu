@@ -119,6 +119,32 @@ __global__ void __launch_bounds__(GEMV_THREADS, 4)
     gemv_bpl<false>(codes, scales, 0, x, out, rows, cols, kw, rpb, blockIdx.x);
 }
 
+// The shipped grid (blocks of rpb rows) with half pairs: what half pairs give alone.
+template <int MIN_BLOCKS>
+__global__ void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS)
+    rows_half(const u8* codes, const float* scales, const float* x, float* out, int rows, int cols, int kw, int rpb) {
+    __shared__ float xs[BPL_MAX_NB * BPL_XS_PITCH];
+    __shared__ float sv[BPL_SV];
+    const int r_first = blockIdx.x * rpb;
+    if (r_first >= rows) return;  // block-uniform
+    const int nrows = min(rpb, rows - r_first);
+    const int nb = cols / E4M3_BLOCK, bk = kw / E4M3_BLOCK, nk = cols / kw;
+    bpl_stage_x(x, cols, xs);
+    __syncthreads();
+    const uint4* base = reinterpret_cast<const uint4*>(codes);
+    const int npairs = nrows * nb;  // a multiple of 16 here (nb = 32): whole warps in the loop
+    const size_t q0 = (size_t)r_first * nb;
+    for (int t = threadIdx.x; t < 2 * npairs; t += blockDim.x) {
+        const int ql = t >> 1, h = t & 1;
+        const size_t q = q0 + (size_t)ql;
+        const float d = half_pair(base + (q >> 5) * 256 + (q & 31), xs + (ql % nb) * BPL_XS_PITCH, h);
+        const int rl = ql / nb, b = ql - rl * nb;
+        if (h == 0) sv[ql] = __ldg(scales + (size_t)((r_first + rl) / E4M3_BLOCK) * nb + b) * d;
+    }
+    __syncthreads();
+    for (int rl = threadIdx.x; rl < nrows; rl += blockDim.x) out[r_first + rl] = bpl_row(sv + rl * nb, nk, bk);
+}
+
 // Folds a unit's rows from sv (its pairs' scaled dots) into out, one thread per row.
 __device__ __forceinline__ void fold_unit(const float* sv, float* out, int row0, int unit_rows, int nb, int nk,
                                           int bk) {
@@ -275,6 +301,9 @@ int main() {
     };
     run("shipped (720 blocks x 32 rows)", (const void*)rows_shipped, -((rows + rpb - 1) / rpb), 0, [&](int g) {
         rows_shipped<<<g, GEMV_THREADS>>>(d_bpl, d_sc, d_x, d_o, rows, cols, kw, rpb);
+    });
+    run("half pairs, shipped grid, 6/SM", (const void*)rows_half<6>, -((rows + rpb - 1) / rpb), 0, [&](int g) {
+        rows_half<6><<<g, GEMV_THREADS>>>(d_bpl, d_sc, d_x, d_o, rows, cols, kw, rpb);
     });
 #define PERSIST_VARIANT(NAME, UNIT, MINB)                                                                 \
     run(NAME, (const void*)rows_persist_half<UNIT, MINB>, 1, 0, [&](int g) {                               \
