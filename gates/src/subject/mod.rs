@@ -41,9 +41,9 @@ pub struct RunSpec<'r> {
     /// Which device timing marks the built-in runtime records. A receipt's latency table comes
     /// from the job's first gated run alone, so the runs whose timings nobody reads (the
     /// determinism re-run, census and class baselines) run without marks: a mark is an event
-    /// record on every rank per seam and a read-back per mark (docs/DESIGN.md §8). Timing is not
-    /// evidence, so the records compare the same. An external subject is asked for the same run
-    /// either way (its timings are optional in the protocol).
+    /// record on every rank per seam and a read-back per mark (docs/DESIGN.md §3.2, §4.2).
+    /// Timing is not evidence, so the records compare the same. An external subject is asked for
+    /// the same run either way (its timings are optional in the protocol).
     pub timing: Timing,
 }
 
