@@ -80,4 +80,15 @@ fn matrix_explain_lists_exclusions_with_their_rules() {
         "the oproj_tail transport exclusion is not explained\n{}",
         out.transcript()
     );
+    // The runs the plan needs add up: every configuration twice plus the unshared baselines, of
+    // which only the first runs are timed (the re-runs and baselines record no marks).
+    let line = out.stdout.lines().find(|l| l.starts_with("runs on one model: ")).expect("the runs line");
+    let numbers: Vec<usize> =
+        line.split(|c: char| !c.is_ascii_digit()).filter(|t| !t.is_empty()).map(|t| t.parse().unwrap()).collect();
+    let [configs, 2, baselines, total, timed, untimed] = numbers[..] else {
+        panic!("the runs line has not its counts (N × 2 + M = T; A timed, B without marks): {line}");
+    };
+    assert!(configs > 0, "{line}");
+    assert_eq!(total, 2 * configs + baselines, "{line}");
+    assert_eq!((timed, untimed), (configs, configs + baselines), "{line}");
 }

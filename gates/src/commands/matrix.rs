@@ -63,8 +63,10 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
         let baselines = crate::suite::unshared_baselines(&jobs);
         crate::say!(
             "runs on one model: {runnable} configuration(s) × 2 (the determinism gate's second run) + at least \
-             {baselines} census baseline(s) that no configuration's own run provides = {}",
-            2 * runnable + baselines
+             {baselines} census baseline(s) that no configuration's own run provides = {}; {runnable} of them timed \
+             (each configuration's first run, the receipt's latencies), {} without timing marks",
+            2 * runnable + baselines,
+            runnable + baselines
         );
         crate::say!("{}", super::matrix_estimate::explain(&registry, &plan.legal, &args.history)?);
     }
