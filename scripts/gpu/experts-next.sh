@@ -9,13 +9,12 @@
 #     b1/b8 bench interleaved with d (6 per SM) and e (today's main: 4 per SM);
 #  3. the host side of a configuration's runs on one lane's `--matrix all` shard (TP2 native-p2p,
 #     31 configurations of tiny): a0 (aa9c0ed: every run timed) against m (main: the determinism
-#     re-run and the baselines without timing marks) against e (m + scripts/gpu/patches/
-#     collect-elapsed.patch: marks read with one cuEventElapsedTime each, not cudarc's bind + two
+#     re-run and the baselines without timing marks) against e (m + the collect patch: marks read with one cuEventElapsedTime each, not cudarc's bind + two
 #     event syncs + elapsed) — the patch lands only if e is faster than m;
 #  4. ncu of c's b1 bench at the card's own clocks, and the single-row kernels without ncu's
 #     cache flush.
 # Carry target-next/ (about 54 MB), each binary `strip`ped, built on the dev machine:
-#   mg-a0  aa9c0ed;  mg-m  main;  mg-e  main + `git apply scripts/gpu/patches/collect-elapsed.patch`;
+#   mg-a0  aa9c0ed;  mg-m  main;  mg-e  main + the collect patch (landed in the sixth session: `safe::elapsed_ms_completed`);
 #   mg-c   e with both `__launch_bounds__(GEMV_THREADS, 4)` of the `*_bpl_f32` kernels in
 #          kernels/cuda/experts.cu at 5, and its GPU test binary (`cargo test --release -p
 #          memra-runtime --test gpu --no-run`); mg-d the same at 6.

@@ -309,12 +309,18 @@ impl Backend for CudaBackend {
             per_rank.push(vals);
         }
         let digests: Vec<u64> = self.tickets.iter().map(|&(rank, slot)| per_rank[rank][slot]).collect();
-        // Marks: elapsed ns of each mark since the rank's first mark of this step.
+        // Marks: elapsed ns of each mark since the rank's first mark of this step. Every stream
+        // was synchronized above, so each event is complete: one bind per rank, then only
+        // cuEventElapsedTime per mark (not cudarc's bind + two event syncs + elapsed per mark).
         let mut marks_ns = Vec::with_capacity(self.ranks.len());
         for (i, r) in self.ranks.iter().enumerate() {
             let mut v = Vec::with_capacity(r.marks_used);
+            if r.marks_used > 0 {
+                r.stream.context().bind_to_thread().map_err(|e| self.fault(i, "collect marks", e))?;
+            }
             for m in &r.mark_events[..r.marks_used] {
-                let ms = r.mark_events[0].elapsed_ms(m).map_err(|e| self.fault(i, "collect marks", e))?;
+                let ms =
+                    safe::elapsed_ms_completed(&r.mark_events[0], m).map_err(|e| self.fault(i, "collect marks", e))?;
                 v.push((ms as f64 * 1e6).round().max(0.0) as u64);
             }
             marks_ns.push(v);

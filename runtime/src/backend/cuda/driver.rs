@@ -343,6 +343,15 @@ pub(super) unsafe fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, fl
     unsafe { sys::cuEventRecordWithFlags(event, stream, flags) }
 }
 
+/// `cuEventElapsedTime` (cudarc's `result::event::elapsed`).
+///
+/// # Safety
+/// `start` and `end` are live events of the current context.
+pub(super) unsafe fn event_elapsed(start: CUevent, end: CUevent) -> Result<f32, DriverError> {
+    // SAFETY: forwarded unchanged; the caller guarantees the handles (# Safety).
+    unsafe { result::event::elapsed(start, end) }
+}
+
 // ---------------------------------------------------------------------------------------------
 // NVRTC
 

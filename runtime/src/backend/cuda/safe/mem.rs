@@ -421,6 +421,18 @@ pub(crate) fn record_event_with_flags(
     unsafe { driver::cuEventRecordWithFlags(event.cu_event(), stream.cu_stream(), flags) }.result()
 }
 
+/// The milliseconds between two completed events, `cuEventElapsedTime(start, end)` alone.
+/// cudarc's `CudaEvent::elapsed_ms` binds the context and synchronizes both events first (four
+/// driver calls, each taking the driver's locks); after the caller has synchronized the streams
+/// the events were recorded on, and bound their context, those three calls change nothing, and
+/// a step's collect makes one such call per mark per rank. An event that is not complete is the
+/// driver's `CUDA_ERROR_NOT_READY`, returned as the error.
+pub(crate) fn elapsed_ms_completed(start: &CudaEvent, end: &CudaEvent) -> Result<f32, DriverError> {
+    // SAFETY: both events are live handles (borrowed for the call); a context mismatch or an
+    // incomplete event is the driver's error, not a memory access.
+    unsafe { driver::event_elapsed(start.cu_event(), end.cu_event()) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

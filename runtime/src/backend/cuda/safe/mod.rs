@@ -28,8 +28,9 @@ pub(crate) mod nccl;
 pub(crate) mod nvrtc;
 
 pub(crate) use mem::{
-    copy_2d, copy_3d_peer, copy_dtod, copy_dtoh_staged, copy_htod_staged, copy_peer, copy_unified, memset_d8,
-    record_event_with_flags, stream_wait_value32, stream_write_value32, with_host_memory, DeviceMem, PinnedHost,
+    copy_2d, copy_3d_peer, copy_dtod, copy_dtoh_staged, copy_htod_staged, copy_peer, copy_unified,
+    elapsed_ms_completed, memset_d8, record_event_with_flags, stream_wait_value32, stream_write_value32,
+    with_host_memory, DeviceMem, PinnedHost,
 };
 
 use super::driver::{self, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUresult, DriverError};
