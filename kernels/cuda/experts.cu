@@ -213,10 +213,11 @@ __device__ __forceinline__ void expert_gate_up_slots(const ExpertEntry* table, i
 // expert_gate_up_f32 for a group whose every gate and up matrix is E4M3 in the block-per-lane
 // layout (the runtime picks it then; anything else traps): the same blocks, pairs and folds, so
 // the same bits, without the warp-task path, whose registers bound the general kernel to 80 per
-// thread and 3 blocks per SM. This one runs 4 blocks per SM in 64 registers, no spill: more code
-// loads in flight per SM — the experts seam 0.92× at b1, 0.86× at b8 (docs/gpu/2026-12-04-bplonly/;
-// 5 blocks per SM in 48 registers measured 0.91× and 0.81× but has not been through the GPU tests).
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 4)
+// thread and 3 blocks per SM. This one runs 6 blocks per SM in 40 registers (20 bytes of spill):
+// more code loads in flight per SM. On one H200 the experts seam at b1 was 64.2–64.9 µs at 4 blocks
+// per SM (64 registers), 63.7–64.3 at 5, 55.2–56.0 at 6 and 56.7–57.4 at 8 (32 registers); the
+// register count never changes an operation (docs/gpu/2026-12-05-bounds/).
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
     expert_gate_up_bpl_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k,
                            int first_slot, const float* x, int mode, float limit, float* act, int act_pitch, int rpb,
                            const LanePitch lp) {
@@ -418,8 +419,9 @@ extern "C" __global__ void combine_owned_f32(const float* ids, int k, u32 o_expe
 
 // expert_down_f32 for a group whose every down matrix is E4M3 in the block-per-lane layout (the
 // runtime picks it then; anything else traps): the same blocks and partials, so the same bits,
-// without the warp-task path's registers (as expert_gate_up_bpl_f32: 64 registers, 4 blocks per SM).
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 4)
+// without the warp-task path's registers (as expert_gate_up_bpl_f32: 6 blocks per SM, here in 40
+// registers without spill).
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
     expert_down_bpl_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
                         const float* act, int act_pitch, float* out, int out_pitch, int rpb, const LanePitch lp) {
     const int slot = (int)blockIdx.y / lp.lanes;
