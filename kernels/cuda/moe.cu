@@ -12,6 +12,8 @@
 
 #define ROUTER_THREADS 256
 #define ARGMAX_THREADS 256
+// Values a thread loads before it compares the first (argmax_f32).
+#define ARGMAX_BATCH 4
 #define NO_INDEX 0xFFFFFFFFu
 // Router candidates a lane holds in registers (n <= 32 x this takes the register path).
 #define ROUTER_LANE_CAND 16
@@ -289,12 +291,24 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_f32(const fl
     __shared__ bool s_last;
     float best = C_ZERO;
     u32 idx = NO_INDEX;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        const float v = x[i];
-        if (is_nan_c(v)) continue;
-        if (idx == NO_INDEX || v > best) {
-            best = v;
-            idx = (u32)i;
+    // ARGMAX_BATCH loads in flight before the first comparison (a load-then-compare loop waits a
+    // memory round trip per element); the thread still visits its indices in ascending order.
+    const int stride = gridDim.x * blockDim.x;
+    for (int base = blockIdx.x * blockDim.x + threadIdx.x; base < n; base += ARGMAX_BATCH * stride) {
+        float v[ARGMAX_BATCH];
+#pragma unroll
+        for (int j = 0; j < ARGMAX_BATCH; ++j) {
+            const int i = base + j * stride;
+            v[j] = i < n ? x[i] : C_ZERO;
+        }
+#pragma unroll
+        for (int j = 0; j < ARGMAX_BATCH; ++j) {
+            const int i = base + j * stride;
+            if (i >= n || is_nan_c(v[j])) continue;
+            if (idx == NO_INDEX || v[j] > best) {
+                best = v[j];
+                idx = (u32)i;
+            }
         }
     }
     // NaN never enters, so key_better's order is value desc, index asc.

@@ -14,13 +14,11 @@ gpu_tools
 steps_start "${1:-560}"
 for round in 0 1; do
   for v in e v6 v8 v86; do
-    n=b1-$v-$round; step $n 40 target-v/mg-$v bench --backend cuda --preset step --layers 2 --graph --no-torch --batch 1 --out /tmp/$n
-    echo "$n: $(bench_summary /tmp/$n.log)"
+    bench_step b1-$v-$round target-v/mg-$v 1
   done
 done
 for v in e v6 v86; do
-  n=b8-$v; step $n 40 target-v/mg-$v bench --backend cuda --preset step --layers 2 --graph --no-torch --batch 8 --out /tmp/$n
-  echo "$n: $(bench_summary /tmp/$n.log)"
+  bench_step b8-$v target-v/mg-$v 8
 done
 # The winner: the lowest mean of the b1 gated-layer latencies over both rounds.
 W=$(for v in v6 v8 v86; do

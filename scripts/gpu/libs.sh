@@ -86,6 +86,12 @@ ncu_b1() {
   cp "/tmp/$name.log" "$OUT/$name.csv"
   ncu_means "/tmp/$name.log"
 }
+# `bench_step NAME BIN BATCH`: one bench of the step layer (2 layers, --graph, no torch) with BIN at
+# --batch BATCH into /tmp/NAME, then its `bench_summary` line.
+bench_step() {
+  step "$1" 40 "$2" bench --backend cuda --preset step --layers 2 --graph --no-torch --batch "$3" --out "/tmp/$1"
+  echo "$1: $(bench_summary "/tmp/$1.log")"
+}
 # `bench_summary LOG`: one line from a bench log of `--layers 2`: per layer the experts and qkv seams
 # (µs / floor µs), then each layer's gated latency.
 bench_summary() {

@@ -381,7 +381,9 @@ impl CudaBackend {
                     return Err(shape_err("argmax", format!("out has {} elements, expected 1", out.len)));
                 }
                 let n = i32_of("argmax", "length", x.len)?;
-                let grid = x.len.div_ceil(ARGMAX_THREADS as usize * 8).clamp(1, ARGMAX_MAX_BLOCKS);
+                // One value per thread up to the block cap (a vocabulary of 32,768 is 128 blocks of
+                // one load each): the result is the same for any grid (a strict total order).
+                let grid = x.len.div_ceil(ARGMAX_THREADS as usize).clamp(1, ARGMAX_MAX_BLOCKS);
                 let scratch = self.ranks[rank].scratch.ptr();
                 launch!(self, rank, "argmax_f32", cfg(grid, ARGMAX_THREADS, 0), xp, n, outp, scratch)
             }
