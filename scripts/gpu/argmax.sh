@@ -15,17 +15,7 @@ gpu_modules "cuda_kernels::" "cuda_step::router_and_argmax"
 step selftest 50 target-w/mg-x selftest --backend cuda --out /tmp/selftest
 grep -E "canary was caught|NOT CAUGHT|MISSED" /tmp/selftest.log | head -3
 echo "ncu x:"; ncu_b1 "ncu-b1-x" 35 "target-w/mg-x"
-step floor_build 40 "$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
-  -I kernels/cuda -o /tmp/row_floor scripts/gpu/row_floor_bench.cu
-step floor_run 20 /tmp/row_floor; cat /tmp/floor_run.log
-for cc in all none; do
-  # 25 launches per kernel and round, two rounds: the first 10 of each kernel are left out.
-  step floor_ncu_$cc 30 "$NCU" --clock-control none --cache-control $cc --metrics gpu__time_duration.sum --csv \
-    /tmp/row_floor 25
-  cp /tmp/floor_ncu_$cc.log "$OUT/floor-ncu-$cc.csv"
-  echo "row floor, ncu cache-control $cc:"
-  grep -E '"(empty|copy_row|norm_shape)' /tmp/floor_ncu_$cc.log | awk -F'","' '{k=$5; sub(/\(.*/,"",k); v=$NF; gsub(/[",]/,"",v); c[k]++; if (c[k] > 10) {s[k]+=v; n[k]++}} END {for (k in s) printf "  %-12s %3d launches  mean %7.1f ns\n", k, n[k], s[k]/n[k]}'
-done
+row_floor
 for v in base x; do
   bench_step b1-$v-$(ls /tmp/b1-$v-*.log 2>/dev/null | wc -l) target-w/mg-$v 1
 done

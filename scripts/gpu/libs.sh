@@ -92,6 +92,21 @@ bench_step() {
   step "$1" 40 "$2" bench --backend cuda --preset step --layers 2 --graph --no-torch --batch "$3" --out "/tmp/$1"
   echo "$1: $(bench_summary "/tmp/$1.log")"
 }
+# `row_floor`: scripts/gpu/row_floor_bench.cu built with nvcc, event-timed, then under ncu with and
+# without its cache flush (CSVs into $OUT), the mean per kernel (`gpu_tools` first).
+row_floor() {
+  step floor_build 40 "$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
+    -I kernels/cuda -o /tmp/row_floor scripts/gpu/row_floor_bench.cu
+  step floor_run 20 /tmp/row_floor; cat /tmp/floor_run.log
+  for cc in all none; do
+    # 25 launches per kernel and round, two rounds: the first 10 of each kernel are left out.
+    step floor_ncu_$cc 30 "$NCU" --clock-control none --cache-control $cc --metrics gpu__time_duration.sum --csv \
+      /tmp/row_floor 25
+    cp /tmp/floor_ncu_$cc.log "$OUT/floor-ncu-$cc.csv"
+    echo "row floor, ncu cache-control $cc:"
+    grep -E '"(empty|copy_row|norm_shape)' /tmp/floor_ncu_$cc.log | awk -F'","' '{k=$5; sub(/\(.*/,"",k); v=$NF; gsub(/[",]/,"",v); c[k]++; if (c[k] > 10) {s[k]+=v; n[k]++}} END {for (k in s) printf "  %-12s %3d launches  mean %7.1f ns\n", k, n[k], s[k]/n[k]}'
+  done
+}
 # `bench_summary LOG`: one line from a bench log of `--layers 2`: per layer the experts and qkv seams
 # (µs / floor µs), then each layer's gated latency.
 bench_summary() {
