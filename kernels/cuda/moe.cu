@@ -293,6 +293,8 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_f32(const fl
     u32 idx = NO_INDEX;
     // ARGMAX_BATCH loads in flight before the first comparison (a load-then-compare loop waits a
     // memory round trip per element); the thread still visits its indices in ascending order.
+    // At the runtime's grid a 32,768 vocabulary is one value per thread (the batch is idle there);
+    // it matters above 128 × 256 values, where each thread has several.
     const int stride = gridDim.x * blockDim.x;
     for (int base = blockIdx.x * blockDim.x + threadIdx.x; base < n; base += ARGMAX_BATCH * stride) {
         float v[ARGMAX_BATCH];
