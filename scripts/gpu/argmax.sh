@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 27, 2026-12-05 (sixth session), the last call (ran 72 s of 110: the row floor and the
-# benches were cut by the deadline and are still to run): argmax with its loads batched and one value
+# benches were cut by the deadline; the row floor and main's whole GPU binary then ran in
+# scripts/gpu/next.sh, docs/gpu/2026-12-05-pdl/call1): argmax with its loads batched and one value
 # per thread (x: 128 blocks for a 32,768 vocabulary instead of 16 blocks of 8 dependent loads)
 # against main (base), and how fast a single-row kernel can be here at all
 # (scripts/gpu/row_floor_bench.cu under ncu). Carry target-w/ (mg-base = main at 93c6b6e, mg-x and

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The next call for issue 27 (prepared at the end of the sixth session, 2026-12-05, when the
-# session's device time was spent), one call of about 8 minutes:
+# session's device time was spent; ran in the seventh, 494 s: docs/gpu/2026-12-05-pdl/call1),
+# one call of about 8 minutes:
 #  1. the whole GPU test binary on main (head: 6 blocks per SM, argmax batched over 128 blocks)
 #     with the step-preset device-host gate (MEMRA_GPU_STEP=1) — argmax's change went only
 #     through `cuda_kernels::` and the step-shape argmax twins;
