@@ -121,13 +121,39 @@ __device__ __forceinline__ float max_in_order_c(const float* xs, int n) {
 // The combine is interleaved with the partitions here while the host runs all partitions first:
 // each value is the same sequence of IEEE operations either way.
 // Phase 1 of one head: scores[t] = dot32(q_h, k_t) * scale for t < len (warp w takes t = w, w+4, …).
+// A warp loads the key rows of ATTN_BATCH of its positions before its first dot: one at a time, a
+// position cost a memory round trip each (8 of them per warp at 32 positions). Each score is still
+// dot32_warp's sequence (lane l: +0 then q[l]·k[l], q[l+32]·k[l+32], … in order, then the
+// butterfly); only the loads moved. Rows past `len` are not read (the last valid row stands in).
+#define ATTN_BATCH 8
+#define ATTN_VBATCH 16
 __device__ __forceinline__ void attention_scores(const float* qh, const float* k, size_t stride, size_t kv_off,
                                                  int len, float* scores) {
+    constexpr int WARPS = ATTN_THREADS / 32;
+    constexpr int PER_LANE = HEAD_DIM / 32;
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
-    for (int t = warp; t < len; t += ATTN_THREADS / 32) {
-        const float s = dot32_warp(qh, k + (size_t)t * stride + kv_off, HEAD_DIM, lane) * C_ATTN_SCALE;
-        if (lane == 0) scores[t] = s;
+    float qv[PER_LANE];
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) qv[i] = qh[lane + 32 * i];
+    for (int t0 = warp; t0 < len; t0 += WARPS * ATTN_BATCH) {
+        float kv[ATTN_BATCH][PER_LANE];
+#pragma unroll
+        for (int j = 0; j < ATTN_BATCH; ++j) {
+            const float* kt = k + (size_t)min(t0 + WARPS * j, len - 1) * stride + kv_off;
+#pragma unroll
+            for (int i = 0; i < PER_LANE; ++i) kv[j][i] = kt[lane + 32 * i];
+        }
+#pragma unroll
+        for (int j = 0; j < ATTN_BATCH; ++j) {
+            const int t = t0 + WARPS * j;
+            if (t >= len) break;  // warp-uniform
+            float acc = C_ZERO;
+#pragma unroll
+            for (int i = 0; i < PER_LANE; ++i) acc = acc + qv[i] * kv[j][i];
+            const float s = butterfly32(acc) * C_ATTN_SCALE;
+            if (lane == 0) scores[t] = s;
+        }
     }
 }
 
@@ -151,10 +177,21 @@ __device__ __forceinline__ float attention_combine(const float* scores, const fl
         const float m = max_in_order_c(scores + t0, cnt);
         float l = C_ZERO;
         float o = C_ZERO;
-        for (int j = 0; j < cnt; ++j) {
-            const float e = exp_c(scores[t0 + j] - m);
-            l = l + e;
-            o = o + e * v[(size_t)(t0 + j) * stride + kv_off + d];
+        // The partition's values of dimension d are loaded ATTN_VBATCH at a time before they are
+        // used (as the keys above); e, l and o keep their order.
+        for (int j0 = 0; j0 < cnt; j0 += ATTN_VBATCH) {
+            float vb[ATTN_VBATCH];
+#pragma unroll
+            for (int j = 0; j < ATTN_VBATCH; ++j) {
+                vb[j] = v[(size_t)(t0 + min(j0 + j, cnt - 1)) * stride + kv_off + d];
+            }
+#pragma unroll
+            for (int j = 0; j < ATTN_VBATCH; ++j) {
+                if (j0 + j >= cnt) break;
+                const float e = exp_c(scores[t0 + j0 + j] - m);
+                l = l + e;
+                o = o + e * vb[j];
+            }
         }
         const float c = exp_c(m - m_all);
         l_all = l_all + l * c;
