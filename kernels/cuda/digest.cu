@@ -8,6 +8,10 @@
 #endif
 
 #define DIGEST_THREADS 256
+// Values a thread loads before it hashes the first: a loop that hashes each value as it arrives
+// waits a memory round trip per value (8 of them for a DIGEST_BATCH_CHUNK chunk). The wrapping sum
+// is order-free, so moving the loads changes no digest.
+#define DIGEST_LOADS 8
 
 __device__ __forceinline__ u64 splitmix64_c(u64 x) {
     u64 z = x + 0x9E3779B97F4A7C15ull;
@@ -22,9 +26,19 @@ extern "C" __global__ void __launch_bounds__(DIGEST_THREADS)
     digest_f32(const float* x, int n, u64 base, u64* slot) {
     __shared__ u64 warp_sums[DIGEST_THREADS / 32];
     u64 acc = 0;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        const u64 bits = (u64)__float_as_uint(x[i]);
-        acc += splitmix64_c(((base + (u64)i) << 32) | bits);
+    const int stride = (int)(gridDim.x * blockDim.x);
+    for (int i0 = blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += DIGEST_LOADS * stride) {
+        u32 bits[DIGEST_LOADS];
+#pragma unroll
+        for (int j = 0; j < DIGEST_LOADS; ++j) {
+            const int i = i0 + j * stride;
+            bits[j] = i < n ? __float_as_uint(x[i]) : 0u;
+        }
+#pragma unroll
+        for (int j = 0; j < DIGEST_LOADS; ++j) {
+            const int i = i0 + j * stride;
+            if (i < n) acc += splitmix64_c(((base + (u64)i) << 32) | (u64)bits[j]);
+        }
     }
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(MEMRA_FULL_MASK, acc, o);
     const int warp = threadIdx.x >> 5;
@@ -91,8 +105,18 @@ extern "C" __global__ void __launch_bounds__(DIGEST_THREADS) digest_batch_f32(co
     const u32 lo = chunk * DIGEST_BATCH_CHUNK;
     const u32 hi = min(n, lo + DIGEST_BATCH_CHUNK);
     u64 acc = 0;
-    for (u32 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        acc += splitmix64_c(((base + (u64)i) << 32) | (u64)__float_as_uint(x[i]));
+    for (u32 i0 = lo + threadIdx.x; i0 < hi; i0 += DIGEST_LOADS * blockDim.x) {
+        u32 bits[DIGEST_LOADS];
+#pragma unroll
+        for (int j = 0; j < DIGEST_LOADS; ++j) {
+            const u32 i = i0 + j * blockDim.x;
+            bits[j] = i < hi ? __float_as_uint(x[i]) : 0u;
+        }
+#pragma unroll
+        for (int j = 0; j < DIGEST_LOADS; ++j) {
+            const u32 i = i0 + j * blockDim.x;
+            if (i < hi) acc += splitmix64_c(((base + (u64)i) << 32) | (u64)bits[j]);
+        }
     }
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(MEMRA_FULL_MASK, acc, o);
     const int warp = threadIdx.x >> 5;
