@@ -97,6 +97,28 @@ __device__ __forceinline__ unsigned long long max_u64(unsigned long long a, unsi
     return a > b ? a : b;
 }
 
+// The lane's rank codes in descending order: a bitonic network over ROUTER_LANE_CAND (a power of
+// two) with constant indices, so the codes stay in registers. Zero codes (no candidate) sort last.
+__device__ __forceinline__ void sort_codes_desc(unsigned long long (&c)[ROUTER_LANE_CAND]) {
+    static_assert((ROUTER_LANE_CAND & (ROUTER_LANE_CAND - 1)) == 0, "a bitonic network needs a power of two");
+#pragma unroll
+    for (int size = 2; size <= ROUTER_LANE_CAND; size <<= 1) {
+#pragma unroll
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+#pragma unroll
+            for (int i = 0; i < ROUTER_LANE_CAND; ++i) {
+                const int l = i ^ stride;
+                if (l > i) {
+                    const unsigned long long a = c[i], b = c[l];
+                    const bool swap = (i & size) == 0 ? a < b : a > b;
+                    c[i] = swap ? b : a;
+                    c[l] = swap ? a : b;
+                }
+            }
+        }
+    }
+}
+
 // Arg-best of (key, id) over one warp under key_better; every lane returns the winner.
 __device__ __forceinline__ void warp_best(float& key, u32& id, bool higher_id) {
     for (int o = 16; o > 0; o >>= 1) {
@@ -167,6 +189,30 @@ __device__ __forceinline__ void router_body(const float* logits, const float* bi
             const int e = lane + 32 * j;
             code[j] = e < n ? rank_code(keys[e], (u32)e, variant) : 0ull;
         }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        // sm_80 and later: the lane's codes sorted once (largest first), so a lane's best is its
+        // head; a round is the warp maximum of the heads in two 32-bit reductions — the upper words,
+        // then the lower words of the lanes holding the top upper word: the same unsigned maximum
+        // — and the winner pops its head. Each round used to take a 16-way maximum and a 5-step
+        // 64-bit shuffle maximum in one dependent chain (8 rounds of that were most of the kernel).
+        sort_codes_desc(code);
+        for (int slot = 0; slot < k; ++slot) {
+            const u32 hi = (u32)(code[0] >> 32);
+            const u32 hmax = __reduce_max_sync(MEMRA_FULL_MASK, hi);
+            const u32 lmax = __reduce_max_sync(MEMRA_FULL_MASK, hi == hmax ? (u32)code[0] : 0u);
+            const unsigned long long best = ((unsigned long long)hmax << 32) | lmax;
+            const u32 id = rank_id(best, variant);
+            if (code[0] == best) {
+#pragma unroll
+                for (int j = 0; j + 1 < ROUTER_LANE_CAND; ++j) code[j] = code[j + 1];
+                code[ROUTER_LANE_CAND - 1] = 0ull;
+            }
+            if (lane == (slot & 31)) {
+                sel = scores[id];
+                sel_id = id;
+            }
+        }
+#else
         for (int slot = 0; slot < k; ++slot) {
             unsigned long long best = 0ull;
 #pragma unroll
@@ -182,6 +228,7 @@ __device__ __forceinline__ void router_body(const float* logits, const float* bi
                 sel_id = id;
             }
         }
+#endif
     } else {
         router_select_scan(keys, scores, taken, n, k, lane, variant, sel, sel_id);
     }
