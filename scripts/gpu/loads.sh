@@ -4,12 +4,12 @@
 # call of about 9 minutes (timeout_s 600). Carry target-f/ (about 24 MB, stripped, built on the dev
 # machine): mg-a = main at 2682edd (target-next/mg-head), mg-f and gpu-f = branch `loads` (main +
 # attention's batched key/value loads, the digests' batched loads, router top-k's sorted lane codes).
-# f lands if gpu-f passes (with the step-preset gate) and its b1 layer beats a's in both rounds.
+# Argument: the seconds the steps may take (default 565). f lands if gpu-f passes (with the step-preset gate) and its b1 layer beats a's in both rounds.
 set -uo pipefail
 source scripts/gpu/libs.sh
 gpu_call loads
 gpu_tools
-steps_start 565
+steps_start "${1:-565}"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 for round in 0 1; do
   for v in a f; do bench_step b1-$v-$round target-f/mg-$v 1; done
