@@ -14,9 +14,9 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 for round in 0 1; do
   for v in a f; do bench_step b1-$v-$round target-f/mg-$v 1; done
 done
-for v in a f; do bench_step b8-$v target-f/mg-$v 8; done
-step gpu_f 240 env MEMRA_GPU_STEP=1 target-f/gpu-f --test-threads=1
+step gpu_f 200 env MEMRA_GPU_STEP=1 target-f/gpu-f --test-threads=1
 grep -E "^test result|step preset device-host|panicked" /tmp/gpu_f.log | head -8
+for v in a f; do bench_step b8-$v target-f/mg-$v 8; done
 step selftest 60 target-f/mg-f selftest --backend cuda --out /tmp/selftest
 grep -E "canary was caught|NOT CAUGHT|MISSED" /tmp/selftest.log | head -3
 cp /tmp/selftest/summary.md "$OUT/selftest-cuda-summary.md" 2>/dev/null
