@@ -10,7 +10,8 @@
 #define DIGEST_THREADS 256
 // Values a thread loads before it hashes the first: a loop that hashes each value as it arrives
 // waits a memory round trip per value (8 of them for a DIGEST_BATCH_CHUNK chunk). The wrapping sum
-// is order-free, so moving the loads changes no digest.
+// is order-free, so moving the loads changes no digest. ncu on one H100 (step, b1): the batched
+// digest 7.10 → 4.60 µs per launch (docs/gpu/2026-12-05-loads/).
 #define DIGEST_LOADS 8
 
 __device__ __forceinline__ u64 splitmix64_c(u64 x) {

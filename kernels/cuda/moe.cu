@@ -194,8 +194,8 @@ __device__ __forceinline__ void router_body(const float* logits, const float* bi
         // head; a round is the warp maximum of the heads in two 32-bit reductions — the upper words,
         // then the lower words of the lanes holding the top upper word: the same unsigned maximum
         // — and the winner pops its head. Each round used to take a 16-way maximum and a 5-step
-        // 64-bit shuffle maximum in one dependent chain, k times over (estimated at 1.5–2 µs of the
-        // kernel's 6.7 µs under ncu; ncu on a GPU decides).
+        // 64-bit shuffle maximum in one dependent chain, k times over (ncu on one H100, step, b1:
+        // 7.42 → 6.52 µs per launch, docs/gpu/2026-12-05-loads/).
         sort_codes_desc(code);
         for (int slot = 0; slot < k; ++slot) {
             const u32 hi = (u32)(code[0] >> 32);
