@@ -123,8 +123,8 @@ __device__ __forceinline__ float max_in_order_c(const float* xs, int n) {
 // Phase 1 of one head: scores[t] = dot32(q_h, k_t) * scale for t < len (warp w takes t = w, w+4, …).
 // A warp loads the key rows of ATTN_BATCH of its positions before its first dot: one at a time, a
 // position could cost a memory round trip each (8 of them per warp at 32 positions). With both
-// batches, ncu on one H100 (step, b1): 8.82 → 6.48 µs per launch (docs/gpu/2026-12-05-loads/). Each score is still
-// dot32_warp's sequence (lane l: +0 then q[l]·k[l], q[l+32]·k[l+32], … in order, then the
+// batches, ncu on one H100 (step, b1): 8.82 → 6.48 µs per launch (docs/gpu/2026-12-05-loads/).
+// Each score is still dot32_warp's sequence (lane l: +0 then q[l]·k[l], q[l+32]·k[l+32], … in order, then the
 // butterfly); only the loads moved. Rows past `len` are not read (the last valid row stands in).
 #define ATTN_BATCH 8
 #define ATTN_VBATCH 16

@@ -21,26 +21,30 @@ __device__ __forceinline__ u64 splitmix64_c(u64 x) {
     return z ^ (z >> 31);
 }
 
-// *slot += digest of x[0..n) whose first element has global index `base` (slot zeroed by the
-// runtime before the step).
-extern "C" __global__ void __launch_bounds__(DIGEST_THREADS)
-    digest_f32(const float* x, int n, u64 base, u64* slot) {
-    __shared__ u64 warp_sums[DIGEST_THREADS / 32];
+// The digest terms of x[i] for i = first, first + stride, … below end (global index base + i),
+// DIGEST_LOADS values loaded before the first is hashed.
+__device__ __forceinline__ u64 digest_range(const float* x, u32 first, u32 end, u32 stride, u64 base) {
     u64 acc = 0;
-    const int stride = (int)(gridDim.x * blockDim.x);
-    for (int i0 = blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += DIGEST_LOADS * stride) {
+    for (u32 i0 = first; i0 < end; i0 += DIGEST_LOADS * stride) {
         u32 bits[DIGEST_LOADS];
 #pragma unroll
         for (int j = 0; j < DIGEST_LOADS; ++j) {
-            const int i = i0 + j * stride;
-            bits[j] = i < n ? __float_as_uint(x[i]) : 0u;
+            const u32 i = i0 + j * stride;
+            bits[j] = i < end ? __float_as_uint(x[i]) : 0u;
         }
 #pragma unroll
         for (int j = 0; j < DIGEST_LOADS; ++j) {
-            const int i = i0 + j * stride;
-            if (i < n) acc += splitmix64_c(((base + (u64)i) << 32) | (u64)bits[j]);
+            const u32 i = i0 + j * stride;
+            if (i < end) acc += splitmix64_c(((base + (u64)i) << 32) | (u64)bits[j]);
         }
     }
+    return acc;
+}
+
+// *slot += the block's sum of every thread's `acc` (the warp butterfly, then thread 0 over the
+// warps and one atomicAdd). Every thread of the block calls it.
+__device__ __forceinline__ void digest_block_add(u64 acc, u64* slot) {
+    __shared__ u64 warp_sums[DIGEST_THREADS / 32];
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(MEMRA_FULL_MASK, acc, o);
     const int warp = threadIdx.x >> 5;
     if ((threadIdx.x & 31) == 0) warp_sums[warp] = acc;
@@ -50,6 +54,15 @@ extern "C" __global__ void __launch_bounds__(DIGEST_THREADS)
         for (int w = 0; w < (int)(blockDim.x >> 5); ++w) total += warp_sums[w];
         atomicAdd(slot, total);
     }
+}
+
+// *slot += digest of x[0..n) whose first element has global index `base` (slot zeroed by the
+// runtime before the step).
+extern "C" __global__ void __launch_bounds__(DIGEST_THREADS)
+    digest_f32(const float* x, int n, u64 base, u64* slot) {
+    const u64 acc = digest_range(x, blockIdx.x * blockDim.x + threadIdx.x, n > 0 ? (u32)n : 0u,
+                                 gridDim.x * blockDim.x, base);
+    digest_block_add(acc, slot);
 }
 
 // ---- Batched seam digests: every part a rank holds of a layer's seams in ONE launch.
@@ -83,7 +96,6 @@ struct DigestBatch {
 };
 
 extern "C" __global__ void __launch_bounds__(DIGEST_THREADS) digest_batch_f32(const DigestBatch batch) {
-    __shared__ u64 warp_sums[DIGEST_THREADS / 32];
     const u32 b = blockIdx.x;
     int p = 0;
     while (p + 1 < (int)batch.count && batch.chunk_start[p + 1] <= b) ++p;
@@ -105,27 +117,6 @@ extern "C" __global__ void __launch_bounds__(DIGEST_THREADS) digest_batch_f32(co
     const u64 base = batch.base[p] + (u64)blk * batch.base_pitch[p];
     const u32 lo = chunk * DIGEST_BATCH_CHUNK;
     const u32 hi = min(n, lo + DIGEST_BATCH_CHUNK);
-    u64 acc = 0;
-    for (u32 i0 = lo + threadIdx.x; i0 < hi; i0 += DIGEST_LOADS * blockDim.x) {
-        u32 bits[DIGEST_LOADS];
-#pragma unroll
-        for (int j = 0; j < DIGEST_LOADS; ++j) {
-            const u32 i = i0 + j * blockDim.x;
-            bits[j] = i < hi ? __float_as_uint(x[i]) : 0u;
-        }
-#pragma unroll
-        for (int j = 0; j < DIGEST_LOADS; ++j) {
-            const u32 i = i0 + j * blockDim.x;
-            if (i < hi) acc += splitmix64_c(((base + (u64)i) << 32) | (u64)bits[j]);
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(MEMRA_FULL_MASK, acc, o);
-    const int warp = threadIdx.x >> 5;
-    if ((threadIdx.x & 31) == 0) warp_sums[warp] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        u64 total = 0;
-        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) total += warp_sums[w];
-        atomicAdd(reinterpret_cast<u64*>(batch.slot[p]), total);
-    }
+    const u64 acc = digest_range(x, lo + threadIdx.x, hi, blockDim.x, base);
+    digest_block_add(acc, reinterpret_cast<u64*>(batch.slot[p]));
 }

@@ -4,7 +4,8 @@
 # call of about 9 minutes (timeout_s 600). Carry target-f/ (about 24 MB, stripped, built on the dev
 # machine): mg-a = main at 2682edd (target-next/mg-head), mg-f and gpu-f = branch `loads` (main +
 # attention's batched key/value loads, the digests' batched loads, router top-k's sorted lane codes).
-# Argument: the seconds the steps may take (default 565). f lands if gpu-f passes (with the step-preset gate) and its b1 layer beats a's in both rounds.
+# Argument: the seconds the steps may take (default 565). f lands if gpu-f passes (with the
+# step-preset gate) and its b1 layer beats a's in both rounds (it did: docs/gpu/2026-12-05-loads/).
 set -uo pipefail
 source scripts/gpu/libs.sh
 gpu_call loads
