@@ -36,6 +36,54 @@ struct LanePitch {
 // Pointer `ptr` (slice `j` of the op, a constant) moved to lane `lane`.
 #define LANE_AT(ptr, lp, j, lane) ((ptr) + (size_t)(lane) * (size_t)(lp).p[j])
 
+// The first statement of every kernel. The runtime launches kernels with programmatic stream
+// serialization (sm_90 and later; `CudaOptions::programmatic_launch`), which lets a kernel's blocks be
+// scheduled while the kernel before it on the stream still runs, so the launch and block dispatch
+// overlap that kernel's tail instead of following it. `griddepcontrol.wait` then holds every thread
+// until the kernel before has completed and its memory is visible, before this kernel touches
+// memory: each kernel still reads and writes only after its predecessor ends, exactly as in a plain
+// launch, so no operand and no result can change. `launch_dependents` lets the next kernel be
+// scheduled once every block of this one has passed its wait (one kernel ahead, never a chain).
+// Launched without the attribute (or before sm_90), both are no-ops.
+__device__ __forceinline__ void kernel_entry() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Bytes a block will stream from a weight (`WeightSpan`), prefetched into L2 before the wait.
+struct WeightSpan {
+    const void* p;
+    size_t bytes;
+};
+
+// kernel_entry() preceded by an L2 prefetch of the weight bytes this block streams: while the
+// kernel ahead still runs (a single-row norm, attention), the bytes start moving from HBM. A
+// prefetch is a hint that moves no value into a register, and weights are only written by uploads
+// before any kernel runs, so reading them before the wait cannot race with the kernel ahead.
+__device__ __forceinline__ void kernel_entry_prefetch(const WeightSpan s) {
+#if __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) {
+        const size_t a = (size_t)s.p;
+        const size_t lo = (a + 15) & ~(size_t)15;
+        const size_t hi = (a + s.bytes) & ~(size_t)15;
+        if (hi > lo) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((unsigned)(hi - lo)) : "memory");
+    }
+#endif
+    kernel_entry();
+}
+
+// The rows [bx * rpb, bx * rpb + rpb) of a `rows` x `cols` weight of `esize`-byte elements: one
+// block's rows, contiguous in both the row-major and the lane-major layouts (lane-major only
+// permutes inside a row's K-block).
+__device__ __forceinline__ WeightSpan block_rows_span(const void* w, int rows, int cols, int rpb, int bx, int esize) {
+    const long long r0 = (long long)bx * rpb;
+    const long long r1 = r0 + rpb < rows ? r0 + rpb : rows;
+    if (w == nullptr || r1 <= r0) return WeightSpan{nullptr, 0};
+    return WeightSpan{static_cast<const char*>(w) + (size_t)r0 * cols * esize, (size_t)(r1 - r0) * cols * esize};
+}
+
 // ---- exp_c constants (canon.rs) ----
 #define C_LOG2E __uint_as_float(0x3FB8AA3Bu)
 #define C_LN2_HI __uint_as_float(0x3F317200u)

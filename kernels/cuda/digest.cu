@@ -20,6 +20,7 @@ __device__ __forceinline__ u64 splitmix64_c(u64 x) {
 // runtime before the step).
 extern "C" __global__ void __launch_bounds__(DIGEST_THREADS)
     digest_f32(const float* x, int n, u64 base, u64* slot) {
+    kernel_entry();
     __shared__ u64 warp_sums[DIGEST_THREADS / 32];
     u64 acc = 0;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -68,6 +69,7 @@ struct DigestBatch {
 };
 
 extern "C" __global__ void __launch_bounds__(DIGEST_THREADS) digest_batch_f32(const DigestBatch batch) {
+    kernel_entry();
     __shared__ u64 warp_sums[DIGEST_THREADS / 32];
     const u32 b = blockIdx.x;
     int p = 0;

@@ -53,24 +53,26 @@ __device__ __forceinline__ void norm_stage(const float* __restrict__ a, const fl
 // One block of exactly NORM_LANES threads per row (the canonical lane count; any other block size
 // would be another order, so it traps). The row is staged in shared memory by the caller (each
 // thread stages exactly the elements it later reads: no barrier is needed before the sum), then
-// every thread writes y = (x * inv) * w for its own elements. Reading x only from the staged copy
-// lets `y` alias `x`. Dynamic shared memory: n floats.
-__device__ __forceinline__ void rmsnorm_block(const float* sx, const float* __restrict__ w, float eps, float* y,
-                                              int n) {
+// every thread writes y = (x * inv) * w for its own elements (`wpre` from `norm_weights` for a
+// one-pass row). Reading x only from the staged copy lets `y` alias `x`. Dynamic shared memory: n
+// floats.
+// A row of at most NORM_BATCH * NORM_LANES values: the thread's weights, loaded by the kernel
+// before it stages the row, so both round trips are one (an empty `wpre` for a longer row).
+__device__ __forceinline__ void norm_weights(const float* __restrict__ w, int n, float* wpre) {
+    if (n > NORM_BATCH * NORM_LANES) return;
+#pragma unroll
+    for (int j = 0; j < NORM_BATCH; ++j) {
+        const int i = threadIdx.x + j * NORM_LANES;
+        wpre[j] = i < n ? w[i] : C_ZERO;
+    }
+}
+
+__device__ __forceinline__ void rmsnorm_block(const float* sx, const float* __restrict__ w, const float* wpre,
+                                              float eps, float* y, int n) {
     __shared__ float s_warp[NORM_LANES / 32];
     if (blockDim.x != NORM_LANES) __trap();
     const int tid = threadIdx.x;
-    // A row of at most NORM_BATCH * NORM_LANES values: the thread's weights are loaded before the
-    // sum of squares, so their round trip overlaps the reduction instead of following it.
     const bool one_pass = n <= NORM_BATCH * NORM_LANES;
-    float wpre[NORM_BATCH];
-    if (one_pass) {
-#pragma unroll
-        for (int j = 0; j < NORM_BATCH; ++j) {
-            const int i = tid + j * NORM_LANES;
-            wpre[j] = i < n ? w[i] : C_ZERO;
-        }
-    }
     float acc = C_ZERO;
     for (int i = tid; i < n; i += NORM_LANES) acc = acc + sx[i] * sx[i];
     acc = butterfly32(acc);
@@ -109,6 +111,7 @@ __device__ __forceinline__ void rmsnorm_block(const float* sx, const float* __re
 // Lane grid: blockIdx.z = lane, slices [x, w, y].
 extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float eps, float* y, int n, int rows,
                                        const LanePitch lp) {
+    kernel_entry();
     x = LANE_AT(x, lp, 0, blockIdx.z);
     w = LANE_AT(w, lp, 1, blockIdx.z);
     y = LANE_AT(y, lp, 2, blockIdx.z);
@@ -116,15 +119,17 @@ extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float eps
     const int row = blockIdx.x;
     if (row >= rows || n <= 0) return;  // block-uniform
     const size_t off = (size_t)row * n;
+    float wpre[NORM_BATCH];
+    norm_weights(w, n, wpre);
     norm_stage(x + off, nullptr, nullptr, sx, n);
-    __syncthreads();
-    rmsnorm_block(sx, w, eps, y + off, n);
+    rmsnorm_block(sx, w, wpre, eps, y + off, n);
 }
 
 // h = x + a (operand order fixed), then y = rmsnorm(h) row by row; grid = rows.
 // Lane grid: blockIdx.z = lane, slices [x, a, w, h, y].
 extern "C" __global__ void add_rmsnorm_f32(const float* x, const float* a, const float* w, float eps, float* h,
                                            float* y, int n, int rows, const LanePitch lp) {
+    kernel_entry();
     x = LANE_AT(x, lp, 0, blockIdx.z);
     a = LANE_AT(a, lp, 1, blockIdx.z);
     w = LANE_AT(w, lp, 2, blockIdx.z);
@@ -134,15 +139,17 @@ extern "C" __global__ void add_rmsnorm_f32(const float* x, const float* a, const
     const int row = blockIdx.x;
     if (row >= rows || n <= 0) return;
     const size_t off = (size_t)row * n;
+    float wpre[NORM_BATCH];
+    norm_weights(w, n, wpre);
     norm_stage(x + off, a + off, h + off, sx, n);
-    __syncthreads();
-    rmsnorm_block(sx, w, eps, y + off, n);
+    rmsnorm_block(sx, w, wpre, eps, y + off, n);
 }
 
 // OPROJ_TAIL: a = fold(parts) over `n_parts` vectors of width rows·n from +0.0 in part order,
 // then h = x + a, y = rmsnorm(h); `a` is written out too (the o_join seam stays observable).
 extern "C" __global__ void fold_add_rmsnorm_f32(const float* parts, int n_parts, const float* x, const float* w,
                                                 float eps, float* a, float* h, float* y, int n, int rows) {
+    kernel_entry();
     extern __shared__ float sx[];
     const int row = blockIdx.x;
     if (row >= rows || n <= 0) return;
@@ -157,5 +164,7 @@ extern "C" __global__ void fold_add_rmsnorm_f32(const float* parts, int n_parts,
         sx[i] = v;
     }
     __syncthreads();
-    rmsnorm_block(sx, w, eps, y + off, n);
+    float wpre[NORM_BATCH];
+    norm_weights(w, n, wpre);
+    rmsnorm_block(sx, w, wpre, eps, y + off, n);
 }
