@@ -62,15 +62,19 @@ struct WeightSpan {
 // kernel ahead still runs (a single-row norm, attention), the bytes start moving from HBM. A
 // prefetch is a hint that moves no value into a register, and weights are only written by uploads
 // before any kernel runs, so reading them before the wait cannot race with the kernel ahead.
-__device__ __forceinline__ void kernel_entry_prefetch(const WeightSpan s) {
+__device__ __forceinline__ void prefetch_l2(const WeightSpan s) {
 #if __CUDA_ARCH__ >= 900
-    if (threadIdx.x == 0) {
-        const size_t a = (size_t)s.p;
-        const size_t lo = (a + 15) & ~(size_t)15;
-        const size_t hi = (a + s.bytes) & ~(size_t)15;
-        if (hi > lo) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((unsigned)(hi - lo)) : "memory");
-    }
+    const size_t a = (size_t)s.p;
+    const size_t lo = (a + 15) & ~(size_t)15;
+    const size_t hi = (a + s.bytes) & ~(size_t)15;
+    if (hi > lo) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((unsigned)(hi - lo)) : "memory");
 #endif
+}
+__device__ __forceinline__ void kernel_entry_prefetch(const WeightSpan s, const WeightSpan t = WeightSpan{nullptr, 0}) {
+    if (threadIdx.x == 0) {
+        prefetch_l2(s);
+        prefetch_l2(t);
+    }
     kernel_entry();
 }
 

@@ -48,6 +48,24 @@ __device__ __forceinline__ int slot_entry_c(const float* ids, int k, int experts
     return experts + (s - k);
 }
 
+// The rows of a shared expert's gate (`which` 0), up (1) or down (2) codes that block
+// (blockIdx.x, slot) streams: known before the route ids, because the shared slots follow the k
+// routed ones (`slot_entry_c` reads no id for them) and the table is written only by uploads. Empty
+// for a routed slot, an expert this rank does not hold, or a format other than E4M3 (one byte per
+// code; the block-per-lane layout keeps a row's bytes within its rows' 4 KiB chunks).
+__device__ __forceinline__ WeightSpan shared_slot_span(const ExpertEntry* table, int n_entries, int experts, int k,
+                                                       int s, int rpb, int which) {
+    if (s < k) return WeightSpan{nullptr, 0};
+    const int e = experts + (s - k);
+    if (e >= n_entries) return WeightSpan{nullptr, 0};
+    const ExpertEntry& en = table[e];
+    if (en.fmt != FMT_E4M3) return WeightSpan{nullptr, 0};
+    const u64 w = which == 0 ? en.gate : which == 1 ? en.up : en.down;
+    if (w == 0ull) return WeightSpan{nullptr, 0};
+    return which == 2 ? block_rows_span(reinterpret_cast<const void*>(w), en.down_rows, en.down_cols, rpb, blockIdx.x, 1)
+                      : block_rows_span(reinterpret_cast<const void*>(w), en.rows, en.cols, rpb, blockIdx.x, 1);
+}
+
 // twins::experts::OwnerRule::owner_of, or -1.
 __device__ __forceinline__ int owner_of_c(u32 id, u32 experts, u32 div, u32 modulo) {
     if (id >= experts || div == 0u || modulo == 0u) return -1;
@@ -221,7 +239,9 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
     expert_gate_up_bpl_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k,
                            int first_slot, const float* x, int mode, float limit, float* act, int act_pitch, int rpb,
                            const LanePitch lp) {
-    kernel_entry();
+    kernel_entry_prefetch(
+        shared_slot_span(table, n_entries, experts, k, first_slot + (int)blockIdx.y / lp.lanes, rpb, 0),
+        shared_slot_span(table, n_entries, experts, k, first_slot + (int)blockIdx.y / lp.lanes, rpb, 1));
     const int slot = (int)blockIdx.y / lp.lanes;
     const int ln = (int)blockIdx.y - slot * lp.lanes;
     ids = LANE_AT(ids, lp, 0, ln);
@@ -432,7 +452,8 @@ extern "C" __global__ void combine_owned_f32(const float* ids, int k, u32 o_expe
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
     expert_down_bpl_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
                         const float* act, int act_pitch, float* out, int out_pitch, int rpb, const LanePitch lp) {
-    kernel_entry();
+    kernel_entry_prefetch(
+        shared_slot_span(table, n_entries, experts, k, first_slot + (int)blockIdx.y / lp.lanes, rpb, 2));
     const int slot = (int)blockIdx.y / lp.lanes;
     const int ln = (int)blockIdx.y - slot * lp.lanes;
     ids = LANE_AT(ids, lp, 0, ln);

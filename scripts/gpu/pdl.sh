@@ -1,32 +1,37 @@
 #!/usr/bin/env bash
-# Programmatic dependent launch (seventh session, 2026-12-05), one call of about 7 minutes.
-# Carry target-pdl/ (about 33 MB), each binary `strip`ped, built on the dev machine:
+# Programmatic dependent launch (prepared in the seventh session, 2026-12-05, when no device was
+# lent after its first call), one call of about 8 minutes.
+# Carry target-pdl/ (about 40 MB), each binary `strip`ped, built on the dev machine:
 #   mg-a   main at 2682edd (target-next/mg-head: plain launches);
 #   mg-b   every kernel opens with `kernel_entry()` (griddepcontrol.wait, then
-#          launch_dependents) and the runtime launches with programmatic stream serialization;
+#          launch_dependents) and the runtime launches with programmatic stream serialization
+#          (branch `pdl`, 716a450 with the prefetch's asm disabled and rmsnorm as on main);
 #   mg-c   b + an L2 prefetch of the block's weight rows before the wait in the BF16 GEMVs
-#          (`kernel_entry_prefetch`) + rmsnorm's weights loaded in the same round trip as its row;
-#   gpu-c  c's GPU test binary (`cargo test --release -p memra-runtime --test gpu --no-run`).
-# Steps: b1 and b8 benches of a, b, c interleaved (two rounds), c's whole GPU test binary with the
-# step-preset device-host gate, `selftest --backend cuda` on c, ncu of c's b1.
+#          (`kernel_entry_prefetch`) + rmsnorm's weights loaded in its row's round trip (716a450);
+#   mg-d   c + the shared expert's gate/up and down rows prefetched before the wait in the
+#          block-per-lane expert kernels (`shared_slot_span`; branch `pdl`, the commit after);
+#   gpu-d  d's GPU test binary (`cargo test --release -p memra-runtime --test gpu --no-run`).
+# Steps: b1 benches of a, b, c, d and b8 benches of a, c, d, interleaved, two rounds; d's whole GPU
+# test binary with the step-preset device-host gate; `selftest --backend cuda` on d; ncu of d's b1.
+# d lands (with b and c) if its GPU binary passes and its b1 layer beats a's in both rounds.
 set -uo pipefail
 source scripts/gpu/libs.sh
 gpu_call pdl
 gpu_tools
 steps_start "${1:-560}"
 for round in 0 1; do
-  for v in a b c; do
+  for v in a b c d; do
     bench_step b1-$v-$round target-pdl/mg-$v 1
   done
-  for v in a c; do
+  for v in a c d; do
     bench_step b8-$v-$round target-pdl/mg-$v 8
   done
 done
-step gpu_c 220 env MEMRA_GPU_STEP=1 target-pdl/gpu-c --test-threads=1
-grep -E "^test result|step preset device-host|panicked" /tmp/gpu_c.log | head -8
-step selftest 60 target-pdl/mg-c selftest --backend cuda --out /tmp/selftest
+step gpu_d 220 env MEMRA_GPU_STEP=1 target-pdl/gpu-d --test-threads=1
+grep -E "^test result|step preset device-host|panicked" /tmp/gpu_d.log | head -8
+step selftest 60 target-pdl/mg-d selftest --backend cuda --out /tmp/selftest
 grep -E "canary was caught|NOT CAUGHT|MISSED" /tmp/selftest.log | head -3
-ncu_b1 ncu-b1-c 60 target-pdl/mg-c
-tar czf $OUT/pdl.tgz -C /tmp $(cd /tmp && ls b1-*.log b8-*.log gpu_c.log selftest.log run.log 2>/dev/null)
+ncu_b1 ncu-b1-d 50 target-pdl/mg-d
+tar czf $OUT/pdl.tgz -C /tmp $(cd /tmp && ls b1-*.log b8-*.log gpu_d.log selftest.log 2>/dev/null)
 cp /tmp/selftest/summary.md "$OUT/selftest-cuda-summary.md" 2>/dev/null
 echo "done in $(( $(date +%s)-STEPS_START ))s"
