@@ -9,9 +9,12 @@
 #   mg-c   b + an L2 prefetch of the block's weight rows before the wait in the BF16 GEMVs
 #          (`kernel_entry_prefetch`) + rmsnorm's weights loaded in its row's round trip (716a450);
 #   mg-d   c + the shared expert's gate/up and down rows prefetched before the wait in the
-#          block-per-lane expert kernels (`shared_slot_span`; branch `pdl`, the commit after);
-#   gpu-d  d's GPU test binary (`cargo test --release -p memra-runtime --test gpu --no-run`).
-# Steps: b1 benches of a, b, c, d and b8 benches of a, c, d, interleaved, two rounds; d's whole GPU
+#          block-per-lane expert kernels (`shared_slot_span`) + `bench --serialized-launches`
+#          (branch `pdl` at the commit that adds this line);
+#   gpu-d  d's GPU test binary (`cargo test --release -p memra-runtime --test gpu --no-run`), with
+#          `cuda_launch::` (programmatic and serialized launches give the same record).
+# Steps: b1 benches of a, b, c, d and of d with --serialized-launches, b8 benches of a, c, d,
+# interleaved, two rounds; d's whole GPU
 # test binary with the step-preset device-host gate; `selftest --backend cuda` on d; ncu of d's b1.
 # d lands (with b and c) if its GPU binary passes and its b1 layer beats a's in both rounds.
 set -uo pipefail
@@ -23,6 +26,7 @@ for round in 0 1; do
   for v in a b c d; do
     bench_step b1-$v-$round target-pdl/mg-$v 1
   done
+  bench_step b1-dser-$round target-pdl/mg-d 1 --serialized-launches
   for v in a c d; do
     bench_step b8-$v-$round target-pdl/mg-$v 8
   done
