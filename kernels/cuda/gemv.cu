@@ -567,28 +567,14 @@ struct GemvBatch {
     int count;
 };
 
-// This block's rows of its matrix (the same selection as `gemv_rows_batch`), for the prefetch.
-__device__ __forceinline__ WeightSpan batch_rows_span(const GemvBatch& b, int cols, int rpb, int esize) {
-    const int bx = (int)blockIdx.x;
-    u64 w = b.w[0];
-    int rows = b.rows[0], start = b.block_start[0], end = b.block_start[1];
-#pragma unroll
-    for (int j = 1; j < GEMV_BATCH_MAX; ++j) {
-        if (j < b.count && b.block_start[j] <= bx) {
-            w = b.w[j];
-            rows = b.rows[j];
-            start = b.block_start[j];
-            end = b.block_start[j + 1];
-        }
-    }
-    if (bx < start || bx >= end) return WeightSpan{nullptr, 0};
-    return block_rows_span(reinterpret_cast<const void*>(w), rows, cols, rpb, bx - start, esize);
-}
-
-template <int FMT>
-__device__ __forceinline__ void gemv_rows_batch(const GemvBatch& b, const float* x, int cols, int kw, int rpb, int vec) {
-    // Constant indices only (a runtime index would copy the parameter block to local memory).
-    const int bx = (int)blockIdx.x;
+// The matrix of `b` whose row blocks hold block `bx`, and the block's index within them (-1 when
+// no matrix holds it). Constant indices only: a runtime index would copy the parameter block to
+// local memory.
+struct BatchPick {
+    u64 w, out;
+    int rows, block;
+};
+__device__ __forceinline__ BatchPick batch_pick(const GemvBatch& b, int bx) {
     u64 w = b.w[0], out = b.out[0];
     int rows = b.rows[0], start = b.block_start[0], end = b.block_start[1];
 #pragma unroll
@@ -601,9 +587,22 @@ __device__ __forceinline__ void gemv_rows_batch(const GemvBatch& b, const float*
             end = b.block_start[j + 1];
         }
     }
-    if (bx < start || bx >= end) return;  // block-uniform
-    gemv_dispatch<FMT, false>(reinterpret_cast<const void*>(w), 0, 0, x, reinterpret_cast<float*>(out), rows, cols, kw,
-                              rpb, vec, bx - start);
+    return BatchPick{w, out, rows, bx < start || bx >= end ? -1 : bx - start};
+}
+
+// This block's rows of its matrix, for the prefetch.
+__device__ __forceinline__ WeightSpan batch_rows_span(const GemvBatch& b, int cols, int rpb, int esize) {
+    const BatchPick p = batch_pick(b, (int)blockIdx.x);
+    if (p.block < 0) return WeightSpan{nullptr, 0};
+    return block_rows_span(reinterpret_cast<const void*>(p.w), p.rows, cols, rpb, p.block, esize);
+}
+
+template <int FMT>
+__device__ __forceinline__ void gemv_rows_batch(const GemvBatch& b, const float* x, int cols, int kw, int rpb, int vec) {
+    const BatchPick p = batch_pick(b, (int)blockIdx.x);
+    if (p.block < 0) return;  // block-uniform
+    gemv_dispatch<FMT, false>(reinterpret_cast<const void*>(p.w), 0, 0, x, reinterpret_cast<float*>(p.out), p.rows, cols,
+                              kw, rpb, vec, p.block);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)

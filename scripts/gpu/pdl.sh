@@ -10,7 +10,7 @@
 #          (`kernel_entry_prefetch`) + rmsnorm's weights loaded in its row's round trip (716a450);
 #   mg-d   c + the shared expert's gate/up and down rows prefetched before the wait in the
 #          block-per-lane expert kernels (`shared_slot_span`) + `bench --serialized-launches`
-#          (branch `pdl` at the commit that adds this line);
+#          (the head of branch `pdl`, the commit that folds the batch selection into batch_pick);
 #   gpu-d  d's GPU test binary (`cargo test --release -p memra-runtime --test gpu --no-run`), with
 #          `cuda_launch::` (programmatic and serialized launches give the same record).
 # Steps: b1 benches of a, b, c, d and of d with --serialized-launches, b8 benches of a, c, d,
