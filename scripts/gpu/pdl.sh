@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Programmatic dependent launch (prepared in the seventh session, 2026-12-05, when no device was
-# lent after its first call), one call of about 8 minutes.
+# lent after its first call), one call of about 10 minutes (run it with timeout_s 600).
 # Carry target-pdl/ (about 40 MB), each binary `strip`ped, built on the dev machine:
 #   mg-a   main at 2682edd (target-next/mg-head: plain launches);
 #   mg-b   every kernel opens with `kernel_entry()` (griddepcontrol.wait, then
@@ -13,21 +13,21 @@
 #          (the head of branch `pdl`, the commit that folds the batch selection into batch_pick);
 #   gpu-d  d's GPU test binary (`cargo test --release -p memra-runtime --test gpu --no-run`), with
 #          `cuda_launch::` (programmatic and serialized launches give the same record).
-# Steps: b1 benches of a, b, c, d and of d with --serialized-launches, b8 benches of a, c, d,
-# interleaved, two rounds; d's whole GPU
+# Steps: b1 benches of a, b, c, d and of d with --serialized-launches, b8 benches of a and d,
+# interleaved, two rounds (about 16 s each); d's whole GPU
 # test binary with the step-preset device-host gate; `selftest --backend cuda` on d; ncu of d's b1.
 # d lands (with b and c) if its GPU binary passes and its b1 layer beats a's in both rounds.
 set -uo pipefail
 source scripts/gpu/libs.sh
 gpu_call pdl
 gpu_tools
-steps_start "${1:-560}"
+steps_start "${1:-580}"
 for round in 0 1; do
   for v in a b c d; do
     bench_step b1-$v-$round target-pdl/mg-$v 1
   done
   bench_step b1-dser-$round target-pdl/mg-d 1 --serialized-launches
-  for v in a c d; do
+  for v in a d; do
     bench_step b8-$v-$round target-pdl/mg-$v 8
   done
 done
