@@ -13,15 +13,21 @@
 #          (the head of branch `pdl`, the commit that folds the batch selection into batch_pick);
 #   gpu-d  d's GPU test binary (`cargo test --release -p memra-runtime --test gpu --no-run`), with
 #          `cuda_launch::` (programmatic and serialized launches give the same record).
-# Steps: b1 benches of a, b, c, d and of d with --serialized-launches, b8 benches of a and d,
-# interleaved, two rounds (about 16 s each); d's whole GPU
-# test binary with the step-preset device-host gate; `selftest --backend cuda` on d; ncu of d's b1.
+# Steps: the chain microbenchmark (scripts/gpu/pdl_chain_bench.cu); b1 benches of a, b, c, d and of
+# d with --serialized-launches, b8 benches of a and d, interleaved, two rounds (about 16 s each);
+# d's whole GPU test binary with the step-preset device-host gate; `selftest --backend cuda` on d;
+# ncu of d's b1 (the step skipped first when the deadline is near).
 # d lands (with b and c) if its GPU binary passes and its b1 layer beats a's in both rounds.
 set -uo pipefail
 source scripts/gpu/libs.sh
 gpu_call pdl
 gpu_tools
 steps_start "${1:-580}"
+# PDL outside the runtime: a chain of row and weight-streaming kernels in one graph, plain / PDL /
+# PDL + L2 prefetch (scripts/gpu/pdl_chain_bench.cu).
+step chain_build 40 "$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
+  -I kernels/cuda -o /tmp/pdl_chain scripts/gpu/pdl_chain_bench.cu
+step chain_run 30 /tmp/pdl_chain; cat /tmp/chain_run.log
 for round in 0 1; do
   for v in a b c d; do
     bench_step b1-$v-$round target-pdl/mg-$v 1
@@ -36,6 +42,6 @@ grep -E "^test result|step preset device-host|panicked" /tmp/gpu_d.log | head -8
 step selftest 60 target-pdl/mg-d selftest --backend cuda --out /tmp/selftest
 grep -E "canary was caught|NOT CAUGHT|MISSED" /tmp/selftest.log | head -3
 ncu_b1 ncu-b1-d 50 target-pdl/mg-d
-tar czf $OUT/pdl.tgz -C /tmp $(cd /tmp && ls b1-*.log b8-*.log gpu_d.log selftest.log 2>/dev/null)
+tar czf $OUT/pdl.tgz -C /tmp $(cd /tmp && ls chain_*.log b1-*.log b8-*.log gpu_d.log selftest.log 2>/dev/null)
 cp /tmp/selftest/summary.md "$OUT/selftest-cuda-summary.md" 2>/dev/null
 echo "done in $(( $(date +%s)-STEPS_START ))s"
