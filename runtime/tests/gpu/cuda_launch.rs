@@ -13,8 +13,19 @@ use crate::harness::{cuda_backend, GpuTest, NotRun, Ran};
 use crate::same_record::assert_same_record;
 use memra_runtime::backend::cuda::{CudaOptions, LaunchOrder};
 use memra_runtime::backend::host::HostBackend;
+use memra_runtime::backend::Backend;
 use memra_runtime::model::{gen::generate, Model, ModelConfig};
 use memra_runtime::{program, Battery, DoorSet, PassShape, RunConfig, RuntimeError, Transport};
+
+/// The major compute capability in a backend description (`… sm_90 …`), 0 when absent.
+fn sm_major(describe: &str) -> u32 {
+    describe
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("sm_"))
+        .and_then(|v| v.get(..v.len().saturating_sub(1)))
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
+}
 
 pub fn tests() -> Vec<GpuTest> {
     vec![GpuTest::new("programmatic_launches_change_no_bit", programmatic_launches_change_no_bit)]
@@ -38,6 +49,11 @@ fn programmatic_launches_change_no_bit() -> Ran {
                     let mut runs = Vec::new();
                     for order in [LaunchOrder::Serialized, LaunchOrder::Programmatic] {
                         let mut b = cuda_backend(tp, CudaOptions { launch_order: order, ..CO_RESIDENT })?;
+                        // Not vacuous: on sm_90 and later the programmatic run must really launch
+                        // programmatically (else both runs would be plain and trivially equal).
+                        let d = b.describe();
+                        let want = order == LaunchOrder::Programmatic && sm_major(&d) >= 9;
+                        assert_eq!(d.contains("; programmatic launches;"), want, "{what} {order:?}: {d}");
                         match program::run(&model, &cfg, &mut b) {
                             Ok(r) => runs.push(r),
                             Err(RuntimeError::Unavailable(reason)) => not_run.note(&what, reason),
