@@ -385,6 +385,12 @@ pub struct BenchArgs {
     /// (the warm-up must cover the record and capture passes: at least 2 steps).
     #[arg(long)]
     pub graph: bool,
+    /// Launch every CUDA kernel plainly, each scheduled only after the one before it completed,
+    /// instead of with programmatic dependent launch (sm_90 and later): the anchor of an A/B of
+    /// the launch order in one binary (no bit can differ; the receipt's
+    /// `extra.launch_programmatic` says which was timed).
+    #[arg(long)]
+    pub serialized_launches: bool,
     /// Directory to write the performance receipt into (`run-<id>.json`, like every receipt).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,

@@ -63,6 +63,7 @@ __device__ __forceinline__ void qk_norm_rope_body(float* x, const float* w, floa
 }
 
 extern "C" __global__ void qk_norm_rope_f32(float* x, const float* w, float eps, const float* cos_sin, int heads) {
+    kernel_entry();
     qk_norm_rope_body(x, w, eps, cos_sin, heads);
 }
 
@@ -70,6 +71,7 @@ extern "C" __global__ void qk_norm_rope_f32(float* x, const float* w, float eps,
 // ([positions][128]); nothing is written when pos[0] >= positions (the host twin does the same).
 extern "C" __global__ void qk_norm_rope_at_f32(float* x, const float* w, float eps, const float* table,
                                                const unsigned* pos, int positions, int heads) {
+    kernel_entry();
     const unsigned p = pos[0];
     if (p >= (unsigned)positions) return;
     qk_norm_rope_body(x, w, eps, table + (size_t)p * HEAD_DIM, heads);
@@ -84,6 +86,7 @@ extern "C" __global__ void rope_append_f32(const float* q, const float* k, const
                                            const float* k_norm, float eps, const float* table, const unsigned* pos,
                                            int positions, int cache_positions, int q_heads, int kv_heads, float* q_out,
                                            float* k_out, float* k_cache, float* v_cache) {
+    kernel_entry();
     const unsigned p = pos[0];
     if (p >= (unsigned)positions || p >= (unsigned)cache_positions) return;
     const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -219,6 +222,7 @@ __device__ __forceinline__ void decode_attention_body(const float* q, const floa
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     decode_attention_f32(const float* q, const float* k, const float* v, const float* gate, int len, int q_heads,
                          int kv_heads, float* out) {
+    kernel_entry();
     decode_attention_body(q, k, v, gate, len, q_heads, kv_heads, ATTN_PARTITION, blockIdx.x, out);
 }
 
@@ -228,6 +232,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     decode_attention_at_f32(const float* q, const float* k, const float* v, const float* gate, const unsigned* pos,
                             int max_len, int q_heads, int kv_heads, int part_len, float* out) {
+    kernel_entry();
     const unsigned p = pos[0];
     if (p >= (unsigned)max_len || part_len < 1) return;
     decode_attention_body(q, k, v, gate, (int)p + 1, q_heads, kv_heads, part_len, blockIdx.x, out);
@@ -240,6 +245,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     decode_attention_rows_f32(const float* q, const float* k, const float* v, const float* gate, const unsigned* pos,
                               int rows, int q_pitch, int kv_pitch, int gate_pitch, int pos_pitch, int out_pitch,
                               int max_len, int q_heads, int kv_heads, int part_len, float* out) {
+    kernel_entry();
     const int row = blockIdx.x / q_heads;
     const int h = blockIdx.x % q_heads;
     if (row >= rows) return;
@@ -257,6 +263,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     decode_attention_cols2_f32(const float* q, const float* k, const float* v, const float* gate, const unsigned* pos,
                                int q_pitch, int gate_pitch, int pos_pitch, int out_pitch, int max_len, int q_heads,
                                int kv_heads, int part_len, float* out) {
+    kernel_entry();
     extern __shared__ float scores2[];
     const int h = blockIdx.x;
     const unsigned p0 = pos[0], p1 = pos[pos_pitch];

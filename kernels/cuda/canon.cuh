@@ -36,6 +36,22 @@ struct LanePitch {
 // Pointer `ptr` (slice `j` of the op, a constant) moved to lane `lane`.
 #define LANE_AT(ptr, lp, j, lane) ((ptr) + (size_t)(lane) * (size_t)(lp).p[j])
 
+// The first statement of every kernel. The runtime launches kernels with programmatic stream
+// serialization (sm_90 and later; `CudaOptions::programmatic_launch`), which lets a kernel's blocks be
+// scheduled while the kernel before it on the stream still runs, so the launch and block dispatch
+// overlap that kernel's tail instead of following it. `griddepcontrol.wait` then holds every thread
+// until the kernel before has completed and its memory is visible, before this kernel touches
+// memory: each kernel still reads and writes only after its predecessor ends, exactly as in a plain
+// launch, so no operand and no result can change. `launch_dependents` lets the next kernel be
+// scheduled once every block of this one has passed its wait (one kernel ahead, never a chain).
+// Launched without the attribute (or before sm_90), both are no-ops.
+__device__ __forceinline__ void kernel_entry() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- exp_c constants (canon.rs) ----
 #define C_LOG2E __uint_as_float(0x3FB8AA3Bu)
 #define C_LN2_HI __uint_as_float(0x3F317200u)

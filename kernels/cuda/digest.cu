@@ -60,6 +60,7 @@ __device__ __forceinline__ void digest_block_add(u64 acc, u64* slot) {
 // runtime before the step).
 extern "C" __global__ void __launch_bounds__(DIGEST_THREADS)
     digest_f32(const float* x, int n, u64 base, u64* slot) {
+    kernel_entry();
     const u64 acc = digest_range(x, blockIdx.x * blockDim.x + threadIdx.x, n > 0 ? (u32)n : 0u,
                                  gridDim.x * blockDim.x, base);
     digest_block_add(acc, slot);
@@ -96,6 +97,7 @@ struct DigestBatch {
 };
 
 extern "C" __global__ void __launch_bounds__(DIGEST_THREADS) digest_batch_f32(const DigestBatch batch) {
+    kernel_entry();
     const u32 b = blockIdx.x;
     int p = 0;
     while (p + 1 < (int)batch.count && batch.chunk_start[p + 1] <= b) ++p;

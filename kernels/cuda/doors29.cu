@@ -9,6 +9,7 @@
 // selection is never touched as floats). `out` is a peer rank's route buffer (a peer store:
 // another device's memory through peer access, or the same device's).
 extern "C" __global__ void mirror_sel_u32(const unsigned* src, unsigned* out, int n) {
+    kernel_entry();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = src[i];
 }
 
@@ -18,6 +19,7 @@ extern "C" __global__ void mirror_sel_u32(const unsigned* src, unsigned* out, in
 // posted writes from one device arrive in order), then the ticket is stored as one volatile
 // 32-bit store, which the root's stream awaits with a same-device cuStreamWaitValue32 (GEQ).
 extern "C" __global__ void ring_flag_u32(unsigned* flag, unsigned ticket) {
+    kernel_entry();
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         __threadfence_system();
         *(volatile unsigned*)flag = ticket;

@@ -24,6 +24,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     expert_down_combine_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, u32 o_experts,
                             u32 o_div, u32 o_mod, u32 o_want, const float* act, int act_pitch, float* parts,
                             int parts_pitch, const float* w, float* out, int width, int reverse) {
+    kernel_entry();
     __shared__ float ys[DC_MAX_SLOTS * DC_ROWS];
     __shared__ int live[DC_MAX_SLOTS];
     if ((int)threadIdx.x < k) {

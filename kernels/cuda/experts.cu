@@ -221,6 +221,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
     expert_gate_up_bpl_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k,
                            int first_slot, const float* x, int mode, float limit, float* act, int act_pitch, int rpb,
                            const LanePitch lp) {
+    kernel_entry();
     const int slot = (int)blockIdx.y / lp.lanes;
     const int ln = (int)blockIdx.y - slot * lp.lanes;
     ids = LANE_AT(ids, lp, 0, ln);
@@ -240,6 +241,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     expert_gate_up_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
                        const float* x, int mode, float limit, float* act, int act_pitch, int rpb,
                        const LanePitch lp) {
+    kernel_entry();
     expert_gate_up_slots<false>(table, n_entries, experts, ids, k, first_slot, x, mode, limit, act, nullptr,
                                 act_pitch, rpb, lp);
 }
@@ -251,6 +253,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     expert_gate_up_rows_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k,
                             int first_slot, const float* x, float* gate, float* up, int pitch, int rpb,
                             const LanePitch lp) {
+    kernel_entry();
     expert_gate_up_slots<true>(table, n_entries, experts, ids, k, first_slot, x, 0, C_ZERO, gate, up, pitch, rpb, lp);
 }
 
@@ -261,6 +264,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     expert_down_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
                     const float* act, int act_pitch, float* out, int out_pitch, int rpb, const LanePitch lp) {
+    kernel_entry();
     const int slot = (int)blockIdx.y / lp.lanes;
     const int ln = (int)blockIdx.y - slot * lp.lanes;
     ids = LANE_AT(ids, lp, 0, ln);
@@ -311,6 +315,7 @@ extern "C" __global__ void fold_slots_f32(const float* ids, int k, int first_slo
                                           int n_parts, int width, float* out, int cond, u32 o_experts, u32 o_div,
                                           u32 o_mod, u32 o_want, const ExpertEntry* scale_table, int n_entries,
                                           int experts, const LanePitch lp) {
+    kernel_entry();
     ids = LANE_AT(ids, lp, 0, blockIdx.z);
     parts = LANE_AT(parts, lp, 1, blockIdx.z);
     out = LANE_AT(out, lp, 2, blockIdx.z);
@@ -347,6 +352,7 @@ extern "C" __global__ void fold_slots_f32(const float* ids, int k, int first_slo
 #define FC_BATCH 32
 extern "C" __global__ void fold_combine_f32(const float* parts, int pitch, int n_parts, const float* w, int k,
                                             int width, float* out, const LanePitch lp) {
+    kernel_entry();
     parts = LANE_AT(parts, lp, 0, blockIdx.z);
     w = LANE_AT(w, lp, 1, blockIdx.z);
     out = LANE_AT(out, lp, 2, blockIdx.z);
@@ -392,6 +398,7 @@ extern "C" __global__ void fold_combine_f32(const float* parts, int pitch, int n
 // `ranks`. Bytes only. grid = (ceil(width / blockDim), k).
 extern "C" __global__ void select_slots_f32(const float* ids, int k, u32 o_experts, u32 o_div, u32 o_mod, int ranks,
                                             const float* src, int rank_pitch, int width, float* out) {
+    kernel_entry();
     const int s = blockIdx.y;
     if (s >= k) return;
     const int owner = owner_of_c(__float_as_uint(ids[s]), o_experts, o_div, o_mod);
@@ -406,6 +413,7 @@ extern "C" __global__ void select_slots_f32(const float* ids, int k, u32 o_exper
 // routed slot in order: t = +0 + w[s] * y[s][i]; acc = acc + t.
 extern "C" __global__ void combine_owned_f32(const float* ids, int k, u32 o_experts, u32 o_div, u32 o_mod, u32 o_want,
                                              const float* y, const float* w, int width, float* out) {
+    kernel_entry();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
         float acc = C_ZERO;
         for (int s = 0; s < k; ++s) {
@@ -424,6 +432,7 @@ extern "C" __global__ void combine_owned_f32(const float* ids, int k, u32 o_expe
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
     expert_down_bpl_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
                         const float* act, int act_pitch, float* out, int out_pitch, int rpb, const LanePitch lp) {
+    kernel_entry();
     const int slot = (int)blockIdx.y / lp.lanes;
     const int ln = (int)blockIdx.y - slot * lp.lanes;
     ids = LANE_AT(ids, lp, 0, ln);

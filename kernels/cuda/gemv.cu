@@ -590,62 +590,74 @@ __device__ __forceinline__ void gemv_rows_batch(const GemvBatch& b, const float*
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_batch_bf16(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec) {
+    kernel_entry();
     gemv_rows_batch<FMT_BF16>(batch, x, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_batch_f32(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec) {
+    kernel_entry();
     gemv_rows_batch<FMT_F32>(batch, x, cols, kw, rpb, vec);
 }
 
 // `out[r]` = fold over K-blocks of row r's partials (twins::gemv::gemv_rows).
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_bf16(const u16* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
+    kernel_entry();
     gemv_dispatch<FMT_BF16, false>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_f32(const float* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
+    kernel_entry();
     gemv_dispatch<FMT_F32, false>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_e4m3(const u8* codes, const float* scales, int row0, const float* x, float* out, int rows, int cols,
                    int kw, int rpb, int vec) {
+    kernel_entry();
     gemv_dispatch<FMT_E4M3, false>(codes, scales, row0, x, out, rows, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_nvfp4(const u8* packed, const u8* scales, const float* x, float* out, int rows, int cols, int kw,
                     int rpb) {
+    kernel_entry();
     gemv_dispatch<FMT_NVFP4, false>(packed, scales, 0, x, out, rows, cols, kw, rpb, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_w8(const signed char* q, const float* scales, const float* x, float* out, int rows, int cols, int kw,
                  int rpb) {
+    kernel_entry();
     gemv_dispatch<FMT_W8, false>(q, scales, 0, x, out, rows, cols, kw, rpb, 0);
 }
 
 // `out[k * rows + r]` = partial of row r over K-block k (twins::gemv::gemv_partials).
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_bf16(const u16* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
+    kernel_entry();
     gemv_dispatch<FMT_BF16, true>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_f32(const float* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
+    kernel_entry();
     gemv_dispatch<FMT_F32, true>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_e4m3(const u8* codes, const float* scales, int row0, const float* x, float* out, int rows, int cols,
                        int kw, int rpb, int vec) {
+    kernel_entry();
     gemv_dispatch<FMT_E4M3, true>(codes, scales, row0, x, out, rows, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_nvfp4(const u8* packed, const u8* scales, const float* x, float* out, int rows, int cols, int kw,
                         int rpb) {
+    kernel_entry();
     gemv_dispatch<FMT_NVFP4, true>(packed, scales, 0, x, out, rows, cols, kw, rpb, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_w8(const signed char* q, const float* scales, const float* x, float* out, int rows, int cols,
                      int kw, int rpb) {
+    kernel_entry();
     gemv_dispatch<FMT_W8, true>(q, scales, 0, x, out, rows, cols, kw, rpb, 0);
 }
 
@@ -718,10 +730,12 @@ __device__ __forceinline__ void gemv_tree(const void* wv, const float* __restric
 
 extern "C" __global__ void __launch_bounds__(TREE_THREADS)
     gemv_rows_tree_bf16(const u16* w, const float* x, float* out, int rows, int cols, int kw, int vec) {
+    kernel_entry();
     gemv_tree<FMT_BF16>(w, x, out, rows, cols, kw, vec);
 }
 extern "C" __global__ void __launch_bounds__(TREE_THREADS)
     gemv_rows_tree_f32(const float* w, const float* x, float* out, int rows, int cols, int kw, int vec) {
+    kernel_entry();
     gemv_tree<FMT_F32>(w, x, out, rows, cols, kw, vec);
 }
 
@@ -729,6 +743,7 @@ extern "C" __global__ void __launch_bounds__(TREE_THREADS)
 // j * parts_pitch, its output at j * out_pitch. Each value is exactly fold_f32's.
 extern "C" __global__ void fold_lanes_f32(const float* parts, int parts_pitch, int n_parts, int width, int lanes,
                                           float* out, int out_pitch) {
+    kernel_entry();
     const size_t total = (size_t)lanes * width;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total; idx += (size_t)gridDim.x * blockDim.x) {
         const size_t j = idx / width, i = idx % width;
@@ -742,6 +757,7 @@ extern "C" __global__ void fold_lanes_f32(const float* parts, int parts_pitch, i
 // ---- canonical fold of row-parallel partials (twins::gemv::fold_partials):
 // out[i] = ((+0 + p[0][i]) + p[1][i]) + …; `reverse` is the CANARY order.
 extern "C" __global__ void fold_f32(const float* parts, int n_parts, int width, int reverse, float* out) {
+    kernel_entry();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
         float acc = C_ZERO;
         if (reverse) {

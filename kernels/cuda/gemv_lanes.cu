@@ -216,12 +216,14 @@ __device__ __forceinline__ void gemv_lanes(const GemvBatch& b, const float* x, i
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_lanes_bf16(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec, int lanes,
                          int x_pitch, int out_pitch0, int out_pitch1, int out_pitch2, int out_pitch3) {
+    kernel_entry();
     gemv_lanes<FMT_BF16, false>(batch, x, cols, kw, rpb, vec, lanes, x_pitch, out_pitch0, out_pitch1, out_pitch2,
                                 out_pitch3);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_lanes_f32(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec, int lanes,
                         int x_pitch, int out_pitch0, int out_pitch1, int out_pitch2, int out_pitch3) {
+    kernel_entry();
     gemv_lanes<FMT_F32, false>(batch, x, cols, kw, rpb, vec, lanes, x_pitch, out_pitch0, out_pitch1, out_pitch2,
                                out_pitch3);
 }
@@ -230,12 +232,14 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_lanes_bf16(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec, int lanes,
                              int x_pitch, int out_pitch0, int out_pitch1, int out_pitch2, int out_pitch3) {
+    kernel_entry();
     gemv_lanes<FMT_BF16, true>(batch, x, cols, kw, rpb, vec, lanes, x_pitch, out_pitch0, out_pitch1, out_pitch2,
                                out_pitch3);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_lanes_f32(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec, int lanes,
                             int x_pitch, int out_pitch0, int out_pitch1, int out_pitch2, int out_pitch3) {
+    kernel_entry();
     gemv_lanes<FMT_F32, true>(batch, x, cols, kw, rpb, vec, lanes, x_pitch, out_pitch0, out_pitch1, out_pitch2,
                               out_pitch3);
 }

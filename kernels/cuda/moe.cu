@@ -249,6 +249,7 @@ __device__ __forceinline__ void router_body(const float* logits, const float* bi
 extern "C" __global__ void __launch_bounds__(ROUTER_THREADS)
     router_topk_f32(const float* logits, const float* bias, int n, int k, int normalize, float scaling, float* out,
                     const LanePitch lp) {
+    kernel_entry();
     const int z = blockIdx.z;
     router_body(LANE_AT(logits, lp, 0, z), LANE_AT(bias, lp, 1, z), n, k, normalize, scaling, LANE_AT(out, lp, 2, z),
                 false);
@@ -258,6 +259,7 @@ extern "C" __global__ void __launch_bounds__(ROUTER_THREADS)
 extern "C" __global__ void __launch_bounds__(ROUTER_THREADS)
     router_topk_dev_f32(const float* logits, const float* bias, int n, int k, int normalize, float scaling,
                         float* out, const LanePitch lp) {
+    kernel_entry();
     const int z = blockIdx.z;
     router_body(LANE_AT(logits, lp, 0, z), LANE_AT(bias, lp, 1, z), n, k, normalize, scaling, LANE_AT(out, lp, 2, z),
                 true);
@@ -266,6 +268,7 @@ extern "C" __global__ void __launch_bounds__(ROUTER_THREADS)
 // out[i] = swiglu_c(gate[i], up[i], limit).
 extern "C" __global__ void swiglu_f32(const float* gate, const float* up, int has_limit, float limit, float* out,
                                       int n) {
+    kernel_entry();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         out[i] = swiglu_c(gate[i], up[i], has_limit, limit);
     }
@@ -273,6 +276,7 @@ extern "C" __global__ void swiglu_f32(const float* gate, const float* up, int ha
 
 // out[i] = Σ_s w[s] · y[s][i] in slot order from +0.0.
 extern "C" __global__ void combine_f32(const float* y, const float* w, int slots, int width, float* out) {
+    kernel_entry();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
         float acc = C_ZERO;
         for (int s = 0; s < slots; ++s) acc = acc + w[s] * y[(size_t)s * width + i];
@@ -283,6 +287,7 @@ extern "C" __global__ void combine_f32(const float* y, const float* w, int slots
 // The moe_join in one launch (twins::moe::combine_shared): out[i] = sum_s w[s] * y[s][i] in slot
 // order from +0.0 over the k routed slots, out[width + i] = y[k][i] (the shared expert, copied).
 extern "C" __global__ void combine_shared_f32(const float* y, const float* w, int k, int width, float* out) {
+    kernel_entry();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
         float acc = C_ZERO;
         for (int s = 0; s < k; ++s) acc = acc + w[s] * y[(size_t)s * width + i];
@@ -297,6 +302,7 @@ extern "C" __global__ void combine_shared_f32(const float* y, const float* w, in
 // macros[ids[s]] (1.0 for an id outside the table); out[width + i] = y[k][i].
 extern "C" __global__ void combine_scaled_f32(const float* ids, const float* y, const float* w, const float* macros,
                                               int n_macros, int k, int width, float* out) {
+    kernel_entry();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
         float acc = C_ZERO;
         for (int s = 0; s < k; ++s) {
@@ -313,6 +319,7 @@ extern "C" __global__ void combine_scaled_f32(const float* ids, const float* y, 
 // Lane grid: blockIdx.z = lane, slices [h, a, b, sum, out].
 extern "C" __global__ void residual_add_f32(const float* h, const float* a, const float* b, float* sum, float* out,
                                             int n, const LanePitch lp) {
+    kernel_entry();
     const int z = blockIdx.z;
     h = LANE_AT(h, lp, 0, z);
     a = LANE_AT(a, lp, 1, z);
@@ -334,6 +341,7 @@ extern "C" __global__ void residual_add_f32(const float* h, const float* a, cons
 // words, the counter zero at launch (the runtime zeroes it once; every launch leaves it zero).
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_f32(const float* x, int n, float* out,
                                                                        u32* scratch) {
+    kernel_entry();
     __shared__ float s_val[ARGMAX_THREADS / 32];
     __shared__ u32 s_idx[ARGMAX_THREADS / 32];
     __shared__ bool s_last;

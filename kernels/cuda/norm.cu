@@ -109,6 +109,7 @@ __device__ __forceinline__ void rmsnorm_block(const float* sx, const float* __re
 // Lane grid: blockIdx.z = lane, slices [x, w, y].
 extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float eps, float* y, int n, int rows,
                                        const LanePitch lp) {
+    kernel_entry();
     x = LANE_AT(x, lp, 0, blockIdx.z);
     w = LANE_AT(w, lp, 1, blockIdx.z);
     y = LANE_AT(y, lp, 2, blockIdx.z);
@@ -125,6 +126,7 @@ extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float eps
 // Lane grid: blockIdx.z = lane, slices [x, a, w, h, y].
 extern "C" __global__ void add_rmsnorm_f32(const float* x, const float* a, const float* w, float eps, float* h,
                                            float* y, int n, int rows, const LanePitch lp) {
+    kernel_entry();
     x = LANE_AT(x, lp, 0, blockIdx.z);
     a = LANE_AT(a, lp, 1, blockIdx.z);
     w = LANE_AT(w, lp, 2, blockIdx.z);
@@ -143,6 +145,7 @@ extern "C" __global__ void add_rmsnorm_f32(const float* x, const float* a, const
 // then h = x + a, y = rmsnorm(h); `a` is written out too (the o_join seam stays observable).
 extern "C" __global__ void fold_add_rmsnorm_f32(const float* parts, int n_parts, const float* x, const float* w,
                                                 float eps, float* a, float* h, float* y, int n, int rows) {
+    kernel_entry();
     extern __shared__ float sx[];
     const int row = blockIdx.x;
     if (row >= rows || n <= 0) return;

@@ -215,6 +215,35 @@ mod tests {
         assert!(unlisted.is_empty(), "declared but missing from KERNEL_NAMES: {unlisted:?}");
     }
 
+    /// The runtime launches kernels with programmatic stream serialization, which schedules a
+    /// kernel before the one ahead of it has finished: only a kernel whose first statement is
+    /// `kernel_entry();` (the wait for that kernel, canon.cuh) may be launched that way, so every
+    /// kernel opens with it.
+    #[test]
+    fn every_kernel_opens_with_kernel_entry() {
+        let src = cuda_source();
+        let mut rest = src.as_str();
+        let mut seen = 0;
+        while let Some(at) = rest.find("extern \"C\" __global__") {
+            rest = &rest[at..];
+            let mut depth = 0i32;
+            let open = rest
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += i32::from(c == '(') - i32::from(c == ')');
+                    c == '{' && depth == 0
+                })
+                .map(|(i, _)| i)
+                .expect("a kernel has a body");
+            let (head, body) = rest.split_at(open + 1);
+            let name = head.lines().next().unwrap_or(head);
+            assert!(body.trim_start().starts_with("kernel_entry();"), "`{name}…` does not open with kernel_entry();");
+            rest = body;
+            seen += 1;
+        }
+        assert_eq!(seen, KERNEL_NAMES.len(), "kernels found by the body scan against KERNEL_NAMES");
+    }
+
     #[test]
     fn kernel_names_follow_op_dtype() {
         for name in KERNEL_NAMES {

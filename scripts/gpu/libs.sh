@@ -86,10 +86,11 @@ ncu_b1() {
   cp "/tmp/$name.log" "$OUT/$name.csv"
   ncu_means "/tmp/$name.log"
 }
-# `bench_step NAME BIN BATCH`: one bench of the step layer (2 layers, --graph, no torch) with BIN at
-# --batch BATCH into /tmp/NAME, then its `bench_summary` line.
+# `bench_step NAME BIN BATCH [FLAG]`: one bench of the step layer (2 layers, --graph, no torch) with
+# BIN at --batch BATCH (and FLAG, e.g. --serialized-launches) into /tmp/NAME, then its
+# `bench_summary` line.
 bench_step() {
-  step "$1" 40 "$2" bench --backend cuda --preset step --layers 2 --graph --no-torch --batch "$3" --out "/tmp/$1"
+  step "$1" 40 "$2" bench --backend cuda --preset step --layers 2 --graph --no-torch --batch "$3" ${4:-} --out "/tmp/$1"
   echo "$1: $(bench_summary "/tmp/$1.log")"
 }
 # `row_floor`: scripts/gpu/row_floor_bench.cu built with nvcc, event-timed, then under ncu with and

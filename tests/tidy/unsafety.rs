@@ -40,10 +40,10 @@ pub const UNSAFE_HOMES: &[(&str, &str)] = &[
 /// raising one means new `unsafe` outside the safe layer's functions, which a review must accept.
 #[rustfmt::skip]
 pub const UNSAFE_CEILINGS: &[(&str, usize)] = &[
-    ("runtime/src/backend/cuda/driver.rs", 66),
+    ("runtime/src/backend/cuda/driver.rs", 68),
     ("runtime/src/backend/cuda/nccl_sys.rs", 9),
     ("runtime/src/backend/cuda/safe/mem.rs", 21),
-    ("runtime/src/backend/cuda/safe/mod.rs", 9),
+    ("runtime/src/backend/cuda/safe/mod.rs", 11),
     ("runtime/src/backend/cuda/safe/nccl.rs", 14),
     ("runtime/src/backend/cuda/safe/nvrtc.rs", 7),
     ("runtime/src/backend/cuda/launch/mod.rs", 2),

@@ -11,7 +11,8 @@ use crate::error::GateError;
 use crate::plan::{self, ModelPlan};
 use memra_receipts::schema::{self as rs, Gate, GateResult, Verdict};
 use memra_receipts::{Receipt, ReceiptKind};
-use memra_runtime::backend::{open, BackendKind};
+use memra_runtime::backend::cuda::LaunchOrder;
+use memra_runtime::backend::{open_with, BackendKind, OpenOptions};
 use memra_runtime::model::{Matrix, Model};
 use memra_runtime::record::{Record, Seam};
 use memra_runtime::{Battery, RunConfig, Transport};
@@ -125,7 +126,9 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
         ];
         super::bench_compare::precheck(path, base, &planned)?;
     }
-    let mut b = open(backend, 1)?;
+    let launch_order = if args.serialized_launches { LaunchOrder::Serialized } else { LaunchOrder::Programmatic };
+    let open_opts = OpenOptions { launch_order, ..Default::default() };
+    let mut b = open_with(backend, 1, &open_opts)?;
     let bandwidth = b.copy_bandwidth(args.copy_bytes)?;
     let mut cfg = RunConfig::new(1, Transport::HostBounce, subject.battery.clone())?;
     if args.graph {
@@ -140,7 +143,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     if pass.columns > 1 {
         // Teacher-forced by the single-token run's own tape: every draft is accepted, so every
         // pass computes `lanes` steps and per-pass ÷ lanes is the cost of a token.
-        let single = memra_runtime::program::run(model, &cfg, open(backend, 1)?.as_mut())?;
+        let single = memra_runtime::program::run(model, &cfg, open_with(backend, 1, &open_opts)?.as_mut())?;
         cfg.forced_tokens = Some(single.tokens.iter().map(|t| t[..t.len().saturating_sub(1)].to_vec()).collect());
     }
     cfg.pass = pass;
@@ -277,6 +280,12 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
 
     let mut receipt =
         performance_receipt(&subject, &record, backend, args.graph, ratios, bandwidth, &torch, wall_ms, prov)?;
+    if backend == BackendKind::Cuda {
+        // Which launch order was timed (requested; devices before sm_90 launch plainly either way).
+        let programmatic = launch_order == LaunchOrder::Programmatic;
+        receipt.measurements.extra.insert("launch_programmatic".to_string(), f64::from(u8::from(programmatic)));
+        crate::say!("kernel launches: {}", if programmatic { "programmatic (sm_90+)" } else { "serialized" });
+    }
     if lanes > 1 {
         // The shape is part of the run identity (docs/DESIGN.md §3.6).
         receipt.evidence.config.batch = (pass.batch > 1).then_some(pass.batch);

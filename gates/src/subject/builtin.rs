@@ -94,6 +94,7 @@ impl Builtin {
             device_reserve_bytes: self.device_reserve_bytes,
             rank0_merge: spec.doors.rank0_merge,
             host_ranks: self.host_ranks.for_tp(spec.tp),
+            launch_order: Default::default(),
         };
         match &self.dist {
             Some(d) if self.spans_processes(spec.backend, spec.transport) => {

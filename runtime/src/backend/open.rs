@@ -42,6 +42,8 @@ pub struct OpenOptions {
     pub rank0_merge: bool,
     /// How the host backend's ranks run (threads, or inline on the issuing thread); CUDA ignores it.
     pub host_ranks: host::HostRanks,
+    /// How CUDA kernels follow each other on a stream (no bit can differ; the host ignores it).
+    pub launch_order: cuda::LaunchOrder,
 }
 
 /// Open a backend with options; the host backend has no device memory or streams and ignores
@@ -54,6 +56,7 @@ pub fn open_with(kind: BackendKind, ranks: usize, o: &OpenOptions) -> Result<Box
             cuda::CudaOptions {
                 reserve_bytes: o.device_reserve_bytes,
                 rank0_on_default_stream: o.rank0_merge,
+                launch_order: o.launch_order,
                 ..Default::default()
             },
         )?)),
@@ -87,6 +90,7 @@ pub fn open_distributed(tp: usize, rendezvous: &mut dist::Rendezvous, o: &OpenOp
             reserve_bytes: o.device_reserve_bytes,
             // Only the process holding global rank 0 has the "model stream" of RANK0_MERGE.
             rank0_on_default_stream: o.rank0_merge && spec.process == 0,
+            launch_order: o.launch_order,
             ..Default::default()
         },
     )?;

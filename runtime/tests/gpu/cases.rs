@@ -6,7 +6,7 @@
 use crate::harness::{cuda_backend, Ran};
 use memra_kernels::formats::{bf16_from_f32, E4M3_BLOCK};
 use memra_kernels::twins::digest::splitmix64;
-use memra_runtime::backend::cuda::{CudaOptions, GemvLayout, PlacementPolicy};
+use memra_runtime::backend::cuda::{CudaOptions, GemvLayout, LaunchOrder, PlacementPolicy};
 use memra_runtime::backend::host::HostBackend;
 use memra_runtime::backend::{Backend, GroupEntry, Op, Slice};
 use memra_runtime::model::matrix::{MatrixShard, ShardData};
@@ -19,18 +19,21 @@ pub const FAST: CudaOptions = CudaOptions {
     gemv_layout: GemvLayout::Fast,
     reserve_bytes: 0,
     rank0_on_default_stream: false,
+    launch_order: LaunchOrder::Programmatic,
 };
 pub const ROW_MAJOR: CudaOptions = CudaOptions {
     placement: PlacementPolicy::Auto,
     gemv_layout: GemvLayout::RowMajor,
     reserve_bytes: 0,
     rank0_on_default_stream: false,
+    launch_order: LaunchOrder::Programmatic,
 };
 pub const CO_RESIDENT: CudaOptions = CudaOptions {
     placement: PlacementPolicy::CoResident,
     gemv_layout: GemvLayout::Fast,
     reserve_bytes: 0,
     rank0_on_default_stream: false,
+    launch_order: LaunchOrder::Programmatic,
 };
 
 // ---------------------------------------------------------------- inputs

@@ -47,6 +47,7 @@ gpu_modules![
     cuda_ep_device29,
     cuda_down8,
     cuda_threads,
+    cuda_launch,
     harness_checks
 ];
 

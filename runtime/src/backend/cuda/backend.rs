@@ -78,8 +78,10 @@ impl Backend for CudaBackend {
         } else {
             format!("on devices {:?}", self.placement())
         };
+        let launches =
+            if self.ranks.iter().all(|r| r.programmatic) { "programmatic launches" } else { "plain launches" };
         format!(
-            "cuda: {} rank(s) {placement}; {} {} {:.0} GiB; {}",
+            "cuda: {} rank(s) {placement}; {} {} {:.0} GiB; {launches}; {}",
             self.ranks.len(),
             d.name,
             d.arch(),

@@ -21,9 +21,10 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 pub(super) use cudarc::driver::result::DriverError;
 pub(super) use cudarc::driver::sys::{
-    CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUevent, CUevent_flags, CUevent_record_flags,
-    CUgraphInstantiate_flags, CUmemorytype, CUresult, CUstream, CUstreamCaptureMode, CUstreamWaitValue_flags,
-    CUstreamWriteValue_flags, CUDA_MEMCPY2D, CUDA_MEMCPY3D_PEER, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE,
+    CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUevent, CUevent_flags, CUevent_record_flags, CUfunction,
+    CUgraphInstantiate_flags, CUlaunchAttribute, CUlaunchAttributeID, CUlaunchAttributeValue, CUlaunchConfig,
+    CUmemorytype, CUresult, CUstream, CUstreamCaptureMode, CUstreamWaitValue_flags, CUstreamWriteValue_flags,
+    CUDA_MEMCPY2D, CUDA_MEMCPY3D_PEER, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE,
 };
 pub(super) use cudarc::nccl::sys::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t};
 
@@ -350,6 +351,25 @@ pub(super) unsafe fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, fl
 pub(super) unsafe fn event_elapsed(start: CUevent, end: CUevent) -> Result<f32, DriverError> {
     // SAFETY: forwarded unchanged; the caller guarantees the handles (# Safety).
     unsafe { result::event::elapsed(start, end) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel launch
+
+/// `cuLaunchKernelEx`.
+///
+/// # Safety
+/// `config` points to a live launch configuration whose `attrs` point to `numAttrs` live
+/// attributes and whose stream belongs to the current context; `f` is a function of a module
+/// loaded in that context; `kernel_params` holds one pointer per parameter of `f`, in order, each
+/// to a live value of exactly that parameter's type (the driver copies them before returning).
+pub(super) unsafe fn cuLaunchKernelEx(
+    config: *const CUlaunchConfig,
+    f: CUfunction,
+    kernel_params: *mut *mut c_void,
+) -> CUresult {
+    // SAFETY: forwarded unchanged (no `extra` block); the caller guarantees the rest (# Safety).
+    unsafe { sys::cuLaunchKernelEx(config, f, kernel_params, std::ptr::null_mut()) }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -92,6 +92,22 @@ pub struct CudaOptions {
     /// instead of a stream of its own. Ordering across ranks stays event-based, so the bytes
     /// cannot change; only scheduling does.
     pub rank0_on_default_stream: bool,
+    /// How each kernel follows the one before it on a stream.
+    pub launch_order: LaunchOrder,
+}
+
+/// How a kernel launch is ordered after the work before it on its stream. Neither can change a
+/// bit: every kernel's first statement (`kernel_entry()` in kernels/cuda/canon.cuh) waits for the
+/// kernel before it to complete before it touches memory; only when its blocks are scheduled moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LaunchOrder {
+    /// Programmatic stream serialization (sm_90 and later, on a stream of the rank's own): the
+    /// next kernel's launch and block dispatch overlap the tail of the one before. Plain
+    /// launches on older devices and on the default stream (RANK0_MERGE's rank 0).
+    #[default]
+    Programmatic,
+    /// Plain launches: a kernel is scheduled only after the work before it completed.
+    Serialized,
 }
 
 /// A device with its context and loaded kernels, shared by every backend of the process.
@@ -146,6 +162,8 @@ pub(crate) struct Rank {
     pub groups: Vec<launch::experts::DeviceGroup>,
     /// Scratch of the multi-block reductions (argmax: a zeroed counter and the block bests).
     pub scratch: DeviceBuffer,
+    /// Kernels are launched with programmatic stream serialization ([`LaunchOrder`]).
+    pub programmatic: bool,
 }
 
 /// Ranks on CUDA devices.
@@ -206,7 +224,11 @@ impl CudaBackend {
             let dev = if distinct { r } else { 0 };
             let ctx = &devices[dev].ctx;
             let loc = |what: &str| format!("creating rank {r}'s {what} on device {}", devices[dev].info.ordinal);
-            let stream = if r == 0 && opts.rank0_on_default_stream {
+            let on_default_stream = r == 0 && opts.rank0_on_default_stream;
+            let programmatic = opts.launch_order == LaunchOrder::Programmatic
+                && devices[dev].info.compute_capability.0 >= 9
+                && !on_default_stream;
+            let stream = if on_default_stream {
                 ctx.default_stream()
             } else {
                 ctx.new_stream().map_err(|e| driver_err(loc("stream"), e))?
@@ -227,6 +249,7 @@ impl CudaBackend {
                 digests_reserved: 0,
                 groups: Vec::new(),
                 scratch,
+                programmatic,
             });
         }
         let staging = transfer::Staging::new(devices.len());

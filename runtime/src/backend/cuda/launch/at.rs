@@ -8,7 +8,6 @@ use super::{attention_shape, cfg, elementwise_grid, i32_of, shape_err, ATTN_THRE
 use crate::backend::cuda::CudaBackend;
 use crate::backend::{Op, Slice};
 use crate::Result;
-use cudarc::driver::PushKernelArg;
 
 impl CudaBackend {
     /// The position slice of a GRAPH op: at least one u32.

@@ -7,7 +7,6 @@ use crate::backend::cuda::driver;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::DigestPart;
 use crate::Result;
-use cudarc::driver::PushKernelArg;
 
 /// Parts per `digest_batch_f32` launch and values per grid block (digest.cu).
 const DIGEST_BATCH_MAX: usize = 32;

@@ -7,7 +7,6 @@ use crate::backend::cuda::driver::CUdeviceptr;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::Slice;
 use crate::Result;
-use cudarc::driver::PushKernelArg;
 
 impl CudaBackend {
     /// `Op::MirrorSel`: `src` (on `rank`) to `out` (on `to`, a peer store when they differ).

@@ -6,7 +6,7 @@ use super::{i32_of, shape_err, GEMV_THREADS};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::Op;
 use crate::Result;
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use memra_kernels::twins::down8::DOWN8_MAX_COLS;
 
 /// down8.cu's rows per block and the most routed slots one block stages.

@@ -7,7 +7,7 @@ use super::{cfg, elementwise_grid, i32_of, shape_err, ELEMENTWISE_THREADS, HEAD_
 use crate::backend::cuda::CudaBackend;
 use crate::backend::{Op, Slice};
 use crate::Result;
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 
 impl CudaBackend {
     /// The grouped expert ops, RopeAppend (`out_rank`: a peer store's destination, else `rank`).

@@ -9,7 +9,6 @@ use crate::backend::cuda::safe::{self, DevicePtr};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::Slice;
 use crate::Result;
-use cudarc::driver::PushKernelArg;
 
 /// Blocks a GEMV grid should have at least: two per SM of an H200 (132 SMs).
 const GEMV_MIN_BLOCKS: usize = 264;

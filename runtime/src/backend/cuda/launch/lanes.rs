@@ -21,7 +21,6 @@ use crate::backend::cuda::CudaBackend;
 use crate::backend::op::lanes::{plan_lanes, LaneMode, LanePlan, ITEMS_MAX};
 use crate::backend::{Op, Slice};
 use crate::Result;
-use cudarc::driver::PushKernelArg;
 
 /// A plan the weights accept: the kernel, its census name and the launch shape.
 pub(crate) struct FusedLanes {

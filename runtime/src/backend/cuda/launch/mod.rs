@@ -92,6 +92,12 @@ fn attention_shape(what: &str, s: [Slice; 5], len: usize, q_heads: usize, kv_hea
     Ok(len * 4)
 }
 
+/// A kernel parameter: a pointer to `v` (a value type the kernels take by value, never a
+/// `CudaSlice`, whose device address would be a field of the struct).
+pub(super) fn kernel_param<T: DeviceRepr>(v: &T) -> *mut std::ffi::c_void {
+    (v as *const T).cast_mut().cast()
+}
+
 /// Launch `$name` on `$rank`'s stream with the listed arguments (each a local of the exact
 /// kernel parameter type).
 macro_rules! launch {
@@ -99,16 +105,16 @@ macro_rules! launch {
         let b: &CudaBackend = $b;
         let rank: usize = $rank;
         let name: &'static str = $name;
-        let dev = &b.devices[b.ranks[rank].dev];
-        let func = dev.kernels.get(name)?;
-        let stream = &b.ranks[rank].stream;
-        let mut builder = stream.launch_builder(func);
-        $( builder.arg(&$arg); )+
+        let r = &b.ranks[rank];
+        let func = b.devices[r.dev].kernels.get(name)?;
+        let mut args = [$( crate::backend::cuda::launch::kernel_param(&$arg) ),+];
         // SAFETY: the argument list matches the kernel's `extern "C"` signature in
-        // kernels/cuda (types and order); every pointer was produced by `slice_ptr` or a weight of
-        // this rank, so it lies on this rank's device and its extent was checked against the
-        // sizes passed alongside it; the buffers outlive the launch (freed only after a drain).
-        unsafe { builder.launch($cfg) }.map(|_| ()).map_err(|e| b.fault(rank, name, e))
+        // kernels/cuda (types and order), each a pointer to a live local of this block; every
+        // device pointer was produced by `slice_ptr` or a weight of this rank, so it lies on this
+        // rank's device and its extent was checked against the sizes passed alongside it; the
+        // buffers outlive the launch (freed only after a drain).
+        unsafe { crate::backend::cuda::safe::launch_kernel(&r.stream, func, $cfg, &mut args, r.programmatic) }
+            .map_err(|e| b.fault(rank, name, e))
     }};
 }
 

@@ -12,7 +12,6 @@ use crate::backend::cuda::CudaBackend;
 use crate::backend::{Op, RowOrder, Slice};
 use crate::error::RuntimeError;
 use crate::Result;
-use cudarc::driver::PushKernelArg;
 
 /// Dynamic shared memory of the norm kernels: one staged row of `n` f32 (one block per row).
 /// The kernels' static shared memory (the warp sums) comes out of the same 48 KiB a block gets

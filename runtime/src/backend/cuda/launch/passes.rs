@@ -8,7 +8,6 @@ use crate::backend::cuda::CudaBackend;
 use crate::backend::op::{block, span};
 use crate::backend::Op;
 use crate::Result;
-use cudarc::driver::PushKernelArg;
 
 impl CudaBackend {
     pub(super) fn launch_pass_op(&self, rank: usize, op: &Op) -> Result<()> {

@@ -34,7 +34,7 @@ pub(crate) use mem::{
 };
 
 use super::driver::{self, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUresult, DriverError};
-use cudarc::driver::{CudaContext, CudaGraph};
+use cudarc::driver::{CudaContext, CudaFunction, CudaGraph, CudaStream, LaunchConfig};
 use std::ffi::{c_int, c_uint, c_void};
 use std::fmt;
 
@@ -144,6 +144,50 @@ impl Graph {
     pub(crate) fn launch(&self) -> Result<(), DriverError> {
         self.0.launch()
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel launch
+
+/// `cuLaunchKernelEx` of `func` on `stream` with `cfg`; with `programmatic`, the attribute
+/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION` (the kernel may be scheduled before the
+/// one ahead of it on the stream completes: `kernel_entry()` in kernels/cuda/canon.cuh makes every
+/// kernel wait for it before touching memory). The same call cudarc's launch builder makes
+/// (`cuLaunchKernel`) when `programmatic` is false, after binding the stream's context.
+///
+/// # Safety
+/// `args` holds one pointer per parameter of `func`, in order, each to a live value of exactly
+/// that parameter's type; every device pointer among those values names memory of this stream's
+/// device that outlives the launch.
+pub(crate) unsafe fn launch_kernel(
+    stream: &CudaStream,
+    func: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &mut [*mut c_void],
+    programmatic: bool,
+) -> Result<(), DriverError> {
+    stream.context().bind_to_thread()?;
+    let mut attr = driver::CUlaunchAttribute {
+        id: driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value: driver::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+    };
+    let config = driver::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: c_uint::from(programmatic),
+    };
+    // SAFETY: `config` and `attr` are live locals for the whole call and the attribute count is 0
+    // or 1; the stream's context is bound above and `func` was loaded in it (`Kernels::load` of the
+    // stream's device); the parameter pointers are the caller's (# Safety).
+    unsafe { driver::cuLaunchKernelEx(&config, func.cu_function(), args.as_mut_ptr()) }.result()
 }
 
 // ---------------------------------------------------------------------------------------------
