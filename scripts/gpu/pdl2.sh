@@ -22,17 +22,20 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 if [ "$part" = 2 ]; then
   step gpu_launch 120 target-g/gpu-pdl --test-threads=1 cuda_launch::
   grep -E "^test result|^test cuda_launch|panicked" /tmp/gpu_launch.log | head -6
+  # Most important first (the steps' deadline skips the rest): b1 and b8 with the anchor, t8, then
+  # b2, b4, t2, t4, and ncu of one b1 bench.
+  shape_rows() {
+    step shape-b$1 100 target-g/mg-pdl bench --backend cuda --preset step --layers 2 --graph --batch $1 \
+      --out /tmp/shape-b$1
+    grep -E "per token|fastest form|overhead" /tmp/shape-b$1.log | head -4
+  }
+  shape_cols() {
+    step shape-t$1 40 target-g/mg-pdl bench --backend cuda --preset step --layers 2 --graph --no-torch \
+      --columns $1 --out /tmp/shape-t$1
+    grep -E "per token" /tmp/shape-t$1.log | head -2
+  }
+  shape_rows 1; shape_rows 8; shape_cols 8; shape_rows 2; shape_rows 4; shape_cols 2; shape_cols 4
   ncu_b1 ncu-b1-pdl 45 target-g/mg-pdl
-  for b in 1 2 4 8; do
-    step shape-b$b 100 target-g/mg-pdl bench --backend cuda --preset step --layers 2 --graph --batch $b \
-      --out /tmp/shape-b$b
-    grep -E "per token|fastest form|overhead" /tmp/shape-b$b.log | head -4
-  done
-  for t in 2 4 8; do
-    step shape-t$t 40 target-g/mg-pdl bench --backend cuda --preset step --layers 2 --graph --no-torch \
-      --columns $t --out /tmp/shape-t$t
-    grep -E "per token" /tmp/shape-t$t.log | head -2
-  done
   tar czf $OUT/pdl2-2.tgz -C /tmp $(cd /tmp && ls gpu_launch.log shape-*.log 2>/dev/null) \
     $(cd /tmp && ls -d shape-b* shape-t* 2>/dev/null | grep -v log)
   echo "done in $(( $(date +%s)-STEPS_START ))s"
