@@ -17,11 +17,7 @@
 set -uo pipefail
 source scripts/gpu/libs.sh
 part=${1:-1}
-gpu_call early-$part
-gpu_tools
-steps_start "${2:-565}"
-# The lent kind may be an H100 or an H200: every comparison below is within this call.
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+call_start early-$part "${2:-565}"
 B=target-g
 shape_rows() {
   step shape-b$1 100 $B/mg-pdl bench --backend cuda --preset step --layers 2 --graph --batch $1 --out /tmp/shape-b$1

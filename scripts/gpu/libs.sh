@@ -35,7 +35,15 @@ step() {
 gpu_call() {
   export MEMRA_REQUIRE_GPU=1
   exec > >(tee -a "$OUT/$1.txt") 2>&1
-  T=$(ls target-gpu/gpu-* | head -1); G=target-gpu/memra-gates
+  T=$(ls target-gpu/gpu-* 2>/dev/null | head -1); G=target-gpu/memra-gates
+}
+# `call_start NAME SECONDS`: gpu_call NAME, gpu_tools, steps_start SECONDS, then the card's name,
+# memory and clock (the lent kind may be an H100 or an H200: compare only within one call).
+call_start() {
+  gpu_call "$1"
+  gpu_tools
+  steps_start "$2"
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 }
 
 # The toolkit's ncu and nvcc (empty when absent): `gpu_tools` sets NCU and NVCC.

@@ -8,10 +8,7 @@
 # step-preset gate) and its b1 layer beats a's in both rounds (it did: docs/gpu/2026-12-05-loads/).
 set -uo pipefail
 source scripts/gpu/libs.sh
-gpu_call loads
-gpu_tools
-steps_start "${1:-565}"
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+call_start loads "${1:-565}"
 for round in 0 1; do
   for v in a f; do bench_step b1-$v-$round target-f/mg-$v 1; done
 done

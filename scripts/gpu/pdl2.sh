@@ -9,10 +9,7 @@
 set -uo pipefail
 source scripts/gpu/libs.sh
 part=${1:-1}
-gpu_call pdl2-$part
-gpu_tools
-steps_start "${2:-565}"
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+call_start pdl2-$part "${2:-565}"
 for round in 0 1; do
   for v in main pdl; do bench_step b1-$v-$round target-g/mg-$v 1; done
 done
