@@ -34,9 +34,11 @@ if [ "$part" = 1 ]; then
   for round in 0 1; do
     for v in pdl early early2; do bench_step b1-$v-$round $B/mg-$v 1; done
   done
-  step gpu_early2 90 env MEMRA_GPU_STEP=1 $B/gpu-early2 --test-threads=1 cuda_step::batched_and_small_gemvs \
-    cuda_step::norms_256_lanes cuda_step::step_preset_device_host_gate
-  grep -E "^test result|step preset device-host|panicked" /tmp/gpu_early2.log | head -4
+  # One filter per run (the test binary takes one).
+  for t in batched_and_small_gemvs norms_256_lanes step_preset_device_host_gate; do
+    step gpu_early2_$t 40 env MEMRA_GPU_STEP=1 $B/gpu-early2 --test-threads=1 cuda_step::$t
+    grep -E "^test result|step preset device-host|panicked" /tmp/gpu_early2_$t.log | head -4
+  done
   for v in pdl early2; do bench_step b8-$v $B/mg-$v 8; done
   shape_rows 1; shape_rows 8
 else
