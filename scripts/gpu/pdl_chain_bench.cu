@@ -6,7 +6,8 @@
 //               griddepcontrol.wait then launch_dependents (the runtime's `kernel_entry()`), so
 //               the next kernel's launch and block dispatch overlap the one before;
 // - `pdl+pf`:   as pdl, and each streaming block first prefetches its weight bytes into L2
-//               (cp.async.bulk.prefetch.L2) before the wait (the runtime's `kernel_entry_prefetch`).
+//               (cp.async.bulk.prefetch.L2) before the wait (branch pdl's `kernel_entry_prefetch`,
+//               which lost in the runtime: docs/gpu/2026-12-05-loads/).
 // The chain: 16 pairs of (row kernel: one block normalising a 4096-wide f32 row; stream kernel:
 // 1024 blocks, each reading its 8 rows x 4096 bytes of a 32 MiB weight and writing 8 dot products
 // with the row). Each pair has its own weight (512 MiB in all, so no weight is in L2 when its turn
