@@ -129,6 +129,9 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let launch_order = if args.serialized_launches { LaunchOrder::Serialized } else { LaunchOrder::Programmatic };
     let open_opts = OpenOptions { launch_order, ..Default::default() };
     let mut b = open_with(backend, 1, &open_opts)?;
+    // Which launch order is timed: what the backend does, not what was asked (a device before
+    // sm_90 launches plainly either way).
+    let programmatic = b.programmatic_launches();
     let bandwidth = b.copy_bandwidth(args.copy_bytes)?;
     let mut cfg = RunConfig::new(1, Transport::HostBounce, subject.battery.clone())?;
     if args.graph {
@@ -281,8 +284,6 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let mut receipt =
         performance_receipt(&subject, &record, backend, args.graph, ratios, bandwidth, &torch, wall_ms, prov)?;
     if backend == BackendKind::Cuda {
-        // Which launch order was timed (requested; devices before sm_90 launch plainly either way).
-        let programmatic = launch_order == LaunchOrder::Programmatic;
         receipt.measurements.extra.insert("launch_programmatic".to_string(), f64::from(u8::from(programmatic)));
         crate::say!("kernel launches: {}", if programmatic { "programmatic (sm_90+)" } else { "serialized" });
     }

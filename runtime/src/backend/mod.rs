@@ -115,6 +115,11 @@ pub trait Backend: Witness {
     /// One line: backend, devices, placement of ranks.
     fn describe(&self) -> String;
     fn ranks(&self) -> usize;
+    /// Every rank launches its kernels with programmatic dependent launch (CUDA on sm_90 and
+    /// later, `cuda::LaunchOrder`); false for a backend without kernels.
+    fn programmatic_launches(&self) -> bool {
+        false
+    }
     /// Place a weight shard on a rank.
     fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> Result<WeightId>;
     /// [`Backend::upload_weight`] of a shard the caller does not need again (the host backend

@@ -53,7 +53,7 @@ fn programmatic_launches_change_no_bit() -> Ran {
                         // programmatically (else both runs would be plain and trivially equal).
                         let d = b.describe();
                         let want = order == LaunchOrder::Programmatic && sm_major(&d) >= 9;
-                        assert_eq!(d.contains("; programmatic launches;"), want, "{what} {order:?}: {d}");
+                        assert_eq!(b.programmatic_launches(), want, "{what} {order:?}: {d}");
                         match program::run(&model, &cfg, &mut b) {
                             Ok(r) => runs.push(r),
                             Err(RuntimeError::Unavailable(reason)) => not_run.note(&what, reason),

@@ -78,8 +78,7 @@ impl Backend for CudaBackend {
         } else {
             format!("on devices {:?}", self.placement())
         };
-        let launches =
-            if self.ranks.iter().all(|r| r.programmatic) { "programmatic launches" } else { "plain launches" };
+        let launches = if self.programmatic_launches() { "programmatic launches" } else { "plain launches" };
         format!(
             "cuda: {} rank(s) {placement}; {} {} {:.0} GiB; {launches}; {}",
             self.ranks.len(),
@@ -92,6 +91,10 @@ impl Backend for CudaBackend {
 
     fn ranks(&self) -> usize {
         self.ranks.len()
+    }
+
+    fn programmatic_launches(&self) -> bool {
+        self.ranks.iter().all(|r| r.programmatic)
     }
 
     fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> Result<WeightId> {
