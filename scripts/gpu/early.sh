@@ -9,7 +9,7 @@
 #   bash scripts/gpu/early.sh 2 [S]   early2's whole GPU binary with the step-preset gate and
 #                                     selftest (if it won call 1), ncu of pdl and early2, the rest of
 #                                     the shape table (b2, b4, t2, t4, t8)
-# Carry target-g/ (stripped, built on the dev machine): mg-pdl / gpu-pdl = main at 5d884c0 (PDL
+# Carry target-g/ (stripped, built on the dev machine): mg-pdl / gpu-pdl = main at 99a50e4 (PDL
 # landed); mg-early = branch early's first commit (the BF16 GEMVs start cp.async copies of each
 # warp's first vector of weights before kernel_entry()'s wait); mg-early2 / gpu-early2 = early's
 # head (also rmsnorm and add_rmsnorm load their weights before the wait). early2 (or early) lands
