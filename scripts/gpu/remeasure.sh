@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Main re-measured as one build (tenth session, 2026-12-05): issue 27's "done means" asks for the
+# target table, ncu's per-kernel table and every module of the GPU test binary from one call on the
+# same build. One call of about 9 minutes (timeout_s 600):
+#   bash scripts/gpu/remeasure.sh [S]   b1 with the PyTorch anchor, a second b1, ncu of one b1 bench,
+#                                       the whole GPU binary with the step-preset gate, b8 with the
+#                                       PyTorch anchor, selftest, then issue 24's other shapes
+#                                       (t8, b2, b4, t2, t4; no PyTorch) while time is left
+# Carry target-g/ (stripped, built on the dev machine at the commit this script landed with):
+# mg-main = memra-gates, gpu-main = the runtime's GPU test binary.
+set -uo pipefail
+source scripts/gpu/libs.sh
+call_start remeasure "${1:-565}"
+B=target-g
+bench_shape() { # NAME NEED_S FLAGS...
+  local name=$1 need=$2; shift 2
+  step "$name" "$need" $B/mg-main bench --backend cuda --preset step --layers 2 --graph "$@" --out "/tmp/$name"
+  echo "$name: $(bench_summary "/tmp/$name.log")"
+  grep -E "per token|fastest form|overhead" "/tmp/$name.log" | head -4
+}
+bench_shape shape-b1 100 --batch 1
+bench_shape b1-again 40 --no-torch --batch 1
+ncu_b1 ncu-b1-main 60 $B/mg-main
+step gpu_main 240 env MEMRA_GPU_STEP=1 $B/gpu-main --test-threads=1
+grep -E "^test result|step preset device-host|panicked" /tmp/gpu_main.log | head -8
+bench_shape shape-b8 100 --batch 8
+step selftest 40 $B/mg-main selftest --backend cuda --out /tmp/selftest
+grep -E "canary was caught|NOT CAUGHT|MISSED" /tmp/selftest.log | head -3
+cp /tmp/selftest/summary.md "$OUT/selftest-cuda-summary.md" 2>/dev/null
+bench_shape shape-t8 40 --no-torch --columns 8
+bench_shape shape-b2 40 --no-torch --batch 2
+bench_shape shape-b4 40 --no-torch --batch 4
+bench_shape shape-t2 40 --no-torch --columns 2
+bench_shape shape-t4 40 --no-torch --columns 4
+tar czf $OUT/remeasure.tgz -C /tmp $(cd /tmp && ls gpu_*.log selftest.log b1-*.log shape-*.log ncu-*.log 2>/dev/null) \
+  $(cd /tmp && ls -d shape-b* shape-t* b1-again 2>/dev/null | grep -v log)
+echo "done in $(( $(date +%s)-STEPS_START ))s"
