@@ -80,15 +80,17 @@ bench_b1_b8() {
     grep -E "$pat" "/tmp/bench$b.log" | head -10
   done
 }
-# `ncu_b1 NAME NEED_S [BIN]`: ncu's per-kernel time of one b1 bench of BIN ($G) into /tmp/NAME.log and
-# $OUT/NAME.csv, then the means per kernel (nothing without ncu; `gpu_tools` first). ncu's default
+# `ncu_b1 NAME NEED_S [BIN] [CACHE]`: ncu's per-kernel time of one b1 bench of BIN ($G) into
+# /tmp/NAME.log and $OUT/NAME.csv, then the means per kernel (nothing without ncu; `gpu_tools`
+# first). CACHE is ncu's --cache-control: `all` (default: caches flushed before each kernel) or
+# `none` (warm, as inside a graph replay). ncu's default
 # clock control locks the GPU's clocks to base while it profiles; the lent machine's rules say to
 # leave the clocks alone (the device tool's method notes), so it runs with `--clock-control none` and
 # its times are at the clocks the card runs (the logs before this line was added are at base clocks).
 ncu_b1() {
-  local name=$1 need=$2 bin=${3:-$G}
+  local name=$1 need=$2 bin=${3:-$G} cache=${4:-all}
   [ -n "$NCU" ] || { echo "$name: no ncu on this machine"; return; }
-  step "$name" "$need" "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 200 \
+  step "$name" "$need" "$NCU" --clock-control none --cache-control "$cache" --metrics gpu__time_duration.sum --csv --launch-skip 200 \
     --launch-count 80 "$bin" bench \
     --backend cuda --preset step --layers 2 --batch 1 --no-torch --out "/tmp/$name-bench"
   cp "/tmp/$name.log" "$OUT/$name.csv"
