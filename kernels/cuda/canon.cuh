@@ -52,6 +52,17 @@ __device__ __forceinline__ void kernel_entry() {
 #endif
 }
 
+// The one exception to "kernel_entry() first": before its wait a kernel may read bytes that no
+// kernel writes — the weights, uploaded once before the first launch — so their DRAM round trip
+// overlaps the tail of the kernel ahead; every other byte (activations, outputs, anything a kernel
+// writes) is read or written only after the wait, so still no operand or result can change. Such
+// a kernel's first statement passes this flag as the last template argument of a device function
+// template whose flag parameter is `bool WF` (`f<..., WEIGHTS_FIRST>(...)`): on that path the
+// function issues its weight loads, then calls kernel_entry() on every path before it touches
+// anything else (or hands the flag on to another such function). kernels/src/sources.rs checks
+// both the kernels' first statements and those functions' waits.
+#define WEIGHTS_FIRST true
+
 // ---- exp_c constants (canon.rs) ----
 #define C_LOG2E __uint_as_float(0x3FB8AA3Bu)
 #define C_LN2_HI __uint_as_float(0x3F317200u)

@@ -40,17 +40,26 @@
 
 // ---- lane-major loads: V elements of lane `lane`'s vector g (element offset of the K-block `kb`).
 
+// The raw 16 bytes of a V = 8 vector, and their conversion (split so that a weights-first kernel
+// can issue the load before its wait and convert after it).
+__device__ __forceinline__ uint4 ldg_bf16x8(const u16* __restrict__ w, size_t kb, int g, int lane) {
+    return __ldg(reinterpret_cast<const uint4*>(w + kb + ((size_t)g * 32 + lane) * 8));
+}
+
+__device__ __forceinline__ void bf16x8_to_f32(uint4 q, float* out) {
+    u32 words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        out[2 * i] = __uint_as_float(words[i] << 16);
+        out[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+    }
+}
+
 template <int V>
 __device__ __forceinline__ void load_bf16(const u16* __restrict__ w, size_t kb, int g, int lane, float* out) {
     const u16* p = w + kb + ((size_t)g * 32 + lane) * V;
     if constexpr (V == 8) {
-        uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
-        u32 words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            out[2 * i] = __uint_as_float(words[i] << 16);
-            out[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
-        }
+        bf16x8_to_f32(ldg_bf16x8(w, kb, g, lane), out);
     } else {
         uint2 q = __ldg(reinterpret_cast<const uint2*>(p));
         out[0] = __uint_as_float(q.x << 16);
@@ -70,17 +79,53 @@ __device__ __forceinline__ void load_f32x4(const float* __restrict__ w, size_t k
 
 // ---- the partial of one (row, K-block) task, returned in every lane.
 
+// One vector step of partials_dense_lm: x's V values of vector g, then acc[r] += w[r][t] * x[t]
+// in t order for each row.
+template <int V, int R>
+__device__ __forceinline__ void dense_lm_step(const float (&w)[R][V], const float* __restrict__ xk, int g, int lane,
+                                              float (&acc)[R]) {
+    float xv[V];
+#pragma unroll
+    for (int t = 0; t < V; ++t) xv[t] = __ldg(xk + (g * V + t) * 32 + lane);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int t = 0; t < V; ++t) acc[r] = acc[r] + w[r][t] * xv[t];
+    }
+}
+
 // BF16 / F32, lane-major layout, R rows of one K-block at once (rows r < nvalid; the others
 // compute on zeros and are not stored). The R weight loads are issued together and each x value
-// is loaded once for the R rows; every row's accumulation order is unchanged.
-template <int FMT, int V, int R>
+// is loaded once for the R rows; every row's accumulation order is unchanged. With PRE (BF16,
+// V = 8), `pre` holds the rows' vectors g = 0, loaded by the caller before the kernel's wait:
+// step g = 0 converts them in place of its loads.
+template <int FMT, int V, int R, bool PRE>
 __device__ __forceinline__ void partials_dense_lm(const void* wv, const float* __restrict__ xk, size_t kb0,
-                                                  size_t row_stride, int nvalid, int kw, int lane, float* out) {
+                                                  size_t row_stride, int nvalid, int kw, int lane,
+                                                  const uint4* pre, float* out) {
     const int nv = (kw >> 5) / V;
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = C_ZERO;
-    for (int g = 0; g < nv; ++g) {
+    int g = 0;
+    if constexpr (PRE) {
+        static_assert(FMT == FMT_BF16 && V == 8, "pre-loaded vectors: lane-major BF16 only");
+        if (nv > 0) {
+            float w[R][V];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (r < nvalid) {
+                    bf16x8_to_f32(pre[r], w[r]);
+                } else {
+#pragma unroll
+                    for (int t = 0; t < V; ++t) w[r][t] = C_ZERO;
+                }
+            }
+            dense_lm_step<V, R>(w, xk, 0, lane, acc);
+            g = 1;
+        }
+    }
+    for (; g < nv; ++g) {
         float w[R][V];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -95,14 +140,7 @@ __device__ __forceinline__ void partials_dense_lm(const void* wv, const float* _
                 for (int t = 0; t < V; ++t) w[r][t] = C_ZERO;
             }
         }
-        float xv[V];
-#pragma unroll
-        for (int t = 0; t < V; ++t) xv[t] = __ldg(xk + (g * V + t) * 32 + lane);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-#pragma unroll
-            for (int t = 0; t < V; ++t) acc[r] = acc[r] + w[r][t] * xv[t];
-        }
+        dense_lm_step<V, R>(w, xk, g, lane, acc);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) out[r] = butterfly32(acc[r]);
@@ -449,10 +487,12 @@ struct GemvTaskRows {
 };
 
 // One (row group, K-block) task: the partials of view rows r0 .. r0 + nvalid - 1 over K-block k
-// into p[0 .. nvalid) (returned in every lane). `x` is the whole input vector of the view.
-template <int FMT, int V>
+// into p[0 .. nvalid) (returned in every lane). `x` is the whole input vector of the view. With
+// PRE, `pre` holds the task's weight vectors g = 0 (BF16, V = 8: gemv_tasks' weights first).
+template <int FMT, int V, bool PRE = false>
 __device__ __forceinline__ void gemv_task(const void* w, const void* scales, int row0, const float* __restrict__ x,
-                                          int cols, int kw, int r0, int nvalid, int k, int lane, float* p) {
+                                          int cols, int kw, int r0, int nvalid, int k, int lane, float* p,
+                                          const uint4* pre = nullptr) {
     constexpr int R = GemvTaskRows<FMT, V>::R;
     const size_t kb0 = (size_t)r0 * cols + (size_t)k * kw;
     const float* xk = x + (size_t)k * kw;
@@ -461,7 +501,7 @@ __device__ __forceinline__ void gemv_task(const void* w, const void* scales, int
             partials_e4m3_lm<V, R>(static_cast<const u8*>(w), static_cast<const float*>(scales), row0, r0,
                                    (k * kw) / E4M3_BLOCK, xk, kb0, cols, nvalid, kw, lane, p);
         } else {
-            partials_dense_lm<FMT, V, R>(w, xk, kb0, (size_t)cols, nvalid, kw, lane, p);
+            partials_dense_lm<FMT, V, R, PRE>(w, xk, kb0, (size_t)cols, nvalid, kw, lane, pre, p);
         }
     } else if constexpr (FMT == FMT_BF16 || FMT == FMT_F32) {
         p[0] = partial_dense_rm<FMT>(w, xk, kb0, kw, lane);
@@ -478,8 +518,58 @@ __device__ __forceinline__ void gemv_task(const void* w, const void* scales, int
     }
 }
 
+// Task `task` of the block whose rows start at r_first: K-block k, rows r0 .. r0 + nvalid - 1
+// (block-local from rl0; nvalid <= 0: none).
+struct GemvTaskAt {
+    int k, rl0, r0, nvalid;
+};
+
+template <int R>
+__device__ __forceinline__ GemvTaskAt gemv_task_at(int task, int nk, int r_first, int rpb, int rows) {
+    const int grp = task / nk;
+    GemvTaskAt t;
+    t.k = task - grp * nk;
+    t.rl0 = grp * R;  // first block-local row of the group
+    t.r0 = r_first + t.rl0;
+    t.nvalid = min(min(R, rpb - t.rl0), rows - t.r0);
+    return t;
+}
+
+// Task t of gemv_tasks (t.nvalid > 0): its partials, stored by lane 0 into out[k * rows + r]
+// (PARTIALS) or the block's row-fold slots part[rl * nk + k].
+template <int FMT, int V, bool PARTIALS, bool PRE>
+__device__ __forceinline__ void gemv_task_store(const void* w, const void* scales, int row0,
+                                                const float* __restrict__ x, float* __restrict__ out, float* part,
+                                                int rows, int cols, int kw, int nk, const GemvTaskAt& t, int lane,
+                                                const uint4* pre) {
+    constexpr int R = GemvTaskRows<FMT, V>::R;
+    float p[R];
+    gemv_task<FMT, V, PRE>(w, scales, row0, x, cols, kw, t.r0, t.nvalid, t.k, lane, p, pre);
+    if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            if (i < t.nvalid) {
+                if (PARTIALS) {
+                    out[(size_t)t.k * rows + t.r0 + i] = p[i];
+                } else {
+                    part[(t.rl0 + i) * nk + t.k] = p[i];
+                }
+            }
+        }
+    }
+}
+
 // Block `bx` of a GEMV (rows bx * rpb ..): its tasks, then (rows mode) the K-block folds.
-template <int FMT, int V, bool PARTIALS>
+//
+// Weights first (WF; BF16, V = 8 only): the weights are uploaded once before any launch and no
+// kernel writes them, so a warp may load bytes of them before kernel_entry()'s wait. Each warp
+// issues the 16-byte loads of vector g = 0 of its first task (task = warp; at `step`'s 512-wide
+// K-blocks half of the task's weight bytes, and typically its only task) into registers, then
+// waits; their DRAM round trip overlaps the tail of the kernel ahead. x, `out` and `part` are
+// touched only after the wait. The first task converts `pre` where it would have loaded: the same
+// bytes, the same operations in the same order, only the load moves. (The first task is its own
+// instantiation, so the loop of the other tasks is the plain one and `pre` dies after step 0.)
+template <int FMT, int V, bool PARTIALS, bool WF>
 __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, int row0, const float* __restrict__ x,
                                            float* __restrict__ out, int rows, int cols, int kw, int rpb, int bx) {
     __shared__ float part[GEMV_MAX_TASKS];
@@ -490,27 +580,31 @@ __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, in
     constexpr int R = GemvTaskRows<FMT, V>::R;
     const int n_groups = (rpb + R - 1) / R;
     const int n_tasks = n_groups * nk;
-    for (int task = warp; task < n_tasks; task += GEMV_WARPS) {
-        const int grp = task / nk;
-        const int k = task - grp * nk;
-        const int rl0 = grp * R;  // first block-local row of the group
-        const int r0 = r_first + rl0;
-        const int nvalid = min(min(R, rpb - rl0), rows - r0);
-        if (nvalid <= 0) continue;  // warp-uniform
-        float p[R];
-        gemv_task<FMT, V>(w, scales, row0, x, cols, kw, r0, nvalid, k, lane, p);
-        if (lane == 0) {
+    int task = warp;
+    if constexpr (WF) {
+        static_assert(FMT == FMT_BF16 && V == 8, "weights first: the lane-major BF16 GEMV only");
+        uint4 pre[R];
+        GemvTaskAt t = {0, 0, 0, 0};
+        if (task < n_tasks) {
+            t = gemv_task_at<R>(task, nk, r_first, rpb, rows);
+            const size_t kb0 = (size_t)t.r0 * cols + (size_t)t.k * kw;
 #pragma unroll
-            for (int i = 0; i < R; ++i) {
-                if (i < nvalid) {
-                    if (PARTIALS) {
-                        out[(size_t)k * rows + r0 + i] = p[i];
-                    } else {
-                        part[(rl0 + i) * nk + k] = p[i];
-                    }
+            for (int r = 0; r < R; ++r) {
+                if (r < t.nvalid && (kw >> 5) / V > 0) {
+                    pre[r] = ldg_bf16x8(static_cast<const u16*>(w), kb0 + r * (size_t)cols, 0, lane);
                 }
             }
         }
+        kernel_entry();
+        if (t.nvalid > 0) {  // warp-uniform
+            gemv_task_store<FMT, V, PARTIALS, true>(w, scales, row0, x, out, part, rows, cols, kw, nk, t, lane, pre);
+        }
+        task += GEMV_WARPS;
+    }
+    for (; task < n_tasks; task += GEMV_WARPS) {
+        const GemvTaskAt t = gemv_task_at<R>(task, nk, r_first, rpb, rows);
+        if (t.nvalid <= 0) continue;  // warp-uniform
+        gemv_task_store<FMT, V, PARTIALS, false>(w, scales, row0, x, out, part, rows, cols, kw, nk, t, lane, nullptr);
     }
     if (!PARTIALS) {
         __syncthreads();
@@ -523,11 +617,20 @@ __device__ __forceinline__ void gemv_tasks(const void* w, const void* scales, in
     }
 }
 
-// Dispatch on the layout argument (warp-uniform, once per kernel).
-template <int FMT, bool PARTIALS>
+// Dispatch on the layout argument (warp-uniform, once per kernel). WF: the kernel has not waited
+// yet; the lane-major BF16 path loads weights first and waits itself, every other layout waits
+// here, before anything else.
+template <int FMT, bool PARTIALS, bool WF>
 __device__ __forceinline__ void gemv_dispatch(const void* w, const void* scales, int row0, const float* x, float* out,
                                               int rows, int cols, int kw, int rpb, int vec, int bx = -1) {
     if (bx < 0) bx = blockIdx.x;
+    if constexpr (FMT == FMT_BF16) {
+        if (vec == 8) {
+            gemv_tasks<FMT, 8, PARTIALS, WF>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
+            return;
+        }
+    }
+    if constexpr (WF) kernel_entry();
     if constexpr (FMT == FMT_E4M3) {
         if (vec == E4M3_BPL) {
             gemv_bpl<PARTIALS>(static_cast<const u8*>(w), static_cast<const float*>(scales), row0, x, out, rows, cols,
@@ -535,23 +638,17 @@ __device__ __forceinline__ void gemv_dispatch(const void* w, const void* scales,
             return;
         }
         if (vec == 16) {
-            gemv_tasks<FMT, 16, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
-            return;
-        }
-    }
-    if constexpr (FMT == FMT_BF16) {
-        if (vec == 8) {
-            gemv_tasks<FMT, 8, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
+            gemv_tasks<FMT, 16, PARTIALS, false>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
             return;
         }
     }
     if constexpr (FMT == FMT_BF16 || FMT == FMT_F32 || FMT == FMT_E4M3) {
         if (vec == 4) {
-            gemv_tasks<FMT, 4, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
+            gemv_tasks<FMT, 4, PARTIALS, false>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
             return;
         }
     }
-    gemv_tasks<FMT, 0, PARTIALS>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
+    gemv_tasks<FMT, 0, PARTIALS, false>(w, scales, row0, x, out, rows, cols, kw, rpb, bx);
 }
 
 // ---- several matrices with the same input in one launch (the qkv seam's q, k, v, gate): the
@@ -567,98 +664,100 @@ struct GemvBatch {
     int count;
 };
 
-template <int FMT>
+// WF: the matrix is chosen from the kernel parameters alone (no memory read), so before the wait;
+// gemv_dispatch then loads weights first and waits.
+template <int FMT, bool WF>
 __device__ __forceinline__ void gemv_rows_batch(const GemvBatch& b, const float* x, int cols, int kw, int rpb, int vec) {
     // Constant indices only (a runtime index would copy the parameter block to local memory).
     const int bx = (int)blockIdx.x;
-    u64 w = b.w[0], out = b.out[0];
+    u64 w = b.w[0], dst = b.out[0];
     int rows = b.rows[0], start = b.block_start[0], end = b.block_start[1];
 #pragma unroll
     for (int j = 1; j < GEMV_BATCH_MAX; ++j) {
         if (j < b.count && b.block_start[j] <= bx) {
             w = b.w[j];
-            out = b.out[j];
+            dst = b.out[j];
             rows = b.rows[j];
             start = b.block_start[j];
             end = b.block_start[j + 1];
         }
     }
-    if (bx < start || bx >= end) return;  // block-uniform
-    gemv_dispatch<FMT, false>(reinterpret_cast<const void*>(w), 0, 0, x, reinterpret_cast<float*>(out), rows, cols, kw,
-                              rpb, vec, bx - start);
+    if (bx >= start && bx < end) {  // block-uniform
+        gemv_dispatch<FMT, false, WF>(reinterpret_cast<const void*>(w), 0, 0, x, reinterpret_cast<float*>(dst), rows,
+                                      cols, kw, rpb, vec, bx - start);
+        return;
+    }
+    if constexpr (WF) kernel_entry();  // a block past the batch (none in a valid launch) waits too
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_batch_bf16(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec) {
-    kernel_entry();
-    gemv_rows_batch<FMT_BF16>(batch, x, cols, kw, rpb, vec);
+    gemv_rows_batch<FMT_BF16, WEIGHTS_FIRST>(batch, x, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_batch_f32(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec) {
     kernel_entry();
-    gemv_rows_batch<FMT_F32>(batch, x, cols, kw, rpb, vec);
+    gemv_rows_batch<FMT_F32, false>(batch, x, cols, kw, rpb, vec);
 }
 
 // `out[r]` = fold over K-blocks of row r's partials (twins::gemv::gemv_rows).
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_bf16(const u16* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
-    kernel_entry();
-    gemv_dispatch<FMT_BF16, false>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
+    gemv_dispatch<FMT_BF16, false, WEIGHTS_FIRST>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_f32(const float* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
     kernel_entry();
-    gemv_dispatch<FMT_F32, false>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
+    gemv_dispatch<FMT_F32, false, false>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_e4m3(const u8* codes, const float* scales, int row0, const float* x, float* out, int rows, int cols,
                    int kw, int rpb, int vec) {
     kernel_entry();
-    gemv_dispatch<FMT_E4M3, false>(codes, scales, row0, x, out, rows, cols, kw, rpb, vec);
+    gemv_dispatch<FMT_E4M3, false, false>(codes, scales, row0, x, out, rows, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_nvfp4(const u8* packed, const u8* scales, const float* x, float* out, int rows, int cols, int kw,
                     int rpb) {
     kernel_entry();
-    gemv_dispatch<FMT_NVFP4, false>(packed, scales, 0, x, out, rows, cols, kw, rpb, 0);
+    gemv_dispatch<FMT_NVFP4, false, false>(packed, scales, 0, x, out, rows, cols, kw, rpb, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_rows_w8(const signed char* q, const float* scales, const float* x, float* out, int rows, int cols, int kw,
                  int rpb) {
     kernel_entry();
-    gemv_dispatch<FMT_W8, false>(q, scales, 0, x, out, rows, cols, kw, rpb, 0);
+    gemv_dispatch<FMT_W8, false, false>(q, scales, 0, x, out, rows, cols, kw, rpb, 0);
 }
 
 // `out[k * rows + r]` = partial of row r over K-block k (twins::gemv::gemv_partials).
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_bf16(const u16* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
-    kernel_entry();
-    gemv_dispatch<FMT_BF16, true>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
+    gemv_dispatch<FMT_BF16, true, WEIGHTS_FIRST>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_f32(const float* w, const float* x, float* out, int rows, int cols, int kw, int rpb, int vec) {
     kernel_entry();
-    gemv_dispatch<FMT_F32, true>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
+    gemv_dispatch<FMT_F32, true, false>(w, 0, 0, x, out, rows, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_e4m3(const u8* codes, const float* scales, int row0, const float* x, float* out, int rows, int cols,
                        int kw, int rpb, int vec) {
     kernel_entry();
-    gemv_dispatch<FMT_E4M3, true>(codes, scales, row0, x, out, rows, cols, kw, rpb, vec);
+    gemv_dispatch<FMT_E4M3, true, false>(codes, scales, row0, x, out, rows, cols, kw, rpb, vec);
 }
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_nvfp4(const u8* packed, const u8* scales, const float* x, float* out, int rows, int cols, int kw,
                         int rpb) {
     kernel_entry();
-    gemv_dispatch<FMT_NVFP4, true>(packed, scales, 0, x, out, rows, cols, kw, rpb, 0);
+    gemv_dispatch<FMT_NVFP4, true, false>(packed, scales, 0, x, out, rows, cols, kw, rpb, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_partials_w8(const signed char* q, const float* scales, const float* x, float* out, int rows, int cols,
                      int kw, int rpb) {
     kernel_entry();
-    gemv_dispatch<FMT_W8, true>(q, scales, 0, x, out, rows, cols, kw, rpb, 0);
+    gemv_dispatch<FMT_W8, true, false>(q, scales, 0, x, out, rows, cols, kw, rpb, 0);
 }
 
 // ---- NUMERIC-CLASS arithmetic of QKV_FUSED (twins::gemv::gemv_rows_tree): per row, products

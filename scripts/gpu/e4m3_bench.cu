@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(256, 2) gemv_rows_e4m3_bpl4(const u8* __restri
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     lm_rows(const u8* codes, const float* scales, const float* x, float* out, int rows, int cols, int kw, int rpb) {
-    gemv_dispatch<FMT_E4M3, false>(codes, scales, 0, x, out, rows, cols, kw, rpb, 16);
+    gemv_dispatch<FMT_E4M3, false, false>(codes, scales, 0, x, out, rows, cols, kw, rpb, 16);
 }
 
 static u8 rand_code(unsigned& s) {
