@@ -50,27 +50,34 @@ __device__ __forceinline__ void norm_stage(const float* __restrict__ a, const fl
     }
 }
 
+// A row of at most NORM_BATCH * NORM_LANES values ("one pass"): this thread's weights
+// w[tid + j * NORM_LANES] into wpre, loaded before the sum of squares so that their round trip
+// overlaps the reduction instead of following it. A longer row loads nothing here (rmsnorm_block
+// loads its weights batch by batch).
+__device__ __forceinline__ void norm_weights(const float* __restrict__ w, int n, float (&wpre)[NORM_BATCH]) {
+    if (n > NORM_BATCH * NORM_LANES) return;
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < NORM_BATCH; ++j) {
+        const int i = tid + j * NORM_LANES;
+        wpre[j] = i < n ? w[i] : C_ZERO;
+    }
+}
+
 // One block of exactly NORM_LANES threads per row (the canonical lane count; any other block size
 // would be another order, so it traps). The row is staged in shared memory by the caller (each
 // thread stages exactly the elements it later reads: no barrier is needed before the sum), then
 // every thread writes y = (x * inv) * w for its own elements. Reading x only from the staged copy
-// lets `y` alias `x`. Dynamic shared memory: n floats.
-__device__ __forceinline__ void rmsnorm_block(const float* sx, const float* __restrict__ w, float eps, float* y,
-                                              int n) {
+// lets `y` alias `x`. Dynamic shared memory: n floats. A one-pass row's weights come from `wpre`
+// (norm_weights), filled by the caller when PRELOADED, else here.
+template <bool PRELOADED>
+__device__ __forceinline__ void rmsnorm_block(const float* sx, const float* __restrict__ w, float (&wpre)[NORM_BATCH],
+                                              float eps, float* y, int n) {
     __shared__ float s_warp[NORM_LANES / 32];
     if (blockDim.x != NORM_LANES) __trap();
     const int tid = threadIdx.x;
-    // A row of at most NORM_BATCH * NORM_LANES values: the thread's weights are loaded before the
-    // sum of squares, so their round trip overlaps the reduction instead of following it.
     const bool one_pass = n <= NORM_BATCH * NORM_LANES;
-    float wpre[NORM_BATCH];
-    if (one_pass) {
-#pragma unroll
-        for (int j = 0; j < NORM_BATCH; ++j) {
-            const int i = tid + j * NORM_LANES;
-            wpre[j] = i < n ? w[i] : C_ZERO;
-        }
-    }
+    if (!PRELOADED) norm_weights(w, n, wpre);
     float acc = C_ZERO;
     for (int i = tid; i < n; i += NORM_LANES) acc = acc + sx[i] * sx[i];
     acc = butterfly32(acc);
@@ -105,40 +112,51 @@ __device__ __forceinline__ void rmsnorm_block(const float* sx, const float* __re
     }
 }
 
-// y = rmsnorm(x) row by row; `rows` rows of `n` values, one weight row `w` of n; grid = rows.
-// Lane grid: blockIdx.z = lane, slices [x, w, y].
-extern "C" __global__ void rmsnorm_f32(const float* x, const float* w, float eps, float* y, int n, int rows,
-                                       const LanePitch lp) {
-    kernel_entry();
+// One row (blockIdx.x, lane blockIdx.z) of rmsnorm_f32 (ADD false; lane slices [x, w, y]) or
+// add_rmsnorm_f32 (ADD true: h = x + a first; slices [x, a, w, h, y]).
+//
+// Weights first (WF): w is uploaded once before any launch and no kernel writes it, so a one-pass
+// row's weights (norm_weights, from the kernel parameters alone) are loaded before
+// kernel_entry()'s wait and their round trip overlaps the tail of the kernel ahead; x and a are
+// staged and h and y written only after the wait. The values and every operation are those of
+// a load after the wait.
+template <bool ADD, bool WF>
+__device__ __forceinline__ void norm_rows(const float* x, const float* a, const float* w, float eps, float* h, float* y,
+                                          int n, int rows, const LanePitch& lp) {
+    w = LANE_AT(w, lp, ADD ? 2 : 1, blockIdx.z);
+    float wpre[NORM_BATCH];
+    norm_weights(w, n, wpre);
+    if constexpr (WF) kernel_entry();
     x = LANE_AT(x, lp, 0, blockIdx.z);
-    w = LANE_AT(w, lp, 1, blockIdx.z);
-    y = LANE_AT(y, lp, 2, blockIdx.z);
-    extern __shared__ float sx[];
+    if constexpr (ADD) {
+        a = LANE_AT(a, lp, 1, blockIdx.z);
+        h = LANE_AT(h, lp, 3, blockIdx.z);
+    }
+    y = LANE_AT(y, lp, ADD ? 4 : 2, blockIdx.z);
+    extern __shared__ float s_row[];  // a name of its own (NVRTC warns where a kernel shares it)
     const int row = blockIdx.x;
     if (row >= rows || n <= 0) return;  // block-uniform
     const size_t off = (size_t)row * n;
-    norm_stage(x + off, nullptr, nullptr, sx, n);
+    norm_stage(x + off, ADD ? a + off : nullptr, ADD ? h + off : nullptr, s_row, n);
     __syncthreads();
-    rmsnorm_block(sx, w, eps, y + off, n);
+    rmsnorm_block<true>(s_row, w, wpre, eps, y + off, n);
+}
+
+// y = rmsnorm(x) row by row; `rows` rows of `n` values, one weight row `w` of n; grid = rows.
+// Lane grid: blockIdx.z = lane, slices [x, w, y]. The launch bounds keep the staging batched:
+// without a minimum block count, ptxas fits this kernel in 32 registers (full occupancy) by
+// issuing x's loads one at a time while wpre is held across them; 4 blocks per SM (at most 64
+// registers) leaves it 48 and the loads in two batches.
+extern "C" __global__ void __launch_bounds__(NORM_LANES, 4)
+    rmsnorm_f32(const float* x, const float* w, float eps, float* y, int n, int rows, const LanePitch lp) {
+    norm_rows<false, WEIGHTS_FIRST>(x, nullptr, w, eps, nullptr, y, n, rows, lp);
 }
 
 // h = x + a (operand order fixed), then y = rmsnorm(h) row by row; grid = rows.
 // Lane grid: blockIdx.z = lane, slices [x, a, w, h, y].
 extern "C" __global__ void add_rmsnorm_f32(const float* x, const float* a, const float* w, float eps, float* h,
                                            float* y, int n, int rows, const LanePitch lp) {
-    kernel_entry();
-    x = LANE_AT(x, lp, 0, blockIdx.z);
-    a = LANE_AT(a, lp, 1, blockIdx.z);
-    w = LANE_AT(w, lp, 2, blockIdx.z);
-    h = LANE_AT(h, lp, 3, blockIdx.z);
-    y = LANE_AT(y, lp, 4, blockIdx.z);
-    extern __shared__ float sx[];
-    const int row = blockIdx.x;
-    if (row >= rows || n <= 0) return;
-    const size_t off = (size_t)row * n;
-    norm_stage(x + off, a + off, h + off, sx, n);
-    __syncthreads();
-    rmsnorm_block(sx, w, eps, y + off, n);
+    norm_rows<true, WEIGHTS_FIRST>(x, a, w, eps, h, y, n, rows, lp);
 }
 
 // OPROJ_TAIL: a = fold(parts) over `n_parts` vectors of width rows·n from +0.0 in part order,
@@ -160,5 +178,6 @@ extern "C" __global__ void fold_add_rmsnorm_f32(const float* parts, int n_parts,
         sx[i] = v;
     }
     __syncthreads();
-    rmsnorm_block(sx, w, eps, y + off, n);
+    float wpre[NORM_BATCH];
+    rmsnorm_block<false>(sx, w, wpre, eps, y + off, n);
 }

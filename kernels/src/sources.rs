@@ -485,11 +485,12 @@ mod tests {
     fn every_kernel_opens_with_kernel_entry() {
         let (seen, weights_first) = check_kernel_waits(&cuda_source()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(seen, KERNEL_NAMES.len(), "kernels found by the body scan against KERNEL_NAMES");
-        let expected = ["gemv_partials_bf16", "gemv_rows_batch_bf16", "gemv_rows_bf16"];
+        let expected =
+            ["add_rmsnorm_f32", "gemv_partials_bf16", "gemv_rows_batch_bf16", "gemv_rows_bf16", "rmsnorm_f32"];
         assert_eq!(weights_first, expected, "the kernels that load weights before their wait");
         let code = code_of(&cuda_source());
         let checked: BTreeSet<String> = weights_first_functions(&code).into_iter().map(|(n, _)| n).collect();
-        for f in ["gemv_dispatch", "gemv_tasks", "gemv_rows_batch"] {
+        for f in ["gemv_dispatch", "gemv_tasks", "gemv_rows_batch", "norm_rows"] {
             assert!(checked.contains(f), "`{f}` is not found as a weights-first function: {checked:?}");
         }
     }
@@ -560,11 +561,18 @@ extern "C" __global__ void copy_f32(const float* x, float* out) {
         assert!(check_kernel_waits(&opened).unwrap_err().contains("`copy_f32` opens neither"));
     }
 
-    /// The same check on the real kernels, doctored: gemv_tasks' wait moved after its first task,
-    /// gemv_dispatch's wait dropped.
+    /// The same check on the real kernels, doctored: norm_rows' wait moved after x's lane
+    /// pointer, gemv_tasks' wait after its first task, gemv_dispatch's wait dropped.
     #[test]
     fn a_doctored_kernel_source_fails_the_check() {
-        let moves: [(&[(&str, &str)], &str); 2] = [
+        let moves: [(&[(&str, &str)], &str); 3] = [
+            (
+                &[(
+                    "    if constexpr (WF) kernel_entry();\n    x = LANE_AT(x, lp, 0, blockIdx.z);\n",
+                    "    x = LANE_AT(x, lp, 0, blockIdx.z);\n    if constexpr (WF) kernel_entry();\n",
+                )],
+                "weights-first `norm_rows`: names `x`",
+            ),
             (
                 &[
                     ("        kernel_entry();\n        if (t.nvalid > 0) {", "        if (t.nvalid > 0) {"),
