@@ -55,15 +55,7 @@ __device__ __forceinline__ void lanes_dense_lm(const void* wv, const float* __re
 #pragma unroll
         for (int l = 0; l < L; ++l) {
             if (l < nl) {  // warp-uniform
-                const float* xl = xk + (size_t)l * x_pitch;
-                float xv[V];
-#pragma unroll
-                for (int t = 0; t < V; ++t) xv[t] = __ldg(xl + (g * V + t) * 32 + lane);
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-#pragma unroll
-                    for (int t = 0; t < V; ++t) acc[l][r] = acc[l][r] + w[r][t] * xv[t];
-                }
+                dense_lm_step<V, R>(w, xk + (size_t)l * x_pitch, g, lane, acc[l]);
             }
         }
     }
