@@ -247,8 +247,15 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     }
     if let Some(routes) = &routes {
         let layers: Vec<(usize, LayerBytes, u64)> = rows.iter().map(|(l, b, ns, ..)| (*l, b.clone(), *ns)).collect();
-        let (lines, r) =
-            super::bench_floor::per_token(&pass.label(), lanes, pass.batch > 1, &layers, routes, bandwidth);
+        let (lines, r) = super::bench_floor::per_token(
+            &pass.label(),
+            lanes,
+            pass.batch > 1,
+            &layers,
+            &gating.gated,
+            routes,
+            bandwidth,
+        );
         for line in lines {
             crate::say!("{line}");
         }

@@ -114,23 +114,35 @@ impl PassRoutes {
 }
 
 /// The per-token lines of a run of `lanes` lanes per pass, and their ratios for the receipt:
-/// `L<l>.layer_per_token_us`, `L<l>.distinct_experts` and, with a bandwidth, `L<l>.pass_floor_us`
-/// and `L<l>.layer_over_pass_floor` (METRICS.md, "bench").
+/// `L<l>.layer_per_token_us`, `L<l>.layer_gated_per_token_us` (where `gated_ns` has layer `l`),
+/// `L<l>.distinct_experts` and, with a bandwidth, `L<l>.pass_floor_us` and
+/// `L<l>.layer_over_pass_floor` (METRICS.md, "bench"). `layers` carries the seam-timed run's
+/// layer (the sum of its seams, each seam's event pair included); `gated_ns` the gated whole
+/// layer of each layer (one mark pair: what a gate run's pass costs), which the seam events
+/// inflate by their own cost — so both are printed.
 pub fn per_token(
     label: &str,
     lanes: usize,
     rows_shape: bool,
     layers: &[(usize, LayerBytes, u64)],
+    gated_ns: &[u64],
     routes: &PassRoutes,
     bandwidth: Option<f64>,
 ) -> (Vec<String>, BTreeMap<String, f64>) {
-    let mut lines = vec![format!("per token ({label}: per-pass layer latency ÷ {lanes}):")];
+    let mut lines = vec![format!(
+        "per token ({label}: per-pass layer latency ÷ {lanes}, the seam-timed run; the gated whole layer in brackets):"
+    )];
     let mut ratios = BTreeMap::new();
     for (l, bytes, layer_ns) in layers {
         let l = *l;
         let per_token_us = *layer_ns as f64 / 1e3 / lanes as f64;
         ratios.insert(format!("L{l}.layer_per_token_us"), per_token_us);
         let mut line = format!("  L{l}: {per_token_us:.1} µs per token");
+        if let Some(&g) = gated_ns.get(l) {
+            let gated_us = g as f64 / 1e3 / lanes as f64;
+            ratios.insert(format!("L{l}.layer_gated_per_token_us"), gated_us);
+            line += &format!(" (gated {gated_us:.1})");
+        }
         if let Some(bw) = bandwidth {
             line += &format!(", {:.2}× the one-token floor", per_token_us / (bytes.total() as f64 / bw * 1e6));
         }
@@ -177,8 +189,12 @@ mod tests {
         let routes =
             PassRoutes { distinct: vec![vec![3, 5, 4], vec![2, 2, 2]], lanes: vec![4, 4, 4], top_k: 2, experts: 8 };
         let layers = vec![(0, b.clone(), 4000), (1, b.clone(), 4000)];
-        let (lines, r) = per_token("b4", 4, true, &layers, &routes, Some(1e9));
+        let (lines, r) = per_token("b4", 4, true, &layers, &[3600, 3200], &routes, Some(1e9));
         assert_eq!(r["L0.distinct_experts"], 4.0);
+        // The gated whole layer per token beside the seam-timed one (each its own layer's).
+        assert_eq!((r["L0.layer_per_token_us"], r["L0.layer_gated_per_token_us"]), (1.0, 0.9));
+        assert_eq!(r["L1.layer_gated_per_token_us"], 0.8);
+        assert!(lines[1].starts_with("  L0: 1.0 µs per token (gated 0.9)"), "{lines:?}");
         let one_token_us = b.total() as f64 / 1e9 * 1e6;
         for l in 0..2 {
             let f = r[&format!("L{l}.pass_floor_us")];
@@ -192,7 +208,8 @@ mod tests {
         assert_eq!(routes.pass_bytes(&b, 0, 0, true) - routes.pass_bytes(&b, 0, 0, false), 3 * b.kv);
         assert!(lines.iter().any(|l| l.contains("4 distinct routed experts")), "{lines:?}");
         // Without a bandwidth (the host backend) the count is still recorded, no floor.
-        let (_, r) = per_token("b4", 4, true, &layers, &routes, None);
+        let (_, r) = per_token("b4", 4, true, &layers, &[], &routes, None);
         assert!(r.contains_key("L0.distinct_experts") && !r.contains_key("L0.pass_floor_us"));
+        assert!(!r.contains_key("L0.layer_gated_per_token_us"), "no gated run, no gated figure");
     }
 }
