@@ -6,8 +6,8 @@
 #                                       the whole GPU binary with the step-preset gate, b8 with the
 #                                       PyTorch anchor, selftest, then issue 24's other shapes
 #                                       (t8, b2, b4, t2, t4; no PyTorch) while time is left
-# Carry target-g/ (stripped, built on the dev machine at the commit this script landed with):
-# mg-main = memra-gates, gpu-main = the runtime's GPU test binary.
+# Carry target-g/ (`bash scripts/gpu/carry.sh main` builds it: mg-main = memra-gates, gpu-main =
+# the runtime's GPU test binary, stripped). Measured first at 02e752d (docs/gpu/2026-12-05-remeasure/).
 set -uo pipefail
 source scripts/gpu/libs.sh
 call_start remeasure "${1:-565}"
