@@ -82,11 +82,11 @@ bench_b1_b8() {
 }
 # `ncu_b1 NAME NEED_S [BIN] [CACHE]`: ncu's per-kernel time of one b1 bench of BIN ($G) into
 # /tmp/NAME.log and $OUT/NAME.csv, then the means per kernel (nothing without ncu; `gpu_tools`
-# first). CACHE is ncu's --cache-control: `all` (default: caches flushed before each kernel) or
-# `none` (warm, as inside a graph replay). ncu's default
-# clock control locks the GPU's clocks to base while it profiles; the lent machine's rules say to
-# leave the clocks alone (the device tool's method notes), so it runs with `--clock-control none` and
-# its times are at the clocks the card runs (the logs before this line was added are at base clocks).
+# first). CACHE is ncu's --cache-control: `all` (the default: caches flushed before each kernel) or
+# `none` (warm, as inside a graph replay). ncu's default clock control locks the GPU's clocks to
+# base while it profiles; the lent machine's rules say to leave the clocks alone (the device tool's
+# method notes), so it runs with `--clock-control none` and its times are at the clocks the card
+# runs (the logs before this line was added are at base clocks).
 ncu_b1() {
   local name=$1 need=$2 bin=${3:-$G} cache=${4:-all}
   [ -n "$NCU" ] || { echo "$name: no ncu on this machine"; return; }
