@@ -7,7 +7,11 @@
 //               the next kernel's launch and block dispatch overlap the one before;
 // - `pdl+pf`:   as pdl, and each streaming block first prefetches its weight bytes into L2
 //               (cp.async.bulk.prefetch.L2) before the wait (branch pdl's `kernel_entry_prefetch`,
-//               which lost in the runtime: docs/gpu/2026-12-05-loads/).
+//               which lost in the runtime: docs/gpu/2026-12-05-loads/);
+// - `pdl+row`:  as pdl with a second row kernel after the first (y2 = row(y), stream reads y2):
+//               what one more dependent single-block kernel costs in the chain;
+// - `pdl-row`:  as pdl without the row kernels (the stream kernels read x, then o): what the
+//               row kernels cost together. The last two compute something else: not compared.
 // The chain: 16 pairs of (row kernel: one block normalising a 4096-wide f32 row; stream kernel:
 // 1024 blocks, each reading its 8 rows x 4096 bytes of a 32 MiB weight and writing 8 dot products
 // with the row). Each pair has its own weight (512 MiB in all, so no weight is in L2 when its turn
@@ -110,10 +114,11 @@ static void launch(bool pdl, K kernel, int grid, cudaStream_t s, A... args) {
 int main(int argc, char** argv) {
     const int replays = argc > 1 ? atoi(argv[1]) : 20;
     unsigned char* w;
-    float *x, *y, *o;
+    float *x, *y, *y2, *o;
     CK(cudaMalloc(&w, WEIGHT_BYTES * PAIRS));
     CK(cudaMalloc(&x, ROW * sizeof(float)));
     CK(cudaMalloc(&y, ROW * sizeof(float)));
+    CK(cudaMalloc(&y2, ROW * sizeof(float)));
     CK(cudaMalloc(&o, ROW * sizeof(float)));
     {
         std::vector<unsigned char> hw(WEIGHT_BYTES);
@@ -128,21 +133,27 @@ int main(int argc, char** argv) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    const char* names[3] = {"plain", "pdl", "pdl+pf"};
+    const char* names[5] = {"plain", "pdl", "pdl+pf", "pdl+row", "pdl-row"};
     std::vector<float> first(ROW), got(ROW);
     float base_us = 0.0f;
-    for (int v = 0; v < 3; ++v) {
+    for (int v = 0; v < 5; ++v) {
         const bool pdl = v > 0;
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         // Pair p: y = row(p == 0 ? x : o); o = stream(w_p, y).
         for (int p = 0; p < PAIRS; ++p) {
             const float* in = p == 0 ? x : o;
+            const unsigned char* wp = w + WEIGHT_BYTES * p;
+            if (v == 4) {
+                launch(true, stream_kernel<true, false>, BLOCKS, s, wp, in, o);
+                continue;
+            }
             if (pdl) launch(true, row_kernel<true>, 1, s, in, y);
             else launch(false, row_kernel<false>, 1, s, in, y);
-            const unsigned char* wp = w + WEIGHT_BYTES * p;
+            if (v == 3) launch(true, row_kernel<true>, 1, s, (const float*)y, y2);
             if (v == 0) launch(false, stream_kernel<false, false>, BLOCKS, s, wp, (const float*)y, o);
             if (v == 1) launch(true, stream_kernel<true, false>, BLOCKS, s, wp, (const float*)y, o);
             if (v == 2) launch(true, stream_kernel<true, true>, BLOCKS, s, wp, (const float*)y, o);
+            if (v == 3) launch(true, stream_kernel<true, false>, BLOCKS, s, wp, (const float*)y2, o);
         }
         cudaGraph_t g;
         CK(cudaStreamEndCapture(s, &g));
@@ -163,7 +174,8 @@ int main(int argc, char** argv) {
         CK(cudaMemcpy(v == 0 ? first.data() : got.data(), o, ROW * sizeof(float), cudaMemcpyDeviceToHost));
         const bool same = v == 0 || memcmp(first.data(), got.data(), ROW * sizeof(float)) == 0;
         printf("%-7s chain of %d pairs: median %8.1f us (%6.2f us per pair, %.3fx plain)  final row %s\n", names[v],
-               PAIRS, med_us, med_us / PAIRS, med_us / base_us, same ? "identical to plain" : "DIFFERS from plain");
+               PAIRS, med_us, med_us / PAIRS, med_us / base_us,
+               v >= 3 ? "(another computation: not compared)" : same ? "identical to plain" : "DIFFERS from plain");
         CK(cudaGraphExecDestroy(ge));
         CK(cudaGraphDestroy(g));
     }

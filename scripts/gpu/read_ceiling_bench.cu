@@ -1,0 +1,179 @@
+// How fast can a kernel only READ the bytes of a `step` seam on this card? (issue 27)
+//
+// PERFORMANCE.md's floors divide a seam's bytes by the 1 GiB device-to-device copy rate. A seam's
+// kernel is shorter (20–50 µs) and reads without writing; this measures, on the same buffer, what
+// pure reads reach at each seam's size, and how much of the E4M3 block-per-lane GEMV's time
+// (the experts) is its loads alone:
+// - `stream U`: a grid-stride loop, 8 blocks of 256 threads per SM, U 16-byte loads per thread per
+//   iteration issued together, xor-reduced (the loads cannot be elided: the result is stored when
+//   it equals a value it never takes);
+// - `bpl loads only`: the shipped E4M3 GEMV's grid, blocks, pairs and load order (`gemv_bpl` at
+//   6 blocks per SM, the runtime's bound) with the decode and sums replaced by the xor — its
+//   memory schedule without its arithmetic;
+// - `bpl shipped`: the shipped kernel itself at 6 blocks per SM, its rows checked against the host.
+// Sizes: the experts' gate+up codes of 9 slots (23,040 × 4,096 = 94.4 MB), down (47.2 MB),
+// qkv's BF16 q/k/v/gate (about 50.3 MB), o_proj (33.6 MB), the router (2.4 MB).
+//
+// Build and run on the GPU machine (nvcc there):
+//   nvcc -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
+//        -I kernels/cuda -o /tmp/read_ceiling scripts/gpu/read_ceiling_bench.cu && /tmp/read_ceiling
+#include "canon.cuh"
+#include "gemv.cu"
+
+#include "e4m3_host.cuh"
+
+#define NEVER 0x9E3779B9u
+
+template <int U>
+__global__ void __launch_bounds__(256) stream_read(const uint4* __restrict__ p, size_t n16, u32* sink) {
+    u32 acc = 0u;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + (U - 1) * stride < n16; i += U * stride) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = __ldg(p + i + u * stride);
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n16; i += stride) {
+        const uint4 v = __ldg(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == NEVER) sink[0] = acc;
+}
+
+// gemv_bpl's memory schedule (rows mode): x staged, then each thread's pairs, 8 vectors each.
+__global__ void __launch_bounds__(GEMV_THREADS, 6)
+    bpl_loads_only(const u8* codes, const float* x, float* out, int rows, int cols, int rpb, u32* sink) {
+    __shared__ float xs[BPL_MAX_NB * BPL_XS_PITCH];
+    __shared__ u32 sv[BPL_SV];
+    const int r_first = blockIdx.x * rpb;
+    if (r_first >= rows) return;
+    const int nrows = min(rpb, rows - r_first);
+    const int nb = cols / E4M3_BLOCK;
+    bpl_stage_x(x, cols, xs);
+    __syncthreads();
+    const uint4* base = reinterpret_cast<const uint4*>(codes);
+    const size_t q0 = (size_t)r_first * nb;
+    for (int ql = threadIdx.x; ql < nrows * nb; ql += blockDim.x) {
+        const size_t q = q0 + (size_t)ql;
+        const uint4* v = base + (q >> 5) * 256 + (q & 31);
+        uint4 c[8];
+#pragma unroll
+        for (int g = 0; g < 8; ++g) c[g] = __ldg(v + g * 32);
+        u32 acc = __float_as_uint(xs[(ql % nb) * BPL_XS_PITCH]);
+#pragma unroll
+        for (int g = 0; g < 8; ++g) acc ^= c[g].x ^ c[g].y ^ c[g].z ^ c[g].w;
+        sv[ql] = acc;
+    }
+    __syncthreads();
+    for (int rl = threadIdx.x; rl < nrows; rl += blockDim.x) {
+        u32 acc = 0u;
+        for (int b = 0; b < nb; ++b) acc ^= sv[rl * nb + b];
+        if (acc == NEVER) sink[1] = acc;
+        out[r_first + rl] = 0.0f;
+    }
+}
+
+__global__ void __launch_bounds__(GEMV_THREADS, 6)
+    bpl_shipped(const u8* codes, const float* scales, const float* x, float* out, int rows, int cols, int kw,
+                int rpb) {
+    gemv_bpl<false>(codes, scales, 0, x, out, rows, cols, kw, rpb, blockIdx.x);
+}
+
+int main() {
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+    const int rows = 23040, cols = 4096, kw = 512, rpb = 32;
+    const E4m3Problem pr(rows, cols, kw);
+    const size_t n = pr.bytes();
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    u8* d_bpl;
+    float *d_sc, *d_x, *d_o;
+    u32* d_sink;
+    CK(cudaMalloc(&d_bpl, n));
+    CK(cudaMalloc(&d_sc, pr.sc.size() * 4));
+    CK(cudaMalloc(&d_x, cols * 4));
+    CK(cudaMalloc(&d_o, rows * 4));
+    CK(cudaMalloc(&d_sink, 64));
+    CK(cudaMemcpy(d_bpl, pr.bpl.data(), n, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_sc, pr.sc.data(), pr.sc.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_x, pr.x.data(), cols * 4, cudaMemcpyHostToDevice));
+    std::vector<float> want(rows);
+    for (int r = 0; r < rows; ++r) want[r] = pr.row(r, false);
+    // A 1 GiB buffer the timed reads rotate through, so no seam-sized read finds its bytes in L2.
+    const size_t big = (size_t)1 << 30;
+    u8* d_big;
+    CK(cudaMalloc(&d_big, big));
+    CK(cudaMemset(d_big, 0x5A, big));
+    const double tbs = copy_tbs();
+    printf("device-to-device copy 1 GiB: %.2f TB/s (read + write); %d SMs\n", tbs, sms);
+    printf("%-34s %10s %9s %9s %9s %8s %s\n", "what", "MB", "median us", "min us", "TB/s", "x floor", "note");
+    auto report = [&](const char* name, size_t bytes, const std::vector<float>& ms, const char* note) {
+        const double us = ms[ms.size() / 2] * 1000.0;
+        const double floor_us = (double)bytes / (tbs * 1e12) * 1e6;
+        printf("%-34s %10.1f %9.1f %9.1f %9.2f %8.2f %s\n", name, bytes / 1e6, us, ms[0] * 1000.0,
+               (double)bytes / (us * 1e-6) / 1e12, us / floor_us, note);
+    };
+    const struct {
+        const char* seam;
+        size_t bytes;
+    } sizes[] = {{"experts gate+up (9 slots)", n},
+                 {"experts down (9 slots)", n / 2},
+                 {"qkv q/k/v/gate BF16", (size_t)(4096 + 1024 + 1024 + 32) * 4096 * 2},
+                 {"o_proj BF16", (size_t)4096 * 4096 * 2},
+                 {"router BF16", (size_t)288 * 4096 * 2}};
+    for (const auto& s : sizes) {
+        for (int u : {2, 4, 8}) {
+            size_t off = 0;
+            const size_t n16 = s.bytes / 16;
+            const int grid = sms * 8;
+            auto launch = [&] {
+                const uint4* p = reinterpret_cast<const uint4*>(d_big + off);
+                if (u == 2) stream_read<2><<<grid, 256>>>(p, n16, d_sink);
+                if (u == 4) stream_read<4><<<grid, 256>>>(p, n16, d_sink);
+                if (u == 8) stream_read<8><<<grid, 256>>>(p, n16, d_sink);
+                off = (off + ((s.bytes + 4095) & ~(size_t)4095)) % (big - s.bytes);
+                off &= ~(size_t)4095;
+            };
+            for (int i = 0; i < 3; ++i) launch();
+            CK(cudaDeviceSynchronize());
+            const std::vector<float> ms = timed_ms(41, launch);
+            CK(cudaGetLastError());
+            char name[64];
+            snprintf(name, sizeof name, "stream U=%d: %s", u, s.seam);
+            report(name, s.bytes, ms, "");
+        }
+    }
+    // The E4M3 GEMV's own buffer (94.4 MB, larger than L2): reads only, then the shipped kernel.
+    const int grid = (rows + rpb - 1) / rpb;
+    for (int round = 0; round < 2; ++round) {
+        std::vector<float> ms = timed_ms(41, [&] {
+            bpl_loads_only<<<grid, GEMV_THREADS>>>(d_bpl, d_x, d_o, rows, cols, rpb, d_sink);
+        });
+        CK(cudaGetLastError());
+        report("bpl loads only, 6/SM", n, ms, "the shipped grid and load order");
+        CK(cudaMemset(d_o, 0xFF, rows * 4));
+        ms = timed_ms(41, [&] { bpl_shipped<<<grid, GEMV_THREADS>>>(d_bpl, d_sc, d_x, d_o, rows, cols, kw, rpb); });
+        CK(cudaGetLastError());
+        std::vector<float> o(rows);
+        CK(cudaMemcpy(o.data(), d_o, rows * 4, cudaMemcpyDeviceToHost));
+        int bad = 0;
+        for (int r = 0; r < rows; ++r) bad += memcmp(&o[r], &want[r], 4) != 0;
+        char note[64];
+        snprintf(note, sizeof note, "rows != host: %d of %d", bad, rows);
+        report("bpl shipped, 6/SM", n, ms, note);
+        for (int u : {4, 8}) {
+            ms = timed_ms(41, [&] {
+                const uint4* p = reinterpret_cast<const uint4*>(d_bpl);
+                if (u == 4) stream_read<4><<<sms * 8, 256>>>(p, n / 16, d_sink);
+                if (u == 8) stream_read<8><<<sms * 8, 256>>>(p, n / 16, d_sink);
+            });
+            char name[64];
+            snprintf(name, sizeof name, "stream U=%d: the GEMV's buffer", u);
+            report(name, n, ms, "");
+        }
+    }
+    return 0;
+}
