@@ -10,7 +10,8 @@
 // - `bpl loads only`: the shipped E4M3 GEMV's grid, blocks, pairs and load order (`gemv_bpl` at
 //   6 blocks per SM, the runtime's bound) with the decode and sums replaced by the xor — its
 //   memory schedule without its arithmetic;
-// - `bpl shipped`: the shipped kernel itself at 6 blocks per SM, its rows checked against the host.
+// - `bpl shipped`: the shipped kernel itself at 6 blocks per SM, its rows checked against the host,
+//   and on 8 of the 9 slots' rows (does its time follow its bytes?).
 // Sizes: the experts' gate+up codes of 9 slots (23,040 × 4,096 = 94.4 MB), down (47.2 MB),
 // qkv's BF16 q/k/v/gate (about 50.3 MB), o_proj (33.6 MB), the router (2.4 MB).
 //
@@ -164,6 +165,14 @@ int main() {
         char note[64];
         snprintf(note, sizeof note, "rows != host: %d of %d", bad, rows);
         report("bpl shipped, 6/SM", n, ms, note);
+        // 8 of the 9 slots' rows: does the kernel's time scale with its bytes (bandwidth-bound),
+        // or stay (one wave, latency-bound)? What moving one slot off the kernel would give.
+        const int rows8 = rows / 9 * 8;
+        ms = timed_ms(41, [&] {
+            bpl_shipped<<<(rows8 + rpb - 1) / rpb, GEMV_THREADS>>>(d_bpl, d_sc, d_x, d_o, rows8, cols, kw, rpb);
+        });
+        CK(cudaGetLastError());
+        report("bpl shipped, 6/SM, 8 of 9 slots", (size_t)rows8 * cols, ms, "");
         for (int u : {4, 8}) {
             ms = timed_ms(41, [&] {
                 const uint4* p = reinterpret_cast<const uint4*>(d_bpl);
