@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What pure reads reach at each `step` seam's size, what the E4M3 GEMV's loads alone cost, and
 # what one more dependent single-block kernel costs in a PDL graph (eleventh session, 2026-12-05);
-# then on an H200 scripts/gpu/remeasure.sh in the time left (main's shape table with the PyTorch
+# then with FULL=1 on an H200 scripts/gpu/remeasure.sh in the time left (main's shape table with the PyTorch
 # anchor, ncu, the whole GPU test binary: its last kernel commit had not run on a GPU), on another
 # card only the GPU test binary and selftest. One call:
 #   bash scripts/gpu/ceiling.sh [S]     (carry target-g: mg-main / gpu-main from carry.sh main)
@@ -16,7 +16,7 @@ step read_run 60 /tmp/read_ceiling; cat /tmp/read_run.log
 step pdl_run 40 /tmp/pdl_chain 40; cat /tmp/pdl_run.log
 cp /tmp/read_run.log /tmp/pdl_run.log "$OUT/" 2>/dev/null
 echo "benches done in $(( $(date +%s)-STEPS_START ))s"
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+if [ "${FULL:-0}" = 1 ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   bash scripts/gpu/remeasure.sh $(( $(left) - 5 ))  # the issues' card: the whole table
 else
   # Another card: main's whole GPU binary and selftest (the table of this card is in
