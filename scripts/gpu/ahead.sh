@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The experts' shared slot ahead of the wait (branch ahead, eleventh session, 2026-12-05), with
+# the read-ceiling and PDL-chain microbenchmarks first. One call of about 8 minutes:
+#   bash scripts/gpu/ahead.sh [S]   read_ceiling + pdl_chain; b1 of main and ahead interleaved
+#                                   (three rounds); ahead's whole GPU binary with the step-preset
+#                                   gate; b8 of both; selftest of ahead; ncu of both at b1; on an
+#                                   H200, main's b1 and b8 with the PyTorch anchor in the time left
+# Carry target-g/ (`carry.sh main`, `carry.sh ahead /work/ahead`). ahead lands if its b1 layer beats
+# main's in every round and its whole GPU binary passes.
+set -uo pipefail
+source scripts/gpu/libs.sh
+call_start ahead "${1:-560}"
+B=target-g
+NV=("$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true -I kernels/cuda)
+step read_build 60 "${NV[@]}" -o /tmp/read_ceiling scripts/gpu/read_ceiling_bench.cu; tail -3 /tmp/read_build.log
+step pdl_build 60 "${NV[@]}" -o /tmp/pdl_chain scripts/gpu/pdl_chain_bench.cu; tail -3 /tmp/pdl_build.log
+step read_run 60 /tmp/read_ceiling; cat /tmp/read_run.log
+step pdl_run 40 /tmp/pdl_chain 40; cat /tmp/pdl_run.log
+for round in 0 1 2; do
+  for v in main ahead; do bench_step b1-$v-$round $B/mg-$v 1; done
+done
+step gpu_ahead 200 env MEMRA_GPU_STEP=1 $B/gpu-ahead --test-threads=1
+grep -E "^test result|step preset device-host|shared slot ahead|panicked" /tmp/gpu_ahead.log | head -8
+for v in main ahead; do bench_step b8-$v $B/mg-$v 8; done
+step selftest 40 $B/mg-ahead selftest --backend cuda --out /tmp/selftest
+grep -E "canary was caught|NOT CAUGHT|MISSED" /tmp/selftest.log | head -3
+cp /tmp/selftest/summary.md "$OUT/selftest-cuda-summary.md" 2>/dev/null
+for v in main ahead; do ncu_b1 ncu-b1-$v 30 $B/mg-$v all; done
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  for b in 1 8; do
+    step shape-b$b 100 $B/mg-main bench --backend cuda --preset step --layers 2 --graph --batch $b --out /tmp/shape-b$b
+    echo "shape-b$b: $(bench_summary /tmp/shape-b$b.log)"; grep -E "per token|fastest form|overhead" /tmp/shape-b$b.log | head -4
+  done
+fi
+tar czf $OUT/ahead.tgz -C /tmp $(cd /tmp && ls read_run.log pdl_run.log gpu_*.log selftest.log b1-*.log b8-*.log ncu-*.log shape-*.log 2>/dev/null) \
+  $(cd /tmp && ls -d b1-* b8-* shape-b* 2>/dev/null | grep -v log)
+echo "done in $(( $(date +%s)-STEPS_START ))s"
