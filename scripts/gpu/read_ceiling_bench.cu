@@ -11,7 +11,9 @@
 //   6 blocks per SM, the runtime's bound) with the decode and sums replaced by the xor — its
 //   memory schedule without its arithmetic;
 // - `bpl shipped`: the shipped kernel itself at 6 blocks per SM, its rows checked against the host,
-//   and on 8 of the 9 slots' rows (does its time follow its bytes?).
+//   and on 8 of the 9 slots' rows (does its time follow its bytes?);
+// - `bpl, rows interleaved`: the same blocks computing interleaved rows (each pass of the blocks
+//   reads one window of the matrix), with loads only and whole, its rows checked.
 // Sizes: the experts' gate+up codes of 9 slots (23,040 × 4,096 = 94.4 MB), down (47.2 MB),
 // qkv's BF16 q/k/v/gate (about 50.3 MB), o_proj (33.6 MB), the router (2.4 MB).
 //
@@ -74,6 +76,55 @@ __global__ void __launch_bounds__(GEMV_THREADS, 6)
         for (int b = 0; b < nb; ++b) acc ^= sv[rl * nb + b];
         if (acc == NEVER) sink[1] = acc;
         out[r_first + rl] = 0.0f;
+    }
+}
+
+// The shipped GEMV with its rows interleaved across blocks (branch inter's BplRows): block-local
+// row rl of block blk is row (rl / 8) · 8 · nblk + blk · 8 + rl % 8 (8 = 256 threads / 32 pairs
+// per row: one pass of the block), so at any moment the blocks read one window of the matrix.
+// LOADS_ONLY: the xor in place of the decode and sums.
+template <bool LOADS_ONLY>
+__global__ void __launch_bounds__(GEMV_THREADS, 6)
+    bpl_interleaved(const u8* codes, const float* scales, const float* x, float* out, int rows, int cols, int kw,
+                    int rpb, u32* sink) {
+    __shared__ float xs[BPL_MAX_NB * BPL_XS_PITCH];
+    __shared__ float sv[BPL_SV];
+    const int nb = cols / E4M3_BLOCK, bk = kw / E4M3_BLOCK, nk = cols / kw;
+    const int nblk = (rows + rpb - 1) / rpb, q = GEMV_THREADS / nb, blk = blockIdx.x;
+    auto row_of = [&](int rl) { return (rl / q) * q * nblk + blk * q + rl % q; };
+    bpl_stage_x(x, cols, xs);
+    __syncthreads();
+    const uint4* base = reinterpret_cast<const uint4*>(codes);
+    for (int ql = threadIdx.x; ql < rpb * nb; ql += blockDim.x) {
+        const int rl = ql / nb, b = ql - rl * nb, r = row_of(rl);
+        if (r >= rows) continue;
+        const size_t qq = (size_t)r * nb + b;
+        const uint4* v = base + (qq >> 5) * 256 + (qq & 31);
+        uint4 c[8];
+#pragma unroll
+        for (int g = 0; g < 8; ++g) c[g] = __ldg(v + g * 32);
+        if (LOADS_ONLY) {
+            u32 acc = __float_as_uint(xs[b * BPL_XS_PITCH]);
+#pragma unroll
+            for (int g = 0; g < 8; ++g) acc ^= c[g].x ^ c[g].y ^ c[g].z ^ c[g].w;
+            sv[ql] = __uint_as_float(acc);
+        } else {
+            const float d = bpl_dot(c, xs + b * BPL_XS_PITCH);
+            sv[ql] = __ldg(scales + (size_t)(r / E4M3_BLOCK) * nb + b) * d;
+        }
+    }
+    __syncthreads();
+    for (int rl = threadIdx.x; rl < rpb; rl += blockDim.x) {
+        const int r = row_of(rl);
+        if (r >= rows) continue;
+        if (LOADS_ONLY) {
+            u32 acc = 0u;
+            for (int b = 0; b < nb; ++b) acc ^= __float_as_uint(sv[rl * nb + b]);
+            if (acc == NEVER) sink[2] = acc;
+            out[r] = 0.0f;
+        } else {
+            out[r] = bpl_row(sv + rl * nb, nk, bk);
+        }
     }
 }
 
@@ -173,6 +224,21 @@ int main() {
         });
         CK(cudaGetLastError());
         report("bpl shipped, 6/SM, 8 of 9 slots", (size_t)rows8 * cols, ms, "");
+        ms = timed_ms(41, [&] {
+            bpl_interleaved<true><<<grid, GEMV_THREADS>>>(d_bpl, d_sc, d_x, d_o, rows, cols, kw, rpb, d_sink);
+        });
+        CK(cudaGetLastError());
+        report("bpl loads only, rows interleaved", n, ms, "");
+        CK(cudaMemset(d_o, 0xFF, rows * 4));
+        ms = timed_ms(41, [&] {
+            bpl_interleaved<false><<<grid, GEMV_THREADS>>>(d_bpl, d_sc, d_x, d_o, rows, cols, kw, rpb, d_sink);
+        });
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(o.data(), d_o, rows * 4, cudaMemcpyDeviceToHost));
+        bad = 0;
+        for (int r = 0; r < rows; ++r) bad += memcmp(&o[r], &want[r], 4) != 0;
+        snprintf(note, sizeof note, "rows != host: %d of %d", bad, rows);
+        report("bpl, rows interleaved", n, ms, note);
         for (int u : {4, 8}) {
             ms = timed_ms(41, [&] {
                 const uint4* p = reinterpret_cast<const uint4*>(d_bpl);
