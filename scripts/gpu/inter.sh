@@ -18,11 +18,10 @@ for round in 0 1 2; do
 done
 step gpu_inter 200 env MEMRA_GPU_STEP=1 $B/gpu-inter --test-threads=1
 grep -E "^test result|step preset device-host|shared slot ahead|panicked" -A3 /tmp/gpu_inter.log | head -12
-for v in main ahead inter; do bench_step b8-$v $B/mg-$v 8; done
+for v in main inter; do bench_step b8-$v $B/mg-$v 8; done
 step selftest 40 $B/mg-inter selftest --backend cuda --out /tmp/selftest
 grep -E "canary was caught|NOT CAUGHT|MISSED" /tmp/selftest.log | head -3
 cp /tmp/selftest/summary.md "$OUT/selftest-cuda-summary.md" 2>/dev/null
-ncu_b1 ncu-b1-inter 30 $B/mg-inter all
 tar czf $OUT/inter.tgz -C /tmp $(cd /tmp && ls read_run.log gpu_*.log selftest.log b1-*.log b8-*.log ncu-*.log 2>/dev/null) \
   $(cd /tmp && ls -d b1-* b8-* 2>/dev/null | grep -v log)
 echo "done in $(( $(date +%s)-STEPS_START ))s"
