@@ -3,8 +3,8 @@
 # session, 2026-12-06. One call of about 6 minutes:
 #   bash scripts/gpu/inter.sh [S]   read_ceiling (with the interleaved GEMV, loads only and whole);
 #                                   b1 of main, ahead and inter interleaved (three rounds); inter's
-#                                   whole GPU binary with the step-preset gate; b8 of the three;
-#                                   selftest of inter; ncu of inter at b1
+#                                   whole GPU binary with the step-preset gate; b8 of main and
+#                                   inter; selftest of inter
 # Carry target-g/ (`carry.sh main`, `carry.sh ahead /work/ahead`, `carry.sh inter /work/inter`).
 set -uo pipefail
 source scripts/gpu/libs.sh
