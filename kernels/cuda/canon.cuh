@@ -63,6 +63,15 @@ __device__ __forceinline__ void kernel_entry() {
 // both the kernels' first statements and those functions' waits.
 #define WEIGHTS_FIRST true
 
+// The second exception, for inputs settled two launches back: a kernel whose first statement is
+// `f<.., SETTLED_FIRST>(.., ahead);` may skip the wait for some of its blocks when the runtime
+// passes `ahead` = 1, which it does only when the kernel ahead of it on the stream touches none of
+// those blocks' inputs and outputs (CudaBackend::settled): their last writers and readers are then
+// at least two launches back and complete before this kernel can be scheduled, because the kernel
+// ahead has passed its own wait. The function's first statement is `if (!(SF && ahead != 0 &&
+// ..)) kernel_entry();` (kernels/src/sources/wait_check.rs checks it); every other block waits.
+#define SETTLED_FIRST true
+
 // ---- exp_c constants (canon.rs) ----
 #define C_LOG2E __uint_as_float(0x3FB8AA3Bu)
 #define C_LN2_HI __uint_as_float(0x3F317200u)

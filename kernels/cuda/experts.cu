@@ -210,18 +210,21 @@ __device__ __forceinline__ void expert_gate_up_slots(const ExpertEntry* table, i
     }
 }
 
-// expert_gate_up_f32 for a group whose every gate and up matrix is E4M3 in the block-per-lane
-// layout (the runtime picks it then; anything else traps): the same blocks, pairs and folds, so
-// the same bits, without the warp-task path, whose registers bound the general kernel to 80 per
-// thread and 3 blocks per SM. This one runs 6 blocks per SM in 40 registers (20 bytes of spill):
-// more code loads in flight per SM. On one H200 the experts seam at b1 was 64.2–64.9 µs at 4 blocks
-// per SM (64 registers), 63.7–64.3 at 5, 55.2–56.0 at 6 and 56.7–57.4 at 8 (32 registers); the
-// register count never changes an operation (docs/gpu/2026-12-05-bounds/).
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
-    expert_gate_up_bpl_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k,
-                           int first_slot, const float* x, int mode, float limit, float* act, int act_pitch, int rpb,
-                           const LanePitch lp) {
-    kernel_entry();
+// The shared slot ahead of the wait (SETTLED_FIRST, canon.cuh): the shared expert's slot (first_slot
+// + slot == k) needs no route id — its entry is `experts + 0` — and reads only x (the expert
+// input) and the entry table, and writes only its own act rows. When the runtime passes
+// `ahead` = 1 it has checked that the kernel ahead of this one on the stream touches neither x nor
+// act (CudaBackend::settled): x was then written, and act last read, by kernels at least two
+// launches back, which have completed before this kernel can be scheduled (the kernel ahead has
+// passed its own wait). So the shared slot's blocks compute while the kernel ahead (the router's
+// top-k) still runs; every routed slot's block waits first, as every kernel does. The same
+// blocks, operations and order either way: only when the shared slot runs moves.
+template <bool SF>
+__device__ __forceinline__ void expert_gate_up_bpl_entry(const ExpertEntry* table, int n_entries, int experts,
+                                                         const float* ids, int k, int first_slot, const float* x,
+                                                         int mode, float limit, float* act, int act_pitch, int rpb,
+                                                         const LanePitch& lp, int ahead) {
+    if (!(SF && ahead != 0 && first_slot + (int)blockIdx.y / lp.lanes == k)) kernel_entry();
     const int slot = (int)blockIdx.y / lp.lanes;
     const int ln = (int)blockIdx.y - slot * lp.lanes;
     ids = LANE_AT(ids, lp, 0, ln);
@@ -237,11 +240,27 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
     expert_gate_up_bpl<false>(en, x, mode, limit, act + (size_t)slot * act_pitch, nullptr, r_first, rpb);
 }
 
+// expert_gate_up_f32 for a group whose every gate and up matrix is E4M3 in the block-per-lane
+// layout (the runtime picks it then; anything else traps): the same blocks, pairs and folds, so
+// the same bits, without the warp-task path, whose registers bound the general kernel to 80 per
+// thread and 3 blocks per SM. This one runs 6 blocks per SM in 40 registers (20 bytes of spill):
+// more code loads in flight per SM. On one H200 the experts seam at b1 was 64.2–64.9 µs at 4 blocks
+// per SM (64 registers), 63.7–64.3 at 5, 55.2–56.0 at 6 and 56.7–57.4 at 8 (32 registers); the
+// register count never changes an operation (docs/gpu/2026-12-05-bounds/). `ahead`: the shared
+// slot may run before the wait (expert_gate_up_bpl_entry).
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
+    expert_gate_up_bpl_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k,
+                           int first_slot, const float* x, int mode, float limit, float* act, int act_pitch, int rpb,
+                           const LanePitch lp, int ahead) {
+    expert_gate_up_bpl_entry<SETTLED_FIRST>(table, n_entries, experts, ids, k, first_slot, x, mode, limit, act,
+                                            act_pitch, rpb, lp, ahead);
+}
+
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 3)
     expert_gate_up_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int first_slot,
                        const float* x, int mode, float limit, float* act, int act_pitch, int rpb,
-                       const LanePitch lp) {
-    kernel_entry();
+                       const LanePitch lp, int ahead) {
+    kernel_entry();  // `ahead` unused: the launch is expert_gate_up_bpl_f32's, this kernel always waits first
     expert_gate_up_slots<false>(table, n_entries, experts, ids, k, first_slot, x, mode, limit, act, nullptr,
                                 act_pitch, rpb, lp);
 }

@@ -1,6 +1,8 @@
 //! The wait rule of programmatic launches, checked on the kernel source (tests only): every kernel
 //! opens with `kernel_entry();`, or with a weights-first call whose function template loads
-//! weights and then waits before it touches anything a kernel writes (canon.cuh's WEIGHTS_FIRST).
+//! weights and then waits before it touches anything a kernel writes (canon.cuh's WEIGHTS_FIRST),
+//! or with a settled-first call whose function template opens with the wait that only the
+//! runtime's `ahead` argument may skip (canon.cuh's SETTLED_FIRST).
 //! A textual check of the C++ — brackets, identifiers, string literals and `//` comments only —
 //! which is enough for the shapes the kernels use; the negative controls below plant each way of
 //! breaking the rule, in a small source and in the real one.
@@ -120,6 +122,11 @@ fn identifiers(code: &str) -> Vec<(usize, &str)> {
 /// The device function templates of `code` (comments stripped) whose last template parameter
 /// is the weights-first flag `bool WF`: (name, body between the braces).
 fn weights_first_functions(code: &str) -> Vec<(String, String)> {
+    flag_functions(code, "WF")
+}
+
+/// The device function templates of `code` whose last template parameter is `bool FLAG`.
+fn flag_functions(code: &str, flag: &str) -> Vec<(String, String)> {
     let mut found = Vec::new();
     let mut from = 0;
     while let Some(at) = code[from..].find("template <") {
@@ -127,7 +134,7 @@ fn weights_first_functions(code: &str) -> Vec<(String, String)> {
         let close = closing(code, open).expect("a template header closes");
         from = close;
         let last = code[open + 1..close].rsplit(',').next().unwrap_or("");
-        if last.split_whitespace().collect::<Vec<_>>() != ["bool", "WF"] {
+        if last.split_whitespace().collect::<Vec<_>>() != ["bool", flag] {
             continue;
         }
         let paren = close + code[close..].find('(').expect("a function template has parameters");
@@ -211,19 +218,63 @@ fn waits_before(body: &str, wf_functions: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks the wait of every kernel of `src` (canon.cuh's rule and its WEIGHTS_FIRST
-/// exception): a kernel's body opens with `kernel_entry();`, or its first statement is a call
-/// `f<.., WEIGHTS_FIRST>(..);` of a weights-first function template, and every such function
-/// passes [`waits_before`]. Returns the number of kernels and the weights-first ones.
-fn check_kernel_waits(src: &str) -> Result<(usize, Vec<String>), String> {
+/// The opening a settled-first function's body must have: the wait, skipped only where the
+/// flag is on and the runtime passed `ahead` (then `&&` the blocks that may run ahead).
+const SETTLED_GUARD: &str = "if (!(SF && ahead != 0 && ";
+
+/// Whether a settled-first function's body opens with its wait, skippable only by `ahead`: its
+/// first statement is `if (!(SF && ahead != 0 && ..)) kernel_entry();`.
+fn opens_with_settled_wait(body: &str) -> Result<(), String> {
+    let body = blank_strings(body);
+    let first = body.trim_start();
+    let end = first.find(';').ok_or("has no statement")?;
+    let stmt = &first[..=end];
+    if !stmt.starts_with(SETTLED_GUARD) || !stmt.ends_with(")) kernel_entry();") {
+        return Err(format!("does not open with `{SETTLED_GUARD}..)) kernel_entry();` but `{stmt}`"));
+    }
+    Ok(())
+}
+
+/// Whether `body` opens with the call `f<.., FLAG>(..);` (f's template arguments end with the
+/// flag, and the call is the whole statement); then f's name.
+fn opening_flag_call(body: &str, flag: &str) -> Option<String> {
+    let (at, call) = identifiers(body).first().map(|&(i, n)| (i + n.len(), n.to_string()))?;
+    let pattern = format!("{flag}>(");
+    let i = body.find(&pattern).filter(|&i| {
+        let args = &body[at..i];
+        args.starts_with('<') && !args.contains(['(', ';'])
+    })?;
+    let args_end = closing(body, i + flag.len() + 1)?;
+    body[args_end + 1..].trim_start().starts_with(';').then_some(call)
+}
+
+/// The kernels of `src` that open with a weights-first and with a settled-first call.
+#[derive(Debug, PartialEq)]
+struct Openings {
+    weights_first: Vec<String>,
+    settled_first: Vec<String>,
+}
+
+/// Checks the wait of every kernel of `src` (canon.cuh's rule and its WEIGHTS_FIRST and
+/// SETTLED_FIRST exceptions): a kernel's body opens with `kernel_entry();`, or its first statement
+/// is a call `f<.., WEIGHTS_FIRST>(..);` of a weights-first function template, every such function
+/// passing [`waits_before`], or a call `f<.., SETTLED_FIRST>(..);` of a settled-first one, every
+/// such function passing [`opens_with_settled_wait`]. Returns the number of kernels and the
+/// kernels of each exception.
+fn check_kernel_waits(src: &str) -> Result<(usize, Openings), String> {
     let code = code_of(src);
     let functions = weights_first_functions(&code);
     let names: Vec<String> = functions.iter().map(|(n, _)| n.clone()).collect();
     for (name, body) in &functions {
         waits_before(body, &names).map_err(|e| format!("weights-first `{name}`: {e}"))?;
     }
+    let settled = flag_functions(&code, "SF");
+    for (name, body) in &settled {
+        opens_with_settled_wait(body).map_err(|e| format!("settled-first `{name}` {e}"))?;
+    }
+    let settled_names: Vec<String> = settled.into_iter().map(|(n, _)| n).collect();
     let mut rest = code.as_str();
-    let (mut seen, mut weights_first) = (0, Vec::new());
+    let (mut seen, mut weights_first, mut settled_first) = (0, Vec::new(), Vec::new());
     while let Some(at) = rest.find("extern \"C\" __global__") {
         rest = &rest[at..];
         let name = kernel_name(&rest["extern \"C\" __global__ void".len()..]).to_string();
@@ -242,26 +293,20 @@ fn check_kernel_waits(src: &str) -> Result<(usize, Vec<String>), String> {
         if body.starts_with("kernel_entry();") {
             continue;
         }
-        // `f<.., WEIGHTS_FIRST>(..);`: f's template arguments end with the flag, and the call
-        // is the whole statement.
-        let (at, call) = identifiers(body).first().map(|&(i, n)| (i + n.len(), n.to_string())).unwrap_or_default();
-        let flag = body.find("WEIGHTS_FIRST>(").filter(|&i| {
-            let args = &body[at..i];
-            args.starts_with('<') && !args.contains(['(', ';'])
-        });
-        let opens_weights_first = flag.is_some_and(|i| {
-            let args_end = closing(body, i + "WEIGHTS_FIRST>".len());
-            args_end.is_some_and(|e| body[e + 1..].trim_start().starts_with(';'))
-        });
-        if !opens_weights_first || !names.contains(&call) {
+        if opening_flag_call(body, "WEIGHTS_FIRST").is_some_and(|f| names.contains(&f)) {
+            weights_first.push(name);
+        } else if opening_flag_call(body, "SETTLED_FIRST").is_some_and(|f| settled_names.contains(&f)) {
+            settled_first.push(name);
+        } else {
             return Err(format!(
-                "`{name}` opens neither with kernel_entry(); nor with a weights-first call `f<.., WEIGHTS_FIRST>(..);`"
+                "`{name}` opens neither with kernel_entry(); nor with a weights-first call `f<.., WEIGHTS_FIRST>(..);` \
+                 nor with a settled-first call `f<.., SETTLED_FIRST>(..);`"
             ));
         }
-        weights_first.push(name);
     }
     weights_first.sort();
-    Ok((seen, weights_first))
+    settled_first.sort();
+    Ok((seen, Openings { weights_first, settled_first }))
 }
 
 /// The runtime launches kernels with programmatic stream serialization, which schedules a
@@ -271,10 +316,11 @@ fn check_kernel_waits(src: &str) -> Result<(usize, Vec<String>), String> {
 /// weights and then waits (canon.cuh's WEIGHTS_FIRST).
 #[test]
 fn every_kernel_opens_with_kernel_entry() {
-    let (seen, weights_first) = check_kernel_waits(&cuda_source()).unwrap_or_else(|e| panic!("{e}"));
+    let (seen, open) = check_kernel_waits(&cuda_source()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(seen, KERNEL_NAMES.len(), "kernels found by the body scan against KERNEL_NAMES");
     let expected = ["add_rmsnorm_f32", "gemv_partials_bf16", "gemv_rows_batch_bf16", "gemv_rows_bf16", "rmsnorm_f32"];
-    assert_eq!(weights_first, expected, "the kernels that load weights before their wait");
+    assert_eq!(open.weights_first, expected, "the kernels that load weights before their wait");
+    assert_eq!(open.settled_first, ["expert_gate_up_bpl_f32"], "the kernels whose settled blocks may run ahead");
     let code = code_of(&cuda_source());
     let checked: BTreeSet<String> = weights_first_functions(&code).into_iter().map(|(n, _)| n).collect();
     for f in ["gemv_dispatch", "gemv_tasks", "gemv_rows_batch", "norm_rows"] {
@@ -310,6 +356,14 @@ extern "C" __global__ void copy_f32(const float* x, float* out) {
     kernel_entry();
     out[0] = x[0];
 }
+template <bool SF>
+__device__ __forceinline__ void ahead_row(const float* x, float* out, int ahead) {
+    if (!(SF && ahead != 0 && blockIdx.x == 0)) kernel_entry();
+    out[blockIdx.x] = x[blockIdx.x];
+}
+extern "C" __global__ void ahead_f32(const float* x, float* out, int ahead) {
+    ahead_row<SETTLED_FIRST>(x, out, ahead);
+}
 "#;
 
 fn doctored(from: &str, to: &str) -> String {
@@ -319,7 +373,8 @@ fn doctored(from: &str, to: &str) -> String {
 
 #[test]
 fn a_wait_after_a_read_or_off_the_path_fails_the_check() {
-    assert_eq!(check_kernel_waits(WAITS), Ok((2, vec!["scale_f32".to_string()])));
+    let open = Openings { weights_first: vec!["scale_f32".into()], settled_first: vec!["ahead_f32".into()] };
+    assert_eq!(check_kernel_waits(WAITS), Ok((3, open)));
     // The wait moved after the read of x and the write of out.
     let late = doctored(
         "    if constexpr (WF) kernel_entry();\n    if (threadIdx.x < n) out[threadIdx.x] = wv * x[threadIdx.x];\n",
@@ -348,11 +403,32 @@ fn a_wait_after_a_read_or_off_the_path_fails_the_check() {
     assert!(check_kernel_waits(&opened).unwrap_err().contains("`copy_f32` opens neither"));
 }
 
+#[test]
+fn a_settled_first_wait_not_held_by_ahead_fails_the_check() {
+    // The wait skippable without the runtime's `ahead`, moved after the read, or dropped.
+    let unguarded = doctored("if (!(SF && ahead != 0 && blockIdx.x == 0))", "if (!(SF && blockIdx.x == 0))");
+    let e = check_kernel_waits(&unguarded).unwrap_err();
+    assert!(e.starts_with("settled-first `ahead_row` does not open with"), "{e}");
+    let late = doctored(
+        "    if (!(SF && ahead != 0 && blockIdx.x == 0)) kernel_entry();\n    out[blockIdx.x] = x[blockIdx.x];\n",
+        "    out[blockIdx.x] = x[blockIdx.x];\n    if (!(SF && ahead != 0 && blockIdx.x == 0)) kernel_entry();\n",
+    );
+    assert!(check_kernel_waits(&late).unwrap_err().starts_with("settled-first `ahead_row` does not open with"));
+    let dropped = doctored("    if (!(SF && ahead != 0 && blockIdx.x == 0)) kernel_entry();\n", "");
+    assert!(check_kernel_waits(&dropped).unwrap_err().starts_with("settled-first `ahead_row` does not open with"));
+    // A settled-first flag handed to a function without the guard, or the other flag's function.
+    let wrong = doctored("ahead_row<SETTLED_FIRST>(", "scale_row<SETTLED_FIRST>(");
+    assert!(check_kernel_waits(&wrong).unwrap_err().contains("`ahead_f32` opens neither"));
+    let swapped = doctored("ahead_row<SETTLED_FIRST>(", "ahead_row<WEIGHTS_FIRST>(");
+    assert!(check_kernel_waits(&swapped).unwrap_err().contains("`ahead_f32` opens neither"));
+}
+
 /// The same check on the real kernels, doctored: norm_rows' wait moved after x's lane
-/// pointer, gemv_tasks' wait after its first task, gemv_dispatch's wait dropped.
+/// pointer, gemv_tasks' wait after its first task, gemv_dispatch's wait dropped, the experts'
+/// settled-first wait skippable without `ahead`.
 #[test]
 fn a_doctored_kernel_source_fails_the_check() {
-    let moves: [(&[(&str, &str)], &str); 3] = [
+    let moves: [(&[(&str, &str)], &str); 4] = [
         (
             &[(
                 "    if constexpr (WF) kernel_entry();\n    x = LANE_AT(x, lp, 0, blockIdx.z);\n",
@@ -373,6 +449,10 @@ fn a_doctored_kernel_source_fails_the_check() {
                 "    if constexpr (FMT == FMT_E4M3)",
             )],
             "weights-first `gemv_dispatch`: never",
+        ),
+        (
+            &[("if (!(SF && ahead != 0 && first_slot", "if (!(SF && first_slot")],
+            "settled-first `expert_gate_up_bpl_entry` does not open",
         ),
     ];
     for (edits, error) in moves {

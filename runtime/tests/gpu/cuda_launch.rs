@@ -5,6 +5,9 @@
 //! under GRAPH —
 //! with `LaunchOrder::Programmatic` and with `LaunchOrder::Serialized` give the same record
 //! (digests, tokens, top-2 logits, engagement, census, captures, copies), and both equal the host.
+//! The programmatic runs include the experts' shared slot ahead of the wait (SETTLED_FIRST,
+//! canon.cuh) wherever the runtime finds the kernel ahead settled: required to happen in some run
+//! on sm_90 and later (else the claim would not cover it), and never in a serialized run.
 //!
 //! Without a CUDA device every test reads `ignored (no CUDA device: …)`.
 
@@ -33,6 +36,7 @@ pub fn tests() -> Vec<GpuTest> {
 
 fn programmatic_launches_change_no_bit() -> Ran {
     let mut not_run = NotRun::new();
+    let (mut ahead, mut programmatic_runs) = (0u64, 0usize);
     for preset in ["tiny", "edge"] {
         let model: Model = generate(&ModelConfig::preset(preset, None).unwrap(), 1).unwrap();
         for (tp, t) in [(1, Transport::HostBounce), (2, Transport::NativeP2p)] {
@@ -55,7 +59,15 @@ fn programmatic_launches_change_no_bit() -> Ran {
                         let want = order == LaunchOrder::Programmatic && sm_major(&d) >= 9;
                         assert_eq!(b.programmatic_launches(), want, "{what} {order:?}: {d}");
                         match program::run(&model, &cfg, &mut b) {
-                            Ok(r) => runs.push(r),
+                            Ok(r) => {
+                                runs.push(r);
+                                if want {
+                                    ahead += b.ahead_launches();
+                                    programmatic_runs += 1;
+                                } else {
+                                    assert_eq!(b.ahead_launches(), 0, "{what} {order:?}: the shared slot ran ahead");
+                                }
+                            }
                             Err(RuntimeError::Unavailable(reason)) => not_run.note(&what, reason),
                             Err(e) => panic!("{what} {order:?}: CUDA run failed: {e}"),
                         }
@@ -72,6 +84,10 @@ fn programmatic_launches_change_no_bit() -> Ran {
                 }
             }
         }
+    }
+    if programmatic_runs > 0 {
+        assert!(ahead > 0, "{programmatic_runs} programmatic runs and no shared slot ahead of its wait");
+        println!("shared slot ahead of the wait: {ahead} launches over {programmatic_runs} programmatic runs");
     }
     not_run.finish()
 }

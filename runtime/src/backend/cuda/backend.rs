@@ -16,6 +16,7 @@ use crate::evidence::census::Census;
 use crate::evidence::defect::TwinDefect;
 use crate::model::matrix::MatrixShard;
 use crate::Result;
+use std::sync::atomic::Ordering;
 
 impl Backend for CudaBackend {
     fn checkpoint(&self) -> Option<crate::backend::Checkpoint> {
@@ -175,7 +176,10 @@ impl Backend for CudaBackend {
         }
         let kernel = self.kernel(rank, &op);
         self.count_launch(rank, kernel);
-        self.launch_op(rank, &op)
+        let before = self.kernels_issued(rank);
+        self.launch_op(rank, &op)?;
+        self.note_last_op(rank, before, std::slice::from_ref(&op));
+        Ok(())
     }
 
     /// One launch for the lanes where the rules allow it — a `gemv_*_lanes_*` launch reading each
@@ -194,10 +198,13 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         self.count_launch(rank, kernel);
+        let before = self.kernels_issued(rank);
         match fused {
-            OneLaunch::Gemv(f) => self.launch_fused_lanes(rank, &f),
-            OneLaunch::Grid(plan) => self.launch_lane_grid(rank, &ops, &plan),
+            OneLaunch::Gemv(f) => self.launch_fused_lanes(rank, &f)?,
+            OneLaunch::Grid(plan) => self.launch_lane_grid(rank, &ops, &plan)?,
         }
+        self.note_last_op(rank, before, &ops);
+        Ok(())
     }
 
     fn copy(&mut self, c: Transfer) -> Result<()> {
@@ -372,6 +379,53 @@ enum OneLaunch {
 }
 
 impl CudaBackend {
+    /// Grouped gate/up launches issued so far with their shared slot ahead of the wait (the
+    /// evidence that a programmatic run used it; the GPU tests read it).
+    pub fn ahead_launches(&self) -> u64 {
+        self.ahead_launches.load(Ordering::Relaxed)
+    }
+
+    /// Count one launch issued with `ahead` = 1.
+    pub(crate) fn note_ahead(&self) {
+        self.ahead_launches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Kernels issued on `rank`'s stream so far.
+    fn kernels_issued(&self, rank: usize) -> u64 {
+        self.ranks[rank].kernels_issued.load(Ordering::Relaxed)
+    }
+
+    /// After `ops` were launched on `rank` (issued, not replayed): when they issued a kernel, the
+    /// last kernel on the stream is theirs, and these are the buffers it may touch.
+    fn note_last_op(&mut self, rank: usize, before: u64, ops: &[Op]) {
+        let now = self.kernels_issued(rank);
+        if now != before {
+            let bufs = ops.iter().flat_map(|op| op.slices()).map(|s| s.buf).collect();
+            self.ranks[rank].last_op = Some((now, bufs));
+        }
+    }
+
+    /// Kernels issued on every stream outside the launch macro (NCCL's calls, a graph launch):
+    /// the last kernel of each stream is no longer known.
+    pub(crate) fn note_foreign_kernels(&self) {
+        for r in &self.ranks {
+            r.kernels_issued.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the kernel ahead on `rank`'s programmatic stream is known and touches none of
+    /// `bufs`: then their last writers and readers are at least two launches back and completed
+    /// before a kernel launched now can be scheduled (the kernel ahead has passed its own wait).
+    /// SETTLED_FIRST kernels (canon.cuh) may then run some blocks before their wait. Conservative:
+    /// an unknown last kernel (a digest, a peer store, NCCL, a graph launch) is never settled.
+    pub(crate) fn settled(&self, rank: usize, bufs: &[BufId]) -> bool {
+        let r = &self.ranks[rank];
+        r.programmatic
+            && r.last_op.as_ref().is_some_and(|(n, touched)| {
+                *n == self.kernels_issued(rank) && !touched.iter().any(|b| bufs.contains(b))
+            })
+    }
+
     /// One kernel launch really issued on `rank`: the fault counter, RANK0_MERGE's evidence and
     /// the census.
     fn count_launch(&mut self, rank: usize, kernel: String) {
@@ -477,6 +531,7 @@ impl AllReduce for CudaBackend {
             return Ok(());
         }
         self.census.all_reduce(out.len);
+        self.note_foreign_kernels(); // NCCL's kernels, on every rank's stream
         self.nccl_all_reduce_sum(parts, out_rank, out)
     }
 }

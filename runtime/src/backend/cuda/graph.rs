@@ -297,6 +297,7 @@ impl CudaBackend {
             let seg = &self.graphs.segments[&key];
             let g = seg.graph.as_ref().expect("a captured segment holds its graph");
             g.launch().map_err(|e| self.fault(0, "graph launch", e))?;
+            self.note_foreign_kernels();
             self.ranks_after_origin("graph segment end")?;
         }
         Ok(())

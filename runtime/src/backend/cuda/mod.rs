@@ -164,6 +164,11 @@ pub(crate) struct Rank {
     pub scratch: DeviceBuffer,
     /// Kernels are launched with programmatic stream serialization ([`LaunchOrder`]).
     pub programmatic: bool,
+    /// Kernels issued on this stream so far (every launch and NCCL call), and the buffers the
+    /// last op launched through [`Backend::launch`] / `launch_lanes` touched, with the count after
+    /// it: [`CudaBackend::settled`] reads both.
+    pub kernels_issued: std::sync::atomic::AtomicU64,
+    pub last_op: Option<(u64, Vec<crate::backend::BufId>)>,
 }
 
 /// Ranks on CUDA devices.
@@ -172,6 +177,9 @@ pub struct CudaBackend {
     _reserved: Vec<DeviceBuffer>,
     /// Kernels rank 0 issued on the default stream (RANK0_MERGE's engagement evidence).
     merged_launches: u64,
+    /// Grouped gate/up launches issued with their shared slot ahead of the wait
+    /// ([`CudaBackend::settled`]); never part of a record (the plain launch order has none).
+    ahead_launches: std::sync::atomic::AtomicU64,
     /// Packed copies of at least 2 blocks really issued (BULK_P2P's engagement evidence).
     packed_copies: u64,
     /// Doorbells rung with stream memops, fallbacks to events excluded (FENCE_MEMOPS's).
@@ -250,6 +258,8 @@ impl CudaBackend {
                 groups: Vec::new(),
                 scratch,
                 programmatic,
+                kernels_issued: std::sync::atomic::AtomicU64::new(0),
+                last_op: None,
             });
         }
         let staging = transfer::Staging::new(devices.len());
@@ -277,6 +287,7 @@ impl CudaBackend {
             census: CensusCounter::new(n_ranks),
             lane_grid: std::cell::Cell::new(launch::lane_grid::LanePitch::ONE),
             merged_launches: 0,
+            ahead_launches: std::sync::atomic::AtomicU64::new(0),
             packed_copies: 0,
             doorbells_rung: 0,
             bells: direct::BellState::Untried,

@@ -50,7 +50,13 @@ impl CudaBackend {
                 };
                 let (lim, pitch) = (limit.unwrap_or(0.0), i32_of(what, "act pitch", act_pitch)?);
                 let (c, lane_p, kernel) = (self.on_lanes_y(c), self.lane_pitch(), g.gate_up_kernel);
-                launch!(self, rank, kernel, c, tp, ne, ex, rp, k, fs, xp, mode, lim, ap, pitch, rpb_i, lane_p)
+                // The shared slot may run before the wait where the kernel ahead touches neither
+                // x nor act (experts.cu's expert_gate_up_bpl_entry).
+                let ahead = i32::from(self.settled(rank, &[x.buf, act.buf]));
+                if ahead == 1 {
+                    self.note_ahead();
+                }
+                launch!(self, rank, kernel, c, tp, ne, ex, rp, k, fs, xp, mode, lim, ap, pitch, rpb_i, lane_p, ahead)
             }
             Op::ExpertGateUpRows { group, route, first_slot, slots, x, gate, up, pitch } => {
                 let what = "expert_gate_up_rows";

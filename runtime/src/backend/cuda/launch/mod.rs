@@ -113,8 +113,11 @@ macro_rules! launch {
         // device pointer was produced by `slice_ptr` or a weight of this rank, so it lies on this
         // rank's device and its extent was checked against the sizes passed alongside it; the
         // buffers outlive the launch (freed only after a drain).
-        unsafe { crate::backend::cuda::safe::launch_kernel(&r.stream, func, $cfg, &mut args, r.programmatic) }
-            .map_err(|e| b.fault(rank, name, e))
+        let launched =
+            unsafe { crate::backend::cuda::safe::launch_kernel(&r.stream, func, $cfg, &mut args, r.programmatic) }
+                .map_err(|e| b.fault(rank, name, e));
+        r.kernels_issued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        launched
     }};
 }
 
