@@ -13,7 +13,10 @@
 // - `bpl shipped`: the shipped kernel itself at 6 blocks per SM, its rows checked against the host,
 //   and on 8 of the 9 slots' rows (does its time follow its bytes?);
 // - `bpl, rows interleaved`: the same blocks computing interleaved rows (each pass of the blocks
-//   reads one window of the matrix), with loads only and whole, its rows checked.
+//   reads one window of the matrix), with loads only and whole, its rows checked;
+// - `variant: …`: the loads-only schedule without the x staging, with the first codes loaded
+//   before it, at 8 blocks per SM, with two pairs in flight per thread, and with 8-row blocks (a
+//   grid of several waves instead of one).
 // Sizes: the experts' gate+up codes of 9 slots (23,040 × 4,096 = 94.4 MB), down (47.2 MB),
 // qkv's BF16 q/k/v/gate (about 50.3 MB), o_proj (33.6 MB), the router (2.4 MB).
 //
@@ -44,6 +47,56 @@ __global__ void __launch_bounds__(256) stream_read(const uint4* __restrict__ p, 
         acc ^= v.x ^ v.y ^ v.z ^ v.w;
     }
     if (acc == NEVER) sink[0] = acc;
+}
+
+// Variants of the loads-only schedule below, to separate what makes it slower than a stream:
+// STAGE: x staged in shared memory first (as shipped); EARLY: the thread's first pair of codes
+// loaded before the staging; TWO: two pairs' codes in flight per thread instead of one; MINB: the
+// launch bound (blocks per SM). The grid is rows / rpb blocks.
+template <bool STAGE, bool EARLY, bool TWO, int MINB>
+__global__ void __launch_bounds__(GEMV_THREADS, MINB)
+    bpl_loads_variant(const u8* codes, const float* x, int rows, int cols, int rpb, u32* sink) {
+    __shared__ float xs[BPL_MAX_NB * BPL_XS_PITCH];
+    const int r_first = blockIdx.x * rpb;
+    if (r_first >= rows) return;
+    const int nb = cols / E4M3_BLOCK, npairs = min(rpb, rows - r_first) * nb;
+    const uint4* base = reinterpret_cast<const uint4*>(codes);
+    const size_t q0 = (size_t)r_first * nb;
+    auto at = [&](int ql) { const size_t q = q0 + (size_t)ql; return base + (q >> 5) * 256 + (q & 31); };
+    u32 acc = 0u;
+    int ql = threadIdx.x;
+    if (EARLY && ql < npairs) {
+        uint4 c[8];
+#pragma unroll
+        for (int g = 0; g < 8; ++g) c[g] = __ldg(at(ql) + g * 32);
+#pragma unroll
+        for (int g = 0; g < 8; ++g) acc ^= c[g].x ^ c[g].y ^ c[g].z ^ c[g].w;
+        ql += blockDim.x;
+    }
+    if (STAGE) {
+        bpl_stage_x(x, cols, xs);
+        __syncthreads();
+        acc ^= __float_as_uint(xs[threadIdx.x % (nb * BPL_XS_PITCH)]);
+    }
+    if (TWO) {
+        for (; ql + (int)blockDim.x < npairs; ql += 2 * blockDim.x) {
+            uint4 c[16];
+#pragma unroll
+            for (int g = 0; g < 8; ++g) c[g] = __ldg(at(ql) + g * 32);
+#pragma unroll
+            for (int g = 0; g < 8; ++g) c[8 + g] = __ldg(at(ql + blockDim.x) + g * 32);
+#pragma unroll
+            for (int g = 0; g < 16; ++g) acc ^= c[g].x ^ c[g].y ^ c[g].z ^ c[g].w;
+        }
+    }
+    for (; ql < npairs; ql += blockDim.x) {
+        uint4 c[8];
+#pragma unroll
+        for (int g = 0; g < 8; ++g) c[g] = __ldg(at(ql) + g * 32);
+#pragma unroll
+        for (int g = 0; g < 8; ++g) acc ^= c[g].x ^ c[g].y ^ c[g].z ^ c[g].w;
+    }
+    if (acc == NEVER) sink[3] = acc;
 }
 
 // gemv_bpl's memory schedule (rows mode): x staged, then each thread's pairs, 8 vectors each.
@@ -196,6 +249,24 @@ int main() {
             char name[64];
             snprintf(name, sizeof name, "stream U=%d: %s", u, s.seam);
             report(name, s.bytes, ms, "");
+        }
+    }
+    // Loads-only variants of the GEMV's schedule on its own buffer (94.4 MB, larger than L2).
+    {
+        auto variant = [&](const char* name, auto kernel, int rows_per_block) {
+            const int g = (rows + rows_per_block - 1) / rows_per_block;
+            std::vector<float> ms = timed_ms(41, [&] { kernel<<<g, GEMV_THREADS>>>(d_bpl, d_x, rows, cols, rows_per_block, d_sink); });
+            CK(cudaGetLastError());
+            report(name, n, ms, "");
+        };
+        for (int round = 0; round < 2; ++round) {
+            variant("variant: staged, 6/SM (as shipped)", bpl_loads_variant<true, false, false, 6>, rpb);
+            variant("variant: no x staging, 6/SM", bpl_loads_variant<false, false, false, 6>, rpb);
+            variant("variant: first codes before staging", bpl_loads_variant<true, true, false, 6>, rpb);
+            variant("variant: no staging, 8/SM", bpl_loads_variant<false, false, false, 8>, rpb);
+            variant("variant: two pairs in flight, 4/SM", bpl_loads_variant<true, false, true, 4>, rpb);
+            variant("variant: no staging, 8 rows/block", bpl_loads_variant<false, false, false, 8>, 8);
+            variant("variant: staged, 8 rows/block, 6/SM", bpl_loads_variant<true, false, false, 6>, 8);
         }
     }
     // The E4M3 GEMV's own buffer (94.4 MB, larger than L2): reads only, then the shipped kernel.

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The E4M3 gate/up GEMV's loads-only schedule, varied (eleventh session, 2026-12-06): what makes it
+# slower than a grid-stride read of the same bytes? One short call:
+#   bash scripts/gpu/variants.sh [S]   read_ceiling_bench.cu built with nvcc, run once
+set -uo pipefail
+source scripts/gpu/libs.sh
+call_start variants "${1:-120}"
+step read_build 60 "$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
+  -I kernels/cuda -o /tmp/read_ceiling scripts/gpu/read_ceiling_bench.cu
+tail -3 /tmp/read_build.log
+step read_run 30 /tmp/read_ceiling; grep -E "copy|variant|bpl|GEMV's buffer" /tmp/read_run.log
+cp /tmp/read_run.log "$OUT/" 2>/dev/null
