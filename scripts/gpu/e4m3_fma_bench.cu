@@ -91,15 +91,9 @@ int main() {
     const int rows = 23040, cols = 4096, kw = 512, rpb = 32;
     const E4m3Problem pr(rows, cols, kw);
     const size_t n = pr.bytes();
-    u8* d_bpl;
-    float *d_sc, *d_x, *d_o;
-    CK(cudaMalloc(&d_bpl, n));
-    CK(cudaMalloc(&d_sc, pr.sc.size() * 4));
-    CK(cudaMalloc(&d_x, cols * 4));
-    CK(cudaMalloc(&d_o, rows * 4));
-    CK(cudaMemcpy(d_bpl, pr.bpl.data(), n, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_sc, pr.sc.data(), pr.sc.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_x, pr.x.data(), cols * 4, cudaMemcpyHostToDevice));
+    const E4m3OnDevice dev(pr);
+    u8* d_bpl = dev.bpl;
+    float *d_sc = dev.sc, *d_x = dev.x, *d_o = dev.out;
     const int grid = (rows + rpb - 1) / rpb;
     auto run = [&](const char* name, bool fma, auto launch) {
         CK(cudaMemset(d_o, 0xFF, rows * 4));

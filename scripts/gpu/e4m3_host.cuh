@@ -105,6 +105,25 @@ struct E4m3Problem {
     }
 };
 
+// The problem on the device — its block-per-lane codes, scales and x, and `rows` output floats —
+// uploaded once: the E4M3 benches' common setup (never freed: a bench's process ends with it).
+struct E4m3OnDevice {
+    unsigned char* bpl = nullptr;
+    float* sc = nullptr;
+    float* x = nullptr;
+    float* out = nullptr;
+
+    explicit E4m3OnDevice(const E4m3Problem& pr) {
+        CK(cudaMalloc(&bpl, pr.bytes()));
+        CK(cudaMalloc(&sc, pr.sc.size() * 4));
+        CK(cudaMalloc(&x, (size_t)pr.cols * 4));
+        CK(cudaMalloc(&out, (size_t)pr.rows * 4));
+        CK(cudaMemcpy(bpl, pr.bpl.data(), pr.bytes(), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(sc, pr.sc.data(), pr.sc.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(x, pr.x.data(), (size_t)pr.cols * 4, cudaMemcpyHostToDevice));
+    }
+};
+
 // `iters` launches, each between two events, sorted (ms).
 template <class F>
 static std::vector<float> timed_ms(int iters, F launch) {

@@ -194,17 +194,11 @@ int main() {
     const size_t n = pr.bytes();
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    u8* d_bpl;
-    float *d_sc, *d_x, *d_o;
+    const E4m3OnDevice dev(pr);
+    u8* d_bpl = dev.bpl;
+    float *d_sc = dev.sc, *d_x = dev.x, *d_o = dev.out;
     u32* d_sink;
-    CK(cudaMalloc(&d_bpl, n));
-    CK(cudaMalloc(&d_sc, pr.sc.size() * 4));
-    CK(cudaMalloc(&d_x, cols * 4));
-    CK(cudaMalloc(&d_o, rows * 4));
     CK(cudaMalloc(&d_sink, 64));
-    CK(cudaMemcpy(d_bpl, pr.bpl.data(), n, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_sc, pr.sc.data(), pr.sc.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_x, pr.x.data(), cols * 4, cudaMemcpyHostToDevice));
     std::vector<float> want(rows);
     for (int r = 0; r < rows; ++r) want[r] = pr.row(r, false);
     // A 1 GiB buffer the timed reads rotate through, so no seam-sized read finds its bytes in L2.
