@@ -16,15 +16,10 @@ step read_build 60 "${NV[@]}" -o /tmp/read_ceiling scripts/gpu/read_ceiling_benc
 step pdl_build 60 "${NV[@]}" -o /tmp/pdl_chain scripts/gpu/pdl_chain_bench.cu; tail -3 /tmp/pdl_build.log
 step read_run 60 /tmp/read_ceiling; cat /tmp/read_run.log
 step pdl_run 40 /tmp/pdl_chain 40; cat /tmp/pdl_run.log
-for round in 0 1 2; do
-  for v in main ahead; do bench_step b1-$v-$round $B/mg-$v 1; done
-done
-step gpu_ahead 200 env MEMRA_GPU_STEP=1 $B/gpu-ahead --test-threads=1
-grep -E "^test result|step preset device-host|shared slot ahead|panicked" /tmp/gpu_ahead.log | head -8
+b1_rounds 3 main ahead
+whole_gpu ahead 200
 for v in main ahead; do bench_step b8-$v $B/mg-$v 8; done
-step selftest 40 $B/mg-ahead selftest --backend cuda --out /tmp/selftest
-grep -E "canary was caught|NOT CAUGHT|MISSED" /tmp/selftest.log | head -3
-cp /tmp/selftest/summary.md "$OUT/selftest-cuda-summary.md" 2>/dev/null
+selftest_cuda ahead 40
 for v in main ahead; do ncu_b1 ncu-b1-$v 30 $B/mg-$v all; done
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   for b in 1 8; do

@@ -13,15 +13,10 @@ set -uo pipefail
 source scripts/gpu/libs.sh
 call_start early "${1:-565}"
 B=target-g
-for round in 0 1 2; do
-  for v in main early; do bench_step b1-$v-$round $B/mg-$v 1; done
-done
-step gpu_early 200 env MEMRA_GPU_STEP=1 $B/gpu-early --test-threads=1
-grep -E "^test result|step preset device-host|panicked" /tmp/gpu_early.log | head -8
+b1_rounds 3 main early
+whole_gpu early 200
 for v in main early; do bench_step b8-$v $B/mg-$v 8; done
-step selftest 40 $B/mg-early selftest --backend cuda --out /tmp/selftest
-grep -E "canary was caught|NOT CAUGHT|MISSED" /tmp/selftest.log | head -3
-cp /tmp/selftest/summary.md "$OUT/selftest-cuda-summary.md" 2>/dev/null
+selftest_cuda early 40
 for cache in all none; do
   for v in main early; do ncu_b1 ncu-b1-$v-$cache 30 $B/mg-$v $cache; done
 done

@@ -11,13 +11,9 @@ set -uo pipefail
 source scripts/gpu/libs.sh
 call_start early2 "${1:-290}"
 B=target-g
-for round in 0 1; do
-  for v in main early earlyn; do bench_step b1-$v-$round $B/mg-$v 1; done
-done
-step gpu_earlyn 110 env MEMRA_GPU_STEP=1 $B/gpu-earlyn --test-threads=1
-grep -E "^test result|step preset device-host|panicked" /tmp/gpu_earlyn.log | head -8
-step selftest 20 $B/mg-earlyn selftest --backend cuda --out /tmp/selftest
-grep -E "canary was caught|NOT CAUGHT|MISSED" /tmp/selftest.log | head -3
+b1_rounds 2 main early earlyn
+whole_gpu earlyn 110
+selftest_cuda earlyn 20
 for v in main early earlyn; do bench_step b8-$v $B/mg-$v 8; done
 tar czf $OUT/early2.tgz -C /tmp $(cd /tmp && ls gpu_*.log selftest.log b1-*.log b8-*.log 2>/dev/null)
 echo "done in $(( $(date +%s)-STEPS_START ))s"

@@ -96,6 +96,27 @@ ncu_b1() {
   cp "/tmp/$name.log" "$OUT/$name.csv"
   ncu_means "/tmp/$name.log"
 }
+# `b1_rounds N V...`: the b1 bench (bench_step) of target-g/mg-V for every V, interleaved, N rounds
+# (b1-V-ROUND): builds compared within one call.
+b1_rounds() {
+  local n=$1 r v; shift
+  for ((r = 0; r < n; r++)); do
+    for v in "$@"; do bench_step "b1-$v-$r" "target-g/mg-$v" 1; done
+  done
+}
+# `whole_gpu NAME NEED_S`: every test of target-g/gpu-NAME with the step-preset gate
+# (MEMRA_GPU_STEP=1), one thread, into /tmp/gpu_NAME.log; its result lines and first panics.
+whole_gpu() {
+  step "gpu_$1" "$2" env MEMRA_GPU_STEP=1 "target-g/gpu-$1" --test-threads=1
+  grep -E "^test result|step preset device-host|shared slot ahead|panicked" "/tmp/gpu_$1.log" | head -8
+}
+# `selftest_cuda NAME NEED_S`: `selftest --backend cuda` of target-g/mg-NAME into /tmp/selftest; its
+# verdict, and its summary into $OUT.
+selftest_cuda() {
+  step selftest "$2" "target-g/mg-$1" selftest --backend cuda --out /tmp/selftest
+  grep -E "canary was caught|NOT CAUGHT|MISSED" /tmp/selftest.log | head -3
+  cp /tmp/selftest/summary.md "$OUT/selftest-cuda-summary.md" 2>/dev/null
+}
 # `bench_step NAME BIN BATCH [FLAG]`: one bench of the step layer (2 layers, --graph, no torch) with
 # BIN at --batch BATCH (and FLAG, e.g. --serialized-launches) into /tmp/NAME, then its
 # `bench_summary` line.

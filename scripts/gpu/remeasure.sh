@@ -21,12 +21,9 @@ bench_shape() { # NAME NEED_S FLAGS...
 bench_shape shape-b1 100 --batch 1
 bench_shape b1-again 40 --no-torch --batch 1
 ncu_b1 ncu-b1-main 60 $B/mg-main
-step gpu_main 240 env MEMRA_GPU_STEP=1 $B/gpu-main --test-threads=1
-grep -E "^test result|step preset device-host|panicked" /tmp/gpu_main.log | head -8
+whole_gpu main 240
 bench_shape shape-b8 100 --batch 8
-step selftest 40 $B/mg-main selftest --backend cuda --out /tmp/selftest
-grep -E "canary was caught|NOT CAUGHT|MISSED" /tmp/selftest.log | head -3
-cp /tmp/selftest/summary.md "$OUT/selftest-cuda-summary.md" 2>/dev/null
+selftest_cuda main 40
 bench_shape shape-t8 40 --no-torch --columns 8
 bench_shape shape-b2 40 --no-torch --batch 2
 bench_shape shape-b4 40 --no-torch --batch 4
