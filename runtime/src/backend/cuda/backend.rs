@@ -400,8 +400,10 @@ impl CudaBackend {
     fn note_last_op(&mut self, rank: usize, before: u64, ops: &[Op]) {
         let now = self.kernels_issued(rank);
         if now != before {
-            let bufs = ops.iter().flat_map(|op| op.slices()).map(|s| s.buf).collect();
-            self.ranks[rank].last_op = Some((now, bufs));
+            let r = &mut self.ranks[rank];
+            r.last_op_bufs.clear();
+            r.last_op_bufs.extend(ops.iter().flat_map(|op| op.slices()).map(|s| s.buf));
+            r.last_op_at = Some(now);
         }
     }
 
@@ -421,9 +423,8 @@ impl CudaBackend {
     pub(crate) fn settled(&self, rank: usize, bufs: &[BufId]) -> bool {
         let r = &self.ranks[rank];
         r.programmatic
-            && r.last_op.as_ref().is_some_and(|(n, touched)| {
-                *n == self.kernels_issued(rank) && !touched.iter().any(|b| bufs.contains(b))
-            })
+            && r.last_op_at == Some(self.kernels_issued(rank))
+            && !r.last_op_bufs.iter().any(|b| bufs.contains(b))
     }
 
     /// One kernel launch really issued on `rank`: the fault counter, RANK0_MERGE's evidence and

@@ -164,11 +164,12 @@ pub(crate) struct Rank {
     pub scratch: DeviceBuffer,
     /// Kernels are launched with programmatic stream serialization ([`LaunchOrder`]).
     pub programmatic: bool,
-    /// Kernels issued on this stream so far (every launch and NCCL call), and the buffers the
-    /// last op launched through [`Backend::launch`] / `launch_lanes` touched, with the count after
-    /// it: [`CudaBackend::settled`] reads both.
+    /// Kernels issued on this stream so far (every launch and NCCL call); the count after the last
+    /// op launched through [`Backend::launch`] / `launch_lanes`, and the buffers that op touched
+    /// (one allocation reused launch after launch): [`CudaBackend::settled`] reads all three.
     pub kernels_issued: std::sync::atomic::AtomicU64,
-    pub last_op: Option<(u64, Vec<crate::backend::BufId>)>,
+    pub last_op_at: Option<u64>,
+    pub last_op_bufs: Vec<crate::backend::BufId>,
 }
 
 /// Ranks on CUDA devices.
@@ -259,7 +260,8 @@ impl CudaBackend {
                 scratch,
                 programmatic,
                 kernels_issued: std::sync::atomic::AtomicU64::new(0),
-                last_op: None,
+                last_op_at: None,
+                last_op_bufs: Vec::new(),
             });
         }
         let staging = transfer::Staging::new(devices.len());
