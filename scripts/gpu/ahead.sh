@@ -11,9 +11,8 @@ set -uo pipefail
 source scripts/gpu/libs.sh
 call_start ahead "${1:-560}"
 B=target-g
-NV=("$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true -I kernels/cuda)
-step read_build 60 "${NV[@]}" -o /tmp/read_ceiling scripts/gpu/read_ceiling_bench.cu; tail -3 /tmp/read_build.log
-step pdl_build 60 "${NV[@]}" -o /tmp/pdl_chain scripts/gpu/pdl_chain_bench.cu; tail -3 /tmp/pdl_build.log
+nvcc_build read_build read_ceiling scripts/gpu/read_ceiling_bench.cu
+nvcc_build pdl_build pdl_chain scripts/gpu/pdl_chain_bench.cu
 step read_run 60 /tmp/read_ceiling; cat /tmp/read_run.log
 step pdl_run 40 /tmp/pdl_chain 40; cat /tmp/pdl_run.log
 b1_rounds 3 main ahead

@@ -10,8 +10,7 @@ set -uo pipefail
 source scripts/gpu/libs.sh
 call_start inter "${1:-560}"
 B=target-g
-NV=("$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true -I kernels/cuda)
-step read_build 60 "${NV[@]}" -o /tmp/read_ceiling scripts/gpu/read_ceiling_bench.cu; tail -3 /tmp/read_build.log
+nvcc_build read_build read_ceiling scripts/gpu/read_ceiling_bench.cu
 step read_run 60 /tmp/read_ceiling; grep -E "TB/s|bpl|GEMV's buffer" /tmp/read_run.log
 b1_rounds 3 main ahead inter
 whole_gpu inter 200

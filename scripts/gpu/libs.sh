@@ -56,12 +56,16 @@ gpu_tools() {
 ncu_means() {
   grep -E '"(expert|gemv|router|rmsnorm|add_rmsnorm|fold|argmax)' "$1" | awk -F'","' '{k=$5; sub(/\(.*/,"",k); v=$NF; gsub(/[",]/,"",v); s[k" "$(NF-1)]+=v; n[k" "$(NF-1)]++} END {for (k in s) printf "  %-40s %4d launches  mean %9.1f\n", k, n[k], s[k]/n[k]}' | sort
 }
-# `build_fma_bench`: the FMA lane-order microbenchmark (e4m3_fma_bench.cu) into /tmp/e4m3_fma.
-build_fma_bench() {
-  step fma_build 60 "$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
-    -I kernels/cuda -o /tmp/e4m3_fma scripts/gpu/e4m3_fma_bench.cu
-  tail -5 /tmp/fma_build.log
+# `nvcc_build STEP OUT SRC [NEED_S]`: the microbenchmark SRC built with nvcc under the runtime's
+# NVRTC float rules (no FMA contraction, no flush to zero, IEEE division and square root) into
+# /tmp/OUT, logged to /tmp/STEP.log; its last lines (`gpu_tools` first).
+nvcc_build() {
+  step "$1" "${4:-60}" "$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
+    -I kernels/cuda -o "/tmp/$2" "$3"
+  tail -5 "/tmp/$1.log"
 }
+# `build_fma_bench`: the FMA lane-order microbenchmark (e4m3_fma_bench.cu) into /tmp/e4m3_fma.
+build_fma_bench() { nvcc_build fma_build e4m3_fma scripts/gpu/e4m3_fma_bench.cu; }
 # `gpu_modules FILTER...`: the carried GPU test binary ($T) on each filter, one test thread, logged to
 # /tmp/gpu_<filter>.log; prints its result line and the first panics.
 gpu_modules() {
@@ -127,8 +131,7 @@ bench_step() {
 # `row_floor`: scripts/gpu/row_floor_bench.cu built with nvcc, event-timed, then under ncu with and
 # without its cache flush (CSVs into $OUT), the mean per kernel (`gpu_tools` first).
 row_floor() {
-  step floor_build 40 "$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
-    -I kernels/cuda -o /tmp/row_floor scripts/gpu/row_floor_bench.cu
+  nvcc_build floor_build row_floor scripts/gpu/row_floor_bench.cu 40
   step floor_run 20 /tmp/row_floor; cat /tmp/floor_run.log
   for cc in all none; do
     # 25 launches per kernel and round, two rounds: the first 10 of each kernel are left out.

@@ -5,8 +5,6 @@
 set -uo pipefail
 source scripts/gpu/libs.sh
 call_start variants "${1:-120}"
-step read_build 60 "$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
-  -I kernels/cuda -o /tmp/read_ceiling scripts/gpu/read_ceiling_bench.cu
-tail -3 /tmp/read_build.log
+nvcc_build read_build read_ceiling scripts/gpu/read_ceiling_bench.cu
 step read_run 30 /tmp/read_ceiling; grep -E "copy|variant|bpl|GEMV's buffer" /tmp/read_run.log
 cp /tmp/read_run.log "$OUT/" 2>/dev/null
