@@ -124,6 +124,13 @@ struct E4m3OnDevice {
     }
 };
 
+// Streaming multiprocessors of device 0.
+static int sm_count() {
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    return sms;
+}
+
 // `iters` launches, each between two events, sorted (ms).
 template <class F>
 static std::vector<float> timed_ms(int iters, F launch) {

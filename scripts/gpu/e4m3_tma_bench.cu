@@ -258,8 +258,7 @@ int main() {
     const int rows = 23040, cols = 4096, kw = 512, rpb = 32;
     const E4m3Problem pr(rows, cols, kw);
     const size_t n = pr.bytes();
-    int sms = 0;
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int sms = sm_count();
     const E4m3OnDevice dev(pr);
     u8* d_bpl = dev.bpl;
     float *d_sc = dev.sc, *d_x = dev.x, *d_o = dev.out;
