@@ -296,7 +296,37 @@ __device__ __forceinline__ int brev5_c(int m) {
 
 // x (cols = nb * 128 values) into shared memory in the pairs' order: block b at b * BPL_XS_PITCH
 // (the pitch skews blocks across banks), lane sum m's four values at 4 * brev5(m).
+// A 16-byte-aligned x with GEMV_THREADS threads is read as float4s, every thread's (at most
+// BPL_X4) loads issued before its first store: one round trip to L2 instead of one per value (the
+// loop below waited for each load before the next; in a kernel that streams its weights through
+// L2, that wait took several µs before any code load; docs/gpu/2026-12-06-variants/). The same
+// values land in the same places either way. Stores: lane l of a warp writes values 4l .. 4l + 3
+// of one block, at banks 4 · brev3(l % 8) + l / 8 (+ a constant per store): 32 distinct banks.
+#define BPL_X4 (BPL_MAX_NB * E4M3_BLOCK / 4 / GEMV_THREADS)
 __device__ __forceinline__ void bpl_stage_x(const float* __restrict__ x, int cols, float* xs) {
+    if ((reinterpret_cast<size_t>(x) & 15) == 0 && blockDim.x == GEMV_THREADS) {  // block-uniform
+        const float4* x4 = reinterpret_cast<const float4*>(x);
+        const int n4 = cols / 4;
+        float4 v[BPL_X4];
+#pragma unroll
+        for (int i = 0; i < BPL_X4; ++i) {
+            const int c4 = threadIdx.x + i * GEMV_THREADS;
+            if (c4 < n4) v[i] = __ldg(x4 + c4);
+        }
+#pragma unroll
+        for (int i = 0; i < BPL_X4; ++i) {
+            const int c4 = threadIdx.x + i * GEMV_THREADS;
+            if (c4 < n4) {
+                const int e = (c4 & 31) * 4;  // values e .. e + 3 of block c4 / 32: one i = e / 32
+                float* xb = xs + (c4 >> 5) * BPL_XS_PITCH + (e >> 5);
+                xb[4 * brev5_c(e & 31)] = v[i].x;
+                xb[4 * brev5_c((e + 1) & 31)] = v[i].y;
+                xb[4 * brev5_c((e + 2) & 31)] = v[i].z;
+                xb[4 * brev5_c((e + 3) & 31)] = v[i].w;
+            }
+        }
+        return;
+    }
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
         const int b = c >> 7, e = c & 127;
         xs[b * BPL_XS_PITCH + 4 * brev5_c(e & 31) + (e >> 5)] = x[c];

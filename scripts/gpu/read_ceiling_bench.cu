@@ -14,9 +14,9 @@
 //   and on 8 of the 9 slots' rows (does its time follow its bytes?);
 // - `bpl, rows interleaved`: the same blocks computing interleaved rows (each pass of the blocks
 //   reads one window of the matrix), with loads only and whole, its rows checked;
-// - `variant: …`: the loads-only schedule without the x staging, with the first codes loaded
-//   before it, at 8 blocks per SM, with two pairs in flight per thread, and with 8-row blocks (a
-//   grid of several waves instead of one).
+// - `variant: …`: the loads-only schedule with x staged by the scalar loop of before 2026-12-06, by
+//   gemv.cu's float4 staging, or not at all; with the first codes loaded before the staging, at
+//   8 blocks per SM, and with 8-row blocks (a grid of several waves instead of one).
 // Sizes: the experts' gate+up codes of 9 slots (23,040 × 4,096 = 94.4 MB), down (47.2 MB),
 // qkv's BF16 q/k/v/gate (about 50.3 MB), o_proj (33.6 MB), the router (2.4 MB).
 //
@@ -49,11 +49,21 @@ __global__ void __launch_bounds__(256) stream_read(const uint4* __restrict__ p, 
     if (acc == NEVER) sink[0] = acc;
 }
 
+// gemv.cu's staging of x before 2026-12-06 (one scalar load per value, each waited for before the
+// next: 16 round trips to L2 per thread at 4,096 columns), kept to compare with today's.
+__device__ __forceinline__ void bpl_stage_x_scalar(const float* __restrict__ x, int cols, float* xs) {
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const int b = c >> 7, e = c & 127;
+        xs[b * BPL_XS_PITCH + 4 * brev5_c(e & 31) + (e >> 5)] = x[c];
+    }
+}
+
 // Variants of the loads-only schedule below, to separate what makes it slower than a stream:
-// STAGE: x staged in shared memory first (as shipped); EARLY: the thread's first pair of codes
+// STAGE: x staged in shared memory first (1: the scalar loop of before 2026-12-06, 2: gemv.cu's
+// bpl_stage_x, float4 loads issued together; 0: not staged); EARLY: the thread's first pair of codes
 // loaded before the staging; TWO: two pairs' codes in flight per thread instead of one; MINB: the
 // launch bound (blocks per SM). The grid is rows / rpb blocks.
-template <bool STAGE, bool EARLY, bool TWO, int MINB>
+template <int STAGE, bool EARLY, bool TWO, int MINB>
 __global__ void __launch_bounds__(GEMV_THREADS, MINB)
     bpl_loads_variant(const u8* codes, const float* x, int rows, int cols, int rpb, u32* sink) {
     __shared__ float xs[BPL_MAX_NB * BPL_XS_PITCH];
@@ -73,8 +83,9 @@ __global__ void __launch_bounds__(GEMV_THREADS, MINB)
         for (int g = 0; g < 8; ++g) acc ^= c[g].x ^ c[g].y ^ c[g].z ^ c[g].w;
         ql += blockDim.x;
     }
-    if (STAGE) {
-        bpl_stage_x(x, cols, xs);
+    if (STAGE != 0) {
+        if (STAGE == 1) bpl_stage_x_scalar(x, cols, xs);
+        if (STAGE == 2) bpl_stage_x(x, cols, xs);
         __syncthreads();
         acc ^= __float_as_uint(xs[threadIdx.x % (nb * BPL_XS_PITCH)]);
     }
@@ -253,13 +264,14 @@ int main() {
             report(name, n, ms, "");
         };
         for (int round = 0; round < 2; ++round) {
-            variant("variant: staged, 6/SM (as shipped)", bpl_loads_variant<true, false, false, 6>, rpb);
-            variant("variant: no x staging, 6/SM", bpl_loads_variant<false, false, false, 6>, rpb);
-            variant("variant: first codes before staging", bpl_loads_variant<true, true, false, 6>, rpb);
-            variant("variant: no staging, 8/SM", bpl_loads_variant<false, false, false, 8>, rpb);
-            variant("variant: two pairs in flight, 4/SM", bpl_loads_variant<true, false, true, 4>, rpb);
-            variant("variant: no staging, 8 rows/block", bpl_loads_variant<false, false, false, 8>, 8);
-            variant("variant: staged, 8 rows/block, 6/SM", bpl_loads_variant<true, false, false, 6>, 8);
+            variant("variant: staged scalar, 6/SM (before 2026-12-06)", bpl_loads_variant<1, false, false, 6>, rpb);
+            variant("variant: staged float4, 6/SM (as shipped)", bpl_loads_variant<2, false, false, 6>, rpb);
+            variant("variant: no x staging, 6/SM", bpl_loads_variant<0, false, false, 6>, rpb);
+            variant("variant: float4, first codes before staging", bpl_loads_variant<2, true, false, 6>, rpb);
+            variant("variant: staged float4, 8/SM", bpl_loads_variant<2, false, false, 8>, rpb);
+            variant("variant: staged float4, 8 rows/block, 6/SM", bpl_loads_variant<2, false, false, 6>, 8);
+            variant("variant: staged scalar, 8 rows/block, 6/SM", bpl_loads_variant<1, false, false, 6>, 8);
+            variant("variant: no staging, 8 rows/block", bpl_loads_variant<0, false, false, 8>, 8);
         }
     }
     // The E4M3 GEMV's own buffer (94.4 MB, larger than L2): reads only, then the shipped kernel.
