@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# x staged with float4 loads issued together (twelfth session, 2026-12-06): gemv.cu's bpl_stage_x
+# against the scalar loop it replaced. One call of about 8 minutes:
+#   bash scripts/gpu/stage.sh [S]   read_ceiling's staging variants; b1 of base and stage
+#                                   interleaved (three rounds); stage's whole GPU binary with the
+#                                   step-preset gate; selftest of stage; b8 of both; ncu of both at b1
+# Carry target-g/: mg-base = memra-gates of 58db022 (the scalar staging), mg-stage and gpu-stage
+# (`carry.sh stage`). The staging lands if stage's b1 layer beats base's in every round and its
+# whole GPU binary passes.
+set -uo pipefail
+source scripts/gpu/libs.sh
+call_start stage "${1:-540}"
+B=target-g
+nvcc_build read_build read_ceiling scripts/gpu/read_ceiling_bench.cu
+step read_run 40 /tmp/read_ceiling; grep -E "copy|variant|bpl" /tmp/read_run.log
+b1_rounds 3 base stage
+whole_gpu stage 200
+selftest_cuda stage 40
+for v in base stage; do bench_step b8-$v $B/mg-$v 8; done
+for v in base stage; do ncu_b1 ncu-b1-$v 30 $B/mg-$v all; done
+tar czf $OUT/stage.tgz -C /tmp $(cd /tmp && ls read_run.log gpu_*.log selftest.log b1-*.log b8-*.log ncu-*.log 2>/dev/null) \
+  $(cd /tmp && ls -d b1-* b8-* 2>/dev/null | grep -v log)
+echo "done in $(( $(date +%s)-STEPS_START ))s"
