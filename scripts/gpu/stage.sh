@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # x staged with float4 loads issued together (twelfth session, 2026-12-06): gemv.cu's bpl_stage_x
-# against the scalar loop it replaced. One call of about 8 minutes:
-#   bash scripts/gpu/stage.sh [S]   read_ceiling's staging variants; b1 of base and stage
-#                                   interleaved (three rounds); stage's whole GPU binary with the
-#                                   step-preset gate; selftest of stage; b8 of both; ncu of both at b1
-# Carry target-g/: mg-base = memra-gates of 58db022 (the scalar staging), mg-stage and gpu-stage
+# against the scalar loop it replaced. One call of 5 to 8 minutes, each step while time is left:
+#   bash scripts/gpu/stage.sh [S [R]]   read_ceiling's staging variants; b1 of base and stage
+#                                       interleaved (R rounds, default 3); stage's whole GPU binary
+#                                       with the step-preset gate; selftest of stage; b8 of both;
+#                                       ncu of both at b1
+# Carry target-g/: mg-base = memra-gates of 8e0d791 (the scalar staging), mg-stage and gpu-stage
 # (`carry.sh stage`). The staging lands if stage's b1 layer beats base's in every round and its
 # whole GPU binary passes.
 set -uo pipefail
@@ -13,7 +14,7 @@ call_start stage "${1:-540}"
 B=target-g
 nvcc_build read_build read_ceiling scripts/gpu/read_ceiling_bench.cu
 step read_run 40 /tmp/read_ceiling; grep -E "copy|variant|bpl" /tmp/read_run.log
-b1_rounds 3 base stage
+b1_rounds "${2:-3}" base stage
 whole_gpu stage 200
 selftest_cuda stage 40
 for v in base stage; do bench_step b8-$v $B/mg-$v 8; done
