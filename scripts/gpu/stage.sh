@@ -15,7 +15,7 @@ B=target-g
 nvcc_build read_build read_ceiling scripts/gpu/read_ceiling_bench.cu
 step read_run 40 /tmp/read_ceiling; grep -E "copy|variant|bpl" /tmp/read_run.log
 b1_rounds "${2:-3}" base stage
-whole_gpu stage 200
+whole_gpu stage 180
 selftest_cuda stage 40
 for v in base stage; do bench_step b8-$v $B/mg-$v 8; done
 for v in base stage; do ncu_b1 ncu-b1-$v 30 $B/mg-$v all; done
