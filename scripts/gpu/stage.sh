@@ -5,6 +5,8 @@
 #                                       interleaved (R rounds, default 3); stage's whole GPU binary
 #                                       with the step-preset gate; selftest of stage; b8 of both;
 #                                       ncu of both at b1
+#   bash scripts/gpu/stage.sh S 0 short   (a short call: one b1 round, the GPU binary's cuda_step::
+#                                         module with the step-preset gate, a second b1 round)
 # Carry target-g/: mg-base = memra-gates of 8e0d791 (the scalar staging), mg-stage and gpu-stage
 # (`carry.sh stage`). The staging lands if stage's b1 layer beats base's in every round and its
 # whole GPU binary passes.
@@ -14,6 +16,12 @@ call_start stage "${1:-540}"
 B=target-g
 nvcc_build read_build read_ceiling scripts/gpu/read_ceiling_bench.cu
 step read_run 40 /tmp/read_ceiling; grep -E "copy|variant|bpl" /tmp/read_run.log
+if [ "${3:-}" = short ]; then  # a call of about 3 minutes: one round, the step module, one more round
+  b1_rounds 1 base stage
+  step gpu_stage_step 60 env MEMRA_GPU_STEP=1 $B/gpu-stage --test-threads=1 cuda_step::
+  grep -E "^test result|step preset device-host|panicked" /tmp/gpu_stage_step.log | head -6
+  for v in base stage; do bench_step b1-$v-1 $B/mg-$v 1; done
+fi
 b1_rounds "${2:-3}" base stage
 whole_gpu stage 180
 selftest_cuda stage 40
