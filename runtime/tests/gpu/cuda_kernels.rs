@@ -103,11 +103,17 @@ fn gemv_cases(seed: u64, orders: &[&str]) -> Vec<Case> {
     for (label, shard, nan_codes) in shards {
         let is_dense = matches!(shard.data, ShardData::Bf16(_) | ShardData::F32(_));
         let (rows, cols, kw) = (shard.out_features, shard.in_features, shard.kblock_width);
-        for &order in orders {
+        // The block-per-lane E4M3 kernels stage a 16-byte-aligned x with float4 loads and any
+        // other x value by value (gemv.cu `bpl_stage_x`): x also at +1 and +4 floats into its
+        // buffer, so both paths meet the twin.
+        let bpl = matches!(shard.data, ShardData::E4m3 { .. }) && !nan_codes && cols <= 4096;
+        let x_offsets: &[usize] = if bpl { &[0, 1, 4] } else { &[0] };
+        for (&order, &x_off) in orders.iter().flat_map(|o| x_offsets.iter().map(move |x| (o, x))) {
             if order == "tree" && !is_dense {
                 continue;
             }
-            let mut c = Case::new(format!("{order} {label}"));
+            let at = if x_off > 0 { format!(" x at +{x_off}") } else { String::new() };
+            let mut c = Case::new(format!("{order} {label}{at}"));
             // A NaN code makes its rows NaN. NaN payloads are not part of the kernel contract:
             // the host twin keeps the quiet NaN its decode produced (0x7FC00000) while NVIDIA
             // GPUs return the canonical NaN (0x7FFFFFFF), so these cases compare "both NaN" as
@@ -115,7 +121,8 @@ fn gemv_cases(seed: u64, orders: &[&str]) -> Vec<Case> {
             // codes (the loader rejects an F8_E4M3 code 0x7F/0xFF, `model/format/mod.rs`).
             c.nan_equal = nan_codes;
             let w = c.weight(shard.clone());
-            let x = c.buf(rng.vec(cols, 4.0));
+            let x = c.buf(rng.vec(x_off + cols, 4.0));
+            let x = Slice::new(x.buf, x_off, cols);
             let op = match order {
                 "rows" => Op::GemvRows { w, x, out: c.out(rows), order: RowOrder::Canonical },
                 "tree" => Op::GemvRows { w, x, out: c.out(rows), order: RowOrder::Tree },
