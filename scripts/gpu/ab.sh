@@ -6,7 +6,9 @@
 # every build; ncu of every build at b1; then the whole GPU binary of WHOLE (a name among them)
 # while time is left. Every step runs while its time is left (S seconds for the call).
 # Carry target-g/ with mg-NAME for every build and gpu-NAME for every NEW and WHOLE
-# (`bash scripts/gpu/carry.sh NAME [CHECKOUT]`).
+# (`bash scripts/gpu/carry.sh NAME [CHECKOUT]`). Four builds pass the 64 MiB carry limit with the
+# tree: pack them (`tar cJf target-gz/g.tar.xz target-g`, about 13 MB for four), carry
+# ["target-gz"] and start the command with `tar xJf target-gz/g.tar.xz &&`.
 set -uo pipefail
 source scripts/gpu/libs.sh
 usage="usage: [R=3] [WHOLE=NAME] ab.sh S BASE NEW [NEW...]"
