@@ -11,9 +11,8 @@ set -uo pipefail
 source scripts/gpu/libs.sh
 call_start ahead "${1:-560}"
 B=target-g
-nvcc_build read_build read_ceiling scripts/gpu/read_ceiling_bench.cu
 nvcc_build pdl_build pdl_chain scripts/gpu/pdl_chain_bench.cu
-step read_run 60 /tmp/read_ceiling; cat /tmp/read_run.log
+read_ceiling 60 .
 step pdl_run 40 /tmp/pdl_chain 40; cat /tmp/pdl_run.log
 b1_rounds 3 main ahead
 whole_gpu ahead 200

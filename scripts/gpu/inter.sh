@@ -10,8 +10,7 @@ set -uo pipefail
 source scripts/gpu/libs.sh
 call_start inter "${1:-560}"
 B=target-g
-nvcc_build read_build read_ceiling scripts/gpu/read_ceiling_bench.cu
-step read_run 60 /tmp/read_ceiling; grep -E "TB/s|bpl|GEMV's buffer" /tmp/read_run.log
+read_ceiling 60 "TB/s|bpl|GEMV's buffer"
 b1_rounds 3 main ahead inter
 whole_gpu inter 200
 for v in main inter; do bench_step b8-$v $B/mg-$v 8; done

@@ -64,6 +64,12 @@ nvcc_build() {
     -I kernels/cuda -o "/tmp/$2" "$3"
   tail -5 "/tmp/$1.log"
 }
+# `read_ceiling NEED_S PATTERN`: scripts/gpu/read_ceiling_bench.cu built with nvcc and run once into
+# /tmp/read_run.log; prints its lines matching PATTERN (`gpu_tools` first).
+read_ceiling() {
+  nvcc_build read_build read_ceiling scripts/gpu/read_ceiling_bench.cu
+  step read_run "$1" /tmp/read_ceiling; grep -E "$2" /tmp/read_run.log
+}
 # `build_fma_bench`: the FMA lane-order microbenchmark (e4m3_fma_bench.cu) into /tmp/e4m3_fma.
 build_fma_bench() { nvcc_build fma_build e4m3_fma scripts/gpu/e4m3_fma_bench.cu; }
 # `gpu_modules FILTER...`: the carried GPU test binary ($T) on each filter, one test thread, logged to

@@ -14,8 +14,7 @@ set -uo pipefail
 source scripts/gpu/libs.sh
 call_start stage "${1:-540}"
 B=target-g
-nvcc_build read_build read_ceiling scripts/gpu/read_ceiling_bench.cu
-step read_run 40 /tmp/read_ceiling; grep -E "copy|variant|bpl" /tmp/read_run.log
+read_ceiling 40 "copy|variant|bpl"
 if [ "${3:-}" = short ]; then  # a call of about 3 minutes: one round, the step module, one more round
   b1_rounds 1 base stage
   step gpu_stage_step 60 env MEMRA_GPU_STEP=1 $B/gpu-stage --test-threads=1 cuda_step::

@@ -5,6 +5,5 @@
 set -uo pipefail
 source scripts/gpu/libs.sh
 call_start variants "${1:-120}"
-nvcc_build read_build read_ceiling scripts/gpu/read_ceiling_bench.cu
-step read_run 30 /tmp/read_ceiling; grep -E "copy|variant|bpl|GEMV's buffer" /tmp/read_run.log
+read_ceiling 30 "copy|variant|bpl|GEMV's buffer"
 cp /tmp/read_run.log "$OUT/" 2>/dev/null
