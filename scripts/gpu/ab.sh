@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds against a base in one call (a launch or kernel change in review):
 #   [R=3] [WHOLE=NAME] bash scripts/gpu/ab.sh S BASE NEW [NEW...]
-# b1 of BASE and every NEW interleaved (R rounds); each NEW's GPU binary on its cuda_step:: module
-# (expert kernels against their twins, the step-preset device-host gate) and its selftest; b8 of
-# every build; ncu of every build at b1; then the whole GPU binary of WHOLE (a name among them)
+# b1 of BASE and every NEW interleaved (R rounds); b8 of every build; each NEW's GPU binary on its
+# cuda_step:: module (expert kernels against their twins, the step-preset device-host gate) and
+# its selftest; ncu of every build at b1; then the whole GPU binary of WHOLE (a name among them)
 # while time is left. Every step runs while its time is left (S seconds for the call).
 # Carry target-g/ with mg-NAME for every build and gpu-NAME for every NEW and WHOLE
 # (`bash scripts/gpu/carry.sh NAME [CHECKOUT]`). Four builds pass the 64 MiB carry limit with the
@@ -16,12 +16,12 @@ s=${1:?$usage}; base=${2:?$usage}; shift 2; [ $# -gt 0 ] || { echo "$usage" >&2;
 call_start "ab-$base-$(IFS=-; echo "$*")" "$s"
 B=target-g
 b1_rounds "${R:-3}" "$base" "$@"
+for v in "$base" "$@"; do bench_step "b8-$v" "$B/mg-$v" 8; done
 for v in "$@"; do
   step "gpu_${v}_step" 60 env MEMRA_GPU_STEP=1 "$B/gpu-$v" --test-threads=1 cuda_step::
   grep -E "^test result|step preset device-host|panicked" "/tmp/gpu_${v}_step.log" | head -6
   selftest_cuda "$v" 40; mv /tmp/selftest.log "/tmp/selftest-$v.log" 2>/dev/null
 done
-for v in "$base" "$@"; do bench_step "b8-$v" "$B/mg-$v" 8; done
 for v in "$base" "$@"; do ncu_b1 "ncu-b1-$v" 30 "$B/mg-$v" all; done
 [ -n "${WHOLE:-}" ] && whole_gpu "$WHOLE" 180
 tar czf "$OUT/ab.tgz" -C /tmp $(cd /tmp && ls gpu_*.log selftest*.log b1-*.log b8-*.log ncu-*.log 2>/dev/null) \
