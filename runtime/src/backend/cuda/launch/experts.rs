@@ -128,7 +128,7 @@ fn group_rows_per_block(op: &str, nk: usize, nb: usize, matrices: usize, (bpl, o
     }
     let fit = bpl_rows_per_block(nb, matrices, None);
     Ok(match (bpl, other) {
-        (true, false) => fit,
+        (true, false) => whole_rounds(fit, nb * matrices),
         (true, true) => fit.min(rows_per_block(op, nk)?),
         _ => rows_per_block(op, nk)?,
     })
@@ -143,6 +143,24 @@ fn group_kernels(gate_up: (bool, bool), down: (bool, bool)) -> (&'static str, &'
         if only_bpl(gate_up) { "expert_gate_up_bpl_f32" } else { "expert_gate_up_f32" },
         if only_bpl(down) { "expert_down_bpl_f32" } else { "expert_down_f32" },
     )
+}
+
+/// Rows per block of the block-per-lane kernels, rounded down to whole rounds of a block's
+/// `GEMV_THREADS` threads where the last of more than one round of `pairs_per_row` scaled block dots
+/// would be half filled or less. A block ends when its last round does, so a part-filled last round
+/// is time in which most threads load nothing: at `step`, down rows hold 10 pairs and 64 rows took
+/// 2.5 rounds; 51 rows take 2 (510 of 512 threads), over 729 blocks instead of 576. One H200,
+/// interleaved against 64 rows in one call (docs/gpu/2026-12-06-h200/): the layer 110.0–111.5 →
+/// 107.0–108.6 µs gated, 5 of 5 rounds. A nearly full last round (gate/up rows of 10 blocks: 51
+/// rows, 1020 of 1024) is kept, and gate/up at `step` (16 rows × 32 blocks × 2) is 4 whole rounds.
+/// A launch choice only: every count from 1 to 64 is in the kernels' domain.
+fn whole_rounds(rows: usize, pairs_per_row: usize) -> usize {
+    let (threads, ppr) = (GEMV_THREADS as usize, pairs_per_row.max(1));
+    let pairs = rows * ppr;
+    if pairs <= threads || pairs.is_multiple_of(threads) || pairs % threads > threads / 2 {
+        return rows;
+    }
+    (pairs / threads * threads / ppr).max(1)
 }
 
 /// Rows per block of a grouped GEMV with `nk` K-blocks (as `gemv`: ~32 tasks, within the fold slots).
@@ -302,7 +320,7 @@ impl CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::group_kernels;
+    use super::{group_kernels, whole_rounds, GEMV_THREADS};
     use memra_kernels::sources::KERNEL_NAMES;
 
     /// A block-per-lane-only kernel traps on any other entry, so it runs only where every entry of
@@ -319,6 +337,31 @@ mod tests {
         for layouts in [all, mixed, none, empty] {
             let (g, d) = group_kernels(layouts, layouts);
             assert!(KERNEL_NAMES.contains(&g) && KERNEL_NAMES.contains(&d), "{g} {d}");
+        }
+    }
+
+    /// A last round half filled or less is dropped where there are more than one; never fewer
+    /// than one row; the shapes of `step` (down: 64 rows of 10 pairs; gate/up: 16 rows of 64) and a
+    /// nearly full last round (51 gate/up rows of 20) as cases.
+    #[test]
+    fn grouped_blocks_drop_a_thin_last_round() {
+        let t = GEMV_THREADS as usize;
+        assert_eq!(whole_rounds(64, 10), 51);
+        assert_eq!(whole_rounds(16, 64), 16);
+        assert_eq!(whole_rounds(51, 20), 51, "1020 of 1024: kept");
+        assert_eq!(whole_rounds(3, 10), 3, "one part-filled round is left as it is");
+        for rows in 1..=64 {
+            for ppr in 1..=64 {
+                let (r, pairs) = (whole_rounds(rows, ppr), rows * ppr);
+                assert!((1..=rows).contains(&r), "{rows} rows of {ppr}: {r}");
+                let thin = pairs > t && !pairs.is_multiple_of(t) && pairs % t <= t / 2;
+                if thin {
+                    let whole = pairs / t * t;
+                    assert!(r * ppr <= whole && ((r + 1) * ppr > whole || r == 1), "{rows}×{ppr} → {r}");
+                } else {
+                    assert_eq!(r, rows, "{rows}×{ppr}");
+                }
+            }
         }
     }
 }
