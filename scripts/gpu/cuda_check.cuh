@@ -12,3 +12,20 @@
             exit(1);                                                                   \
         }                                                                              \
     } while (0)
+
+// `kernel<<<grid, block, 0, s>>>(args...)`, with programmatic stream serialization when
+// `programmatic` (the runtime's launches on sm_90: the kernel's blocks may be scheduled while the
+// kernel ahead still runs, and wait in `griddepcontrol.wait`).
+template <typename K, typename... A>
+static void launch_ex(bool programmatic, K kernel, dim3 grid, dim3 block, cudaStream_t s, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = s;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = programmatic ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}

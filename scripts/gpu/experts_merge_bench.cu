@@ -227,16 +227,7 @@ __global__ void __launch_bounds__(THREADS, 6)
 #ifndef __CUDACC_RTC__
 template <typename K, typename... A>
 static void launch(bool pdl, K kernel, dim3 grid, cudaStream_t st, A... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(THREADS);
-    cfg.stream = st;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, kernel, args...));
+    launch_ex(pdl, kernel, grid, dim3(THREADS), st, args...);
 }
 
 int main(int argc, char** argv) {

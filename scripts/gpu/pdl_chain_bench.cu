@@ -99,16 +99,7 @@ __global__ void stream_kernel(const unsigned char* __restrict__ w, const float* 
 
 template <typename K, typename... A>
 static void launch(bool pdl, K kernel, int grid, cudaStream_t s, A... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(THREADS);
-    cfg.stream = s;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, kernel, args...));
+    launch_ex(pdl, kernel, dim3(grid), dim3(THREADS), s, args...);
 }
 
 int main(int argc, char** argv) {
