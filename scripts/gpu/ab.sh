@@ -3,7 +3,8 @@
 #   [R=3] [WHOLE=NAME] bash scripts/gpu/ab.sh S BASE NEW [NEW...]
 # b1 of BASE and every NEW interleaved (R rounds); b8 of every build; each NEW's GPU binary on its
 # cuda_step:: module (expert kernels against their twins, the step-preset device-host gate) and
-# its selftest; ncu of every build at b1; then the whole GPU binary of WHOLE (a name among them)
+# its selftest; ncu of every build at b1 (caches flushed) and of BASE with warm caches; then the
+# whole GPU binary of WHOLE (a name among them)
 # while time is left. Every step runs while its time is left (S seconds for the call).
 # Carry target-g/ with mg-NAME for every build and gpu-NAME for every NEW and WHOLE
 # (`bash scripts/gpu/carry.sh NAME [CHECKOUT]`). Four builds pass the 64 MiB carry limit with the
@@ -23,6 +24,7 @@ for v in "$@"; do
   selftest_cuda "$v" 40; mv /tmp/selftest.log "/tmp/selftest-$v.log" 2>/dev/null
 done
 for v in "$base" "$@"; do ncu_b1 "ncu-b1-$v" 30 "$B/mg-$v" all; done
+ncu_b1 "ncu-warm-$base" 30 "$B/mg-$base" none  # the single-row kernels as inside the graph (warm caches)
 [ -n "${WHOLE:-}" ] && whole_gpu "$WHOLE" 180
 tar czf "$OUT/ab.tgz" -C /tmp $(cd /tmp && ls gpu_*.log selftest*.log b1-*.log b8-*.log ncu-*.log 2>/dev/null) \
   $(cd /tmp && ls -d b1-* b8-* 2>/dev/null | grep -v log)
