@@ -150,7 +150,7 @@ fn group_kernels(gate_up: (bool, bool), down: (bool, bool)) -> (&'static str, &'
 /// would be half filled or less. A block ends when its last round does, so a part-filled last round
 /// is time in which most threads load nothing: at `step`, down rows hold 10 pairs and 64 rows took
 /// 2.5 rounds; 51 rows take 2 (510 of 512 threads), over 729 blocks instead of 576. One H200,
-/// interleaved against 64 rows in one call (docs/gpu/2026-12-06-h200/): the layer 110.0–111.5 →
+/// interleaved against 64 rows over two calls (docs/gpu/2026-12-06-h200/): the layer 110.0–111.5 →
 /// 107.0–108.6 µs gated, 5 of 5 rounds. A nearly full last round (gate/up rows of 10 blocks: 51
 /// rows, 1020 of 1024) is kept, and gate/up at `step` (16 rows × 32 blocks × 2) is 4 whole rounds.
 /// A launch choice only: every count from 1 to 64 is in the kernels' domain.
