@@ -19,13 +19,11 @@ B=target-g
 b1_rounds "${R:-3}" "$base" "$@"
 for v in "$base" "$@"; do bench_step "b8-$v" "$B/mg-$v" 8; done
 for v in "$@"; do
-  step "gpu_${v}_step" 60 env MEMRA_GPU_STEP=1 "$B/gpu-$v" --test-threads=1 cuda_step::
-  grep -E "^test result|step preset device-host|panicked" "/tmp/gpu_${v}_step.log" | head -6
+  step_module "$v"
   selftest_cuda "$v" 40; mv /tmp/selftest.log "/tmp/selftest-$v.log" 2>/dev/null
 done
 for v in "$base" "$@"; do ncu_b1 "ncu-b1-$v" 30 "$B/mg-$v" all; done
 ncu_b1 "ncu-warm-$base" 30 "$B/mg-$base" none  # the single-row kernels as inside the graph (warm caches)
 [ -n "${WHOLE:-}" ] && whole_gpu "$WHOLE" 180
-tar czf "$OUT/ab.tgz" -C /tmp $(cd /tmp && ls gpu_*.log selftest*.log b1-*.log b8-*.log ncu-*.log 2>/dev/null) \
-  $(cd /tmp && ls -d b1-* b8-* 2>/dev/null | grep -v log)
+pack_logs ab.tgz 'gpu_*.log' 'selftest*.log' 'b1-*' 'b8-*' 'ncu-*.log'
 echo "done in $(( $(date +%s)-STEPS_START ))s"

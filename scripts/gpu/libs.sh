@@ -43,6 +43,7 @@ call_start() {
   gpu_call "$1"
   gpu_tools
   steps_start "$2"
+  touch /tmp/.call_start  # pack_logs keeps what this call wrote (a warm machine keeps /tmp)
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 }
 
@@ -113,6 +114,21 @@ b1_rounds() {
   for ((r = 0; r < n; r++)); do
     for v in "$@"; do bench_step "b1-$v-$r" "target-g/mg-$v" 1; done
   done
+}
+# `step_module NAME`: target-g/gpu-NAME's cuda_step:: module (the grouped expert kernels against
+# their twins, the step-preset device-host gate), one thread, into /tmp/gpu_NAME_step.log; its
+# result lines and first panics.
+step_module() {
+  step "gpu_$1_step" 60 env MEMRA_GPU_STEP=1 "target-g/gpu-$1" --test-threads=1 cuda_step::
+  grep -E "^test result|step preset device-host|panicked" "/tmp/gpu_$1_step.log" | head -6
+}
+# `pack_logs ARCHIVE GLOB...`: the files and folders of /tmp matching a GLOB that this call wrote
+# (newer than call_start's mark: a machine kept warm between calls keeps the earlier calls' logs in
+# /tmp, which must not land in this call's archive) into $OUT/ARCHIVE.
+pack_logs() {
+  local archive=$1 f keep=(); shift
+  for f in $(cd /tmp && ls -d $@ 2>/dev/null); do [ "/tmp/$f" -nt /tmp/.call_start ] && keep+=("$f"); done
+  [ ${#keep[@]} -gt 0 ] && tar czf "$OUT/$archive" -C /tmp "${keep[@]}"
 }
 # `whole_gpu NAME NEED_S`: every test of target-g/gpu-NAME with the step-preset gate
 # (MEMRA_GPU_STEP=1), one thread, into /tmp/gpu_NAME.log; its result lines and first panics.

@@ -29,6 +29,5 @@ bench_shape shape-b2 40 --no-torch --batch 2
 bench_shape shape-b4 40 --no-torch --batch 4
 bench_shape shape-t2 40 --no-torch --columns 2
 bench_shape shape-t4 40 --no-torch --columns 4
-tar czf $OUT/remeasure.tgz -C /tmp $(cd /tmp && ls gpu_*.log selftest.log b1-*.log shape-*.log ncu-*.log 2>/dev/null) \
-  $(cd /tmp && ls -d shape-b* shape-t* b1-again 2>/dev/null | grep -v log)
+pack_logs remeasure.tgz 'gpu_*.log' selftest.log 'b1-*' 'shape-*' 'ncu-*.log'
 echo "done in $(( $(date +%s)-STEPS_START ))s"

@@ -13,11 +13,9 @@ call_start stage "${1:-200}"
 B=target-g
 read_ceiling 40 "copy|variant|bpl"
 b1_rounds 1 base stage
-step gpu_stage_step 60 env MEMRA_GPU_STEP=1 $B/gpu-stage --test-threads=1 cuda_step::
-grep -E "^test result|step preset device-host|panicked" /tmp/gpu_stage_step.log | head -6
+step_module stage
 for v in base stage; do bench_step b1-$v-1 $B/mg-$v 1; done
 selftest_cuda stage 40
 for v in base stage; do bench_step b8-$v $B/mg-$v 8; done
-tar czf $OUT/stage.tgz -C /tmp $(cd /tmp && ls read_run.log gpu_*.log selftest.log b1-*.log b8-*.log 2>/dev/null) \
-  $(cd /tmp && ls -d b1-* b8-* 2>/dev/null | grep -v log)
+pack_logs stage.tgz read_run.log 'gpu_*.log' selftest.log 'b1-*' 'b8-*'
 echo "done in $(( $(date +%s)-STEPS_START ))s"
