@@ -153,7 +153,9 @@ fn group_kernels(gate_up: (bool, bool), down: (bool, bool)) -> (&'static str, &'
 /// interleaved against 64 rows over two calls (docs/gpu/2026-12-06-h200/): the layer 110.0–111.5 →
 /// 107.0–108.6 µs gated, 5 of 5 rounds. A nearly full last round (gate/up rows of 10 blocks: 51
 /// rows, 1020 of 1024) is kept, and gate/up at `step` (16 rows × 32 blocks × 2) is 4 whole rounds.
-/// A launch choice only: every count from 1 to 64 is in the kernels' domain.
+/// A launch choice only: every count from 1 to 64 is in the kernels' domain. Grouped kernels only:
+/// the dense E4M3 GEMV's blocks (`bpl_rows_per_block` with its rows) are sized for two blocks per
+/// SM and were not measured with this rule.
 fn whole_rounds(rows: usize, pairs_per_row: usize) -> usize {
     let (threads, ppr) = (GEMV_THREADS as usize, pairs_per_row.max(1));
     let pairs = rows * ppr;
