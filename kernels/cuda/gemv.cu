@@ -720,7 +720,10 @@ __device__ __forceinline__ void gemv_rows_batch(const GemvBatch& b, const float*
     if constexpr (WF) kernel_entry();  // a block past the batch (none in a valid launch) waits too
 }
 
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+// 5 blocks per SM, not the 4 that 62 registers allow: 48 registers and 44 bytes of spill, and one
+// more block's loads in flight per SM took the qkv seam 1.0-1.2 us shorter (ncu 23.4 -> 20.7 us per
+// launch; docs/gpu/2026-12-06-h100/).
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 5)
     gemv_rows_batch_bf16(const GemvBatch batch, const float* x, int cols, int kw, int rpb, int vec) {
     gemv_rows_batch<FMT_BF16, WEIGHTS_FIRST>(batch, x, cols, kw, rpb, vec);
 }
