@@ -394,6 +394,12 @@ pub struct BenchArgs {
     /// Directory to write the performance receipt into (`run-<id>.json`, like every receipt).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// A door to time, by env name or id, `NAME`, `NAME=1` or `NAME=0` (repeatable; overrides
+    /// MEMRA_*): e.g. `--door decode_v2 --door f32_mirror` for the batched attention of rows. The
+    /// set must be one the matrix could run at TP1 over host-bounce at this pass shape, every door
+    /// must engage, and the receipt names the set (`--compare` refuses another).
+    #[arg(long = "door", value_name = "NAME[=0|1]")]
+    pub doors: Vec<String>,
     /// Sessions per pass (rows: 1, 2, 4 or 8): B sessions decode together; the table adds the
     /// per-token latency, per-pass latency ÷ B.
     #[arg(long, default_value_t = 1)]

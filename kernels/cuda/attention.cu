@@ -82,11 +82,25 @@ extern "C" __global__ void qk_norm_rope_at_f32(float* x, const float* w, float e
 // at row p of k_cache; v heads copied to row p of v_cache. One warp per head of the three groups
 // (q_heads + 2 kv_heads warps). Nothing is written when p is outside the RoPE table or the
 // cache (`positions`, `cache_positions`), exactly like the twin.
+// Lane grid: blockIdx.z = lane (the rows of a pass, each its own session's cache and position),
+// slices [q, k, v, q_norm, k_norm, table, pos, q_out, k_out, k_cache, v_cache].
 extern "C" __global__ void rope_append_f32(const float* q, const float* k, const float* v, const float* q_norm,
                                            const float* k_norm, float eps, const float* table, const unsigned* pos,
                                            int positions, int cache_positions, int q_heads, int kv_heads, float* q_out,
-                                           float* k_out, float* k_cache, float* v_cache) {
+                                           float* k_out, float* k_cache, float* v_cache, const LanePitch lp) {
     kernel_entry();
+    const int z = blockIdx.z;
+    q = LANE_AT(q, lp, 0, z);
+    k = LANE_AT(k, lp, 1, z);
+    v = LANE_AT(v, lp, 2, z);
+    q_norm = LANE_AT(q_norm, lp, 3, z);
+    k_norm = LANE_AT(k_norm, lp, 4, z);
+    table = LANE_AT(table, lp, 5, z);
+    pos = LANE_AT(pos, lp, 6, z);
+    q_out = LANE_AT(q_out, lp, 7, z);
+    k_out = LANE_AT(k_out, lp, 8, z);
+    k_cache = LANE_AT(k_cache, lp, 9, z);
+    v_cache = LANE_AT(v_cache, lp, 10, z);
     const unsigned p = pos[0];
     if (p >= (unsigned)positions || p >= (unsigned)cache_positions) return;
     const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;

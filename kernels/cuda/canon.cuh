@@ -31,7 +31,7 @@ typedef unsigned long long u64;
 // the op's slice order. A single launch passes lanes = 1 and every pitch 0.
 struct LanePitch {
     int lanes;
-    int p[7];
+    int p[11];
 };
 // Pointer `ptr` (slice `j` of the op, a constant) moved to lane `lane`.
 #define LANE_AT(ptr, lp, j, lane) ((ptr) + (size_t)(lane) * (size_t)(lp).p[j])

@@ -52,10 +52,11 @@ gpu_tools() {
   NCU=$(ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
   NVCC=$(command -v nvcc || ls /usr/local/cuda*/bin/nvcc 2>/dev/null | head -1)
 }
-# `ncu_means CSV`: the mean time per launch of the layer's kernels in an ncu --csv log of
-# gpu__time_duration.sum, one line per kernel (name, unit, launches, mean).
+# `ncu_means CSV [REGEX]`: the mean time per launch of the layer's kernels (or those whose names
+# start with REGEX) in an ncu --csv log of gpu__time_duration.sum, one line per kernel (name, unit,
+# launches, mean).
 ncu_means() {
-  grep -E '"(expert|gemv|router|rmsnorm|add_rmsnorm|fold|argmax)' "$1" | awk -F'","' '{k=$5; sub(/\(.*/,"",k); v=$NF; gsub(/[",]/,"",v); s[k" "$(NF-1)]+=v; n[k" "$(NF-1)]++} END {for (k in s) printf "  %-40s %4d launches  mean %9.1f\n", k, n[k], s[k]/n[k]}' | sort
+  grep -E "\"(${2:-expert|gemv|router|rmsnorm|add_rmsnorm|fold|argmax})" "$1" | awk -F'","' '{k=$5; sub(/\(.*/,"",k); v=$NF; gsub(/[",]/,"",v); s[k" "$(NF-1)]+=v; n[k" "$(NF-1)]++} END {for (k in s) printf "  %-40s %4d launches  mean %9.1f\n", k, n[k], s[k]/n[k]}' | sort
 }
 # `nvcc_build STEP OUT SRC [NEED_S]`: the microbenchmark SRC built with nvcc under the runtime's
 # NVRTC float rules (no FMA contraction, no flush to zero, IEEE division and square root) into

@@ -118,3 +118,30 @@ fn an_incomparable_base_is_refused_naming_the_field_and_both_values() {
     // --against without --compare is a usage error.
     run(&["bench", "--against", s(&f)]).expect_code(2);
 }
+
+#[test]
+fn a_timed_door_set_is_named_in_the_receipt_and_another_set_is_not_comparable() {
+    let dir = tempdir();
+    let (plain, v2) = (dir.path().join("plain"), dir.path().join("v2"));
+    run(&bench_args(&["--batch", "2", "--out", s(&plain)])).expect_code(0);
+    let rows = ["--batch", "2", "--door", "decode_v2", "--door", "f32_mirror"];
+    let out = run(&bench_args(&[&rows[..], &["--out", s(&v2)]].concat()));
+    out.expect_code(0).expect_stdout(&["doors timed: MEMRA_STEP_TP_DECODE_V2=true MEMRA_STEP_TP_F32_MIRROR=true"]);
+    let (p, v) = (receipt_in(&plain), receipt_in(&v2));
+    let receipt: Value = serde_json::from_str(&std::fs::read_to_string(&v).unwrap()).unwrap();
+    let doors = &receipt["evidence"]["config"]["doors"];
+    assert_eq!(doors["MEMRA_STEP_TP_DECODE_V2"], Value::Bool(true), "{doors}");
+    assert_eq!(receipt["evidence"]["verdict"], "PASS", "{}", receipt["evidence"]);
+    run(&["bench", "--compare", s(&p), "--against", s(&v)])
+        .expect_code(2)
+        .expect_stderr(&["doors is defaults in the base and MEMRA_STEP_TP_DECODE_V2=true"]);
+    // A door without work at the pass shape, or without its requirement, is refused before timing.
+    for (flags, says) in [
+        (&["--door", "decode_v2", "--door", "f32_mirror"][..], "decode_v2 at single"),
+        (&["--batch", "2", "--door", "decode_v2"][..], "requires MEMRA_STEP_TP_F32_MIRROR=1"),
+    ] {
+        let out = run(&bench_args(flags));
+        out.expect_code(2).expect_stderr(&[says]);
+        assert!(!out.stdout.contains("bytes MB"), "timed before refusing:\n{}", out.transcript());
+    }
+}

@@ -5,7 +5,7 @@
 //! same process) and with a PyTorch implementation of the same layer run in the same session.
 //! The result is a performance receipt (`performance_claim = true`) and a table.
 
-use super::Status;
+use super::{bench_doors, Status};
 use crate::args::{BenchArgs, Provenance};
 use crate::error::GateError;
 use crate::plan::{self, ModelPlan};
@@ -81,7 +81,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     // Read the base before the run: an unreadable one is refused before minutes of timing.
     let base = args.compare.as_ref().map(|p| super::bench_compare::read("--compare", p)).transpose()?;
     let registry = plan::load_registry(&None)?;
-    let request = plan::door_request(&registry, &[])?;
+    let request = plan::door_request(&registry, &args.doors)?;
     if let Some(dir) = args.out.as_ref().filter(|d| d.is_file() || d.extension().is_some_and(|e| e == "json")) {
         return Err(GateError::usage(format!(
             "--out {}: bench writes its receipt as run-<id>.json into a directory; give a directory, not a file name",
@@ -96,6 +96,11 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
         ));
     }
     let pass = memra_runtime::PassShape::new(args.batch, args.columns)?;
+    let mut door_flags = args.doors.clone();
+    if args.graph {
+        door_flags.push(bench_doors::GRAPH.to_string());
+    }
+    let doors = bench_doors::resolve(&registry, &door_flags, backend, pass)?;
     let lanes = pass.lanes();
     let warmup = args.warmup;
     let steps = warmup + args.steps;
@@ -122,7 +127,8 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
             ("batch", pass.batch.to_string()),
             ("columns", pass.columns.to_string()),
             ("backend", crate::receipt::wire_backend(backend).as_str().to_string()),
-            ("graph", if args.graph { "on" } else { "off" }.to_string()),
+            ("graph", if doors.graph() { "on" } else { "off" }.to_string()),
+            ("doors", doors.identity.clone()),
         ];
         super::bench_compare::precheck(path, base, &planned)?;
     }
@@ -134,15 +140,15 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let programmatic = b.programmatic_launches();
     let bandwidth = b.copy_bandwidth(args.copy_bytes)?;
     let mut cfg = RunConfig::new(1, Transport::HostBounce, subject.battery.clone())?;
-    if args.graph {
+    if doors.graph() {
         if warmup < 2 {
             return Err(GateError::usage(format!(
                 "--graph with --warmup {warmup}: the first two steps record and capture the step, so the timed \
                  steps would not all be replays (use --warmup 2 or more)"
             )));
         }
-        cfg.doors.graph = true;
     }
+    cfg.doors = doors.set.clone();
     if pass.columns > 1 {
         // Teacher-forced by the single-token run's own tape: every draft is accepted, so every
         // pass computes `lanes` steps and per-pass ÷ lanes is the cost of a token.
@@ -209,7 +215,8 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
             pass.label()
         );
     }
-    if args.graph {
+    crate::say!("doors timed: {} (graph {})", doors.identity, if doors.graph() { "on" } else { "off" });
+    if doors.graph() {
         let replays = record.engaged.get("graph.replays").copied().unwrap_or(0);
         crate::say!(
             "MEMRA_STEP_TP_GRAPH: the whole step replayed {replays} times (recorded on step 0, captured on step 1)"
@@ -289,7 +296,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     }
 
     let mut receipt =
-        performance_receipt(&subject, &record, backend, args.graph, ratios, bandwidth, &torch, wall_ms, prov)?;
+        performance_receipt(&subject, &record, backend, &doors, ratios, bandwidth, &torch, wall_ms, prov)?;
     if backend == BackendKind::Cuda {
         receipt.measurements.extra.insert("launch_programmatic".to_string(), f64::from(u8::from(programmatic)));
         crate::say!("kernel launches: {}", if programmatic { "programmatic (sm_90+)" } else { "serialized" });
@@ -306,10 +313,15 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
         let path = memra_receipts::store::write_receipt(dir, &receipt)?;
         crate::say!("performance receipt: {}", path.display());
     }
-    match (&args.compare, &base) {
-        (Some(path), Some(base)) => super::bench_compare::report(path, base, &receipt),
-        _ => Ok(Status::Passed),
+    let status = match (&args.compare, &base) {
+        (Some(path), Some(base)) => super::bench_compare::report(path, base, &receipt)?,
+        _ => Status::Passed,
+    };
+    if receipt.evidence.verdict != Verdict::Pass {
+        crate::say!("bench: FAIL: {}", receipt.evidence.reason.as_deref().unwrap_or("the run was trivial"));
+        return Ok(Status::Failed);
     }
+    Ok(status)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -317,7 +329,7 @@ fn performance_receipt(
     subject: &crate::subject::Builtin,
     record: &Record,
     backend: BackendKind,
-    graph: bool,
+    doors: &bench_doors::BenchDoors,
     ratios: BTreeMap<String, f64>,
     bandwidth: Option<f64>,
     torch: &Result<serde_json::Value, String>,
@@ -326,14 +338,10 @@ fn performance_receipt(
 ) -> Result<Receipt, GateError> {
     let job = crate::job::Job {
         subject: crate::subject::BUILTIN_NAME.to_string(),
-        doors_env: if graph { BTreeMap::from([("MEMRA_STEP_TP_GRAPH".to_string(), true)]) } else { BTreeMap::new() },
-        doors: memra_runtime::DoorSet { graph, ..Default::default() },
+        doors_env: doors.env.clone(),
+        doors: doors.set.clone(),
         class: crate::job::JobClass::Identity,
-        engagement: if graph {
-            BTreeMap::from([("graph".to_string(), "graph.replays".to_string())])
-        } else {
-            BTreeMap::new()
-        },
+        engagement: doors.engagement.clone(),
         census: Vec::new(),
         tp: 1,
         transport: Transport::HostBounce,
@@ -345,7 +353,8 @@ fn performance_receipt(
         pass: memra_runtime::PassShape::SINGLE,
     };
     let nt = crate::gate::non_triviality(record);
-    let verdict = if nt.passed() { Verdict::Pass } else { Verdict::Fail };
+    let idle = doors.not_engaged(record);
+    let verdict = if nt.passed() && idle.is_empty() { Verdict::Pass } else { Verdict::Fail };
     let mut extra = BTreeMap::new();
     if let Some(bw) = bandwidth {
         extra.insert("copy_bandwidth_bytes_per_s".to_string(), bw);
@@ -364,7 +373,11 @@ fn performance_receipt(
     );
     r.kind = ReceiptKind::Performance;
     r.evidence.verdict = verdict;
-    r.evidence.reason = (!nt.passed()).then(|| nt.detail().to_string());
+    r.evidence.reason = if !idle.is_empty() {
+        Some(format!("door(s) not engaged, so the timing is not theirs: {}", idle.join(", ")))
+    } else {
+        (!nt.passed()).then(|| nt.detail().to_string())
+    };
     r.evidence.gates = vec![GateResult { gate: Gate::NonTriviality, verdict, detail: nt.detail().to_string() }];
     r.evidence.performance = Some(rs::PerformanceClaim { performance_claim: true, ratios });
     r.measurements.extra = extra;

@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_compare;
+mod bench_doors;
 mod bench_floor;
 mod bench_gating;
 mod bench_torch;

@@ -1,5 +1,5 @@
 //! Lane-grid launches on the device (docs/DESIGN.md §3.6, `backend/op/lane_grid.rs`): the lanes
-//! of a pass that run one norm, router, MoE fold, residual or grouped expert op at constant pitches
+//! of a pass that run one norm, router, MoE fold, residual, rope or grouped expert op at constant pitches
 //! are one launch with a lane dimension. Each lane must keep the bits of its own launch, which are
 //! the host twin's:
 //!
@@ -116,6 +116,42 @@ fn plain_cases(rng: &mut Rng, lanes: usize, gap: usize) -> Vec<LaneCase> {
             .map(|l| Op::FoldCombine { parts: parts.at(l), pitch, n_parts, w: w.at(l), out: out.at(l) })
             .collect();
         v.push(LaneCase { case: c, kernel: "fold_combine" });
+    }
+    {
+        // Rows' rope: every lane its own position (lane 1's past the table: it writes nothing)
+        // and its own session's caches.
+        let mut c = Case::new(label("rope_append"));
+        let (qh, kvh, positions) = (4, 2, 6);
+        let (lq, lkv) = (qh * 128, kvh * 128);
+        let (q, k, vv) = (
+            input(&mut c, rng, lq, lanes, gap, 2.0),
+            input(&mut c, rng, lkv, lanes, gap, 2.0),
+            input(&mut c, rng, lkv, lanes, gap, 2.0),
+        );
+        let (q_norm, k_norm) = (c.buf(rng.vec(128, 1.0)), c.buf(rng.vec(128, 1.0)));
+        let table = c.buf(rng.vec(positions * 128, 1.0));
+        let at: Vec<u32> = (0..lanes).map(|l| if l == 1 { positions as u32 + 2 } else { (3 * l % positions) as u32 }).collect();
+        let pos_buf = c.ids(&at);
+        let pos = Lanes { s: pos_buf.sub(0, 1), pitch: 1 };
+        let (q_out, k_out) = (output(&mut c, lq, lanes, gap), output(&mut c, lkv, lanes, gap));
+        let (k_cache, v_cache) = (output(&mut c, positions * lkv, lanes, gap), output(&mut c, positions * lkv, lanes, gap));
+        c.ops = (0..lanes)
+            .map(|l| Op::RopeAppend {
+                q: q.at(l),
+                k: k.at(l),
+                v: vv.at(l),
+                q_norm,
+                k_norm,
+                eps: EPS,
+                table,
+                pos: pos.at(l),
+                q_out: q_out.at(l),
+                k_out: k_out.at(l),
+                k_cache: k_cache.at(l),
+                v_cache: v_cache.at(l),
+            })
+            .collect();
+        v.push(LaneCase { case: c, kernel: "rope_append" });
     }
     v
 }

@@ -2,9 +2,10 @@
 //! below the device kernel takes a lane index and moves each of its pointers by that slice's
 //! lane pitch, so lane i computes exactly what its own launch would (same kernel body, same
 //! operands, same order) — only the launch count changes. The row-wise reductions (norms, the
-//! router's top-k, the MoE folds) are latency-bound single blocks; launched once per lane they cost a
-//! B-row pass B launch latencies each. The grouped expert ops read every selected expert of
-//! every lane in one launch instead of one launch per lane.
+//! router's top-k, the MoE folds) are latency-bound single blocks, and the rope seam's launch is a
+//! few blocks; launched once per lane they cost a B-row pass B launch latencies each. The grouped
+//! expert ops read every selected expert of every lane in one launch instead of one launch per
+//! lane.
 //!
 //! The rule is decided from the ops alone, so the CUDA backend fuses exactly when the host
 //! and distributed backends count one fused launch in their censuses (`fused_kernel` in
@@ -22,6 +23,10 @@ fn written(op: &Op) -> Option<&'static [usize]> {
         Op::RmsNorm { .. } | Op::Router { .. } | Op::FoldCombine { .. } | Op::FoldSlots { .. } => &[2],
         Op::AddRmsNorm { .. } | Op::ResidualAdd { .. } => &[3, 4],
         Op::ExpertGateUp { .. } | Op::ExpertDown { .. } => &[2],
+        // q_out, k_out and the two caches: rows append to their own sessions' caches. The
+        // columns of a pass share one cache (each column's row of it), so their cache slices
+        // overlap and stay one launch per column, in column order.
+        Op::RopeAppend { .. } => &[7, 8, 9, 10],
         _ => return None,
     })
 }
@@ -170,6 +175,40 @@ mod tests {
         refuse(&vec![fold; 2], "fold has no lane-grid");
         let argmax = Op::Argmax { x: Slice::new(0, 0, 4), out: Slice::new(1, 0, 1) };
         refuse(&vec![argmax; 2], "argmax has no lane-grid");
+    }
+
+    /// Lane i's rope at `pos` pitch 1; its caches `cache_pitch` apart (rows: one session each;
+    /// columns: 0, one shared cache).
+    fn rope(i: usize, cache_pitch: usize) -> Op {
+        let (lq, lkv, positions) = (512, 256, 6);
+        Op::RopeAppend {
+            q: Slice::new(0, i * lq, lq),
+            k: Slice::new(1, i * lkv, lkv),
+            v: Slice::new(2, i * lkv, lkv),
+            q_norm: Slice::new(3, 0, 128),
+            k_norm: Slice::new(3, 128, 128),
+            eps: 1e-6,
+            table: Slice::new(4, 0, positions * 128),
+            pos: Slice::new(5, i, 1),
+            q_out: Slice::new(6, i * lq, lq),
+            k_out: Slice::new(7, i * lkv, lkv),
+            k_cache: Slice::new(8, i * cache_pitch, positions * lkv),
+            v_cache: Slice::new(9, i * cache_pitch, positions * lkv),
+        }
+    }
+
+    #[test]
+    fn rows_rope_into_their_own_caches_in_one_launch_and_columns_of_one_cache_do_not() {
+        let rows: Vec<Op> = (0..8).map(|i| rope(i, 6 * 256)).collect();
+        let plan = plan_grid(&rows).unwrap();
+        assert_eq!(plan.pitches, vec![512, 256, 256, 0, 0, 0, 1, 512, 256, 6 * 256, 6 * 256]);
+        // Columns append to one session's cache: the lanes' cache slices are one slice.
+        let columns: Vec<Op> = (0..4).map(|i| rope(i, 0)).collect();
+        let e = plan_grid(&columns).expect_err("columns share their cache");
+        assert!(e.contains("written slice 9") && e.contains("pitch 0"), "{e}");
+        // Caches closer than a cache apart would let a row write into its neighbour's session.
+        let e = plan_grid(&(0..2).map(|i| rope(i, 256)).collect::<Vec<_>>()).expect_err("overlapping caches");
+        assert!(e.contains("written slice 9"), "{e}");
     }
 
     #[test]

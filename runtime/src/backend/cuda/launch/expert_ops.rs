@@ -306,11 +306,12 @@ impl CudaBackend {
                     qh as i32,
                     kvh as i32,
                 );
+                let (c, lane_p) = (self.on_lanes_z(cfg(warps.div_ceil(4), 128, 0)), self.lane_pitch());
                 launch!(
                     self,
                     rank,
                     "rope_append_f32",
-                    cfg(warps.div_ceil(4), 128, 0),
+                    c,
                     qp,
                     kp,
                     vp,
@@ -326,7 +327,8 @@ impl CudaBackend {
                     qop,
                     kop,
                     kcp,
-                    vcp
+                    vcp,
+                    lane_p
                 )
             }
             _ => Err(shape_err("launch_expert_op", "not a grouped expert op".into())),

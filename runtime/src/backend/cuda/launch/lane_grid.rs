@@ -16,8 +16,8 @@ use crate::error::RuntimeError;
 use crate::Result;
 use cudarc::driver::LaunchConfig;
 
-/// Most slices of an op with a lane-grid kernel (`add_rmsnorm` and `residual_add` have 5).
-pub(crate) const PITCHES_MAX: usize = 7;
+/// Most slices of an op with a lane-grid kernel (`rope_append` has 11; `p[11]` in canon.cuh).
+pub(crate) const PITCHES_MAX: usize = 11;
 
 /// The lanes of one launch and each slice's lane pitch (elements), in the op's slice order
 /// ([`Op::map_slices`]); the kernel parameter `lp`.

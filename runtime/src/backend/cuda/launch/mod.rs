@@ -138,8 +138,8 @@ macro_rules! param_block {
 
 // `struct GemvBatch` of kernels/cuda/gemv.cu: u64/i32 arrays and an i32, 64 + 16 + 20 + 4 bytes.
 param_block!(gemv::GemvBatch, 104);
-// `struct LanePitch` of kernels/cuda/canon.cuh: 8 i32.
-param_block!(lane_grid::LanePitch, 32);
+// `struct LanePitch` of kernels/cuda/canon.cuh: 12 i32.
+param_block!(lane_grid::LanePitch, 48);
 // `struct DigestBatch` of kernels/cuda/digest.cu: u64/u32 arrays and a u32.
 param_block!(digest::DigestBatch, 2440);
 
