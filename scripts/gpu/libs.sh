@@ -108,6 +108,18 @@ ncu_b1() {
   cp "/tmp/$name.log" "$OUT/$name.csv"
   ncu_means "/tmp/$name.log"
 }
+# `ncu_pass NAME BATCH BIN`: ncu of about two passes of BIN's bench at B = BATCH (the default
+# program: a b8 pass is about 70 launches per layer; the warm-up skipped), CSV into $OUT, the mean
+# per kernel of every kernel.
+ncu_pass() {
+  local name=$1 batch=$2 bin=$3
+  [ -n "$NCU" ] || { echo "$name: no ncu on this machine"; return; }
+  step "$name" 60 "$NCU" --clock-control none --cache-control all --metrics gpu__time_duration.sum --csv \
+    --launch-skip 400 --launch-count 300 "$bin" bench --backend cuda --preset step --layers 2 --batch "$batch" \
+    --no-torch --out "/tmp/$name-bench"
+  cp "/tmp/$name.log" "$OUT/$name.csv"
+  ncu_means "/tmp/$name.log" "[a-z]"
+}
 # `b1_rounds N V...`: the b1 bench (bench_step) of target-g/mg-V for every V, interleaved, N rounds
 # (b1-V-ROUND): builds compared within one call.
 b1_rounds() {

@@ -21,12 +21,6 @@ tail -3 /tmp/rows-tiny.log
 step rows-step 90 timeout 90 "$R" run --backend cuda --preset step --layers 2 --gen-tokens 3 --batch 8 --tp 1,2 \
   --transport host-bounce --out /tmp/rows-step
 tail -3 /tmp/rows-step.log
-if [ -n "$NCU" ]; then
-  step ncu-b8-rope 60 "$NCU" --clock-control none --cache-control all --metrics gpu__time_duration.sum --csv \
-    --launch-skip 400 --launch-count 300 "$R" bench --backend cuda --preset step --layers 2 --batch 8 \
-    --no-torch --out /tmp/ncu-b8-rope-bench
-  cp /tmp/ncu-b8-rope.log "$OUT/ncu-b8-rope.csv"
-  ncu_means /tmp/ncu-b8-rope.log "[a-z]"
-fi
+ncu_pass ncu-b8-rope 8 "$R"
 pack_logs rope.tgz 'b[1248]-*' 'rows-*.log' 'gpu_rope.log' 'selftest*.log' 'ncu-b8-rope.log'
 echo "done in $(( $(date +%s)-STEPS_START ))s"

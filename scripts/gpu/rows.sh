@@ -14,14 +14,7 @@ M=target-g/mg-main
 bench_step b8-main "$M" 8
 bench_step b8-v2 "$M" 8 "--door decode_v2 --door f32_mirror"
 bench_step b8-v2dcw "$M" 8 "--door decode_v2 --door f32_mirror --door dcw"
-if [ -n "$NCU" ]; then
-  # A b8 pass of the default program is about 70 launches per layer: skip the warm-up, take 300.
-  step ncu-b8-main 60 "$NCU" --clock-control none --cache-control all --metrics gpu__time_duration.sum --csv \
-    --launch-skip 400 --launch-count 300 "$M" bench --backend cuda --preset step --layers 2 --batch 8 \
-    --no-torch --out /tmp/ncu-b8-main-bench
-  cp /tmp/ncu-b8-main.log "$OUT/ncu-b8-main.csv"
-  ncu_means /tmp/ncu-b8-main.log "[a-z]"
-fi
+ncu_pass ncu-b8-main 8 "$M"
 ncu_b1 ncu-b1-p5 30 target-g/mg-p5 all
 if [ -n "${2:-}" ]; then
   step night 120 "$M" run --matrix all --backend cuda --preset tiny --shard "$2" --out /tmp/night

@@ -103,6 +103,12 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let doors = bench_doors::resolve(&registry, &door_flags, backend, pass)?;
     let lanes = pass.lanes();
     let warmup = args.warmup;
+    if doors.graph() && warmup < 2 {
+        return Err(GateError::usage(format!(
+            "--graph with --warmup {warmup}: the first two steps record and capture the step, so the timed \
+             steps would not all be replays (use --warmup 2 or more)"
+        )));
+    }
     let steps = warmup + args.steps;
     let t0 = Instant::now();
     let model = ModelPlan::from_args(&args.model)?;
@@ -140,15 +146,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let programmatic = b.programmatic_launches();
     let bandwidth = b.copy_bandwidth(args.copy_bytes)?;
     let mut cfg = RunConfig::new(1, Transport::HostBounce, subject.battery.clone())?;
-    if doors.graph() {
-        if warmup < 2 {
-            return Err(GateError::usage(format!(
-                "--graph with --warmup {warmup}: the first two steps record and capture the step, so the timed \
-                 steps would not all be replays (use --warmup 2 or more)"
-            )));
-        }
-    }
-    cfg.doors = doors.set.clone();
+    cfg.doors = doors.set;
     if pass.columns > 1 {
         // Teacher-forced by the single-token run's own tape: every draft is accepted, so every
         // pass computes `lanes` steps and per-pass ÷ lanes is the cost of a token.
@@ -339,7 +337,7 @@ fn performance_receipt(
     let job = crate::job::Job {
         subject: crate::subject::BUILTIN_NAME.to_string(),
         doors_env: doors.env.clone(),
-        doors: doors.set.clone(),
+        doors: doors.set,
         class: crate::job::JobClass::Identity,
         engagement: doors.engagement.clone(),
         census: Vec::new(),
