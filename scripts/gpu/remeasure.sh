@@ -5,7 +5,8 @@
 #   bash scripts/gpu/remeasure.sh [S]   b1 with the PyTorch anchor, a second b1, ncu of one b1 bench,
 #                                       the whole GPU binary with the step-preset gate, b8 with the
 #                                       PyTorch anchor, selftest, then issue 24's other shapes
-#                                       (t8, b2, b4, t2, t4; no PyTorch) while time is left
+#                                       (t8, b2, b4, t2, t4; no PyTorch) and b8 with the rows' door
+#                                       DECODE_V2 (the form a batched-serving user runs) while time is left
 # Carry target-g/ (`bash scripts/gpu/carry.sh main` builds it: mg-main = memra-gates, gpu-main =
 # the runtime's GPU test binary, stripped). Measured first at 02e752d (docs/gpu/2026-12-05-remeasure/).
 set -uo pipefail
@@ -29,5 +30,6 @@ bench_shape shape-b2 40 --no-torch --batch 2
 bench_shape shape-b4 40 --no-torch --batch 4
 bench_shape shape-t2 40 --no-torch --columns 2
 bench_shape shape-t4 40 --no-torch --columns 4
+bench_shape shape-b8-v2 40 --no-torch --batch 8 --door decode_v2 --door f32_mirror
 pack_logs remeasure.tgz 'gpu_*.log' selftest.log 'b1-*' 'shape-*' 'ncu-*.log'
 echo "done in $(( $(date +%s)-STEPS_START ))s"
