@@ -121,11 +121,13 @@ ncu_pass() {
   ncu_means "/tmp/$name.log" "[a-z]"
 }
 # `b1_rounds N V...`: the b1 bench (bench_step) of target-g/mg-V for every V, interleaved, N rounds
-# (b1-V-ROUND): builds compared within one call.
-b1_rounds() {
-  local n=$1 r v; shift
+# (b1-V-ROUND): builds compared within one call. `pass_rounds N B V...`: the same at B rows per pass
+# (bB-V-ROUND).
+b1_rounds() { pass_rounds "$1" 1 "${@:2}"; }
+pass_rounds() {
+  local n=$1 b=$2 r v; shift 2
   for ((r = 0; r < n; r++)); do
-    for v in "$@"; do bench_step "b1-$v-$r" "target-g/mg-$v" 1; done
+    for v in "$@"; do bench_step "b$b-$v-$r" "target-g/mg-$v" "$b"; done
   done
 }
 # `step_module NAME`: target-g/gpu-NAME's cuda_step:: module (the grouped expert kernels against
