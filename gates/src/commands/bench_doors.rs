@@ -29,7 +29,7 @@ pub struct BenchDoors {
     pub set: DoorSet,
     /// Environment name → on, for the receipt's run identity.
     pub env: BTreeMap<String, bool>,
-    /// Door id → its engagement counter.
+    /// Door id → its engagement counter, for every enabled door with work at the pass shape.
     pub engagement: BTreeMap<String, String>,
     /// The receipt's `doors` identity field as `bench --compare` prints it: every enabled door
     /// but the graph door (`graph` is its own field), `ENV=true` sorted, or `defaults`.
@@ -81,19 +81,23 @@ pub fn resolve(
             return Err(refuse(format!("{rule} (bench runs TP1 over host-bounce)")))
         }
     }
+    // A door asked for that has no work at this pass shape is refused; one that is on by default
+    // (promoted) is part of the default program wherever it has work, and simply idle elsewhere.
+    let asked = |id: &str| request.doors.get(id).copied().unwrap_or(false);
     for id in &enabled {
-        if let Some(why) = registry.door(id).and_then(|d| d.not_at_pass(pass)) {
+        if let Some(why) = registry.door(id).and_then(|d| d.not_at_pass(pass)).filter(|_| asked(id)) {
             return Err(refuse(format!("{why}; its timing would be the default program's")));
         }
     }
     let set = request.to_door_set(registry)?;
     let doors: Vec<_> = enabled.iter().filter_map(|id| registry.door(id)).collect();
+    let working: Vec<_> = doors.iter().filter(|d| d.not_at_pass(pass).is_none()).collect();
     let mut others: Vec<String> = doors.iter().filter(|d| d.id != GRAPH).map(|d| format!("{}=true", d.env)).collect();
     others.sort();
     Ok(BenchDoors {
         identity: if others.is_empty() { "defaults".into() } else { others.join(" ") },
         env: doors.iter().map(|d| (d.env.clone(), true)).collect(),
-        engagement: doors.iter().map(|d| (d.id.clone(), d.engagement.clone())).collect(),
+        engagement: working.iter().map(|d| (d.id.clone(), d.engagement.clone())).collect(),
         enabled,
         set,
     })
@@ -139,6 +143,19 @@ mod tests {
     fn a_door_without_work_at_the_pass_is_refused_before_timing() {
         let e = resolve_flags(&["decode_v2", "f32_mirror"], PassShape::SINGLE).unwrap_err().to_string();
         assert!(e.contains("decode_v2 at single") && e.contains("default program"), "{e}");
+    }
+
+    #[test]
+    fn a_promoted_door_without_work_at_the_pass_is_timed_idle_not_refused() {
+        let on = BTreeSet::from(["decode_v2", "f32_mirror"]);
+        let promoted = crate::registry::file::set_defaults_on(crate::registry::BUILTIN_REGISTRY, "test", &on).unwrap();
+        let reg = Registry::from_toml_str(&promoted, "promoted").unwrap();
+        let d = resolve(&reg, &[], BackendKind::Cuda, PassShape::SINGLE).unwrap();
+        assert!(d.set.decode_v2 && d.enabled.contains("decode_v2"));
+        assert!(!d.engagement.contains_key("decode_v2"), "idle at single: not held to engage");
+        assert!(d.engagement.contains_key("f32_mirror"));
+        let d = resolve(&reg, &[], BackendKind::Cuda, b8()).unwrap();
+        assert!(d.engagement.contains_key("decode_v2"), "at b8 it has work: it must engage");
     }
 
     #[test]
