@@ -68,7 +68,8 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
             2 * runnable + baselines,
             runnable + baselines
         );
-        crate::say!("{}", super::matrix_estimate::explain(&registry, &plan.legal, &args.history)?);
+        let per_backend = super::matrix_estimate::baselines_by_backend(&jobs);
+        crate::say!("{}", super::matrix_estimate::explain(&registry, &plan.legal, &args.history, &per_backend)?);
     }
     Ok(Status::Passed)
 }

@@ -49,6 +49,31 @@ impl Sample {
     }
 }
 
+/// Census baseline runs per backend: how many the plan needs, and how many the history's runs
+/// needed (`crate::suite::unshared_baselines` of each run's own configurations). A shard needs
+/// several times a whole night's count per configuration — the set that provides a neighbour's
+/// baseline often lands in another shard (shard 7/200 of tiny's CUDA plan: 355 for 103
+/// configurations; the whole plan: 6,672 for 20,240) — so the history's baseline time is a cost
+/// per baseline run, and the plan pays its own count. Empty: baselines stay in each
+/// configuration's own time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BaselineRuns {
+    pub plan: BTreeMap<BackendKind, usize>,
+    pub history: BTreeMap<BackendKind, usize>,
+}
+
+/// Census baselines per backend among `jobs` that none of their own runs provides.
+pub fn baselines_by_backend(jobs: &[crate::job::Job]) -> BTreeMap<BackendKind, usize> {
+    let backends: BTreeSet<BackendKind> = jobs.iter().map(|j| j.backend).collect();
+    backends
+        .into_iter()
+        .map(|b| {
+            let of_b: Vec<crate::job::Job> = jobs.iter().filter(|j| j.backend == b).cloned().collect();
+            (b, crate::suite::unshared_baselines(&of_b))
+        })
+        .collect()
+}
+
 /// The estimate of a plan.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Estimate {
@@ -63,6 +88,10 @@ pub struct Estimate {
     pub probe_ms: f64,
     /// Once per plan: model generation and reference runs (ms).
     pub once_ms: f64,
+    /// Census baseline runs the plan needs where the history says what one costs, and their time
+    /// (ms, inside host/cuda).
+    pub baselines: usize,
+    pub baseline_ms: f64,
     /// Configurations estimated from their own history, from their (backend, TP), from all of
     /// their backend's receipts.
     pub seen: usize,
@@ -103,14 +132,28 @@ fn layout_key(registry: &Registry, c: &Configuration) -> (BackendKind, usize, St
 }
 
 /// Estimate running `legal` from `history`.
-pub fn estimate(registry: &Registry, legal: &[Configuration], history: &[Sample]) -> Estimate {
+pub fn estimate(registry: &Registry, legal: &[Configuration], history: &[Sample], runs: &BaselineRuns) -> Estimate {
+    // The history's baseline time per backend, per baseline run where its count is known.
+    let mut oracle: BTreeMap<BackendKind, f64> = BTreeMap::new();
+    for s in history {
+        *oracle.entry(s.config.backend).or_default() += s.get("phase_oracle_ms").unwrap_or(0.0);
+    }
+    let unit: BTreeMap<BackendKind, f64> = oracle
+        .iter()
+        .filter_map(|(b, ms)| {
+            let n = runs.history.get(b).copied().unwrap_or(0);
+            (n > 0 && *ms > 0.0).then(|| (*b, ms / n as f64))
+        })
+        .collect();
     let mut by_config: BTreeMap<&Configuration, Vec<f64>> = BTreeMap::new();
     let mut by_class: BTreeMap<(BackendKind, usize), Vec<f64>> = BTreeMap::new();
     let mut uploads: BTreeMap<(BackendKind, usize), Vec<f64>> = BTreeMap::new();
     let mut probes: BTreeMap<(BackendKind, usize), Vec<f64>> = BTreeMap::new();
     let mut once: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
     for s in history {
-        let own = s.own_ms();
+        let baselines =
+            if unit.contains_key(&s.config.backend) { s.get("phase_oracle_ms").unwrap_or(0.0) } else { 0.0 };
+        let own = (s.own_ms() - baselines).max(0.0);
         by_config.entry(&s.config).or_default().push(own);
         by_class.entry((s.config.backend, s.config.tp)).or_default().push(own);
         if let Some(u) = s.get("phase_upload_ms").filter(|u| *u > 0.0) {
@@ -174,6 +217,15 @@ pub fn estimate(registry: &Registry, legal: &[Configuration], history: &[Sample]
             BackendKind::Cuda => est.cuda_ms += p,
         }
     }
+    for (backend, u) in &unit {
+        let n = runs.plan.get(backend).copied().unwrap_or(0);
+        est.baselines += n;
+        est.baseline_ms += n as f64 * u;
+        match backend {
+            BackendKind::Host => est.host_ms += n as f64 * u,
+            BackendKind::Cuda => est.cuda_ms += n as f64 * u,
+        }
+    }
     let once: Vec<f64> = once.values().map(|(plan, refs)| plan + refs).collect();
     est.once_ms = median(&once).unwrap_or(0.0);
     est
@@ -198,7 +250,14 @@ fn short(digest: &str) -> &str {
 /// The estimate of running `legal`, from the receipt directories `history` (one per earlier
 /// run), as lines for `matrix --explain`: which receipts it used, then the figures. Refused when
 /// the directories hold no run receipt, or receipts of more than one model or battery.
-pub fn explain(registry: &Registry, legal: &[Configuration], history: &[PathBuf]) -> Result<String, GateError> {
+/// `plan_baselines`: the census baseline runs the plan needs, per backend (`baselines_by_backend`
+/// of its jobs).
+pub fn explain(
+    registry: &Registry,
+    legal: &[Configuration],
+    history: &[PathBuf],
+    plan_baselines: &BTreeMap<BackendKind, usize>,
+) -> Result<String, GateError> {
     if history.is_empty() {
         return Ok("estimated duration: not estimated — no receipts of earlier runs given (--history DIR… names \
                    the receipt directories of earlier runs)"
@@ -251,8 +310,24 @@ pub fn explain(registry: &Registry, legal: &[Configuration], history: &[PathBuf]
             n => format!("{} ({n} run receipt(s))", r.dir.display()),
         })
         .collect();
+    // What each earlier run's own configurations needed in census baselines.
+    let mut counts = BaselineRuns { plan: plan_baselines.clone(), history: BTreeMap::new() };
+    for r in &runs {
+        let configs: BTreeSet<Configuration> = r.samples.iter().map(|s| s.config.clone()).collect();
+        let plan = crate::matrix::MatrixPlan {
+            legal: configs.into_iter().collect(),
+            excluded: Vec::new(),
+            not_applicable: Vec::new(),
+            smallest_sets_only: false,
+            pass_notes: Vec::new(),
+        };
+        let jobs = crate::plan::jobs_of(registry, &plan, &crate::env::DoorRequest::default(), 1, None)?;
+        for (b, n) in baselines_by_backend(&jobs) {
+            *counts.history.entry(b).or_default() += n;
+        }
+    }
     let samples: Vec<Sample> = runs.into_iter().flat_map(|r| r.samples).collect();
-    let e = estimate(registry, legal, &samples);
+    let e = estimate(registry, legal, &samples, &counts);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let clock = |ms: f64| crate::suite::clock(ms / 1e3);
     let mut out = format!(
@@ -279,6 +354,15 @@ pub fn explain(registry: &Registry, legal: &[Configuration], history: &[PathBuf]
         e.by_class,
         e.by_all
     );
+    if e.baselines > 0 {
+        let history: usize = counts.history.values().sum();
+        out += &format!(
+            "; census baselines: the plan's {} run(s), {} at the history's cost per baseline run (its {history} \
+             baseline run(s), not its per-configuration share: a shard needs more per configuration than a whole plan)",
+            e.baselines,
+            clock(e.baseline_ms)
+        );
+    }
     for (backend, n) in &e.unestimated {
         out += &format!(
             "\n{n} {} configuration(s) not estimated: the history holds no {} run receipt",
@@ -321,7 +405,7 @@ mod tests {
         // Four TP1 configurations on one layout (two of them seen), one of another layout (F32 mirror).
         let f32m = config(BackendKind::Cuda, 1, &["f32_mirror"]);
         let legal = vec![plan(1), p2p(1), plan(1), p2p(1), f32m];
-        let e = estimate(&r, &legal, &history);
+        let e = estimate(&r, &legal, &history, &BaselineRuns::default());
         assert_eq!((e.seen, e.by_class, e.by_all), (4, 1, 0));
         assert_eq!(e.uploads, 2, "two weight layouts");
         assert_eq!(e.upload_ms, 80_000.0);
@@ -346,16 +430,44 @@ mod tests {
         let mut legal: Vec<Configuration> = (0..4).map(|_| hb(&["graph"])).chain((0..4).map(|_| p2p(&[]))).collect();
         legal.extend([config(BackendKind::Cuda, 1, &[]), config(BackendKind::Cuda, 1, &[])]);
         let history = [history, vec![sample(config(BackendKind::Cuda, 1, &[]), 500.0, &[])]].concat();
-        let e = estimate(&r, &legal, &history);
+        let e = estimate(&r, &legal, &history, &BaselineRuns::default());
         assert_eq!((e.probes, e.probe_ms), (2, 6_000.0));
         assert_eq!(e.cuda_ms, 8.0 * 1_000.0 + 2.0 * 500.0 + 6_000.0, "own times 1 s, 0.5 s; probes once per lane");
+    }
+
+    /// A shard's baselines are a cost per baseline run: the plan pays its own count of them, not
+    /// the shard's share per configuration.
+    #[test]
+    fn census_baselines_are_paid_per_baseline_run_of_the_plan() {
+        let r = Registry::builtin().unwrap();
+        let c = |doors: &[&str]| config(BackendKind::Cuda, 2, doors);
+        // A shard of two configurations that needed 6 baseline runs, 600 ms in all (100 ms each);
+        // each configuration's own runs took 200 ms.
+        let history = vec![
+            sample(c(&["graph"]), 500.0, &[("phase_oracle_ms", 300.0)]),
+            sample(c(&["dcw"]), 500.0, &[("phase_oracle_ms", 300.0)]),
+        ];
+        let legal: Vec<Configuration> = (0..10).map(|_| c(&["graph"])).collect();
+        let runs = BaselineRuns {
+            plan: BTreeMap::from([(BackendKind::Cuda, 4)]),
+            history: BTreeMap::from([(BackendKind::Cuda, 6)]),
+        };
+        let e = estimate(&r, &legal, &history, &runs);
+        assert_eq!((e.baselines, e.baseline_ms), (4, 400.0));
+        assert_eq!(e.cuda_ms, 10.0 * 200.0 + 400.0);
+        // Without counts the baselines stay in each configuration's time (the shard's share).
+        let e = estimate(&r, &legal, &history, &BaselineRuns::default());
+        assert_eq!((e.baselines, e.cuda_ms), (0, 10.0 * 500.0));
+        // A host history says nothing about CUDA baselines.
+        let host_only = BaselineRuns { history: BTreeMap::from([(BackendKind::Host, 6)]), ..runs };
+        assert_eq!(estimate(&r, &legal, &history, &host_only).cuda_ms, 10.0 * 500.0);
     }
 
     #[test]
     fn receipts_without_phases_count_their_wall_time() {
         let r = Registry::builtin().unwrap();
         let c = config(BackendKind::Host, 2, &[]);
-        let e = estimate(&r, &[c.clone(), c.clone()], &[sample(c, 3_000.0, &[])]);
+        let e = estimate(&r, &[c.clone(), c.clone()], &[sample(c, 3_000.0, &[])], &BaselineRuns::default());
         assert_eq!((e.host_ms, e.uploads, e.once_ms), (6_000.0, 0, 0.0));
         assert_eq!(e.wall_ms(2), 3_000.0);
     }
@@ -365,7 +477,8 @@ mod tests {
         let r = Registry::builtin().unwrap();
         let host = config(BackendKind::Host, 1, &[]);
         let cuda = config(BackendKind::Cuda, 1, &[]);
-        let e = estimate(&r, &[host.clone(), cuda.clone(), cuda], &[sample(host, 5_000.0, &[])]);
+        let e =
+            estimate(&r, &[host.clone(), cuda.clone(), cuda], &[sample(host, 5_000.0, &[])], &BaselineRuns::default());
         assert_eq!((e.seen, e.by_class, e.by_all, e.host_ms, e.cuda_ms), (1, 0, 0, 5_000.0, 0.0));
         assert_eq!(e.unestimated, BTreeMap::from([(BackendKind::Cuda, 2)]));
     }
@@ -374,11 +487,11 @@ mod tests {
     fn no_history_is_said_and_an_empty_one_refused() {
         let r = Registry::builtin().unwrap();
         let legal = [config(BackendKind::Host, 1, &[])];
-        let said = explain(&r, &legal, &[]).unwrap();
+        let said = explain(&r, &legal, &[], &BTreeMap::new()).unwrap();
         assert!(said.contains("not estimated") && !said.contains("estimated duration: 0"), "{said}");
         let empty = std::env::temp_dir().join(format!("memra-estimate-empty-{}", std::process::id()));
         std::fs::create_dir_all(&empty).unwrap();
-        let refused = explain(&r, &legal, std::slice::from_ref(&empty)).unwrap_err().to_string();
+        let refused = explain(&r, &legal, std::slice::from_ref(&empty), &BTreeMap::new()).unwrap_err().to_string();
         std::fs::remove_dir_all(&empty).unwrap();
         assert!(refused.contains("no run receipt") && refused.contains(&empty.display().to_string()), "{refused}");
     }
