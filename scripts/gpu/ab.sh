@@ -2,11 +2,10 @@
 # Builds against a base in one call (a launch or kernel change in review):
 #   [R=3] [BATCH=1] [WHOLE=NAME] bash scripts/gpu/ab.sh S BASE NEW [NEW...]
 # b1 (or bBATCH: a rows kernel in review) of BASE and every NEW interleaved (R rounds); b8 of every
-# build; each NEW's GPU binary on its
-# cuda_step:: module (expert kernels against their twins, the step-preset device-host gate) and
-# its selftest; ncu of every build at b1 (caches flushed) and of BASE with warm caches; then the
-# whole GPU binary of WHOLE (a name among them)
-# while time is left. Every step runs while its time is left (S seconds for the call).
+# build; each NEW's GPU binary on its cuda_step:: module (expert kernels against their twins, the
+# step-preset device-host gate) and its selftest; ncu of every build at b1 (caches flushed) and of
+# BASE with warm caches; then the whole GPU binary of WHOLE (a name among them) while time is left.
+# Every step runs while its time is left (S seconds for the call).
 # Carry target-g/ with mg-NAME for every build and gpu-NAME for every NEW and WHOLE
 # (`bash scripts/gpu/carry.sh NAME [CHECKOUT]`). Four builds pass the 64 MiB carry limit with the
 # tree: pack them (`tar cJf target-gz/g.tar.xz target-g`, about 13 MB for four), carry

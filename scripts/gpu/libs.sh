@@ -99,27 +99,22 @@ bench_b1_b8() {
 # base while it profiles; the lent machine's rules say to leave the clocks alone (the device tool's
 # method notes), so it runs with `--clock-control none` and its times are at the clocks the card
 # runs (the logs before this line was added are at base clocks).
-ncu_b1() {
-  local name=$1 need=$2 bin=${3:-$G} cache=${4:-all}
+ncu_b1() { ncu_bench "$1" "$2" "${3:-$G}" "${4:-all}" 1 200 80; }
+# `ncu_bench NAME NEED_S BIN CACHE BATCH SKIP COUNT [REGEX]`: the common body — COUNT launches of
+# BIN's bench at B = BATCH after SKIP, CSV into $OUT, the means per kernel (ncu_means REGEX).
+ncu_bench() {
+  local name=$1 need=$2 bin=$3 cache=$4 batch=$5 skip=$6 count=$7
   [ -n "$NCU" ] || { echo "$name: no ncu on this machine"; return; }
-  step "$name" "$need" "$NCU" --clock-control none --cache-control "$cache" --metrics gpu__time_duration.sum --csv --launch-skip 200 \
-    --launch-count 80 "$bin" bench \
-    --backend cuda --preset step --layers 2 --batch 1 --no-torch --out "/tmp/$name-bench"
+  step "$name" "$need" "$NCU" --clock-control none --cache-control "$cache" --metrics gpu__time_duration.sum --csv \
+    --launch-skip "$skip" --launch-count "$count" "$bin" bench --backend cuda --preset step --layers 2 \
+    --batch "$batch" --no-torch --out "/tmp/$name-bench"
   cp "/tmp/$name.log" "$OUT/$name.csv"
-  ncu_means "/tmp/$name.log"
+  ncu_means "/tmp/$name.log" ${8:+"$8"}
 }
 # `ncu_pass NAME BATCH BIN`: ncu of about two passes of BIN's bench at B = BATCH (the default
 # program: a b8 pass is about 70 launches per layer; the warm-up skipped), CSV into $OUT, the mean
 # per kernel of every kernel.
-ncu_pass() {
-  local name=$1 batch=$2 bin=$3
-  [ -n "$NCU" ] || { echo "$name: no ncu on this machine"; return; }
-  step "$name" 60 "$NCU" --clock-control none --cache-control all --metrics gpu__time_duration.sum --csv \
-    --launch-skip 400 --launch-count 300 "$bin" bench --backend cuda --preset step --layers 2 --batch "$batch" \
-    --no-torch --out "/tmp/$name-bench"
-  cp "/tmp/$name.log" "$OUT/$name.csv"
-  ncu_means "/tmp/$name.log" "[a-z]"
-}
+ncu_pass() { ncu_bench "$1" 60 "$3" all "$2" 400 300 "[a-z]"; }
 # `b1_rounds N V...`: the b1 bench (bench_step) of target-g/mg-V for every V, interleaved, N rounds
 # (b1-V-ROUND): builds compared within one call. `pass_rounds N B V...`: the same at B rows per pass
 # (bB-V-ROUND).

@@ -81,7 +81,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     // Read the base before the run: an unreadable one is refused before minutes of timing.
     let base = args.compare.as_ref().map(|p| super::bench_compare::read("--compare", p)).transpose()?;
     let registry = plan::load_registry(&None)?;
-    let request = plan::door_request(&registry, &args.doors)?;
+    let request = bench_doors::request(&registry, &args.doors, args.graph)?;
     if let Some(dir) = args.out.as_ref().filter(|d| d.is_file() || d.extension().is_some_and(|e| e == "json")) {
         return Err(GateError::usage(format!(
             "--out {}: bench writes its receipt as run-<id>.json into a directory; give a directory, not a file name",
@@ -96,11 +96,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
         ));
     }
     let pass = memra_runtime::PassShape::new(args.batch, args.columns)?;
-    let mut door_flags = args.doors.clone();
-    if args.graph {
-        door_flags.push(bench_doors::GRAPH.to_string());
-    }
-    let doors = bench_doors::resolve(&registry, &door_flags, backend, pass)?;
+    let doors = bench_doors::resolve(&registry, &request, backend, pass)?;
     let lanes = pass.lanes();
     let warmup = args.warmup;
     if doors.graph() && warmup < 2 {
@@ -215,7 +211,8 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     }
     crate::say!("doors timed: {} (graph {})", doors.identity, if doors.graph() { "on" } else { "off" });
     if doors.graph() {
-        let replays = record.engaged.get("graph.replays").copied().unwrap_or(0);
+        let counter = doors.engagement.get(bench_doors::GRAPH).map_or("graph.replays", String::as_str);
+        let replays = record.engaged.get(counter).copied().unwrap_or(0);
         crate::say!(
             "MEMRA_STEP_TP_GRAPH: the whole step replayed {replays} times (recorded on step 0, captured on step 1)"
         );

@@ -48,9 +48,6 @@ fn identity(r: &Receipt) -> Vec<(&'static str, String)> {
     let layers = r.measurements.latency.iter().filter(|e| e.seam != "final_norm" && e.seam != "logits");
     let n_layers = layers.map(|e| e.layer + 1).max().unwrap_or(0);
     let graph = c.doors.get(GRAPH_DOOR).copied().unwrap_or(false);
-    let mut other_doors: Vec<String> =
-        c.doors.iter().filter(|(k, _)| *k != GRAPH_DOOR).map(|(k, v)| format!("{k}={v}")).collect();
-    other_doors.sort();
     // The device: its name, architecture and memory (`cuda: <ranks>; <name> <arch> <GiB>; <nvrtc>`),
     // not its ordinal or the compile options; the host's description on the host backend.
     let device = match (&r.measurements.device, c.backend) {
@@ -69,9 +66,20 @@ fn identity(r: &Receipt) -> Vec<(&'static str, String)> {
         ("columns", c.columns.unwrap_or(1).to_string()),
         ("backend", c.backend.as_str().to_string()),
         ("graph", if graph { "on" } else { "off" }.to_string()),
-        ("doors", if other_doors.is_empty() { "defaults".into() } else { other_doors.join(" ") }),
+        ("doors", doors_identity(&c.doors)),
         ("device", device),
     ]
+}
+
+/// The `doors` field of a performance receipt's identity: its door variables but the graph door
+/// (a field of its own), `NAME=value` sorted, or `defaults`.
+pub fn doors_identity(doors: &std::collections::BTreeMap<String, bool>) -> String {
+    let others: Vec<String> = doors.iter().filter(|(k, _)| *k != GRAPH_DOOR).map(|(k, v)| format!("{k}={v}")).collect();
+    if others.is_empty() {
+        "defaults".into()
+    } else {
+        others.join(" ")
+    }
 }
 
 /// The first field two receipts disagree on: the field, the base's value, the new one's.

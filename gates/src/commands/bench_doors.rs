@@ -10,6 +10,7 @@
 //! After the run every door must have engaged (its registry counter above zero), or the receipt
 //! says the timing is the default program's under another name.
 
+use crate::env::DoorRequest;
 use crate::error::GateError;
 use crate::matrix::{classify, Configuration, Legality};
 use crate::registry::Registry;
@@ -31,8 +32,7 @@ pub struct BenchDoors {
     pub env: BTreeMap<String, bool>,
     /// Door id → its engagement counter, for every enabled door with work at the pass shape.
     pub engagement: BTreeMap<String, String>,
-    /// The receipt's `doors` identity field as `bench --compare` prints it: every enabled door
-    /// but the graph door (`graph` is its own field), `ENV=true` sorted, or `defaults`.
+    /// The receipt's `doors` identity field (`bench_compare::doors_identity` of `env`).
     pub identity: String,
 }
 
@@ -51,15 +51,23 @@ impl BenchDoors {
     }
 }
 
-/// Resolve and check the doors of a bench: `flags` are `--door` values (`--graph` already added
-/// as `graph`), laid over the environment's doors.
+/// The doors a bench asks for: `--door` values and `--graph` (as the graph door) laid over the
+/// environment's doors, checked for requirements and conflicts.
+pub fn request(registry: &Registry, doors: &[String], graph: bool) -> Result<DoorRequest, GateError> {
+    let mut flags = doors.to_vec();
+    if graph {
+        flags.push(GRAPH.to_string());
+    }
+    crate::plan::door_request(registry, &flags)
+}
+
+/// Check the requested doors against the bench's configuration and say what is timed.
 pub fn resolve(
     registry: &Registry,
-    flags: &[String],
+    request: &DoorRequest,
     backend: BackendKind,
     pass: PassShape,
 ) -> Result<BenchDoors, GateError> {
-    let request = crate::plan::door_request(registry, flags)?;
     let enabled = request.enabled(registry);
     let refuse = |rule: String| GateError::usage(format!("bench doors {{{}}}: {rule}", list(&enabled)));
     if let Some(c) = enabled.iter().find(|id| registry.door(id).is_some_and(|d| d.is_canary())) {
@@ -92,11 +100,10 @@ pub fn resolve(
     let set = request.to_door_set(registry)?;
     let doors: Vec<_> = enabled.iter().filter_map(|id| registry.door(id)).collect();
     let working: Vec<_> = doors.iter().filter(|d| d.not_at_pass(pass).is_none()).collect();
-    let mut others: Vec<String> = doors.iter().filter(|d| d.id != GRAPH).map(|d| format!("{}=true", d.env)).collect();
-    others.sort();
+    let env: BTreeMap<String, bool> = doors.iter().map(|d| (d.env.clone(), true)).collect();
     Ok(BenchDoors {
-        identity: if others.is_empty() { "defaults".into() } else { others.join(" ") },
-        env: doors.iter().map(|d| (d.env.clone(), true)).collect(),
+        identity: super::bench_compare::doors_identity(&env),
+        env,
         engagement: working.iter().map(|d| (d.id.clone(), d.engagement.clone())).collect(),
         enabled,
         set,
@@ -117,7 +124,8 @@ mod tests {
 
     fn resolve_flags(flags: &[&str], pass: PassShape) -> Result<BenchDoors, GateError> {
         let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
-        resolve(&registry(), &flags, BackendKind::Cuda, pass)
+        let reg = registry();
+        resolve(&reg, &request(&reg, &flags, false)?, BackendKind::Cuda, pass)
     }
 
     fn b8() -> PassShape {
@@ -150,11 +158,12 @@ mod tests {
         let on = BTreeSet::from(["decode_v2", "f32_mirror"]);
         let promoted = crate::registry::file::set_defaults_on(crate::registry::BUILTIN_REGISTRY, "test", &on).unwrap();
         let reg = Registry::from_toml_str(&promoted, "promoted").unwrap();
-        let d = resolve(&reg, &[], BackendKind::Cuda, PassShape::SINGLE).unwrap();
+        let none = request(&reg, &[], false).unwrap();
+        let d = resolve(&reg, &none, BackendKind::Cuda, PassShape::SINGLE).unwrap();
         assert!(d.set.decode_v2 && d.enabled.contains("decode_v2"));
         assert!(!d.engagement.contains_key("decode_v2"), "idle at single: not held to engage");
         assert!(d.engagement.contains_key("f32_mirror"));
-        let d = resolve(&reg, &[], BackendKind::Cuda, b8()).unwrap();
+        let d = resolve(&reg, &none, BackendKind::Cuda, b8()).unwrap();
         assert!(d.engagement.contains_key("decode_v2"), "at b8 it has work: it must engage");
     }
 

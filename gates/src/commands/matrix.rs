@@ -60,7 +60,9 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
         crate::say!("{}", plan.explain());
         let jobs = plan::jobs_of(&registry, &plan, &request, 1, None)?;
         let runnable = jobs.iter().filter(|j| j.not_run.is_none()).count();
-        let baselines = crate::suite::unshared_baselines(&jobs);
+        // Baseline keys hold the backend: the plan's count is the sum of its backends'.
+        let per_backend = super::matrix_estimate::baselines_by_backend(&jobs);
+        let baselines: usize = per_backend.values().sum();
         crate::say!(
             "runs on one model: {runnable} configuration(s) × 2 (the determinism gate's second run) + at least \
              {baselines} census baseline(s) that no configuration's own run provides = {}; {runnable} of them timed \
@@ -68,7 +70,6 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
             2 * runnable + baselines,
             runnable + baselines
         );
-        let per_backend = super::matrix_estimate::baselines_by_backend(&jobs);
         crate::say!("{}", super::matrix_estimate::explain(&registry, &plan.legal, &args.history, &per_backend)?);
     }
     Ok(Status::Passed)
