@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use memra_runtime::config::DoorSet;
 
-use crate::registry::{FlipAt, Registry, RegistryError, SettingValue, CANARY_FLIP_AT, REQUIRE_GPU};
+use crate::registry::{FlipAt, Registry, RegistryError, SettingValue, CANARY_FLIP_AT, HOST_CLOCK, REQUIRE_GPU};
 use crate::text::{best, edit_distance};
 
 /// The prefix every door variable and tool setting shares.
@@ -42,8 +42,18 @@ impl DoorRequest {
 
     /// `MEMRA_REQUIRE_GPU`: whether GPU skips must become failures.
     pub fn require_gpu(&self, registry: &Registry) -> bool {
-        let given = self.settings.get(REQUIRE_GPU).cloned();
-        let default = registry.setting(REQUIRE_GPU).and_then(|s| s.default_value.clone());
+        self.flag(registry, REQUIRE_GPU)
+    }
+
+    /// `MEMRA_HOST_CLOCK`: whether runs time their host side (`memra_runtime::host_clock`).
+    pub fn host_clock(&self, registry: &Registry) -> bool {
+        self.flag(registry, HOST_CLOCK)
+    }
+
+    /// A `bool01` setting's value, or the registry default.
+    fn flag(&self, registry: &Registry, env: &str) -> bool {
+        let given = self.settings.get(env).cloned();
+        let default = registry.setting(env).and_then(|s| s.default_value.clone());
         matches!(given.or(default), Some(SettingValue::Bool(true)))
     }
 
@@ -95,10 +105,12 @@ pub fn path_var() -> std::ffi::OsString {
     std::env::var_os("PATH").unwrap_or_default()
 }
 
-/// The CUDA toolkit's location variables (`CUDA_HOME`, `CUDA_PATH`; `None` for any other name):
-/// where the outside witness looks for CUPTI (`subject::protocol::witness`).
+/// The CUDA variables the tool reads (`None` for any other name): the toolkit's location
+/// (`CUDA_HOME`, `CUDA_PATH`), where the outside witness looks for CUPTI
+/// (`subject::protocol::witness`), and the MPS control pipe's folder (`CUDA_MPS_PIPE_DIRECTORY`,
+/// `run --worker-processes`).
 pub fn cuda_var(name: &str) -> Option<std::ffi::OsString> {
-    matches!(name, "CUDA_HOME" | "CUDA_PATH").then(|| std::env::var_os(name)).flatten()
+    matches!(name, "CUDA_HOME" | "CUDA_PATH" | "CUDA_MPS_PIPE_DIRECTORY").then(|| std::env::var_os(name)).flatten()
 }
 
 /// Read the `MEMRA_*` variables out of an environment (pass `std::env::vars()` or a test list).

@@ -12,6 +12,7 @@ pub mod config;
 pub mod door;
 pub mod error;
 pub mod evidence;
+pub mod host_clock;
 pub mod model;
 pub mod program;
 pub mod provenance;

@@ -31,8 +31,9 @@ pub use file::{BUILTIN_REGISTRY, SCHEMA_VERSION};
 pub use memra_kernels::grid::TP_SIZES;
 pub use memra_runtime::backend::BackendKind;
 pub use settings::{
-    FlipAt, Setting, SettingFormat, SettingValue, CANARY_FLIP_AT, DIST_TIMEOUT_S, NCCL_ID_DIR, PROCESS, REQUIRE_GPU,
-    SUBJECT_BACKEND, SUBJECT_BATTERY, SUBJECT_MODEL, SUBJECT_PROTOCOL, SUBJECT_TAPE, SUBJECT_TP, SUBJECT_TRANSPORT,
+    FlipAt, Setting, SettingFormat, SettingValue, CANARY_FLIP_AT, DIST_TIMEOUT_S, HOST_CLOCK, NCCL_ID_DIR, PROCESS,
+    REQUIRE_GPU, SUBJECT_BACKEND, SUBJECT_BATTERY, SUBJECT_MODEL, SUBJECT_PROTOCOL, SUBJECT_TAPE, SUBJECT_TP,
+    SUBJECT_TRANSPORT,
 };
 
 /// What a door claims about the numbers (docs/DESIGN.md §4.2).

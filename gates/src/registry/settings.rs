@@ -159,6 +159,8 @@ pub struct Setting {
 
 /// Env name of the setting that turns GPU skips into failures.
 pub const REQUIRE_GPU: &str = "MEMRA_REQUIRE_GPU";
+/// Env name of the setting that times the host side of runs (runtime/src/host_clock.rs).
+pub const HOST_CLOCK: &str = "MEMRA_HOST_CLOCK";
 /// Env names of the settings of a run over several processes (`--process`, `--nccl-id-dir`,
 /// `--dist-timeout-s`).
 pub const PROCESS: &str = "MEMRA_PROCESS";

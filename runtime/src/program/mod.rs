@@ -378,6 +378,7 @@ pub fn run(model: &Model, cfg: &RunConfig, b: &mut dyn Backend) -> Result<Record
 /// `Layout::of(cfg)`: fresh activation buffers and KV caches, the backend rewound to the upload
 /// first, so the record is the one [`run`] gives on a fresh backend.
 pub fn run_prepared(model: &Model, cfg: &RunConfig, b: &mut dyn Backend, prepared: &Prepared) -> Result<Record> {
+    let _clock = crate::host_clock::start(crate::host_clock::Entry::Run);
     check_run(model, cfg, b)?;
     let layout = Layout::of(cfg);
     if layout != prepared.layout {

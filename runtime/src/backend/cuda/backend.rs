@@ -28,6 +28,7 @@ impl Backend for CudaBackend {
     /// tickets, engagement counters and the census. Weights, expert groups, NCCL communicators, staging and
     /// doorbells stay (doorbell tickets only ever grow).
     fn rewind(&mut self, to: &crate::backend::Checkpoint) -> Result<()> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Rewind);
         self.no_open_segment("rewind")?;
         if to.buffers.len() != self.ranks.len() {
             return Err(RuntimeError::Contract(format!(
@@ -99,6 +100,7 @@ impl Backend for CudaBackend {
     }
 
     fn upload_weight(&mut self, rank: usize, shard: &MatrixShard) -> Result<WeightId> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Upload);
         self.check_rank(rank)?;
         let ctx = self.ctx_of(rank).clone();
         let what = format!("weight {} on rank {rank}", self.ranks[rank].weights.len());
@@ -110,6 +112,7 @@ impl Backend for CudaBackend {
     }
 
     fn alloc(&mut self, rank: usize, len: usize) -> Result<BufId> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Alloc);
         self.check_rank(rank)?;
         if i32::try_from(len).is_err() {
             return Err(RuntimeError::Capacity {
@@ -127,6 +130,7 @@ impl Backend for CudaBackend {
     }
 
     fn write(&mut self, rank: usize, dst: Slice, data: &[f32]) -> Result<()> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Write);
         self.no_open_segment("write")?;
         let ptr = self.slice_region(rank, dst, "write")?;
         if data.len() != dst.len {
@@ -147,6 +151,7 @@ impl Backend for CudaBackend {
     }
 
     fn read(&mut self, rank: usize, src: Slice) -> Result<Vec<f32>> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Read);
         self.no_open_segment("read")?;
         let ptr = self.slice_region(rank, src, "read")?;
         self.census.host_read(src.len);
@@ -170,6 +175,7 @@ impl Backend for CudaBackend {
     }
 
     fn launch(&mut self, rank: usize, op: Op) -> Result<()> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Launch);
         self.check_rank(rank)?;
         if !self.graph_gate(|| Call::Launch { rank, op: op.clone() })? {
             return Ok(());
@@ -186,6 +192,7 @@ impl Backend for CudaBackend {
     /// weight once (`launch/lanes.rs`), or a lane-grid launch of a row-wise or grouped expert op
     /// (`launch/lane_grid.rs`) — lane by lane otherwise.
     fn launch_lanes(&mut self, rank: usize, ops: Vec<Op>) -> Result<()> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::LaunchLanes);
         self.check_rank(rank)?;
         let (kernel, fused) = if let Some(f) = self.fused_lanes(rank, &ops) {
             (f.kernel.clone(), OneLaunch::Gemv(f))
@@ -208,6 +215,7 @@ impl Backend for CudaBackend {
     }
 
     fn copy(&mut self, c: Transfer) -> Result<()> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Copy);
         let Transfer { transport, from: (src_rank, src), to: (dst_rank, dst) } = c;
         if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: true })? {
             return Ok(());
@@ -217,6 +225,7 @@ impl Backend for CudaBackend {
     }
 
     fn digest(&mut self, rank: usize, src: Slice, base: u64) -> Result<usize> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Digest);
         let ptr = self.slice_ptr(rank, src, "digest")?;
         let (slot, slot_ptr) = self.digest_slot(rank)?;
         let ticket = self.tickets.len();
@@ -230,6 +239,7 @@ impl Backend for CudaBackend {
     }
 
     fn digest_batch(&mut self, rank: usize, groups: &[Vec<crate::backend::DigestPart>]) -> Result<Vec<Vec<usize>>> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Digest);
         self.check_rank(rank)?;
         let mut resolved = Vec::new();
         let mut out = Vec::with_capacity(groups.len());
@@ -263,6 +273,7 @@ impl Backend for CudaBackend {
     }
 
     fn mark(&mut self) -> Result<()> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Mark);
         self.graphs.note_marks();
         let issue = self.graph_gate(|| Call::Mark)?;
         if matches!(self.graphs.pass(), graph::Pass::Capture | graph::Pass::Replay) {
@@ -291,6 +302,7 @@ impl Backend for CudaBackend {
     }
 
     fn collect(&mut self) -> Result<Collected> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Collect);
         self.no_open_segment("collect")?;
         self.sync_all("collect")?;
         // Digests: download each rank's used slots once, then zero them for the next step.
@@ -485,6 +497,7 @@ impl Witness for CudaBackend {
 
 impl PeerStores for CudaBackend {
     fn launch_peer_store(&mut self, rank: usize, op: Op, out_rank: usize, fence: JoinFence) -> Result<()> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::PeerStore);
         if fence != JoinFence::Events && self.graphs.open() {
             return Err(RuntimeError::DoorRefused {
                 door: if fence == JoinFence::Doorbells { "MEMRA_FENCE_MEMOPS" } else { "MEMRA_FENCE_RANK1" },
@@ -504,6 +517,7 @@ impl PeerStores for CudaBackend {
 
 impl PackedCopies for CudaBackend {
     fn copy_packed(&mut self, transport: Transport, src_rank: usize, dst_rank: usize, p: Packed) -> Result<()> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::CopyPacked);
         if !self.graph_gate(|| Call::Packed { transport, src_rank, dst_rank, packed: p })? {
             return Ok(());
         }
@@ -528,6 +542,7 @@ impl Graphs for CudaBackend {
 
 impl AllReduce for CudaBackend {
     fn all_reduce_sum(&mut self, parts: &[(usize, Slice)], out_rank: usize, out: Slice) -> Result<()> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::AllReduce);
         if !self.graph_gate(|| Call::AllReduce { parts: parts.to_vec(), out_rank, out })? {
             return Ok(());
         }
@@ -539,6 +554,7 @@ impl AllReduce for CudaBackend {
 
 impl UnfencedCopies for CudaBackend {
     fn copy_unfenced(&mut self, c: Transfer) -> Result<()> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::CopyUnfenced);
         let Transfer { transport, from: (src_rank, src), to: (dst_rank, dst) } = c;
         if !self.graph_gate(|| Call::Copy { transport, src_rank, src, dst_rank, dst, fenced: false })? {
             return Ok(());

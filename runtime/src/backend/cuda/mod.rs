@@ -385,6 +385,7 @@ impl CudaBackend {
 
     /// Synchronize every stream, then check every context's recorded error state.
     fn sync_all(&self, what: &str) -> Result<()> {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Sync);
         for (i, r) in self.ranks.iter().enumerate() {
             r.stream.synchronize().map_err(|e| self.fault(i, what, e))?;
         }

@@ -166,7 +166,10 @@ pub(crate) unsafe fn launch_kernel(
     args: &mut [*mut c_void],
     programmatic: bool,
 ) -> Result<(), DriverError> {
-    stream.context().bind_to_thread()?;
+    {
+        let _clock = crate::host_clock::start(crate::host_clock::Entry::Bind);
+        stream.context().bind_to_thread()?;
+    }
     let mut attr = driver::CUlaunchAttribute {
         id: driver::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
         pad: [0; 4],
@@ -187,6 +190,7 @@ pub(crate) unsafe fn launch_kernel(
     // SAFETY: `config` and `attr` are live locals for the whole call and the attribute count is 0
     // or 1; the stream's context is bound above and `func` was loaded in it (`Kernels::load` of the
     // stream's device); the parameter pointers are the caller's (# Safety).
+    let _clock = crate::host_clock::start(crate::host_clock::Entry::DriverLaunch);
     unsafe { driver::cuLaunchKernelEx(&config, func.cu_function(), args.as_mut_ptr()) }.result()
 }
 
