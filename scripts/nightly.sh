@@ -43,7 +43,10 @@
 #   --bench-args "…"      NIGHTLY_BENCH_ARGS   bench arguments, or `skip` (default CUDA: --preset
 #                                           step --layers 2; host: --allow-host --no-torch
 #                                           --steps 4 --warmup 1)
-#   --matrix-args "…"     NIGHTLY_MATRIX_ARGS  extra arguments of every matrix shard
+#   --matrix-args "…"     NIGHTLY_MATRIX_ARGS  extra arguments of every matrix shard; on a runner
+#                                           with CUDA MPS running, "--worker-processes 8" splits
+#                                           each GPU's shard over 8 processes (docs/gpu/README.md,
+#                                           "A night on one GPU")
 # A skipped step is reported as skipped, with the option that skipped it.
 set -euo pipefail
 export LC_ALL=C # night names compare and sort bytewise

@@ -50,6 +50,17 @@ where
     Cli::from_arg_matches(&matches)
 }
 
+/// `run`'s arguments from `flags` alone (unit tests of what a command does with them).
+#[cfg(test)]
+pub fn run_args(flags: &[&str]) -> RunArgs {
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+    T::parse_from(std::iter::once("t").chain(flags.iter().copied())).run
+}
+
 /// The whole command line.
 #[derive(Parser, Debug)]
 #[command(
@@ -187,6 +198,16 @@ pub struct RunArgs {
     /// Parallel host jobs (default: available cores).
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// Split the plan over N child processes of this binary (worker i runs --shard i/N into
+    /// --out/.workers/i; their receipts are moved into --out and the outputs written as one run).
+    /// On CUDA it needs the CUDA multi-process service (MPS) running: a night is host-bound, and
+    /// processes only share one GPU well when MPS merges their work (docs/gpu/README.md).
+    #[arg(long, value_name = "N")]
+    pub worker_processes: Option<usize>,
+    /// Set by `--worker-processes` for its workers: this process runs part I of N of the plan
+    /// (after --shard).
+    #[arg(long, value_name = "I/N", hide = true)]
+    pub worker_shard: Option<String>,
     /// How host runs place their ranks: `threads` (a thread per rank), `inline` (every rank's
     /// work on the job's own thread, in issue order: the same values), or `auto`: inline while
     /// several jobs fill the cores or the run has one rank, threads otherwise.

@@ -180,17 +180,7 @@ pub fn join(plan: &DistPlan, fingerprint: &str) -> Result<DistContext, GateError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct T {
-        #[command(flatten)]
-        run: RunArgs,
-    }
-
-    fn args(flags: &[&str]) -> RunArgs {
-        T::parse_from(std::iter::once("t").chain(flags.iter().copied())).run
-    }
+    use crate::args::run_args as args;
 
     fn plan(flags: &[&str], env: &[(&str, &str)]) -> Result<Option<DistPlan>, String> {
         let reg = Registry::builtin().unwrap();

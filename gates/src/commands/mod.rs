@@ -18,6 +18,7 @@ mod plot;
 mod probe;
 mod promote;
 mod run;
+mod run_workers;
 mod selftest;
 mod subject;
 

@@ -15,6 +15,7 @@ use crate::subject::protocol::witness::{OutsideWitness, WitnessMode};
 use crate::subject::{External, Subject};
 use crate::suite::{Progress, Suite, SuiteOptions};
 use memra_receipts::schema as rs;
+use memra_runtime::backend::BackendKind;
 use std::collections::BTreeSet;
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -35,6 +36,11 @@ pub fn progress_of(quiet: bool, every_s: u64) -> Result<Progress, GateError> {
 
 pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     let plan = RunPlan::from_args(args)?;
+    if plan.request.host_clock(&plan.registry) {
+        memra_runtime::host_clock::enable();
+    }
+    let worker_processes =
+        super::run_workers::requested(args, plan.backend, super::run_workers::mps_control_pipe().as_deref())?;
     // The outside witness of an external subject's CUDA runs, found (or refused) before any work.
     let witness = match &plan.subject {
         Some(_) => {
@@ -82,6 +88,8 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         eprintln!("memra-gates: excluded by the rules (the file expects exclusions): {line}");
     }
     let mut subjects = Vec::new();
+    // Each written folder's receipt ids (the workers' gathering checks that every one came back).
+    let mut expected = Vec::new();
     for (i, (model, battery)) in std::iter::once((model, battery)).chain(more_models).enumerate() {
         let out = if writer {
             let dir = if i == 0 { args.out.clone() } else { args.out.join(&model.evidence.preset) };
@@ -89,7 +97,9 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
                 .iter()
                 .map(|j| memra_receipts::run_id(&crate::receipt::config_evidence(j, &model.evidence, &battery)))
                 .collect();
-            Some(OutDir::take(&dir, &ids, reuse)?)
+            let out = OutDir::take(&dir, &ids, reuse)?;
+            expected.push(ids);
+            Some(out)
         } else {
             None
         };
@@ -98,6 +108,29 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     crate::interrupt::report_on_interrupt(
         subjects.iter().filter_map(|(_, _, o)| o.as_ref().map(|o| o.path().to_path_buf())).collect(),
     );
+    if let Some(n) = worker_processes {
+        // The workers run the plan; this process only gathers their receipts (so nothing below
+        // loads a model or opens a backend here).
+        let own: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+        let outs: Vec<super::run_workers::ModelOut> = subjects
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (m, _, o))| o.as_ref().map(|o| (o, (i > 0).then_some(m.evidence.preset.as_str()))))
+            .zip(&expected)
+            .map(|((out, sub), ids)| super::run_workers::ModelOut { out, sub, ids })
+            .collect();
+        let every = match progress {
+            Progress::Off => None,
+            Progress::Terminal => Some(Duration::from_secs(args.progress_every.max(1))),
+            Progress::Lines { every } => Some(every),
+        };
+        // Host workers share the cores (each process would otherwise start a job per core).
+        let jobs = (backend == BackendKind::Host && args.jobs.is_none()).then(|| (workers / n).max(1));
+        let per_model = super::run_workers::run(&own, n, &outs, every, jobs)?;
+        let dirs: Vec<_> = subjects.into_iter().map(|(_, _, o)| o).zip(per_model).collect();
+        let receipts: Vec<_> = dirs.iter().flat_map(|(_, r)| r.iter().cloned()).collect();
+        return finish(&matrix_name, &excluded, receipts, dirs, Vec::new());
+    }
     let mut receipts = Vec::new();
     let mut dirs = Vec::new();
     let mut write_failures = Vec::new();
@@ -174,6 +207,18 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
         );
         return status;
     }
+    finish(&matrix_name, &excluded, receipts, dirs, write_failures)
+}
+
+/// The table, then each directory's matrix outputs beside its receipts (none, and the stale ones
+/// removed, when a receipt could not be written), then the exit status of the receipts.
+fn finish(
+    matrix_name: &str,
+    excluded: &[rs::SummaryExclusion],
+    receipts: Vec<rs::Receipt>,
+    dirs: Vec<(Option<OutDir>, Vec<rs::Receipt>)>,
+    write_failures: Vec<crate::suite::WriteFailure>,
+) -> Result<Status, GateError> {
     crate::say!("{}", memra_tools::table::summary_table(&receipts));
     if !write_failures.is_empty() {
         // A summary would list receipts that are not beside it: the matrix outputs are not
@@ -197,12 +242,15 @@ pub fn run(args: &RunArgs, prov: Provenance) -> Result<Status, GateError> {
     }
     for (out, dir_receipts) in &dirs {
         let Some(out) = out else { continue };
-        let (summary, mut failed) = out.write_outputs(&matrix_name, dir_receipts, &excluded);
+        let (summary, mut failed) = out.write_outputs(matrix_name, dir_receipts, excluded);
         crate::say!("{}  → {}", summary.counts.one_line(), out.path().display());
         if !failed.is_empty() {
             failed.sort();
             return Err(GateError::ReceiptsNotWritten { dir: out.path().to_path_buf(), failed });
         }
+    }
+    if let Some(table) = memra_runtime::host_clock::report() {
+        eprint!("{table}");
     }
     receipts_status(&receipts)
 }

@@ -250,6 +250,12 @@ fn run_matrix(
         let (i, n) = matrix::parse_shard(spec)?;
         plan = matrix::shard(&plan, i, n)?;
     }
+    // A worker process of `--worker-processes` runs its part of the (sharded) plan: the shards
+    // partition any plan, so the workers' parts are the plan exactly.
+    if let Some(spec) = &args.worker_shard {
+        let (i, n) = matrix::parse_shard(spec)?;
+        plan = matrix::shard(&plan, i, n)?;
+    }
     Ok((name, plan))
 }
 
