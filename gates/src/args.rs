@@ -322,6 +322,10 @@ pub struct MatrixArgs {
     /// the plan's duration from (with --explain).
     #[arg(long, value_name = "DIR", num_args = 1.., requires = "explain")]
     pub history: Vec<PathBuf>,
+    /// With --explain: the runs of each part of `run --worker-processes N` (a night takes about its
+    /// largest part's time: a part also runs the census baselines other parts would provide).
+    #[arg(long, value_name = "N", requires = "explain")]
+    pub worker_processes: Option<usize>,
     /// A door registry file instead of the built-in gates/doors.toml.
     #[arg(long, value_name = "FILE")]
     pub registry: Option<PathBuf>,

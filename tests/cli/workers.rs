@@ -134,3 +134,25 @@ fn a_worker_that_dies_leaves_the_plan_incomplete_and_the_run_says_so() {
     assert!(!receipt_names(&out).is_empty(), "worker 0's receipts were not kept:\n{stderr}");
     assert!(!out.join("summary.json").exists(), "an incomplete plan wrote a summary as if it were whole");
 }
+
+/// `matrix --explain --worker-processes N` counts each part's runs as `--shard i/N` counts them.
+#[test]
+fn matrix_explain_counts_the_workers_parts_as_their_shards() {
+    let base = ["matrix", "--matrix", "single", "--backend", "host", "--explain"];
+    let runs_of = |extra: &[&str]| -> u64 {
+        let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
+        let out = run(&args);
+        out.expect_code(0);
+        let line = out.stdout.lines().find(|l| l.starts_with("runs on one model")).expect("a runs line").to_string();
+        line.split(" = ").nth(1).and_then(|t| t.split(';').next()).and_then(|n| n.trim().parse().ok()).unwrap()
+    };
+    let parts: Vec<u64> = (0..3).map(|i| runs_of(&["--shard", &format!("{i}/3")])).collect();
+    let out = run(&[&base[..], &["--worker-processes", "3"]].concat());
+    out.expect_code(0);
+    let line = out.stdout.lines().find(|l| l.starts_with("with 3 worker processes")).expect("a workers line");
+    let sum: u64 = parts.iter().sum();
+    let largest = *parts.iter().max().unwrap();
+    assert!(line.contains(&format!("need {sum} runs in all")), "{line} (the shards: {parts:?})");
+    assert!(line.contains(&format!("the largest {largest} ")), "{line} (the shards: {parts:?})");
+    assert!(sum > runs_of(&[]), "three parts need no more runs than the whole plan: {parts:?}");
+}

@@ -12,7 +12,7 @@
 //! (docs/gpu/2026-12-01-issue13c), with it at 5.0× (docs/gpu/2026-12-06-night). So on CUDA the
 //! workers are refused unless an MPS control pipe is there. A shard needs more census baselines
 //! than its share of the plan's (a configuration's baseline often lands in another shard):
-//! `matrix --explain --shard i/N` counts them.
+//! `matrix --explain --worker-processes N` counts every part's runs.
 
 use crate::args::RunArgs;
 use crate::error::GateError;
@@ -43,7 +43,11 @@ pub fn requested(args: &RunArgs, backend: BackendKind, pipe: Option<&Path>) -> R
         return Err(clash("--worker-shard", "a worker starts no workers of its own"));
     }
     if args.resume {
-        return Err(clash("--resume", "each worker starts its own folder; resume a night by running it again without --worker-processes, or fresh"));
+        return Err(clash(
+            "--resume",
+            "each worker starts its own folder; resume a night by running it again without --worker-processes, \
+             or fresh",
+        ));
     }
     if args.process.is_some() {
         return Err(clash(
@@ -53,9 +57,10 @@ pub fn requested(args: &RunArgs, backend: BackendKind, pipe: Option<&Path>) -> R
     }
     if backend == BackendKind::Cuda && pipe.is_none() {
         return Err(GateError::usage(format!(
-            "--worker-processes {n} on CUDA: no CUDA MPS control pipe at {} (CUDA_MPS_PIPE_DIRECTORY, or /tmp/nvidia-mps when unset). \
-             Without the multi-process service the GPU time-slices between the processes' contexts (eight processes measured 0.45× \
-             the throughput of one); start it first (`nvidia-cuda-mps-control -d`, docs/gpu/README.md \"A night on one GPU\")",
+            "--worker-processes {n} on CUDA: no CUDA MPS control pipe at {} (CUDA_MPS_PIPE_DIRECTORY, or \
+             /tmp/nvidia-mps when unset). Without the multi-process service the GPU time-slices between the \
+             processes' contexts (eight processes measured 0.45× the throughput of one); start it first \
+             (`nvidia-cuda-mps-control -d`, docs/gpu/README.md \"A night on one GPU\")",
             mps_pipe_dir().join("control").display()
         )));
     }
@@ -124,11 +129,11 @@ pub struct ModelOut<'a> {
 }
 
 /// Start the `n` workers, wait for all (a line of the receipts written so far every `progress`),
-/// move their receipts into each model's folder and return every model's receipts. The plan is whole when every id of every model came back (a worker's
-/// exit status alone cannot say it: a shard of NOT-APPLICABLE configurations exits 2, "nothing
-/// was tested", as a whole plan of them would); otherwise the error names the missing receipts'
-/// count and every worker that did not end in a verdict, with its log — after every receipt that
-/// did come back is moved.
+/// move their receipts into each model's folder and return every model's receipts. The plan is
+/// whole when every id of every model came back (a worker's exit status alone cannot say it: a
+/// shard of NOT-APPLICABLE configurations exits 2, "nothing was tested", as a whole plan of them
+/// would); otherwise the error names the missing receipts' count and every worker that did not end
+/// in a verdict, with its log — after every receipt that did come back is moved.
 pub fn run(
     own: &[OsString],
     n: usize,
@@ -233,8 +238,8 @@ pub fn run(
     }
     if missing > 0 {
         return Err(GateError::usage(format!(
-            "the plan is incomplete: {missing} configuration(s) have no receipt from the worker processes ({}); the receipts \
-             that came back were moved into --out, the workers' logs are in {}",
+            "the plan is incomplete: {missing} configuration(s) have no receipt from the worker processes ({}); \
+             the receipts that came back were moved into --out, the workers' logs are in {}",
             if unsettled.is_empty() { "every worker ended in a verdict".to_string() } else { unsettled.join(", ") },
             base.display()
         )));
