@@ -179,3 +179,22 @@ row_floor() {
 bench_summary() {
   grep -E '^[01] ' "$1" | awk 'NF==7 {printf "L%s exp %s qkv %s; ", $1, $6, $5} NF==5 {printf "L%s gated %s; ", $1, $3}'
 }
+# `mps_start`: an MPS control daemon of this call's own (pipe and log folders under /tmp, exported
+# for the CUDA clients started after it), stopped by `mps_stop` or when the script exits; returns
+# non-zero (saying why) where there is none. MPS changes no setting of the GPU (not its compute
+# mode, clocks, power or MIG): it is a user process the CUDA clients connect to.
+mps_start() {
+  MPS=$(command -v nvidia-cuda-mps-control || ls /usr/bin/nvidia-cuda-mps-control /usr/local/nvidia/bin/nvidia-cuda-mps-control 2>/dev/null | head -1)
+  [ -n "$MPS" ] || { echo "no nvidia-cuda-mps-control on this machine"; return 1; }
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  trap 'echo quit | "$MPS" 2>/dev/null' EXIT
+  "$MPS" -d || { echo "nvidia-cuda-mps-control -d failed"; return 1; }
+  sleep 1
+}
+# `mps_stop`: quit the daemon of `mps_start`, and clients started after this run without it.
+mps_stop() {
+  echo quit | "$MPS"; sleep 2
+  tail -3 "$CUDA_MPS_LOG_DIRECTORY/control.log" 2>/dev/null
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}

@@ -6,8 +6,7 @@
 # one after another, then all N at once under an MPS daemon of this call's own (its pipe and log
 # folders under /tmp, stopped at the end however the script ends), then all N at once without MPS
 # while time is left. Every shard's last line (its verdict counts) is printed beside the times.
-# MPS changes no setting of the GPU (not its compute mode, clocks, power or MIG): it is a user
-# process that the CUDA clients of this call connect to.
+# (`mps_start` in libs.sh: MPS changes no setting of the GPU.)
 set -uo pipefail
 source scripts/gpu/libs.sh
 usage="usage: [N=8] [TOTAL=800] [FIRST=7] mps_night.sh S BIN"
@@ -25,22 +24,6 @@ together() {
   wait "${pids[@]}"
   echo "$tag: $n shards at once in $(( $(date +%s)-t0 ))s"; verdicts "$tag"
 }
-mps=$(command -v nvidia-cuda-mps-control || ls /usr/bin/nvidia-cuda-mps-control /usr/local/nvidia/bin/nvidia-cuda-mps-control 2>/dev/null | head -1)
-if [ -n "$mps" ]; then
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  trap 'echo quit | "$mps" 2>/dev/null' EXIT
-  if "$mps" -d; then
-    sleep 1
-    together mps
-    echo quit | "$mps"; sleep 2
-    tail -5 "$CUDA_MPS_LOG_DIRECTORY/control.log" 2>/dev/null
-  else
-    echo "nvidia-cuda-mps-control -d failed"
-  fi
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-else
-  echo "no nvidia-cuda-mps-control on this machine"
-fi
+mps_start && { together mps; mps_stop; }
 [ "$(left)" -gt 150 ] && together plain
 echo "done in $(( $(date +%s)-STEPS_START ))s"

@@ -5,26 +5,19 @@
 # however the script ends), runs `BIN run --backend cuda PLAN --worker-processes N`, stops the
 # daemon, runs the same plan in one process, then compares the two runs' receipts (every file
 # name and every receipt's evidence equal) and prints the per-run rates `matrix --explain
-# --history` reads from the single process's receipts. MPS changes no setting of the GPU (not its
-# compute mode, clocks, power or MIG): it is a user process the CUDA clients connect to.
+# --history` reads from the single process's receipts. (`mps_start` in libs.sh: MPS changes no
+# setting of the GPU.)
 set -uo pipefail
 source scripts/gpu/libs.sh
 usage="usage: [N=8] [PLAN=...] night_workers.sh S BIN"
 s=${1:?$usage}; bin=${2:?$usage}
 n=${N:-8}; plan=(${PLAN:---matrix all --tp 1 --transport host-bounce})
 call_start night-workers "$s"
-mps=$(command -v nvidia-cuda-mps-control || ls /usr/bin/nvidia-cuda-mps-control 2>/dev/null | head -1)
-[ -n "$mps" ] || { echo "no nvidia-cuda-mps-control on this machine"; exit 0; }
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-trap 'echo quit | "$mps" 2>/dev/null' EXIT
-"$mps" -d || { echo "nvidia-cuda-mps-control -d failed"; exit 0; }
-sleep 1
-step workers 300 "$bin" run --backend cuda "${plan[@]}" --worker-processes "$n" --replace --out /tmp/nw
+mps_start || exit 0
+step workers 120 "$bin" run --backend cuda "${plan[@]}" --worker-processes "$n" --replace --out /tmp/nw
 grep -E "worker|PASS|FAIL|error" /tmp/workers.log | grep -v "│" | tail -$((n + 4))
-echo quit | "$mps"; sleep 2
-unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-step one 400 "$bin" run --backend cuda "${plan[@]}" --quiet --replace --out /tmp/n1
+mps_stop
+step one 150 "$bin" run --backend cuda "${plan[@]}" --quiet --replace --out /tmp/n1
 grep -E "PASS|FAIL|error" /tmp/one.log | grep -v "│" | tail -3
 python3 - <<'EOF'
 import json, os

@@ -58,7 +58,7 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
     );
     if args.explain {
         crate::say!("{}", plan.explain());
-        let (runnable, per_backend) = runs_of(&registry, &plan, &request)?;
+        let (runnable, per_backend) = super::matrix_estimate::runs_of(&registry, &plan, &request)?;
         let baselines: usize = per_backend.values().sum();
         crate::say!(
             "runs on one model: {runnable} configuration(s) × 2 (the determinism gate's second run) + at least \
@@ -70,7 +70,7 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
         if let Some(n) = args.worker_processes.filter(|n| *n > 1) {
             let mut parts = Vec::with_capacity(n);
             for i in 0..n {
-                let (r, b) = runs_of(&registry, &matrix::shard(&plan, i, n)?, &request)?;
+                let (r, b) = super::matrix_estimate::runs_of(&registry, &matrix::shard(&plan, i, n)?, &request)?;
                 parts.push(2 * r + b.values().sum::<usize>());
             }
             let (largest, at) = parts.iter().enumerate().map(|(i, r)| (*r, i)).max().unwrap_or((0, 0));
@@ -86,17 +86,4 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
         crate::say!("{}", super::matrix_estimate::explain(&registry, &plan.legal, &args.history, &per_backend)?);
     }
     Ok(Status::Passed)
-}
-
-/// The configurations of `plan` that run, and the census baselines no configuration's own run
-/// provides, per backend (baseline keys hold the backend: a plan's count is the sum of its
-/// backends').
-fn runs_of(
-    registry: &crate::registry::Registry,
-    plan: &matrix::MatrixPlan,
-    request: &crate::env::DoorRequest,
-) -> Result<(usize, std::collections::BTreeMap<memra_runtime::backend::BackendKind, usize>), GateError> {
-    let jobs = plan::jobs_of(registry, plan, request, 1, None)?;
-    let runnable = jobs.iter().filter(|j| j.not_run.is_none()).count();
-    Ok((runnable, super::matrix_estimate::baselines_by_backend(&jobs)))
 }

@@ -74,6 +74,18 @@ pub fn baselines_by_backend(jobs: &[crate::job::Job]) -> BTreeMap<BackendKind, u
         .collect()
 }
 
+/// The configurations of `plan` that run, and per backend the census baselines no configuration's
+/// own run provides (`matrix --explain`'s count of a plan, of each worker's part, of a history).
+pub fn runs_of(
+    registry: &Registry,
+    plan: &crate::matrix::MatrixPlan,
+    request: &crate::env::DoorRequest,
+) -> Result<(usize, BTreeMap<BackendKind, usize>), GateError> {
+    let jobs = crate::plan::jobs_of(registry, plan, request, 1, None)?;
+    let runnable = jobs.iter().filter(|j| j.not_run.is_none()).count();
+    Ok((runnable, baselines_by_backend(&jobs)))
+}
+
 /// The estimate of a plan.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Estimate {
@@ -321,8 +333,7 @@ pub fn explain(
             smallest_sets_only: false,
             pass_notes: Vec::new(),
         };
-        let jobs = crate::plan::jobs_of(registry, &plan, &crate::env::DoorRequest::default(), 1, None)?;
-        for (b, n) in baselines_by_backend(&jobs) {
+        for (b, n) in runs_of(registry, &plan, &crate::env::DoorRequest::default())?.1 {
             *counts.history.entry(b).or_default() += n;
         }
     }
