@@ -198,8 +198,10 @@ pub struct RunArgs {
     /// Parallel host jobs (default: available cores).
     #[arg(long)]
     pub jobs: Option<usize>,
-    /// Split the plan over N child processes of this binary (worker i runs --shard i/N into
-    /// --out/.workers/i; their receipts are moved into --out and the outputs written as one run).
+    /// Split the plan over N child processes of this binary (worker i runs part i/N into
+    /// --out/.workers/i: whole lanes where they fit, a larger lane cut along its doors, so that a
+    /// part runs few census baselines another part provides; their receipts are moved into --out
+    /// and the outputs written as one run).
     /// On CUDA it needs the CUDA multi-process service (MPS) running: a night is host-bound, and
     /// processes only share one GPU well when MPS merges their work (docs/gpu/README.md).
     #[arg(long, value_name = "N")]

@@ -1,38 +1,55 @@
 #!/usr/bin/env bash
 # `run --worker-processes N` under MPS against one process, same plan, same call:
-#   [N=8] [PLAN="--matrix all --tp 1 --transport host-bounce"] bash scripts/gpu/night_workers.sh S BIN
+#   [N="8"] [PLAN="--matrix all --tp 1 --transport host-bounce"] [NEED=120] \
+#     bash scripts/gpu/night_workers.sh S BIN [OTHER_BIN...]
 # starts an MPS daemon of this call's own (pipe and log folders under /tmp, stopped at the end
-# however the script ends), runs `BIN run --backend cuda PLAN --worker-processes N`, stops the
-# daemon, runs the same plan in one process, then compares the two runs' receipts (every file
-# name and every receipt's evidence equal) and prints the per-run rates `matrix --explain
-# --history` reads from the single process's receipts. (`mps_start` in libs.sh: MPS changes no
-# setting of the GPU.)
+# however the script ends), runs `B run --backend cuda PLAN --worker-processes n` for each
+# binary B (BIN, then each OTHER_BIN: builds whose parts differ, interleaved as given) and each
+# count n of N, stops the daemon, runs the same plan in one process with BIN, then compares each
+# workers run's receipts with it (every file name and every receipt's evidence equal), prints each
+# build's `matrix --explain --worker-processes n` line, and the per-run rates `matrix --explain
+# --history` reads from the single process's receipts. NEED: seconds each workers step needs.
+# (`mps_start` in libs.sh: MPS changes no setting of the GPU.)
 set -uo pipefail
 source scripts/gpu/libs.sh
-usage="usage: [N=8] [PLAN=...] night_workers.sh S BIN"
-s=${1:?$usage}; bin=${2:?$usage}
-n=${N:-8}; plan=(${PLAN:---matrix all --tp 1 --transport host-bounce})
+usage="usage: [N=\"8\"] [PLAN=...] [NEED=120] night_workers.sh S BIN [OTHER_BIN...]"
+s=${1:?$usage}; bin=${2:?$usage}; bins=("${@:2}")
+counts=(${N:-8}); plan=(${PLAN:---matrix all --tp 1 --transport host-bounce}); need=${NEED:-120}
 call_start night-workers "$s"
+runs=()
 mps_start || exit 0
-step workers 120 "$bin" run --backend cuda "${plan[@]}" --worker-processes "$n" --replace --out /tmp/nw
-grep -E "worker|PASS|FAIL|error" /tmp/workers.log | grep -v "│" | tail -$((n + 4))
+for n in "${counts[@]}"; do
+  for k in "${!bins[@]}"; do
+    name=w$k-$n
+    step "$name" "$need" "${bins[$k]}" run --backend cuda "${plan[@]}" --worker-processes "$n" --replace --out "/tmp/$name"
+    grep -E "PASS|FAIL|error|incomplete" "/tmp/$name.log" | grep -v "│" | tail -3 | sed "s|^|  $name: |"
+    runs+=("$name")
+  done
+done
 mps_stop
-step one 150 "$bin" run --backend cuda "${plan[@]}" --quiet --replace --out /tmp/n1
+step one "$need" "$bin" run --backend cuda "${plan[@]}" --quiet --replace --out /tmp/n1
 grep -E "PASS|FAIL|error" /tmp/one.log | grep -v "│" | tail -3
-python3 - <<'EOF'
-import json, os
-for sub in ("", "edge"):
-    a, b = os.path.join("/tmp/n1", sub), os.path.join("/tmp/nw", sub)
-    if not os.path.isdir(a):
-        continue
-    names = lambda d: sorted(f for f in os.listdir(d) if f.startswith("run-") and f.endswith(".json"))
-    na, nb = names(a), names(b) if os.path.isdir(b) else []
-    same = sum(json.load(open(os.path.join(a, f)))["evidence"] == json.load(open(os.path.join(b, f)))["evidence"]
-               for f in na if f in nb)
-    print(f"folder {sub or '.'}: one process {len(na)} receipts, workers {len(nb)}, evidence equal in {same}")
-EOF
+python3 - "${runs[@]}" <<'PY'
+import json, os, sys
+names = lambda d: sorted(f for f in os.listdir(d) if f.startswith("run-") and f.endswith(".json")) if os.path.isdir(d) else []
+for run in sys.argv[1:]:
+    for sub in ("", "edge"):
+        a, b = os.path.join("/tmp/n1", sub), os.path.join("/tmp", run, sub)
+        if not os.path.isdir(a):
+            continue
+        na, nb = names(a), names(b)
+        same = sum(json.load(open(os.path.join(a, f)))["evidence"] == json.load(open(os.path.join(b, f)))["evidence"]
+                   for f in na if f in nb)
+        print(f"{run} {sub or '.'}: one process {len(na)} receipts, workers {len(nb)}, evidence equal in {same}")
+PY
+for n in "${counts[@]}"; do
+  for k in "${!bins[@]}"; do
+    "${bins[$k]}" matrix --backend cuda "${plan[@]}" --explain --worker-processes "$n" 2>/dev/null |
+      grep -E "^with" | cut -c1-120 | sed "s|^|  w$k: |"
+  done
+done
 for d in /tmp/n1 /tmp/n1/edge; do
   [ -d "$d" ] && "$bin" matrix --matrix all --backend cuda --explain --history "$d" 2>/dev/null | grep -E "^estimated" | sed "s|^|$d: |"
 done
-tar czf "$OUT/night-workers.tgz" -C /tmp workers.log one.log nw n1 2>/dev/null
+tar czf "$OUT/night-workers.tgz" -C /tmp one.log n1 "${runs[@]}" $(printf '%s.log ' "${runs[@]}") 2>/dev/null
 echo "done in $(( $(date +%s)-STEPS_START ))s"

@@ -1,7 +1,7 @@
 //! `run --worker-processes N` (gates/src/commands/run_workers.rs): the plan over N child
-//! processes, each a shard, gathered into one run's folders — the same receipts as one process
+//! processes, each a part of it, gathered into one run's folders — the same receipts as one process
 //! gives, every model in its folder, nothing of the workers left behind; and the flags it cannot
-//! keep refused before any work; a shard splits into exactly itself.
+//! keep refused before any work; a shard splits into exactly itself; the parts' runs counted.
 
 use crate::util::*;
 
@@ -135,10 +135,12 @@ fn a_worker_that_dies_leaves_the_plan_incomplete_and_the_run_says_so() {
     assert!(!out.join("summary.json").exists(), "an incomplete plan wrote a summary as if it were whole");
 }
 
-/// `matrix --explain --worker-processes N` counts each part's runs as `--shard i/N` counts them.
+/// `matrix --explain --worker-processes N` counts the parts' runs: at least the whole plan's (a
+/// part runs the baselines another part's configurations would give), the largest at least their
+/// mean, and on `--matrix all` fewer than `--shard i/N`'s blocks of every lane need.
 #[test]
-fn matrix_explain_counts_the_workers_parts_as_their_shards() {
-    let base = ["matrix", "--matrix", "single", "--backend", "host", "--explain"];
+fn matrix_explain_counts_the_workers_parts() {
+    let base = ["matrix", "--matrix", "all", "--backend", "cuda", "--tp", "1,2", "--explain"];
     let runs_of = |extra: &[&str]| -> u64 {
         let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
         let out = run(&args);
@@ -146,13 +148,17 @@ fn matrix_explain_counts_the_workers_parts_as_their_shards() {
         let line = out.stdout.lines().find(|l| l.starts_with("runs on one model")).expect("a runs line").to_string();
         line.split(" = ").nth(1).and_then(|t| t.split(';').next()).and_then(|n| n.trim().parse().ok()).unwrap()
     };
-    let parts: Vec<u64> = (0..3).map(|i| runs_of(&["--shard", &format!("{i}/3")])).collect();
+    let shards: Vec<u64> = (0..3).map(|i| runs_of(&["--shard", &format!("{i}/3")])).collect();
     let out = run(&[&base[..], &["--worker-processes", "3"]].concat());
     out.expect_code(0);
     let line = out.stdout.lines().find(|l| l.starts_with("with 3 worker processes")).expect("a workers line");
-    let sum: u64 = parts.iter().sum();
-    let largest = *parts.iter().max().unwrap();
-    assert!(line.contains(&format!("need {sum} runs in all")), "{line} (the shards: {parts:?})");
-    assert!(line.contains(&format!("the largest {largest} ")), "{line} (the shards: {parts:?})");
-    assert!(sum > runs_of(&[]), "three parts need no more runs than the whole plan: {parts:?}");
+    let number_after = |what: &str| -> u64 {
+        let at = line.find(what).unwrap_or_else(|| panic!("no `{what}` in {line}")) + what.len();
+        line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    let (sum, largest) = (number_after("need "), number_after("the largest "));
+    assert!(sum >= runs_of(&[]), "{line}: fewer runs than the whole plan's");
+    assert!(largest * 3 >= sum && largest <= sum, "{line}");
+    assert!(sum < shards.iter().sum(), "{line} (the shards: {shards:?})");
+    assert!(largest < *shards.iter().max().unwrap(), "{line} (the shards: {shards:?})");
 }

@@ -69,8 +69,8 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
         );
         if let Some(n) = args.worker_processes.filter(|n| *n > 1) {
             let mut parts = Vec::with_capacity(n);
-            for i in 0..n {
-                let (r, b) = super::matrix_estimate::runs_of(&registry, &matrix::shard(&plan, i, n)?, &request)?;
+            for part in crate::plan::parts::worker_parts(&registry, &plan, &request, n)? {
+                let (r, b) = super::matrix_estimate::runs_of(&registry, &part, &request)?;
                 parts.push(2 * r + b.values().sum::<usize>());
             }
             let (largest, at) = parts.iter().enumerate().map(|(i, r)| (*r, i)).max().unwrap_or((0, 0));

@@ -1,5 +1,5 @@
 //! `run --worker-processes N`: one plan over N child processes of this binary, each running part
-//! i/N of it (`--worker-shard i/N`: the shards of what `--shard` left; the same arguments
+//! i/N of it (`--worker-shard i/N`: the parts of what `--shard` left, `crate::plan::parts`; the same arguments
 //! otherwise) into `--out/.workers/i`; this process then moves their receipts into `--out` (and
 //! `--out/<preset>` for the default model set's further models) and writes the matrix outputs as
 //! one run would. An interrupted run leaves the workers' receipts in `--out/.workers/i`.
@@ -10,9 +10,9 @@
 //! service (MPS) merges their work into one context: without it the GPU time-slices between the
 //! processes' contexts and eight went at 0.45× one process's throughput
 //! (docs/gpu/2026-12-01-issue13c), with it at 5.0× (docs/gpu/2026-12-06-night). So on CUDA the
-//! workers are refused unless an MPS control pipe is there. A shard needs more census baselines
-//! than its share of the plan's (a configuration's baseline often lands in another shard):
-//! `matrix --explain --worker-processes N` counts every part's runs.
+//! workers are refused unless an MPS control pipe is there. A part needs more census baselines
+//! than its share of the plan's (a configuration's baseline can land in another part; the parts
+//! are cut to keep that rare): `matrix --explain --worker-processes N` counts every part's runs.
 
 use crate::args::RunArgs;
 use crate::error::GateError;

@@ -6,6 +6,7 @@
 mod backend;
 mod jobs;
 mod model;
+pub mod parts;
 
 pub use backend::resolve_backend;
 pub use jobs::{job_of, jobs_of};
@@ -250,11 +251,11 @@ fn run_matrix(
         let (i, n) = matrix::parse_shard(spec)?;
         plan = matrix::shard(&plan, i, n)?;
     }
-    // A worker process of `--worker-processes` runs its part of the (sharded) plan: the shards
+    // A worker process of `--worker-processes` runs its part of the (sharded) plan: the parts
     // partition any plan, so the workers' parts are the plan exactly.
     if let Some(spec) = &args.worker_shard {
         let (i, n) = matrix::parse_shard(spec)?;
-        plan = matrix::shard(&plan, i, n)?;
+        plan = parts::worker_part(registry, &plan, req, i, n)?;
     }
     Ok((name, plan))
 }

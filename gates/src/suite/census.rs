@@ -70,18 +70,36 @@ pub(super) fn format_of_doors(doors: DoorSet) -> ExpertFormat {
 /// teacher-forced, or a set no job of the plan has). A lower bound of a real run: a baseline
 /// asked for before the job that provides it has run is run twice.
 pub fn unshared_baselines(jobs: &[Job]) -> usize {
+    let ids = baseline_ids(jobs);
+    let provided: std::collections::HashSet<usize> = ids.iter().filter_map(|(own, _)| *own).collect();
+    let needed: std::collections::HashSet<usize> = ids.iter().flat_map(|(_, asks)| asks.iter().copied()).collect();
+    needed.difference(&provided).count()
+}
+
+/// Per job, its census-baseline keys as small integers: the key its own gated run provides (none
+/// when it does not run) and the keys its census asks for (none when it does not run). Two ids
+/// are equal exactly when one run serves both ([`unshared_baselines`]; the workers' parts,
+/// `crate::plan::parts`).
+pub fn baseline_ids(jobs: &[Job]) -> Vec<(Option<usize>, Vec<usize>)> {
     let plan_key = |j: &Job, doors: DoorSet, vars, format| -> PlanKey {
         let n = super::forced_and_captured(j);
         key(j, doors, vars, format, n.then(|| super::format_of(j)), n)
     };
-    let runnable: Vec<&Job> = jobs.iter().filter(|j| j.not_run.is_none()).collect();
-    let provided: std::collections::HashSet<PlanKey> =
-        runnable.iter().map(|j| plan_key(j, j.doors, &j.doors_env, format_of_doors(j.doors))).collect();
-    let needed: std::collections::HashSet<PlanKey> = runnable
-        .iter()
-        .flat_map(|j| j.census.iter().map(move |d| plan_key(j, d.off, &d.off_vars, format_of_doors(d.off))))
-        .collect();
-    needed.difference(&provided).count()
+    let mut index: std::collections::HashMap<PlanKey, usize> = std::collections::HashMap::new();
+    let mut id = |k: PlanKey| {
+        let next = index.len();
+        *index.entry(k).or_insert(next)
+    };
+    jobs.iter()
+        .map(|j| {
+            if j.not_run.is_some() {
+                return (None, Vec::new());
+            }
+            let own = id(plan_key(j, j.doors, &j.doors_env, format_of_doors(j.doors)));
+            let asks = j.census.iter().map(|d| id(plan_key(j, d.off, &d.off_vars, format_of_doors(d.off)))).collect();
+            (Some(own), asks)
+        })
+        .collect()
 }
 
 impl Suite<'_> {

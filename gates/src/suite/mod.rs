@@ -25,7 +25,7 @@ mod reference;
 mod schedule;
 mod shape_rules;
 
-pub use census::unshared_baselines;
+pub use census::{baseline_ids, unshared_baselines};
 pub use phases::{Phase, PhaseTimes};
 pub use probe::probe_sizes;
 pub(crate) use reference::first_failure as reference_first_failure;

@@ -1,0 +1,265 @@
+//! The parts of a plan for `run --worker-processes N`: which worker process runs which
+//! configurations. A configuration's census baselines are the same configuration with one door
+//! off (`crate::suite` census): one process runs a baseline once and a configuration's own run
+//! serves every superset that asks for it, but only inside that process. `--shard`'s blocks of
+//! every lane (made so that N concurrent shards each get every TP size) cut that lattice
+//! everywhere: `tiny`'s `--matrix all` on CUDA in 8 shards needs 79,150 runs against one
+//! process's 47,152. The workers share one GPU and one clock, so they need no TP balance: a
+//! part here is whole lanes where they fit, and a lane too big for a part is cut along its doors
+//! — the sets without a pivot door need nothing from the sets with it, and each set with it at
+//! most its one baseline with the door off — into pieces packed heaviest first.
+//!
+//! The weight of a piece is the runs one process makes of it (its configurations' two each and
+//! the baselines none of its own runs provides), the unit `matrix --explain` counts a night in.
+
+use crate::env::DoorRequest;
+use crate::error::GateError;
+use crate::matrix::{self, MatrixPlan};
+use crate::registry::Registry;
+use std::collections::{BTreeSet, HashSet};
+
+/// Lanes are cut, heaviest piece first, until no piece weighs more than a part's share over
+/// this; after each cut the pieces are packed, and the packing whose heaviest part is lightest is
+/// kept (each cut costs baselines, so cutting further stops paying once the parts are even).
+const FINEST_PIECE_PER_SHARE: usize = 2;
+
+/// What each configuration of a plan's `legal` list costs a process: runs (2, or 0 for one that
+/// does not run), the baseline key its own run provides and the keys it asks for.
+struct Costs {
+    runs: Vec<usize>,
+    provides: Vec<Option<usize>>,
+    asks: Vec<Vec<usize>>,
+}
+
+impl Costs {
+    /// The costs of `plan`'s `legal` list, in its order.
+    fn of(registry: &Registry, plan: &MatrixPlan, req: &DoorRequest) -> Result<Costs, GateError> {
+        let legal_only = MatrixPlan { legal: plan.legal.clone(), ..MatrixPlan::default() };
+        let jobs = super::jobs_of(registry, &legal_only, req, 1, None)?;
+        let ids = crate::suite::baseline_ids(&jobs);
+        Ok(Costs {
+            runs: jobs.iter().map(|j| if j.not_run.is_none() { 2 } else { 0 }).collect(),
+            provides: ids.iter().map(|(own, _)| *own).collect(),
+            asks: ids.into_iter().map(|(_, asks)| asks).collect(),
+        })
+    }
+
+    /// Runs of one process running `members`: their own, and each baseline none of them provides.
+    fn weight(&self, members: &[usize]) -> usize {
+        let provided: HashSet<usize> = members.iter().filter_map(|&m| self.provides[m]).collect();
+        let asked: HashSet<usize> =
+            members.iter().flat_map(|&m| self.asks[m].iter().copied()).filter(|k| !provided.contains(k)).collect();
+        members.iter().map(|&m| self.runs[m]).sum::<usize>() + asked.len()
+    }
+}
+
+/// Part `index` of `count` ([`worker_parts`]).
+pub fn worker_part(
+    registry: &Registry,
+    plan: &MatrixPlan,
+    req: &DoorRequest,
+    index: usize,
+    count: usize,
+) -> Result<MatrixPlan, GateError> {
+    let mut parts = worker_parts(registry, plan, req, count)?;
+    if index >= count {
+        // `matrix::shard` names the rule of a part number.
+        matrix::shard(plan, index, count)?;
+    }
+    Ok(parts.swap_remove(index))
+}
+
+/// The `count` parts of `plan`: a partition (every configuration in exactly one part, in the
+/// plan's order within each part). Excluded and NOT-APPLICABLE entries, which run nothing, are
+/// dealt as `--shard` deals them.
+pub fn worker_parts(
+    registry: &Registry,
+    plan: &MatrixPlan,
+    req: &DoorRequest,
+    count: usize,
+) -> Result<Vec<MatrixPlan>, GateError> {
+    matrix::shard(plan, 0, count)?;
+    let members = assign(registry, plan, req, count)?;
+    members
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let dealt = matrix::shard(plan, i, count)?;
+            Ok(MatrixPlan { legal: m.iter().map(|&c| plan.legal[c].clone()).collect(), ..dealt })
+        })
+        .collect()
+}
+
+/// The `legal` indices of every part of `count` (each sorted).
+fn assign(
+    registry: &Registry,
+    plan: &MatrixPlan,
+    req: &DoorRequest,
+    count: usize,
+) -> Result<Vec<Vec<usize>>, GateError> {
+    let costs = Costs::of(registry, plan, req)?;
+    // Lanes: a baseline has its configuration's backend, TP, transport and pass shape.
+    let mut lanes: Vec<Vec<usize>> = Vec::new();
+    let mut lane_of = std::collections::HashMap::new();
+    for (i, c) in plan.legal.iter().enumerate() {
+        let k = (c.backend, c.tp, c.transport, c.batch, c.columns);
+        let at = *lane_of.entry(k).or_insert_with(|| {
+            lanes.push(Vec::new());
+            lanes.len() - 1
+        });
+        lanes[at].push(i);
+    }
+    let mut pieces: Vec<(usize, Vec<usize>)> = lanes.into_iter().map(|l| (costs.weight(&l), l)).collect();
+    let share = pieces.iter().map(|(w, _)| w).sum::<usize>().div_ceil(count.max(1));
+    let finest = (share / FINEST_PIECE_PER_SHARE).max(1);
+    let mut best = pack(&pieces, count);
+    loop {
+        let heaviest =
+            (0..pieces.len()).filter(|&p| pieces[p].1.len() > 1).max_by_key(|&p| (pieces[p].0, usize::MAX - p));
+        let Some(p) = heaviest.filter(|&p| pieces[p].0 > finest || pieces.len() < count) else { break };
+        let (with, without) = cut(plan, &costs, &pieces[p].1);
+        pieces[p] = (costs.weight(&without), without);
+        pieces.push((costs.weight(&with), with));
+        let packed = pack(&pieces, count);
+        if (packed.0, packed.1.iter().map(|(w, _)| w).sum::<usize>()) < (best.0, best.1.iter().map(|(w, _)| w).sum()) {
+            best = packed;
+        }
+    }
+    Ok(best
+        .1
+        .into_iter()
+        .map(|(_, mut m)| {
+            m.sort_unstable();
+            m
+        })
+        .collect())
+}
+
+/// `pieces` packed into `count` parts, heaviest first, each into the lightest part (fewest
+/// members on a tie, so no part is left empty while another holds two pieces of nothing to run;
+/// then the lowest index): (the heaviest part's weight, the parts).
+fn pack(pieces: &[(usize, Vec<usize>)], count: usize) -> (usize, Vec<(usize, Vec<usize>)>) {
+    let mut order: Vec<&(usize, Vec<usize>)> = pieces.iter().collect();
+    order.sort_by_key(|(w, m)| (usize::MAX - w, m[0]));
+    let mut parts: Vec<(usize, Vec<usize>)> = vec![(0, Vec::new()); count];
+    for (w, m) in order {
+        let at = (0..count).min_by_key(|&i| (parts[i].0, parts[i].1.len(), i)).expect("count >= 1");
+        parts[at].0 += w;
+        parts[at].1.extend_from_slice(m);
+    }
+    (parts.iter().map(|(w, _)| *w).max().unwrap_or(0), parts)
+}
+
+/// `members` (one lane, at least two door sets) cut by the door whose sets with it and without it
+/// weigh most evenly: (with, without), both non-empty.
+fn cut(plan: &MatrixPlan, costs: &Costs, members: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let doors: BTreeSet<&String> = members.iter().flat_map(|&m| plan.legal[m].doors.iter()).collect();
+    let split =
+        |d: &String| -> (Vec<usize>, Vec<usize>) { members.iter().partition(|&&m| plan.legal[m].doors.contains(d)) };
+    let best = doors
+        .into_iter()
+        .map(|d| split(d))
+        .filter(|(with, without)| !with.is_empty() && !without.is_empty())
+        .min_by_key(|(with, without)| {
+            let (a, b) = (costs.weight(with), costs.weight(without));
+            (a.max(b), a + b)
+        });
+    // Door sets of one lane are distinct, so some door is in one set and not another.
+    best.unwrap_or_else(|| {
+        let (a, b) = members.split_at(members.len() / 2);
+        (b.to_vec(), a.to_vec())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::{MatrixKind, Passes};
+    use memra_runtime::backend::BackendKind;
+    use memra_runtime::Transport;
+
+    /// `kind` on CUDA at `tps` over every transport, with the default pass shapes (as `run`
+    /// and `matrix` plan it).
+    fn plan(registry: &Registry, kind: &str, tps: &[usize]) -> MatrixPlan {
+        let kind = MatrixKind::parse(kind).unwrap();
+        let p = matrix::enumerate(registry, &kind, tps, &Transport::ALL, &[BackendKind::Cuda]).unwrap();
+        Passes::from_flags(Some(&kind), None, None).unwrap().apply(p, &Default::default(), registry)
+    }
+
+    /// Runs of one process running `p` (as `matrix --explain` counts them).
+    fn runs(registry: &Registry, p: &MatrixPlan) -> usize {
+        let jobs = crate::plan::jobs_of(registry, p, &DoorRequest::default(), 1, None).unwrap();
+        2 * jobs.iter().filter(|j| j.not_run.is_none()).count() + crate::suite::unshared_baselines(&jobs)
+    }
+
+    #[test]
+    fn parts_partition_the_plan_each_in_the_plans_order() {
+        let registry = Registry::builtin().unwrap();
+        for (kind, tps) in [("single", &[1, 2, 4, 8][..]), ("all", &[1, 2][..])] {
+            let p = plan(&registry, kind, tps);
+            for n in [1, 2, 3, 5, 8] {
+                let parts = worker_parts(&registry, &p, &DoorRequest::default(), n).unwrap();
+                assert_eq!(parts.len(), n);
+                let mut at: Vec<usize> = Vec::new();
+                for part in &parts {
+                    let idx: Vec<usize> =
+                        part.legal.iter().map(|c| p.legal.iter().position(|x| x == c).unwrap()).collect();
+                    assert!(idx.windows(2).all(|w| w[0] < w[1]), "{kind} part of {n} out of the plan's order");
+                    at.extend(idx);
+                    assert!(!part.legal.is_empty(), "{kind}: an empty part of {n} ({} configurations)", p.legal.len());
+                }
+                at.sort_unstable();
+                assert_eq!(at, (0..p.legal.len()).collect::<Vec<_>>(), "{kind}: parts of {n} are not a partition");
+                let mut na: Vec<_> = parts.iter().flat_map(|s| s.not_applicable.clone()).collect();
+                na.sort();
+                assert_eq!(na, p.not_applicable);
+                let mut ex: Vec<_> = parts.iter().flat_map(|s| s.excluded.clone()).collect();
+                ex.sort();
+                assert_eq!(ex, p.excluded);
+                if n == 1 {
+                    assert_eq!(parts[0].legal, p.legal, "one part is the plan");
+                }
+            }
+        }
+    }
+
+    /// What the parts are for: `--matrix all`'s parts need fewer runs in all than its shards,
+    /// and the largest part (the night's time) is smaller than the largest shard.
+    #[test]
+    fn parts_need_fewer_runs_than_shards() {
+        let registry = Registry::builtin().unwrap();
+        let p = plan(&registry, "all", &[1, 2, 4, 8]);
+        let whole = runs(&registry, &p);
+        for n in [4, 8] {
+            let parts: Vec<usize> = worker_parts(&registry, &p, &DoorRequest::default(), n)
+                .unwrap()
+                .iter()
+                .map(|part| runs(&registry, part))
+                .collect();
+            let shards: Vec<usize> = (0..n).map(|i| runs(&registry, &matrix::shard(&p, i, n).unwrap())).collect();
+            let (sum, largest) = (parts.iter().sum::<usize>(), *parts.iter().max().unwrap());
+            assert!(sum >= whole, "{n} parts need {sum} runs, fewer than the whole plan's {whole}");
+            assert!(sum < shards.iter().sum::<usize>(), "{n} parts {parts:?} against shards {shards:?}");
+            assert!(largest < *shards.iter().max().unwrap(), "{n} parts {parts:?} against shards {shards:?}");
+            assert!(largest * n >= sum, "{parts:?}");
+        }
+    }
+
+    /// A cut by a door leaves the sets without it closed under taking a door off: they need no
+    /// baseline the sets with it provide.
+    #[test]
+    fn a_cut_leaves_the_sets_without_its_door_needing_nothing_from_the_other_side() {
+        let registry = Registry::builtin().unwrap();
+        let p = plan(&registry, "all", &[2]);
+        let costs = Costs::of(&registry, &p, &DoorRequest::default()).unwrap();
+        let lane: Vec<usize> = (0..p.legal.len())
+            .filter(|&i| (p.legal[i].transport, p.legal[i].batch, p.legal[i].columns) == (Transport::NativeP2p, 1, 1))
+            .collect();
+        let (with, without) = cut(&p, &costs, &lane);
+        assert!(!with.is_empty() && !without.is_empty());
+        let from_with: HashSet<usize> = with.iter().filter_map(|&m| costs.provides[m]).collect();
+        let crossing = without.iter().flat_map(|&m| costs.asks[m].iter()).filter(|k| from_with.contains(k)).count();
+        assert_eq!(crossing, 0, "the sets without the cut's door ask for baselines of the sets with it");
+        assert!(costs.weight(&with) + costs.weight(&without) > costs.weight(&lane), "a cut that costs nothing");
+    }
+}
