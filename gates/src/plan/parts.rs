@@ -158,7 +158,7 @@ fn cut(plan: &MatrixPlan, costs: &Costs, members: &[usize]) -> (Vec<usize>, Vec<
         |d: &String| -> (Vec<usize>, Vec<usize>) { members.iter().partition(|&&m| plan.legal[m].doors.contains(d)) };
     let best = doors
         .into_iter()
-        .map(|d| split(d))
+        .map(split)
         .filter(|(with, without)| !with.is_empty() && !without.is_empty())
         .min_by_key(|(with, without)| {
             let (a, b) = (costs.weight(with), costs.weight(without));
