@@ -2,29 +2,29 @@
 # Main re-measured as one build (tenth session, 2026-12-05): issue 27's "done means" asks for the
 # target table, ncu's per-kernel table and every module of the GPU test binary from one call on the
 # same build. One call of about 9 minutes (timeout_s 600):
-#   bash scripts/gpu/remeasure.sh [S]   b1 with the PyTorch anchor, a second b1, ncu of one b1 bench,
+#   [NAME=main] bash scripts/gpu/remeasure.sh [S]   b1 with the PyTorch anchor, a second b1, ncu of one b1 bench,
 #                                       the whole GPU binary with the step-preset gate, b8 with the
 #                                       PyTorch anchor, selftest, then issue 24's other shapes
 #                                       (t8, b2, b4, t2, t4; no PyTorch) and b8 with the rows' door
 #                                       DECODE_V2 (the form a batched-serving user runs) while time is left
-# Carry target-g/ (`bash scripts/gpu/carry.sh main` builds it: mg-main = memra-gates, gpu-main =
-# the runtime's GPU test binary, stripped). Measured first at 02e752d (docs/gpu/2026-12-05-remeasure/).
+# Carry target-g/ (`bash scripts/gpu/carry.sh NAME` builds it: mg-NAME = memra-gates, gpu-NAME =
+# the runtime's GPU test binary, stripped; NAME defaults to main). Measured first at 02e752d (docs/gpu/2026-12-05-remeasure/).
 set -uo pipefail
 source scripts/gpu/libs.sh
 call_start remeasure "${1:-565}"
-B=target-g
+B=target-g; N=${NAME:-main}
 bench_shape() { # NAME NEED_S FLAGS...
   local name=$1 need=$2; shift 2
-  step "$name" "$need" $B/mg-main bench --backend cuda --preset step --layers 2 --graph "$@" --out "/tmp/$name"
+  step "$name" "$need" $B/mg-$N bench --backend cuda --preset step --layers 2 --graph "$@" --out "/tmp/$name"
   echo "$name: $(bench_summary "/tmp/$name.log")"
   grep -E "per token|fastest form|overhead" "/tmp/$name.log" | head -4
 }
 bench_shape shape-b1 100 --batch 1
 bench_shape b1-again 40 --no-torch --batch 1
-ncu_b1 ncu-b1-main 60 $B/mg-main
-whole_gpu main 240
+ncu_b1 "ncu-b1-$N" 60 $B/mg-$N
+whole_gpu "$N" 240
 bench_shape shape-b8 100 --batch 8
-selftest_cuda main 40
+selftest_cuda "$N" 40
 bench_shape shape-t8 40 --no-torch --columns 8
 bench_shape shape-b2 40 --no-torch --batch 2
 bench_shape shape-b4 40 --no-torch --batch 4
