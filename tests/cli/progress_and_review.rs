@@ -139,6 +139,30 @@ fn phase_times_reach_receipts_and_the_estimate() {
         "{}",
         out.stdout
     );
+    // Over 3 workers each part is estimated the same way: the longest at least a third of the
+    // whole plan (every part pays its own uploads and model, and baselines other parts provide).
+    let seconds = |clock: &str| -> u64 {
+        let (mut total, mut n) = (0, 0);
+        for c in clock.chars() {
+            match c {
+                '0'..='9' => n = n * 10 + c.to_digit(10).unwrap() as u64,
+                'h' => (total, n) = (total + 3600 * n, 0),
+                'm' => (total, n) = (total + 60 * n, 0),
+                's' => (total, n) = (total + n, 0),
+                _ => panic!("not a clock: {clock}"),
+            }
+        }
+        total
+    };
+    let after = |text: &str, what: &str| -> u64 {
+        let at = text.find(what).unwrap_or_else(|| panic!("no `{what}` in {text}")) + what.len();
+        seconds(text[at..].split_whitespace().next().unwrap())
+    };
+    let workers = run(&[&args[..], &["--explain", "--history", s(&out_dir), "--worker-processes", "3"]].concat());
+    workers.expect_code(0);
+    let line = workers.stdout.lines().find(|l| l.contains("from the history: the longest part")).expect("a parts line");
+    let (longest, whole) = (after(line, "takes "), after(&out.stdout, "estimated duration: "));
+    assert!(longest * 3 >= whole && longest <= whole + 1, "{line} (one process: {whole} s)");
     run(&[&args[..], &["--explain"]].concat())
         .expect_code(0)
         .expect_stdout(&["estimated duration: not estimated", "--history"]);

@@ -135,30 +135,33 @@ fn a_worker_that_dies_leaves_the_plan_incomplete_and_the_run_says_so() {
     assert!(!out.join("summary.json").exists(), "an incomplete plan wrote a summary as if it were whole");
 }
 
-/// `matrix --explain --worker-processes N` counts the parts' runs: at least the whole plan's (a
-/// part runs the baselines another part's configurations would give), the largest at least their
-/// mean, and on `--matrix all` fewer than `--shard i/N`'s blocks of every lane need.
+/// `matrix --explain --worker-processes N` counts the parts' runs and rank-runs (runs × TP size):
+/// at least the whole plan's runs in all (a part runs the baselines another part's configurations
+/// would give), the heaviest part at least a third of the whole plan's rank-runs, and on `--matrix
+/// all` fewer runs than `--shard i/N`'s blocks of every lane need, the heaviest lighter than theirs.
 #[test]
 fn matrix_explain_counts_the_workers_parts() {
     let base = ["matrix", "--matrix", "all", "--backend", "cuda", "--tp", "1,2", "--explain"];
-    let runs_of = |extra: &[&str]| -> u64 {
+    let number_after = |line: &str, what: &str| -> u64 {
+        let at = line.find(what).unwrap_or_else(|| panic!("no `{what}` in {line}")) + what.len();
+        line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    // (runs, rank-runs) of one process.
+    let one = |extra: &[&str]| -> (u64, u64) {
         let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
         let out = run(&args);
         out.expect_code(0);
         let line = out.stdout.lines().find(|l| l.starts_with("runs on one model")).expect("a runs line").to_string();
-        line.split(" = ").nth(1).and_then(|t| t.split(';').next()).and_then(|n| n.trim().parse().ok()).unwrap()
+        (number_after(&line, "provides = "), number_after(&line, "without timing marks; "))
     };
-    let shards: Vec<u64> = (0..3).map(|i| runs_of(&["--shard", &format!("{i}/3")])).collect();
+    let shards: Vec<(u64, u64)> = (0..3).map(|i| one(&["--shard", &format!("{i}/3")])).collect();
+    let (whole_runs, whole_weight) = one(&[]);
     let out = run(&[&base[..], &["--worker-processes", "3"]].concat());
     out.expect_code(0);
     let line = out.stdout.lines().find(|l| l.starts_with("with 3 worker processes")).expect("a workers line");
-    let number_after = |what: &str| -> u64 {
-        let at = line.find(what).unwrap_or_else(|| panic!("no `{what}` in {line}")) + what.len();
-        line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
-    };
-    let (sum, largest) = (number_after("need "), number_after("the largest "));
-    assert!(sum >= runs_of(&[]), "{line}: fewer runs than the whole plan's");
-    assert!(largest * 3 >= sum && largest <= sum, "{line}");
-    assert!(sum < shards.iter().sum(), "{line} (the shards: {shards:?})");
-    assert!(largest < *shards.iter().max().unwrap(), "{line} (the shards: {shards:?})");
+    let (sum, heaviest) = (number_after(line, "need "), number_after(line, " runs, "));
+    assert!(sum >= whole_runs, "{line}: fewer runs than the whole plan's {whole_runs}");
+    assert!(heaviest * 3 >= whole_weight, "{line}: the heaviest part under a third of {whole_weight} rank-runs");
+    assert!(sum < shards.iter().map(|s| s.0).sum(), "{line} (the shards: {shards:?})");
+    assert!(heaviest < shards.iter().map(|s| s.1).max().unwrap(), "{line} (the shards: {shards:?})");
 }

@@ -60,30 +60,52 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
         crate::say!("{}", plan.explain());
         let (runnable, per_backend) = super::matrix_estimate::runs_of(&registry, &plan, &request)?;
         let baselines: usize = per_backend.values().sum();
+        let whole = 2 * runnable + baselines;
+        let weight = crate::plan::parts::rank_runs(&registry, &plan, &request)?;
         crate::say!(
             "runs on one model: {runnable} configuration(s) × 2 (the determinism gate's second run) + at least \
-             {baselines} census baseline(s) that no configuration's own run provides = {}; {runnable} of them timed \
-             (each configuration's first run, the receipt's latencies), {} without timing marks",
-            2 * runnable + baselines,
+             {baselines} census baseline(s) that no configuration's own run provides = {whole}; {runnable} of them \
+             timed (each configuration's first run, the receipt's latencies), {} without timing marks; {weight} \
+             rank-runs (each run × its TP size: a CUDA run's host time grows with its ranks)",
             runnable + baselines
         );
+        let history = super::matrix_estimate::load_history(&registry, &args.history)?;
         if let Some(n) = args.worker_processes.filter(|n| *n > 1) {
             let mut parts = Vec::with_capacity(n);
+            let mut walls = Vec::with_capacity(n);
             for part in crate::plan::parts::worker_parts(&registry, &plan, &request, n)? {
                 let (r, b) = super::matrix_estimate::runs_of(&registry, &part, &request)?;
-                parts.push(2 * r + b.values().sum::<usize>());
+                parts.push((
+                    crate::plan::parts::rank_runs(&registry, &part, &request)?,
+                    2 * r + b.values().sum::<usize>(),
+                ));
+                if let Some(h) = &history {
+                    walls.push(super::matrix_estimate::wall_of(&registry, &part, h)?);
+                }
             }
-            let (largest, at) = parts.iter().enumerate().map(|(i, r)| (*r, i)).max().unwrap_or((0, 0));
+            let sum: usize = parts.iter().map(|(_, r)| r).sum();
+            let (at, (heaviest, its_runs)) =
+                parts.iter().copied().enumerate().max_by_key(|(i, (w, _))| (*w, usize::MAX - i)).unwrap_or_default();
             crate::say!(
-                "with {n} worker processes: the parts need {} runs in all ({:.2}× one process's {}), the largest \
-                 {largest} (part {at}/{n}); a night takes about its largest part's time at the per-run rate of \
-                 {n} processes at once",
-                parts.iter().sum::<usize>(),
-                parts.iter().sum::<usize>() as f64 / (2 * runnable + baselines).max(1) as f64,
-                2 * runnable + baselines
+                "with {n} worker processes: the parts need {sum} runs in all ({:.2}× one process's {whole}); the \
+                 heaviest, part {at}/{n}: {its_runs} runs, {heaviest} rank-runs, {:.3} of one process's {weight} — a \
+                 night takes about that share of one process's time × {n} ÷ the throughput gain of {n} processes at \
+                 once under MPS",
+                sum as f64 / whole.max(1) as f64,
+                heaviest as f64 / weight.max(1) as f64,
             );
+            if let Some((longest, ms)) = walls.iter().copied().enumerate().max_by(|a, b| a.1.total_cmp(&b.1)) {
+                crate::say!(
+                    "with {n} worker processes, from the history: the longest part, {longest}/{n}, takes {} in one \
+                     process (the parts {} to {}) — the night is that × {n} ÷ the throughput gain of {n} processes \
+                     at once under MPS",
+                    crate::suite::clock(ms / 1e3),
+                    crate::suite::clock(walls.iter().copied().fold(f64::INFINITY, f64::min) / 1e3),
+                    crate::suite::clock(ms / 1e3),
+                );
+            }
         }
-        crate::say!("{}", super::matrix_estimate::explain(&registry, &plan.legal, &args.history, &per_backend)?);
+        crate::say!("{}", super::matrix_estimate::explain(&registry, &plan.legal, history.as_ref(), &per_backend));
     }
     Ok(Status::Passed)
 }

@@ -259,21 +259,20 @@ fn short(digest: &str) -> &str {
     &digest[..digest.len().min(12)]
 }
 
-/// The estimate of running `legal`, from the receipt directories `history` (one per earlier
-/// run), as lines for `matrix --explain`: which receipts it used, then the figures. Refused when
-/// the directories hold no run receipt, or receipts of more than one model or battery.
-/// `plan_baselines`: the census baseline runs the plan needs, per backend (`baselines_by_backend`
-/// of its jobs).
-pub fn explain(
-    registry: &Registry,
-    legal: &[Configuration],
-    history: &[PathBuf],
-    plan_baselines: &BTreeMap<BackendKind, usize>,
-) -> Result<String, GateError> {
+/// Earlier runs' receipts, loaded once for `matrix --explain`: every sample, the census
+/// baselines each run's own configurations needed (per backend), and the line naming them.
+pub struct History {
+    samples: Vec<Sample>,
+    baselines: BTreeMap<BackendKind, usize>,
+    header: String,
+}
+
+/// The receipts of the directories `history` (one per earlier run); none when no directory is
+/// given. Refused when the directories hold no run receipt, or receipts of more than one model or
+/// battery.
+pub fn load_history(registry: &Registry, history: &[PathBuf]) -> Result<Option<History>, GateError> {
     if history.is_empty() {
-        return Ok("estimated duration: not estimated — no receipts of earlier runs given (--history DIR… names \
-                   the receipt directories of earlier runs)"
-            .into());
+        return Ok(None);
     }
     let mut runs = Vec::new();
     let mut workloads: BTreeMap<(String, String, String), PathBuf> = BTreeMap::new();
@@ -323,7 +322,7 @@ pub fn explain(
         })
         .collect();
     // What each earlier run's own configurations needed in census baselines.
-    let mut counts = BaselineRuns { plan: plan_baselines.clone(), history: BTreeMap::new() };
+    let mut baselines = BTreeMap::new();
     for r in &runs {
         let configs: BTreeSet<Configuration> = r.samples.iter().map(|s| s.config.clone()).collect();
         let plan = crate::matrix::MatrixPlan {
@@ -334,20 +333,48 @@ pub fn explain(
             pass_notes: Vec::new(),
         };
         for (b, n) in runs_of(registry, &plan, &crate::env::DoorRequest::default())?.1 {
-            *counts.history.entry(b).or_default() += n;
+            *baselines.entry(b).or_default() += n;
         }
     }
     let samples: Vec<Sample> = runs.into_iter().flat_map(|r| r.samples).collect();
-    let e = estimate(registry, legal, &samples, &counts);
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let clock = |ms: f64| crate::suite::clock(ms / 1e3);
-    let mut out = format!(
-        "estimate from {} run receipt(s) of the {preset} model {} (battery {}) in {}\n",
+    let header = format!(
+        "estimate from {} run receipt(s) of the {preset} model {} (battery {}) in {}",
         samples.len(),
         short(digest),
         short(battery),
         used.join(", ")
     );
+    Ok(Some(History { samples, baselines, header }))
+}
+
+/// Wall time (ms) of one process running `plan` (its census baselines counted as `runs_of`
+/// counts them), estimated from `history`: what each part of `run --worker-processes N` costs.
+pub fn wall_of(registry: &Registry, plan: &crate::matrix::MatrixPlan, history: &History) -> Result<f64, GateError> {
+    let per_backend = runs_of(registry, plan, &crate::env::DoorRequest::default())?.1;
+    let counts = BaselineRuns { plan: per_backend, history: history.baselines.clone() };
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    Ok(estimate(registry, &plan.legal, &history.samples, &counts).wall_ms(cores))
+}
+
+/// The estimate of running `legal` from `history` ([`load_history`]), as lines for `matrix
+/// --explain`: which receipts it used, then the figures. `plan_baselines`: the census baseline
+/// runs the plan needs, per backend (`baselines_by_backend` of its jobs).
+pub fn explain(
+    registry: &Registry,
+    legal: &[Configuration],
+    history: Option<&History>,
+    plan_baselines: &BTreeMap<BackendKind, usize>,
+) -> String {
+    let Some(history) = history else {
+        return "estimated duration: not estimated — no receipts of earlier runs given (--history DIR… names \
+                the receipt directories of earlier runs)"
+            .into();
+    };
+    let counts = BaselineRuns { plan: plan_baselines.clone(), history: history.baselines.clone() };
+    let e = estimate(registry, legal, &history.samples, &counts);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let clock = |ms: f64| crate::suite::clock(ms / 1e3);
+    let mut out = format!("{}\n", history.header);
     let missing: usize = e.unestimated.values().sum();
     out += &format!(
         "estimated duration: {}{} wall on {cores} core(s) — host {} of configuration time (sharing the cores), CUDA {} (one at a time), {} weight upload(s) {} and {} probe(s) {} included, model and references {} once; {} of {} configurations seen before, {} estimated from their backend and TP, {} from their backend's median",
@@ -381,7 +408,7 @@ pub fn explain(
             backend.name()
         );
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
@@ -498,11 +525,12 @@ mod tests {
     fn no_history_is_said_and_an_empty_one_refused() {
         let r = Registry::builtin().unwrap();
         let legal = [config(BackendKind::Host, 1, &[])];
-        let said = explain(&r, &legal, &[], &BTreeMap::new()).unwrap();
+        assert!(load_history(&r, &[]).unwrap().is_none());
+        let said = explain(&r, &legal, None, &BTreeMap::new());
         assert!(said.contains("not estimated") && !said.contains("estimated duration: 0"), "{said}");
         let empty = std::env::temp_dir().join(format!("memra-estimate-empty-{}", std::process::id()));
         std::fs::create_dir_all(&empty).unwrap();
-        let refused = explain(&r, &legal, std::slice::from_ref(&empty), &BTreeMap::new()).unwrap_err().to_string();
+        let refused = load_history(&r, std::slice::from_ref(&empty)).err().expect("refused").to_string();
         std::fs::remove_dir_all(&empty).unwrap();
         assert!(refused.contains("no run receipt") && refused.contains(&empty.display().to_string()), "{refused}");
     }

@@ -3,15 +3,16 @@
 //! off (`crate::suite` census): one process runs a baseline once and a configuration's own run
 //! serves every superset that asks for it, but only inside that process. `--shard`'s blocks of
 //! every lane (made so that N concurrent shards each get every TP size) cut that lattice
-//! everywhere: `tiny`'s `--matrix all` on CUDA in 8 shards needs 79,150 runs against one
-//! process's 47,152, the largest shard 12,636. The workers share one GPU and one clock, so they
-//! need no TP balance: a part here is whole lanes where they fit, and a lane too heavy is cut
-//! along its doors — the sets without a door need nothing from the sets with it, and each set
-//! with it at most its one baseline with the door off — into pieces packed heaviest first. The
-//! same plan in 8 parts: 53,422 runs, the largest 6,701.
+//! everywhere: `--matrix all` on CUDA in 8 shards needs 79,150 runs against one process's
+//! 47,152. The workers share one GPU and one clock, so they need no TP balance: a part here is
+//! whole lanes where they fit, and a lane too heavy is cut along its doors — the sets without a
+//! door need nothing from the sets with it, and each set with it only its baselines with the door
+//! off — into pieces packed heaviest first. The same plan in 8 parts: 52,776 runs, the heaviest
+//! part 29,952 rank-runs (0.147 of the plan's 204,324) against the heaviest shard's 54,742 (0.268).
 //!
-//! The weight of a piece is the runs one process makes of it (its configurations' two each and
-//! the baselines none of its own runs provides), the unit `matrix --explain` counts a night in.
+//! The weight of a piece is its rank-runs ([`rank_runs`]): the runs one process makes of it (its
+//! configurations' two each and the baselines none of its own runs provides), each times its TP
+//! size. `matrix --explain --worker-processes N` prints both for every part.
 
 use crate::env::DoorRequest;
 use crate::error::GateError;
@@ -25,9 +26,11 @@ use std::collections::{BTreeSet, HashSet};
 const FINEST_PIECE_PER_SHARE: usize = 2;
 
 /// What each configuration of a plan's `legal` list costs a process: runs (2, or 0 for one that
-/// does not run), the baseline key its own run provides and the keys it asks for.
+/// does not run), its ranks (a run's host time grows with them, [`rank_runs`]), the baseline key
+/// its own run provides and the keys it asks for.
 struct Costs {
     runs: Vec<usize>,
+    ranks: Vec<usize>,
     provides: Vec<Option<usize>>,
     asks: Vec<Vec<usize>>,
 }
@@ -40,18 +43,35 @@ impl Costs {
         let ids = crate::suite::baseline_ids(&jobs);
         Ok(Costs {
             runs: jobs.iter().map(|j| if j.not_run.is_none() { 2 } else { 0 }).collect(),
+            ranks: jobs.iter().map(|j| j.tp).collect(),
             provides: ids.iter().map(|(own, _)| *own).collect(),
             asks: ids.into_iter().map(|(_, asks)| asks).collect(),
         })
     }
 
-    /// Runs of one process running `members`: their own, and each baseline none of them provides.
+    /// Rank-runs of one process running `members`: their own runs and each baseline none of them
+    /// provides (a baseline has its configuration's TP), each times its ranks.
     fn weight(&self, members: &[usize]) -> usize {
         let provided: HashSet<usize> = members.iter().filter_map(|&m| self.provides[m]).collect();
-        let asked: HashSet<usize> =
-            members.iter().flat_map(|&m| self.asks[m].iter().copied()).filter(|k| !provided.contains(k)).collect();
-        members.iter().map(|&m| self.runs[m]).sum::<usize>() + asked.len()
+        let mut asked: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+        for &m in members {
+            for &k in self.asks[m].iter().filter(|k| !provided.contains(k)) {
+                asked.insert(k, self.ranks[m]);
+            }
+        }
+        members.iter().map(|&m| self.runs[m] * self.ranks[m]).sum::<usize>() + asked.values().sum::<usize>()
     }
+}
+
+/// A plan's weight as the parts are cut by: each run (a configuration's two, and each census
+/// baseline none of its own runs provides) times its ranks. A CUDA run is host-bound, driving
+/// every rank's launches from one thread, so its time grows with its TP size: one H100, `tiny`'s
+/// `--matrix all --shard 7/200` in one process, 282 / 610 / 1,087 ms per configuration at TP2 /
+/// 4 / 8 over native-p2p (docs/gpu/2026-12-06-parts): parts of equal runs would leave a part of
+/// TP8 configurations about 3.9× as long as a part of TP2 ones.
+pub fn rank_runs(registry: &Registry, plan: &MatrixPlan, req: &DoorRequest) -> Result<usize, GateError> {
+    let costs = Costs::of(registry, plan, req)?;
+    Ok(costs.weight(&(0..plan.legal.len()).collect::<Vec<_>>()))
 }
 
 /// Part `index` of `count` ([`worker_parts`]).
@@ -153,9 +173,9 @@ fn pack(pieces: &[(usize, Vec<usize>)], count: usize) -> (usize, Vec<(usize, Vec
 
 /// `members` (one lane, at least two door sets) cut by the door that costs fewest runs — the sets
 /// with it and without it weigh least together; the more even cut on a tie: (with, without), both
-/// non-empty. (Cheapest first beat most even first: `tiny`'s `--matrix all` on CUDA in 8 parts
-/// needs 53,422 runs, the largest part 6,701, against 56,800 and 7,482; the packing evens the
-/// parts out.)
+/// non-empty. (Cheapest first beat most even first: `--matrix all` on CUDA in 8 parts needs
+/// 52,776 runs, the heaviest part 29,952 rank-runs, against 54,352 and 33,792; the packing evens
+/// the parts out.)
 fn cut(plan: &MatrixPlan, costs: &Costs, members: &[usize]) -> (Vec<usize>, Vec<usize>) {
     let doors: BTreeSet<&String> = members.iter().flat_map(|&m| plan.legal[m].doors.iter()).collect();
     let split =
@@ -226,25 +246,29 @@ mod tests {
         }
     }
 
-    /// What the parts are for: `--matrix all`'s parts need fewer runs in all than its shards,
-    /// and the largest part (the night's time) is smaller than the largest shard.
+    /// What the parts are for: `--matrix all`'s parts need fewer runs in all than its shards, and
+    /// the heaviest part (the night's time, in rank-runs) is lighter than the heaviest shard.
     #[test]
-    fn parts_need_fewer_runs_than_shards() {
+    fn parts_need_fewer_runs_than_shards_and_the_heaviest_is_lighter() {
         let registry = Registry::builtin().unwrap();
         let p = plan(&registry, "all", &[1, 2, 4, 8]);
+        let req = DoorRequest::default();
         let whole = runs(&registry, &p);
         for n in [4, 8] {
-            let parts: Vec<usize> = worker_parts(&registry, &p, &DoorRequest::default(), n)
-                .unwrap()
-                .iter()
-                .map(|part| runs(&registry, part))
-                .collect();
-            let shards: Vec<usize> = (0..n).map(|i| runs(&registry, &matrix::shard(&p, i, n).unwrap())).collect();
-            let (sum, largest) = (parts.iter().sum::<usize>(), *parts.iter().max().unwrap());
-            assert!(sum >= whole, "{n} parts need {sum} runs, fewer than the whole plan's {whole}");
-            assert!(sum < shards.iter().sum::<usize>(), "{n} parts {parts:?} against shards {shards:?}");
-            assert!(largest < *shards.iter().max().unwrap(), "{n} parts {parts:?} against shards {shards:?}");
-            assert!(largest * n >= sum, "{parts:?}");
+            let parts = worker_parts(&registry, &p, &req, n).unwrap();
+            let shards: Vec<MatrixPlan> = (0..n).map(|i| matrix::shard(&p, i, n).unwrap()).collect();
+            let total = |plans: &[MatrixPlan]| plans.iter().map(|q| runs(&registry, q)).sum::<usize>();
+            let heaviest =
+                |plans: &[MatrixPlan]| plans.iter().map(|q| rank_runs(&registry, q, &req).unwrap()).max().unwrap();
+            assert!(total(&parts) >= whole, "{n} parts need fewer runs than the whole plan's {whole}");
+            assert!(total(&parts) < total(&shards), "{n} parts: {} runs, shards {}", total(&parts), total(&shards));
+            assert!(
+                heaviest(&parts) < heaviest(&shards),
+                "{n} parts: the heaviest {} rank-runs, shards {}",
+                heaviest(&parts),
+                heaviest(&shards)
+            );
+            assert!(heaviest(&parts) * n >= rank_runs(&registry, &p, &req).unwrap());
         }
     }
 
