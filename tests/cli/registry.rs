@@ -85,10 +85,12 @@ fn matrix_explain_lists_exclusions_with_their_rules() {
     let line = out.stdout.lines().find(|l| l.starts_with("runs on one model: ")).expect("the runs line");
     let numbers: Vec<usize> =
         line.split(|c: char| !c.is_ascii_digit()).filter(|t| !t.is_empty()).map(|t| t.parse().unwrap()).collect();
-    let [configs, 2, baselines, total, timed, untimed] = numbers[..] else {
-        panic!("the runs line has not its counts (N × 2 + M = T; A timed, B without marks): {line}");
+    let [configs, 2, baselines, total, timed, untimed, rank_runs] = numbers[..] else {
+        panic!("the runs line has not its counts (N × 2 + M = T; A timed, B without marks; R rank-runs): {line}");
     };
     assert!(configs > 0, "{line}");
+    // Runs × TP size: above the runs, as the plan has runs above TP1.
+    assert!(rank_runs > total, "{line}");
     assert_eq!(total, 2 * configs + baselines, "{line}");
     assert_eq!((timed, untimed), (configs, configs + baselines), "{line}");
 }
