@@ -42,6 +42,8 @@ python3 - "$ref" "${runs[@]}" <<'PY'
 import json, os, sys
 names = lambda d: sorted(f for f in os.listdir(d) if f.startswith("run-") and f.endswith(".json")) if os.path.isdir(d) else []
 for run in sys.argv[2:]:
+    if os.path.join("/tmp", run) == sys.argv[1]:
+        continue  # the reference itself (ONE=0): nothing to compare
     for sub in ("", "edge"):
         a, b = os.path.join(sys.argv[1], sub), os.path.join("/tmp", run, sub)
         if not os.path.isdir(a):

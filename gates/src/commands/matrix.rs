@@ -80,7 +80,7 @@ pub fn matrix(args: &MatrixArgs) -> Result<Status, GateError> {
                     2 * r + b.values().sum::<usize>(),
                 ));
                 if let Some(h) = &history {
-                    walls.push(super::matrix_estimate::wall_of(&registry, &part, h)?);
+                    walls.push(super::matrix_estimate::wall_of(&registry, &part.legal, b, h));
                 }
             }
             let sum: usize = parts.iter().map(|(_, r)| r).sum();

@@ -347,13 +347,18 @@ pub fn load_history(registry: &Registry, history: &[PathBuf]) -> Result<Option<H
     Ok(Some(History { samples, baselines, header }))
 }
 
-/// Wall time (ms) of one process running `plan` (its census baselines counted as `runs_of`
-/// counts them), estimated from `history`: what each part of `run --worker-processes N` costs.
-pub fn wall_of(registry: &Registry, plan: &crate::matrix::MatrixPlan, history: &History) -> Result<f64, GateError> {
-    let per_backend = runs_of(registry, plan, &crate::env::DoorRequest::default())?.1;
-    let counts = BaselineRuns { plan: per_backend, history: history.baselines.clone() };
+/// Wall time (ms) of one process running `legal`, which needs `baselines` census baseline runs
+/// per backend (`runs_of`), estimated from `history`: what each part of `run --worker-processes
+/// N` costs.
+pub fn wall_of(
+    registry: &Registry,
+    legal: &[Configuration],
+    baselines: BTreeMap<BackendKind, usize>,
+    history: &History,
+) -> f64 {
+    let counts = BaselineRuns { plan: baselines, history: history.baselines.clone() };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    Ok(estimate(registry, &plan.legal, &history.samples, &counts).wall_ms(cores))
+    estimate(registry, legal, &history.samples, &counts).wall_ms(cores)
 }
 
 /// The estimate of running `legal` from `history` ([`load_history`]), as lines for `matrix
