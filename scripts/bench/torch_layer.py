@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """PyTorch anchor for `memra-gates bench` (docs/DESIGN.md §8): one Step-like MoE decode layer,
 `--batch` B rows (default 1: one session; B > 1: B sessions, each with its own KV cache, one token
-each — batched decode, docs/DESIGN.md §3.6), in several honest forms a PyTorch user would write, all timed in this one process; the
-fastest is reported and named, and every form is in the output (bench records each in its receipt).
-A slow anchor flatters the program and misleads, so the anchor is the best of these forms.
+each — batched decode) or `--columns` T columns (T > 1: T consecutive tokens of ONE session in one
+pass, each attending to the cache and to the pass's tokens up to itself — the verify pass of
+speculative decoding; docs/DESIGN.md §3.6), in several honest forms a PyTorch user would write, all
+timed in this one process; the fastest is reported and named, and every form is in the output
+(bench records each in its receipt). A slow anchor flatters the program and misleads, so the
+anchor is the best of these forms.
 
 The layer matches the canonical program's shapes and data flow: RMSNorm, Q/K/V/gate projections
 (BF16), per-head q/k RMSNorm + NeoX RoPE, attention over `ctx` cached positions with a per-head
@@ -17,19 +20,30 @@ the forms differ in how the routed experts are computed:
   (`torch.bmm`);
 - `host_loop`: the route ids go to the host once per layer (`ids.tolist()`) and each expert the
   batch selected is a plain view of its bank, one `F.linear` per projection over every row routed
-  to it (the usual batched-MoE grouping; no gather; cannot be graph-captured).
+  to it (the usual batched-MoE grouping; no gather; cannot be graph-captured);
+- `host_loop_fp8`: `host_loop` with E4M3 experts (the routed and the shared expert) through
+  `torch._scaled_mm` (cuBLASLt FP8, one scale per expert bank, activations scaled per call on the
+  device): the FP8 serving form, reading the bytes the program's E4M3 kernels read;
+- `slots_fp8`: the route stays on the device; each row's k experts are taken one slot at a time
+  (`eg8[ids[b, j]]`, a gather) into `torch._scaled_mm`: the FP8 form a CUDA graph can capture.
 
 Each form is timed eagerly (`<form>.eager`) and, when it has no host synchronisation, under
 CUDA-graph replay of the whole layer (`<form>.graph`). The forms are checked against each other
 (`max_rel_diff` against the first form's output) so a fast form that computes something else is
 refused rather than reported.
 
-Expert weights are BF16 here: PyTorch has no batch-1 FP8 GEMV, so this anchor reads 2x the expert
-bytes that the E4M3 kernels read. `torch.compile` of the plain layer was measured on an H200 at
+The BF16 forms read 2x the expert bytes that the E4M3 kernels read; the FP8 forms read the same
+bytes (codes; their scales are one value per bank) but compute in cuBLASLt's FP8 GEMM, so they are
+checked against the first form with the looser FP8 tolerance (AGREE_FP8). A form that raises (an
+FP8 GEMM this PyTorch or card does not have) is reported under `not_timed` with its error instead
+of ending the anchor. `torch.compile` of the plain layer was measured on an H200 at
 6.9-7.0 ms (18x slower than its CUDA graph), so it is not a form today.
 
 Output: one JSON object on stdout:
-  batch:            the rows B of every timing (a layer's time is for all B rows: per token ÷ B)
+  batch, columns:   the rows B and columns T of every timing (a layer's time is for all B x T
+                    tokens of the pass: per token ÷ B·T)
+  fp8_rows_padded:  whether the FP8 GEMM's rows were padded to a multiple of 16 (when it refuses
+                    fewer), absent without FP8
   forms:            {"<form>.<eager|graph>": {median_us, min_us, p90_us, n}} for every form timed
   not_timed:        {"<form>.graph": why} for forms that cannot run that way here
   fastest:          {"form": name, "median_us": ...} over every form
@@ -49,6 +63,10 @@ import torch.nn.functional as F
 # Relative output difference above which a form is refused (bf16 weights, f32 accumulation; the
 # forms only reorder sums, so they agree to about 1e-3).
 AGREE = 3e-2
+# The same for the FP8 forms: E4M3 weights and activations carry a relative rounding error up to
+# 2^-4 each, so their layer differs from the BF16 forms' by a few percent of its largest value.
+AGREE_FP8 = 1e-1
+FP8_MAX = 448.0
 
 
 def rmsnorm(x, w, eps):
@@ -72,10 +90,14 @@ def parse(argv=None):
     p.add_argument("--width", type=int, default=1280)
     p.add_argument("--ctx", type=int, default=32)
     p.add_argument("--batch", type=int, default=1, help="rows: sessions decoded together, each its own cache")
+    p.add_argument("--columns", type=int, default=1, help="columns: consecutive tokens of one session per pass")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (tests: wall clock, no graphs)")
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    if a.batch < 1 or a.columns < 1 or (a.batch > 1 and a.columns > 1):
+        p.error(f"--batch {a.batch} --columns {a.columns}: a pass is B rows or T columns, each at least 1, not both above 1")
+    return a
 
 
 class Layer:
@@ -103,14 +125,49 @@ class Layer:
         self.n2 = torch.ones(H, device=dev)
         self.qn = torch.ones(D, device=dev)
         self.kn = torch.ones(D, device=dev)
+        # One cache per session: B rows are B sessions; T columns are one session.
         self.kc = rnd(a.batch, KVH, a.ctx, D)
         self.vc = rnd(a.batch, KVH, a.ctx, D)
+        # Columns: token t of the pass sees the ctx cached positions and the pass's tokens 0..t.
+        T = a.columns
+        self.mask = torch.ones(T, a.ctx + T, dtype=torch.bool, device=dev).tril(a.ctx)
         ang = torch.arange(D // 2, device=dev, dtype=torch.float32)
         self.cos, self.sin = torch.cos(ang), torch.sin(ang)
         self.eps = 1e-6
+        self.fp8 = None  # fp8_banks() fills it where the FP8 forms can run
+
+    def fp8_banks(self):
+        """E4M3 copies of the expert banks (routed and shared), one scale per bank (amax / 448), and
+        whether cuBLASLt's FP8 GEMM needs its rows padded to a multiple of 16 here."""
+        f8 = torch.float8_e4m3fn
+
+        def q(bank):
+            s = bank.abs().amax().float().clamp_min(1e-12) / FP8_MAX
+            return (bank.float() / s).to(f8) if bank.dim() < 3 else quant_bank(bank, s, f8), s
+
+        self.fp8 = {name: q(getattr(self, name)) for name in ("eg", "eu", "ed", "sg", "su", "sd")}
+        self.pad8 = False
+        probe = torch.zeros(1, self.a.hidden, device=self.eg.device)
+        try:
+            self.mm8(probe, *self.fp8["sg"])
+        except RuntimeError:
+            self.pad8 = True
+            self.mm8(probe, *self.fp8["sg"])
+
+    def mm8(self, x, w8, sw):
+        """x [M, K] (f32/bf16) · w8ᵀ (w8 [N, K] E4M3, scale sw) in cuBLASLt's FP8 GEMM, f32 out;
+        x is scaled to E4M3 by its own amax on the device (no host sync)."""
+        m = x.shape[0]
+        if self.pad8 and m % 16:
+            x = F.pad(x, (0, 0, 0, 16 - m % 16))
+        sx = x.abs().amax().float().clamp_min(1e-12) / FP8_MAX
+        xq = (x.float() / sx).to(torch.float8_e4m3fn)
+        y = torch._scaled_mm(xq, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
+        return y[:m].float()
 
     def attention_half(self, x):
-        """x: [B, H], one row per session; each row attends over its own cache."""
+        """x: [N, H]: rows, one per session, each attending over its own cache; or columns, N
+        consecutive tokens of one session."""
         a, bf = self.a, self.bf
         B, QH, KVH, D = x.shape[0], a.q_heads, a.kv_heads, a.head_dim
         h = rmsnorm(x, self.n1, self.eps).to(bf)
@@ -120,9 +177,16 @@ class Layer:
         g = F.linear(h, self.wg).float()
         q = rope(rmsnorm(q, self.qn, self.eps), self.cos, self.sin)
         k = rope(rmsnorm(k, self.kn, self.eps), self.cos, self.sin)
-        kk = torch.cat([self.kc, k.unsqueeze(2)], dim=2).repeat_interleave(QH // KVH, 1)
-        vv = torch.cat([self.vc, v.unsqueeze(2)], dim=2).repeat_interleave(QH // KVH, 1)
-        o = F.scaled_dot_product_attention(q.unsqueeze(2), kk, vv).squeeze(2)
+        if a.columns > 1:
+            # One session: the pass's T tokens join its cache; causal within the pass.
+            kk = torch.cat([self.kc, k.transpose(0, 1).unsqueeze(0)], dim=2).repeat_interleave(QH // KVH, 1)
+            vv = torch.cat([self.vc, v.transpose(0, 1).unsqueeze(0)], dim=2).repeat_interleave(QH // KVH, 1)
+            q4 = q.transpose(0, 1).unsqueeze(0)
+            o = F.scaled_dot_product_attention(q4, kk, vv, attn_mask=self.mask).squeeze(0).transpose(0, 1)
+        else:
+            kk = torch.cat([self.kc, k.unsqueeze(2)], dim=2).repeat_interleave(QH // KVH, 1)
+            vv = torch.cat([self.vc, v.unsqueeze(2)], dim=2).repeat_interleave(QH // KVH, 1)
+            o = F.scaled_dot_product_attention(q.unsqueeze(2), kk, vv).squeeze(2)
         o = o * torch.sigmoid(g).unsqueeze(-1)
         hres = x + F.linear(o.reshape(B, -1).to(bf), self.wo).float()
         return hres, rmsnorm(hres, self.n2, self.eps)
@@ -137,6 +201,11 @@ class Layer:
         gt = F.linear(xb, self.sg).float()
         up = F.linear(xb, self.su).float()
         return F.linear((F.silu(gt) * up).to(self.bf), self.sd).float()
+
+    def shared_fp8(self, xb):
+        f = self.fp8
+        act = F.silu(self.mm8(xb, *f["sg"])) * self.mm8(xb, *f["su"])
+        return self.mm8(act, *f["sd"])
 
     # ---- the routed experts, one method per form (xb [B, H], ids and w [B, k]) ---------------
     def experts_index_einsum(self, xb, ids, w):
@@ -172,18 +241,72 @@ class Layer:
             acc.index_add_(0, rows, w[rows, slots].unsqueeze(-1) * y)
         return acc
 
+    def experts_host_loop_fp8(self, xb, ids, w):
+        f = self.fp8
+        acc = torch.zeros(xb.shape[0], self.a.hidden, device=xb.device)
+        by_expert = {}
+        for b, row in enumerate(ids.tolist()):  # one host sync per layer
+            for j, e in enumerate(row):
+                by_expert.setdefault(e, []).append((b, j))
+        for e, uses in by_expert.items():
+            rows = torch.tensor([b for b, _ in uses], device=xb.device)
+            slots = torch.tensor([j for _, j in uses], device=xb.device)
+            xe = xb.index_select(0, rows)
+            act = F.silu(self.mm8(xe, f["eg"][0][e], f["eg"][1])) * self.mm8(xe, f["eu"][0][e], f["eu"][1])
+            y = self.mm8(act, f["ed"][0][e], f["ed"][1])
+            acc.index_add_(0, rows, w[rows, slots].unsqueeze(-1) * y)
+        return acc
+
+    def experts_slots_fp8(self, xb, ids, w):
+        f = self.fp8
+        out = []
+        for b in range(xb.shape[0]):
+            xr = xb[b : b + 1]
+            acc = torch.zeros(1, self.a.hidden, device=xb.device)
+            for j in range(ids.shape[1]):
+                e = ids[b, j : j + 1]  # a device index: each weight is gathered, the id never read on the host
+
+                def take(name):  # index_select on the codes' bytes (every PyTorch gathers uint8)
+                    bank = f[name][0]
+                    return bank.view(torch.uint8).index_select(0, e)[0].view(bank.dtype), f[name][1]
+
+                act = F.silu(self.mm8(xr, *take("eg"))) * self.mm8(xr, *take("eu"))
+                acc = acc + w[b, j] * self.mm8(act, *take("ed"))
+            out.append(acc)
+        return torch.cat(out, 0)
+
     def moe_half(self, form, hres, xin):
         xb = xin.to(self.bf)
         ids, w = self.route(xb)
-        return hres + (getattr(self, "experts_" + form)(xb, ids, w) + self.shared(xb))
+        shared = self.shared_fp8 if form.endswith("_fp8") else self.shared
+        return hres + (getattr(self, "experts_" + form)(xb, ids, w) + shared(xb))
 
     def layer(self, form, x):
         hres, xin = self.attention_half(x)
         return self.moe_half(form, hres, xin)
 
 
-# (form, whether it can be captured in a CUDA graph: no host synchronisation)
-FORMS = [("index_einsum", True), ("gather_bmm", True), ("host_loop", False)]
+# (form, whether it can be captured in a CUDA graph: no host synchronisation). The first is the
+# reference every other form is checked against; the FP8 forms run only on CUDA.
+FORMS = [
+    ("index_einsum", True),
+    ("gather_bmm", True),
+    ("host_loop", False),
+    ("host_loop_fp8", False),
+    ("slots_fp8", True),
+]
+
+
+def quant_bank(bank, s, f8):
+    """A 3-D bank to E4M3 one expert at a time (no f32 copy of the whole bank)."""
+    out = torch.empty(bank.shape, dtype=f8, device=bank.device)
+    for e in range(bank.shape[0]):
+        out[e] = (bank[e].float() / s).to(f8)
+    return out
+
+
+def first_line(e):
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
 
 
 def summary(t):
@@ -198,7 +321,13 @@ def main(argv=None):
         raise SystemExit("torch_layer.py: --device cuda, but torch.cuda.is_available() is false")
     dev = torch.device(a.device)
     L = Layer(a, dev)
-    x = torch.randn(a.batch, a.hidden, device=dev)
+    x = torch.randn(a.batch * a.columns, a.hidden, device=dev)
+    fp8_error = "FP8 GEMMs need --device cuda"
+    if cuda:
+        try:
+            L.fp8_banks()
+        except Exception as e:  # an FP8 GEMM this PyTorch or card lacks: the BF16 forms still run
+            L.fp8, fp8_error = None, "no FP8 GEMM here: " + first_line(e)
 
     def sync():
         if cuda:
@@ -232,18 +361,32 @@ def main(argv=None):
             fn(arg)
         return g
 
-    # Every form computes the same layer: checked before anything is timed.
+    # Every form computes the same layer: checked before anything is timed. A form that cannot run
+    # here is reported with its error; one that computes something else ends the anchor.
     with torch.no_grad():
-        outs = {f: L.layer(f, x) for f, _ in FORMS}
+        forms, not_timed, outs = {}, {}, {}
+        for f, _ in FORMS:
+            if f.endswith("_fp8") and L.fp8 is None:
+                not_timed[f + ".eager"] = fp8_error
+                continue
+            try:
+                outs[f] = L.layer(f, x)
+            except Exception as e:
+                if f == FORMS[0][0]:
+                    raise
+                not_timed[f + ".eager"] = "failed: " + first_line(e)
         ref = outs[FORMS[0][0]]
         max_rel = {f: float((o - ref).abs().max() / ref.abs().max().clamp_min(1e-30)) for f, o in outs.items()}
-        bad = {f: d for f, d in max_rel.items() if not d <= AGREE}
+        bad = {f: d for f, d in max_rel.items() if not d <= (AGREE_FP8 if f.endswith("_fp8") else AGREE)}
         if bad:
-            raise SystemExit(f"torch_layer.py: forms disagree with {FORMS[0][0]} beyond {AGREE}: {bad}")
+            raise SystemExit(
+                f"torch_layer.py: forms disagree with {FORMS[0][0]} beyond {AGREE} (FP8: {AGREE_FP8}): {bad}"
+            )
 
-        forms, not_timed = {}, {}
         static_x = x.clone()
         for f, graphable in FORMS:
+            if f not in outs:
+                continue
             for _ in range(a.warmup):
                 L.layer(f, x)
             sync()
@@ -253,7 +396,12 @@ def main(argv=None):
             elif not cuda:
                 not_timed[f + ".graph"] = "CUDA graphs need --device cuda"
             else:
-                forms[f + ".graph"] = time_it(graphed(lambda t, f=f: L.layer(f, t), static_x).replay, a.iters)
+                try:
+                    g = graphed(lambda t, f=f: L.layer(f, t), static_x)
+                except Exception as e:
+                    not_timed[f + ".graph"] = "capture failed: " + first_line(e)
+                    continue
+                forms[f + ".graph"] = time_it(g.replay, a.iters)
 
         def best(keys):
             keys = [k for k in keys if k in forms]
@@ -273,8 +421,9 @@ def main(argv=None):
     out = {
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-        "expert_dtype": "bf16",
+        "expert_dtype": "bf16" if L.fp8 is None else "bf16; E4M3 in the *_fp8 forms",
         "batch": a.batch,
+        "columns": a.columns,
         "forms": forms,
         "not_timed": not_timed,
         "fastest": {"form": fastest, "median_us": forms[fastest]["median_us"]},
@@ -283,6 +432,8 @@ def main(argv=None):
         "max_rel_diff": max_rel,
         **halves,
     }
+    if L.fp8 is not None:
+        out["fp8_rows_padded"] = L.pad8
     if graph:
         out["layer_graph"] = forms[graph]
         out["layer_graph_form"] = graph

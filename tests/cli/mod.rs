@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod bad_inputs;
+mod bench_anchor;
 mod bench_compare;
 mod determinism;
 mod diff;

@@ -72,9 +72,16 @@ impl GatingCost {
         (u > 0).then(|| g as f64 / u as f64 - 1.0)
     }
 
-    /// The receipt's ratios: per layer gated/ungated and seams/ungated, ungated over the floor and
-    /// over PyTorch's whole-layer graph replay, and the overall gate overhead.
-    pub fn ratios(&self, floors_ns: &[Option<f64>], torch_graph_us: Option<f64>) -> BTreeMap<String, f64> {
+    /// The receipt's ratios: per layer gated/ungated and seams/ungated, ungated over the floor,
+    /// gated and ungated over PyTorch's fastest whole-layer graph replay (`_pytorch_graph`) and over
+    /// its fastest form of all, eager or graph (`_pytorch_fastest`: the anchor), and the overall
+    /// gate overhead.
+    pub fn ratios(
+        &self,
+        floors_ns: &[Option<f64>],
+        torch_graph_us: Option<f64>,
+        torch_fastest_us: Option<f64>,
+    ) -> BTreeMap<String, f64> {
         let mut out = BTreeMap::new();
         for l in 0..self.ungated.len() {
             let u = self.ungated[l] as f64;
@@ -90,12 +97,14 @@ impl GatingCost {
                 out.insert(format!("L{l}.layer_ungated_over_floor"), u / f);
                 out.insert(format!("L{l}.layer_gated_over_floor"), self.gated.get(l).copied().unwrap_or(0) as f64 / f);
             }
-            if let Some(t) = torch_graph_us {
-                out.insert(format!("L{l}.layer_ungated_over_pytorch_graph"), u / (t * 1e3));
-                out.insert(
-                    format!("L{l}.layer_gated_over_pytorch_graph"),
-                    self.gated.get(l).copied().unwrap_or(0) as f64 / (t * 1e3),
-                );
+            for (anchor, us) in [("graph", torch_graph_us), ("fastest", torch_fastest_us)] {
+                if let Some(t) = us {
+                    out.insert(format!("L{l}.layer_ungated_over_pytorch_{anchor}"), u / (t * 1e3));
+                    out.insert(
+                        format!("L{l}.layer_gated_over_pytorch_{anchor}"),
+                        self.gated.get(l).copied().unwrap_or(0) as f64 / (t * 1e3),
+                    );
+                }
             }
         }
         if let Some(o) = self.overhead() {
@@ -126,10 +135,14 @@ mod tests {
     fn overhead_and_ratios_come_from_the_medians() {
         let c = GatingCost { seams: vec![130], gated: vec![105], ungated: vec![100] };
         assert!((c.overhead().unwrap() - 0.05).abs() < 1e-12);
-        let r = c.ratios(&[Some(50.0)], Some(0.4));
+        let r = c.ratios(&[Some(50.0)], Some(0.4), Some(0.2));
         assert!((r["L0.layer_gated_over_ungated"] - 1.05).abs() < 1e-12);
         assert!((r["L0.layer_ungated_over_floor"] - 2.0).abs() < 1e-12);
         assert!((r["L0.layer_ungated_over_pytorch_graph"] - 0.25).abs() < 1e-12);
+        // An eager form faster than every graph form is the anchor.
+        assert!((r["L0.layer_gated_over_pytorch_fastest"] - 0.525).abs() < 1e-12);
+        let r = c.ratios(&[Some(50.0)], None, None);
+        assert!(!r.keys().any(|k| k.contains("pytorch")), "no anchor, no PyTorch ratio: {r:?}");
         assert_eq!(GatingCost::default().overhead(), None);
     }
 }

@@ -5,13 +5,19 @@ use crate::args::BenchArgs;
 use memra_runtime::model::Model;
 use std::collections::BTreeMap;
 
-/// The PyTorch anchor's JSON, or the reason it could not run: the same layer over `rows`
-/// sessions per pass (rows: each its own cache, as the program's), timed per pass.
-pub fn run_torch(args: &BenchArgs, model: &Model, positions: usize, rows: usize) -> Result<serde_json::Value, String> {
+/// The PyTorch anchor's JSON, or the reason it could not run: the same pass as the program's,
+/// timed per pass — `pass.batch` sessions of one token each (each its own cache), or
+/// `pass.columns` consecutive tokens of one session (causal within the pass).
+pub fn run_torch(
+    args: &BenchArgs,
+    model: &Model,
+    positions: usize,
+    pass: memra_runtime::PassShape,
+) -> Result<serde_json::Value, String> {
     let c = &model.config;
     let out = std::process::Command::new(&args.python)
         .arg(&args.torch_script)
-        .args(["--batch", &rows.to_string()])
+        .args(["--batch", &pass.batch.to_string(), "--columns", &pass.columns.to_string()])
         .args(["--hidden", &c.hidden.to_string(), "--q-heads", &c.q_heads.to_string()])
         .args(["--kv-heads", &c.kv_heads.to_string(), "--head-dim", &c.head_dim.to_string()])
         .args(["--experts", &c.experts.to_string(), "--top-k", &c.top_k.to_string()])

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The PyTorch anchor at every pass shape (seventeenth session, 2026-12-06): `bench` runs
+# scripts/bench/torch_layer.py for rows AND verify columns, with the FP8 forms (`host_loop_fp8`,
+# `slots_fp8`) beside the BF16 ones, so each shape's table row gets "PyTorch, same pass (fastest
+# form)". One call of about 9 minutes (timeout_s 600):
+#   [NAME=main] bash scripts/gpu/anchors.sh [S]    b1, b8, t8, t2, t4, b2, b4 with the anchor, then
+#                                                  ncu of one b1 bench while time is left
+# Carry target-g/ (`bash scripts/gpu/carry.sh NAME`); logs and receipts packed into $OUT/anchors.tgz.
+set -uo pipefail
+source scripts/gpu/libs.sh
+call_start anchors "${1:-560}"
+B=target-g; N=${NAME:-main}
+python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
+anchor_shape() { # NAME NEED_S FLAGS...
+  local name=$1 need=$2; shift 2
+  step "$name" "$need" $B/mg-$N bench --backend cuda --preset step --layers 2 --graph "$@" --out "/tmp/$name"
+  echo "$name: $(bench_summary "/tmp/$name.log")"
+  grep -E "per token|fastest form|the anchor|not timed|not run|overhead" "/tmp/$name.log" | head -8
+}
+anchor_shape anchor-b1 90 --batch 1
+anchor_shape anchor-b8 90 --batch 8
+anchor_shape anchor-t8 80 --columns 8
+anchor_shape anchor-t2 70 --columns 2
+anchor_shape anchor-t4 70 --columns 4
+anchor_shape anchor-b2 70 --batch 2
+anchor_shape anchor-b4 70 --batch 4
+ncu_b1 "ncu-b1-$N" 60 $B/mg-$N
+pack_logs anchors.tgz 'anchor-*' 'ncu-*.log'
+echo "done in $(( $(date +%s)-STEPS_START ))s"
