@@ -4,7 +4,7 @@
 # `slots_fp8`) beside the BF16 ones, so each shape's table row gets "PyTorch, same pass (fastest
 # form)". One call of about 9 minutes (timeout_s 600):
 #   [NAME=main] bash scripts/gpu/anchors.sh [S]    b1, b8, t8, t2, t4, b2, b4 with the anchor, then
-#                                                  ncu of one b1 bench while time is left
+#                                                  ncu of one b1 bench (caches flushed, then not) while time is left
 # Carry target-g/ (`bash scripts/gpu/carry.sh NAME`); logs and receipts packed into $OUT/anchors.tgz.
 set -uo pipefail
 source scripts/gpu/libs.sh
@@ -25,5 +25,8 @@ anchor_shape anchor-t4 70 --columns 4
 anchor_shape anchor-b2 70 --batch 2
 anchor_shape anchor-b4 70 --batch 4
 ncu_b1 "ncu-b1-$N" 60 $B/mg-$N
+# The same launches with the caches as the layer leaves them (no flush): a row kernel reads what the
+# kernel before it just wrote, from L2.
+ncu_b1 "ncu-b1-warm-$N" 60 $B/mg-$N none
 pack_logs anchors.tgz 'anchor-*' 'ncu-*.log'
 echo "done in $(( $(date +%s)-STEPS_START ))s"
