@@ -25,7 +25,11 @@ the forms differ in how the routed experts are computed:
   `torch._scaled_mm` (cuBLASLt FP8, one scale per expert bank, activations scaled per call on the
   device): the FP8 serving form, reading the bytes the program's E4M3 kernels read;
 - `slots_fp8`: the route stays on the device; each row's k experts are taken one slot at a time
-  (`eg8[ids[b, j]]`, a gather) into `torch._scaled_mm`: the FP8 form a CUDA graph can capture.
+  (`eg8[ids[b, j]]`, a gather) into `torch._scaled_mm`: the FP8 form a CUDA graph can capture;
+- `grouped_mm`: the route stays on the device; the pass's (row, slot) pairs sorted by expert and
+  one `torch._grouped_mm` (the grouped GEMM PyTorch ships for MoE) per projection over the whole
+  bank with per-expert row offsets: each distinct expert is read once, no gather copy;
+- `grouped_mm_fp8`: the same with E4M3 banks through `torch._scaled_grouped_mm` (rowwise scales).
 
 Each form is timed eagerly (`<form>.eager`) and, when it has no host synchronisation, under
 CUDA-graph replay of the whole layer (`<form>.graph`). The forms are checked against each other
@@ -146,6 +150,9 @@ class Layer:
             return (bank.float() / s).to(f8) if bank.dim() < 3 else quant_bank(bank, s, f8), s
 
         self.fp8 = {name: q(getattr(self, name)) for name in ("eg", "eu", "ed", "sg", "su", "sd")}
+        for name in ("eg", "eu", "ed"):  # the rowwise form of the bank's scale (grouped_mm_fp8)
+            codes, s = self.fp8[name]
+            self.fp8[name + "_rows"] = s.expand(codes.shape[0], codes.shape[1]).contiguous()
         self.pad8 = False
         probe = torch.zeros(1, self.a.hidden, device=self.eg.device)
         try:
@@ -275,6 +282,44 @@ class Layer:
             out.append(acc)
         return torch.cat(out, 0)
 
+    def grouped(self, ids):
+        """The (row, slot) pairs sorted by expert — `order` (pair indices), `rows` (each pair's row)
+        — and each expert's end offset in that order (`offs`, int32, all experts: one no row chose
+        is a group of 0 rows). Device only: a CUDA graph captures it."""
+        flat = ids.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        ones = torch.ones_like(flat, dtype=torch.int32)
+        counts = torch.zeros(self.a.experts, dtype=torch.int32, device=ids.device).scatter_add_(0, flat, ones)
+        return order, order // ids.shape[1], torch.cumsum(counts, 0, dtype=torch.int32)
+
+    def experts_grouped_mm(self, xb, ids, w):
+        order, rows, offs = self.grouped(ids)
+        xs = xb.index_select(0, rows)
+        gt = torch._grouped_mm(xs, self.eg.transpose(-2, -1), offs=offs).float()
+        up = torch._grouped_mm(xs, self.eu.transpose(-2, -1), offs=offs).float()
+        act = (F.silu(gt) * up).to(self.bf)
+        ys = torch._grouped_mm(act, self.ed.transpose(-2, -1), offs=offs).float()
+        y = torch.empty_like(ys).index_copy_(0, order, ys).view(*ids.shape, -1)
+        return (w.unsqueeze(-1) * y).sum(1)
+
+    def experts_grouped_mm_fp8(self, xb, ids, w):
+        f = self.fp8
+        order, rows, offs = self.grouped(ids)
+
+        def gmm(x, name):  # rowwise activation scales; the bank's one scale per expert and column
+            sx = x.float().abs().amax(-1).clamp_min(1e-12) / FP8_MAX
+            xq = (x.float() / sx.unsqueeze(-1)).to(torch.float8_e4m3fn)
+            w8, sb = f[name][0], f[name + "_rows"]
+            return torch._scaled_grouped_mm(
+                xq, w8.transpose(-2, -1), sx, sb, offs=offs, out_dtype=torch.bfloat16
+            ).float()
+
+        xs = xb.index_select(0, rows)
+        act = F.silu(gmm(xs, "eg")) * gmm(xs, "eu")
+        ys = gmm(act, "ed")
+        y = torch.empty_like(ys).index_copy_(0, order, ys).view(*ids.shape, -1)
+        return (w.unsqueeze(-1) * y).sum(1)
+
     def moe_half(self, form, hres, xin):
         xb = xin.to(self.bf)
         ids, w = self.route(xb)
@@ -294,6 +339,8 @@ FORMS = [
     ("host_loop", False),
     ("host_loop_fp8", False),
     ("slots_fp8", True),
+    ("grouped_mm", True),
+    ("grouped_mm_fp8", True),
 ]
 
 

@@ -3,7 +3,7 @@
 # scripts/bench/torch_layer.py for rows AND verify columns, with the FP8 forms (`host_loop_fp8`,
 # `slots_fp8`) beside the BF16 ones, so each shape's table row gets "PyTorch, same pass (fastest
 # form)". One call of about 9 minutes (timeout_s 600):
-#   [NAME=main] bash scripts/gpu/anchors.sh [S]    b1, b8, t8, t2, t4, b2, b4 with the anchor, then
+#   [NAME=main] [NCU_TOO=0] bash scripts/gpu/anchors.sh [S]    b1, b8, t8, t2, t4, b2, b4 with the anchor, then
 #                                                  ncu of one b1 bench (caches flushed, then not) while time is left
 # Carry target-g/ (`bash scripts/gpu/carry.sh NAME`); logs and receipts packed into $OUT/anchors.tgz.
 set -uo pipefail
@@ -24,9 +24,11 @@ anchor_shape anchor-t2 70 --columns 2
 anchor_shape anchor-t4 70 --columns 4
 anchor_shape anchor-b2 70 --batch 2
 anchor_shape anchor-b4 70 --batch 4
+if [ "${NCU_TOO:-1}" = 1 ]; then
 ncu_b1 "ncu-b1-$N" 60 $B/mg-$N
 # The same launches with the caches as the layer leaves them (no flush): a row kernel reads what the
 # kernel before it just wrote, from L2.
 ncu_b1 "ncu-b1-warm-$N" 60 $B/mg-$N none
+fi
 pack_logs anchors.tgz 'anchor-*' 'ncu-*.log'
 echo "done in $(( $(date +%s)-STEPS_START ))s"
