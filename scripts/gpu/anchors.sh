@@ -3,7 +3,7 @@
 # scripts/bench/torch_layer.py for rows AND verify columns, with the FP8 forms (`host_loop_fp8`,
 # `slots_fp8`) beside the BF16 ones, so each shape's table row gets "PyTorch, same pass (fastest
 # form)". One call of about 9 minutes (timeout_s 600):
-#   [NAME=main] [NCU_TOO=0] bash scripts/gpu/anchors.sh [S]    b1, b8, t8, t2, t4, b2, b4 with the anchor, then
+#   [NAME=main] [NCU_TOO=0] [SHAPES="b1 b8 ..."] bash scripts/gpu/anchors.sh [S]    b1, b8, t8, t2, t4, b2, b4 with the anchor, then
 #                                                  ncu of one b1 bench (caches flushed, then not) while time is left
 # Carry target-g/ (`bash scripts/gpu/carry.sh NAME`); logs and receipts packed into $OUT/anchors.tgz.
 set -uo pipefail
@@ -17,13 +17,13 @@ anchor_shape() { # NAME NEED_S FLAGS...
   echo "$name: $(bench_summary "/tmp/$name.log")"
   grep -E "per token|fastest form|the anchor|not timed|not run|overhead" "/tmp/$name.log" | head -8
 }
-anchor_shape anchor-b1 90 --batch 1
-anchor_shape anchor-b8 90 --batch 8
-anchor_shape anchor-t8 80 --columns 8
-anchor_shape anchor-t2 70 --columns 2
-anchor_shape anchor-t4 70 --columns 4
-anchor_shape anchor-b2 70 --batch 2
-anchor_shape anchor-b4 70 --batch 4
+# SHAPES: which, in order (default all seven).
+for shape in ${SHAPES:-b1 b8 t8 t2 t4 b2 b4}; do
+  case $shape in
+    b*) anchor_shape "anchor-$shape" 70 --batch "${shape#b}" ;;
+    t*) anchor_shape "anchor-$shape" 70 --columns "${shape#t}" ;;
+  esac
+done
 if [ "${NCU_TOO:-1}" = 1 ]; then
 ncu_b1 "ncu-b1-$N" 60 $B/mg-$N
 # The same launches with the caches as the layer leaves them (no flush): a row kernel reads what the
