@@ -46,6 +46,8 @@ of ending the anchor. `torch.compile` of the plain layer was measured on an H200
 Output: one JSON object on stdout:
   batch, columns:   the rows B and columns T of every timing (a layer's time is for all B x T
                     tokens of the pass: per token ÷ B·T)
+  distinct:         the distinct routed experts of every pass when `--distinct` fixed them, else
+                    absent (the layer's own router chose)
   fp8_rows_padded:  whether the FP8 GEMM's rows were padded to a multiple of 16 (when it refuses
                     fewer), absent without FP8
   forms:            {"<form>.<eager|graph>": {median_us, min_us, p90_us, n}} for every form timed
@@ -95,12 +97,24 @@ def parse(argv=None):
     p.add_argument("--ctx", type=int, default=32)
     p.add_argument("--batch", type=int, default=1, help="rows: sessions decoded together, each its own cache")
     p.add_argument("--columns", type=int, default=1, help="columns: consecutive tokens of one session per pass")
+    p.add_argument(
+        "--distinct",
+        type=int,
+        default=0,
+        help="routed experts the pass reads (the program's measured count; 0: this layer's own router decides)",
+    )
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (tests: wall clock, no graphs)")
     a = p.parse_args(argv)
     if a.batch < 1 or a.columns < 1 or (a.batch > 1 and a.columns > 1):
         p.error(f"--batch {a.batch} --columns {a.columns}: a pass is B rows or T columns, each at least 1, not both above 1")
+    tokens = a.batch * a.columns
+    if a.distinct and not min(a.top_k, a.experts) <= a.distinct <= min(tokens * a.top_k, a.experts):
+        p.error(
+            f"--distinct {a.distinct}: a pass of {tokens} tokens × top-{a.top_k} of {a.experts} experts reads "
+            f"between {min(a.top_k, a.experts)} and {min(tokens * a.top_k, a.experts)} distinct experts"
+        )
     return a
 
 
@@ -139,6 +153,14 @@ class Layer:
         self.cos, self.sin = torch.cos(ang), torch.sin(ang)
         self.eps = 1e-6
         self.fp8 = None  # fp8_banks() fills it where the FP8 forms can run
+        # --distinct D: slot j of token r takes expert (r·k + j) mod D — k distinct per token, D in
+        # the pass — so that the forms whose reads follow the distinct experts (grouped_mm,
+        # host_loop) read what the program's pass read (random rows here select about as many as
+        # the program's rows, but one session's consecutive tokens select fewer).
+        self.fixed_ids = None
+        if a.distinct:
+            n = a.batch * a.columns
+            self.fixed_ids = torch.arange(n * a.top_k, device=dev).remainder(a.distinct).view(n, a.top_k)
 
     def fp8_banks(self):
         """E4M3 copies of the expert banks (routed and shared), one scale per bank (amax / 448), and
@@ -201,6 +223,8 @@ class Layer:
     def route(self, xb):
         score = torch.sigmoid(F.linear(xb, self.wr).float())
         _, ids = torch.topk(score + self.bias, self.a.top_k, dim=-1)
+        if self.fixed_ids is not None:
+            ids = self.fixed_ids  # the selection still runs (its cost), its ids replaced
         w = torch.gather(score, -1, ids)
         return ids, w / w.sum(-1, keepdim=True)
 
@@ -481,6 +505,8 @@ def main(argv=None):
     }
     if L.fp8 is not None:
         out["fp8_rows_padded"] = L.pad8
+    if a.distinct:
+        out["distinct"] = a.distinct
     if graph:
         out["layer_graph"] = forms[graph]
         out["layer_graph_form"] = graph

@@ -1,6 +1,7 @@
 //! `bench`'s PyTorch anchor (docs/PERFORMANCE.md, METRICS.md "bench"): the anchor script is asked
-//! for the pass the program timed — `--columns T` for a verify pass, `--batch B` for rows — and
-//! the anchor is its fastest form of all, eager or graph: a stand-in script (python3, no PyTorch)
+//! for the pass the program timed — `--columns T` for a verify pass, `--batch B` for rows, and
+//! `--distinct D`, the program's median distinct routed experts per pass — and the anchor is its
+//! fastest form of all, eager or graph: a stand-in script (python3, no PyTorch)
 //! records the arguments it got and reports an eager FP8 form faster than every graph form; the
 //! receipt's ratio against the fastest form is then the graph ratio times graph ÷ fastest, and the
 //! terminal names the fastest form and a form that could not be captured, with its reason.
@@ -76,6 +77,13 @@ fn the_anchor_gets_the_pass_shape_and_its_fastest_form_of_all_is_the_anchor() {
         let receipts = read_receipts(&out_dir);
         assert_eq!(receipts.len(), 1, "{flag} {value}: {receipts:?}");
         let ratios = &receipts[0].1.evidence.performance.as_ref().expect("a performance receipt").ratios;
+        // The anchor reads as many distinct experts per pass as the program's layer 0 did.
+        let distinct = ratios["L0.distinct_experts"];
+        assert_eq!(
+            at("--distinct").map(|d| d.parse::<f64>().unwrap()),
+            Some(distinct),
+            "{flag} {value}: the anchor was asked {argv:?}"
+        );
         for l in 0..2 {
             let (graph, fastest) = (
                 ratios[&format!("L{l}.layer_gated_over_pytorch_graph")],

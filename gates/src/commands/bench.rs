@@ -171,7 +171,10 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     let torch = if args.no_torch {
         Err("--no-torch".to_string())
     } else {
-        super::bench_torch::run_torch(args, model, positions, pass)
+        // Layer 0's median distinct experts per pass: the anchor reads as many.
+        let distinct =
+            routes.as_ref().and_then(|r| r.distinct.first().and_then(|d| super::bench_floor::lower_median(d.clone())));
+        super::bench_torch::run_torch(args, model, positions, pass, distinct)
     };
 
     let mut ratios = BTreeMap::new();

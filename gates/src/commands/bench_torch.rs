@@ -7,16 +7,23 @@ use std::collections::BTreeMap;
 
 /// The PyTorch anchor's JSON, or the reason it could not run: the same pass as the program's,
 /// timed per pass — `pass.batch` sessions of one token each (each its own cache), or
-/// `pass.columns` consecutive tokens of one session (causal within the pass).
+/// `pass.columns` consecutive tokens of one session (causal within the pass) — reading `distinct`
+/// routed experts per pass when given (the program's measured median: the anchor's forms that read
+/// each distinct expert once then read what the program read).
 pub fn run_torch(
     args: &BenchArgs,
     model: &Model,
     positions: usize,
     pass: memra_runtime::PassShape,
+    distinct: Option<usize>,
 ) -> Result<serde_json::Value, String> {
     let c = &model.config;
-    let out = std::process::Command::new(&args.python)
-        .arg(&args.torch_script)
+    let mut cmd = std::process::Command::new(&args.python);
+    cmd.arg(&args.torch_script);
+    if let Some(d) = distinct {
+        cmd.args(["--distinct", &d.to_string()]);
+    }
+    let out = cmd
         .args(["--batch", &pass.batch.to_string(), "--columns", &pass.columns.to_string()])
         .args(["--hidden", &c.hidden.to_string(), "--q-heads", &c.q_heads.to_string()])
         .args(["--kv-heads", &c.kv_heads.to_string(), "--head-dim", &c.head_dim.to_string()])
