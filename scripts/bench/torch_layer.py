@@ -194,18 +194,25 @@ class Layer:
         y = torch._scaled_mm(xq, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
         return y[:m].float()
 
+    def qkvg(self, x):
+        """The pass's q (normed, roped), k (normed, roped), v and gate logits: [N, heads, D] each."""
+        a, bf = self.a, self.bf
+        N, QH, KVH, D = x.shape[0], a.q_heads, a.kv_heads, a.head_dim
+        h = rmsnorm(x, self.n1, self.eps).to(bf)
+        q = F.linear(h, self.wq).float().view(N, QH, D)
+        k = F.linear(h, self.wk).float().view(N, KVH, D)
+        v = F.linear(h, self.wv).float().view(N, KVH, D)
+        g = F.linear(h, self.wg).float()
+        q = rope(rmsnorm(q, self.qn, self.eps), self.cos, self.sin)
+        k = rope(rmsnorm(k, self.kn, self.eps), self.cos, self.sin)
+        return q, k, v, g
+
     def attention_half(self, x):
         """x: [N, H]: rows, one per session, each attending over its own cache; or columns, N
         consecutive tokens of one session."""
         a, bf = self.a, self.bf
-        B, QH, KVH, D = x.shape[0], a.q_heads, a.kv_heads, a.head_dim
-        h = rmsnorm(x, self.n1, self.eps).to(bf)
-        q = F.linear(h, self.wq).float().view(B, QH, D)
-        k = F.linear(h, self.wk).float().view(B, KVH, D)
-        v = F.linear(h, self.wv).float().view(B, KVH, D)
-        g = F.linear(h, self.wg).float()
-        q = rope(rmsnorm(q, self.qn, self.eps), self.cos, self.sin)
-        k = rope(rmsnorm(k, self.kn, self.eps), self.cos, self.sin)
+        B, QH, KVH = x.shape[0], a.q_heads, a.kv_heads
+        q, k, v, g = self.qkvg(x)
         if a.columns > 1:
             # One session: the pass's T tokens join its cache; causal within the pass.
             kk = torch.cat([self.kc, k.transpose(0, 1).unsqueeze(0)], dim=2).repeat_interleave(QH // KVH, 1)

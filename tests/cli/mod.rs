@@ -23,4 +23,5 @@ mod subject;
 mod subject_hygiene;
 mod subject_lies;
 mod subject_rows;
+mod torch_anchor;
 mod workers;
