@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The PyTorch anchor at every pass shape (seventeenth session, 2026-12-06): `bench` runs
-# scripts/bench/torch_layer.py for rows AND verify columns, with the FP8 forms (`host_loop_fp8`,
-# `slots_fp8`) beside the BF16 ones, so each shape's table row gets "PyTorch, same pass (fastest
-# form)". One call of about 9 minutes (timeout_s 600):
-#   [NAME=main] [NCU_TOO=0] [SHAPES="b1 b8 ..."] bash scripts/gpu/anchors.sh [S]    b1, b8, t8, t2, t4, b2, b4 with the anchor, then
-#                                                  ncu of one b1 bench (caches flushed, then not) while time is left
-# Carry target-g/ (`bash scripts/gpu/carry.sh NAME`); logs and receipts packed into $OUT/anchors.tgz.
+# scripts/bench/torch_layer.py for rows AND verify columns, with every form — the BF16 gathers, the
+# grouped GEMM (`grouped_mm`), the FP8 forms — so each shape gets "PyTorch, same pass (fastest
+# form)". One call of 3-5 minutes (docs/gpu/2026-12-06-anchors/):
+#   [NAME=main] [NCU_TOO=0] [SHAPES="b1 b8 ..."] bash scripts/gpu/anchors.sh [S]
+# SHAPES default: b1 b8 t8 t2 t4 b2 b4, each `bench ... --graph --batch B | --columns T` with the
+# anchor; then (NCU_TOO=1, the default) ncu of one b1 bench with the caches flushed and not, while
+# time is left. Carry target-g/ (`bash scripts/gpu/carry.sh NAME`); logs and receipts packed into
+# $OUT/anchors.tgz.
 set -uo pipefail
 source scripts/gpu/libs.sh
 call_start anchors "${1:-560}"
