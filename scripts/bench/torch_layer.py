@@ -263,37 +263,37 @@ class Layer:
         y = torch.bmm(self.ed.index_select(0, flat), act).float().squeeze(-1).view(B, k, H)
         return (w.unsqueeze(-1) * y).sum(1)
 
-    def experts_host_loop(self, xb, ids, w):
+    def by_expert(self, xb, ids, w, expert_out):
+        """Σ over the experts the pass chose (ids read on the host: one sync per layer) of
+        w · expert_out(rows routed to e, e), each expert's rows in one product."""
         acc = torch.zeros(xb.shape[0], self.a.hidden, device=xb.device)
-        by_expert = {}
-        for b, row in enumerate(ids.tolist()):  # one host sync per layer
+        uses_of = {}
+        for b, row in enumerate(ids.tolist()):
             for j, e in enumerate(row):
-                by_expert.setdefault(e, []).append((b, j))
-        for e, uses in by_expert.items():
+                uses_of.setdefault(e, []).append((b, j))
+        for e, uses in uses_of.items():
             rows = torch.tensor([b for b, _ in uses], device=xb.device)
             slots = torch.tensor([j for _, j in uses], device=xb.device)
-            xe = xb.index_select(0, rows)
-            gt = F.linear(xe, self.eg[e]).float()
-            up = F.linear(xe, self.eu[e]).float()
-            y = F.linear((F.silu(gt) * up).to(self.bf), self.ed[e]).float()
+            y = expert_out(xb.index_select(0, rows), e)
             acc.index_add_(0, rows, w[rows, slots].unsqueeze(-1) * y)
         return acc
 
+    def experts_host_loop(self, xb, ids, w):
+        def out(xe, e):
+            gt = F.linear(xe, self.eg[e]).float()
+            up = F.linear(xe, self.eu[e]).float()
+            return F.linear((F.silu(gt) * up).to(self.bf), self.ed[e]).float()
+
+        return self.by_expert(xb, ids, w, out)
+
     def experts_host_loop_fp8(self, xb, ids, w):
         f = self.fp8
-        acc = torch.zeros(xb.shape[0], self.a.hidden, device=xb.device)
-        by_expert = {}
-        for b, row in enumerate(ids.tolist()):  # one host sync per layer
-            for j, e in enumerate(row):
-                by_expert.setdefault(e, []).append((b, j))
-        for e, uses in by_expert.items():
-            rows = torch.tensor([b for b, _ in uses], device=xb.device)
-            slots = torch.tensor([j for _, j in uses], device=xb.device)
-            xe = xb.index_select(0, rows)
+
+        def out(xe, e):
             act = F.silu(self.mm8(xe, f["eg"][0][e], f["eg"][1])) * self.mm8(xe, f["eu"][0][e], f["eu"][1])
-            y = self.mm8(act, f["ed"][0][e], f["ed"][1])
-            acc.index_add_(0, rows, w[rows, slots].unsqueeze(-1) * y)
-        return acc
+            return self.mm8(act, f["ed"][0][e], f["ed"][1])
+
+        return self.by_expert(xb, ids, w, out)
 
     def experts_slots_fp8(self, xb, ids, w):
         f = self.fp8
