@@ -9,10 +9,8 @@ use crate::util::*;
 
 #[test]
 fn the_anchor_verifies_columns_as_steps_reads_the_distinct_experts_asked_and_its_forms_agree() {
-    let has_torch = std::process::Command::new("python3")
-        .args(["-c", "import torch"])
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let has_torch =
+        std::process::Command::new("python3").args(["-c", "import torch"]).output().is_ok_and(|o| o.status.success());
     if !has_torch {
         eprintln!("skipped: no PyTorch (python3 -c 'import torch' failed)");
         return;
