@@ -25,7 +25,8 @@ the forms differ in how the routed experts are computed:
   `torch._scaled_mm` (cuBLASLt FP8, one scale per expert bank, activations scaled per call on the
   device): the FP8 serving form, reading the bytes the program's E4M3 kernels read;
 - `slots_fp8`: the route stays on the device; each row's k experts are taken one slot at a time
-  (`eg8[ids[b, j]]`, a gather) into `torch._scaled_mm`: the FP8 form a CUDA graph can capture;
+  (`index_select` of the expert's codes by the device id, a gather) into `torch._scaled_mm`: the
+  FP8 form a CUDA graph can capture;
 - `grouped_mm`: the route stays on the device; the pass's (row, slot) pairs sorted by expert and
   one `torch._grouped_mm` (the grouped GEMM PyTorch ships for MoE) per projection over the whole
   bank with per-expert row offsets: each distinct expert is read once, no gather copy;
@@ -51,7 +52,8 @@ Output: one JSON object on stdout:
   fp8_rows_padded:  whether the FP8 GEMM's rows were padded to a multiple of 16 (when it refuses
                     fewer), absent without FP8
   forms:            {"<form>.<eager|graph>": {median_us, min_us, p90_us, n}} for every form timed
-  not_timed:        {"<form>.graph": why} for forms that cannot run that way here
+  not_timed:        {"<form>.<eager|graph>": why} for forms that cannot run that way here (an
+                    FP8 form without an FP8 GEMM, a form that raised, a graph a form cannot make)
   fastest:          {"form": name, "median_us": ...} over every form
   layer_eager / layer_graph (+ _form): the fastest eager and graph form (bench's ratios use them)
   attention_eager, attention_graph, moe_eager: the halves (moe_eager: the fastest form's, eager)
@@ -323,21 +325,26 @@ class Layer:
         counts = torch.zeros(self.a.experts, dtype=torch.int32, device=ids.device).scatter_add_(0, flat, ones)
         return order, order // ids.shape[1], torch.cumsum(counts, 0, dtype=torch.int32)
 
-    def experts_grouped_mm(self, xb, ids, w):
+    def by_group(self, xb, ids, w, gmm):
+        """Σ over slots of w · the expert's output, every projection one grouped GEMM
+        `gmm(x, bank name, offs)` (f32 out) over the pairs sorted by expert (`grouped`)."""
         order, rows, offs = self.grouped(ids)
         xs = xb.index_select(0, rows)
-        gt = torch._grouped_mm(xs, self.eg.transpose(-2, -1), offs=offs).float()
-        up = torch._grouped_mm(xs, self.eu.transpose(-2, -1), offs=offs).float()
-        act = (F.silu(gt) * up).to(self.bf)
-        ys = torch._grouped_mm(act, self.ed.transpose(-2, -1), offs=offs).float()
+        act = F.silu(gmm(xs, "eg", offs)) * gmm(xs, "eu", offs)
+        ys = gmm(act, "ed", offs)
         y = torch.empty_like(ys).index_copy_(0, order, ys).view(*ids.shape, -1)
         return (w.unsqueeze(-1) * y).sum(1)
 
+    def experts_grouped_mm(self, xb, ids, w):
+        def gmm(x, name, offs):  # BF16 in (x already is, or the activation rounded to it)
+            return torch._grouped_mm(x.to(self.bf), getattr(self, name).transpose(-2, -1), offs=offs).float()
+
+        return self.by_group(xb, ids, w, gmm)
+
     def experts_grouped_mm_fp8(self, xb, ids, w):
         f = self.fp8
-        order, rows, offs = self.grouped(ids)
 
-        def gmm(x, name):  # rowwise activation scales; the bank's one scale per expert and column
+        def gmm(x, name, offs):  # rowwise activation scales; the bank's one scale per expert and column
             sx = x.float().abs().amax(-1).clamp_min(1e-12) / FP8_MAX
             xq = (x.float() / sx.unsqueeze(-1)).to(torch.float8_e4m3fn)
             w8, sb = f[name][0], f[name + "_rows"]
@@ -345,11 +352,7 @@ class Layer:
                 xq, w8.transpose(-2, -1), sx, sb, offs=offs, out_dtype=torch.bfloat16
             ).float()
 
-        xs = xb.index_select(0, rows)
-        act = F.silu(gmm(xs, "eg")) * gmm(xs, "eu")
-        ys = gmm(act, "ed")
-        y = torch.empty_like(ys).index_copy_(0, order, ys).view(*ids.shape, -1)
-        return (w.unsqueeze(-1) * y).sum(1)
+        return self.by_group(xb, ids, w, gmm)
 
     def moe_half(self, form, hres, xin):
         xb = xin.to(self.bf)
