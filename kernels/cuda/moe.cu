@@ -15,6 +15,8 @@
 // Values a thread loads before it compares the first (argmax_f32).
 #define ARGMAX_BATCH 4
 #define NO_INDEX 0xFFFFFFFFu
+// Router candidates a thread scores per batch (router_body): 2 × ROUTER_THREADS covers `step`'s 288.
+#define ROUTER_BATCH 2
 // Router candidates a lane holds in registers (n <= 32 x this takes the register path).
 #define ROUTER_LANE_CAND 16
 
@@ -161,17 +163,34 @@ __device__ __forceinline__ void router_select_scan(const float* keys, const floa
 // shared memory — each lane scans its strided candidates, a shuffle arg-best picks the winner,
 // no block barrier per round. Selection under a strict total order is exact whatever the
 // reduction tree. Dynamic shared memory: n scores, n keys, n taken flags (as u32).
-__device__ __forceinline__ void router_body(const float* logits, const float* bias, int n, int k, int normalize,
-                                            float scaling, float* out, bool variant) {
+//
+// A thread scores candidates e = t, t + blockDim, ... in batches of ROUTER_BATCH, every load of a
+// batch issued before the first exp (a loop that scored each candidate as it arrived issued the
+// bias load after the sigmoid: two memory round trips per candidate). `bpre` holds the first
+// batch's bias values (router_bias_first, loaded before the kernel's wait: the bias is a weight).
+__device__ __forceinline__ void router_body(const float* logits, const float* bias, const float (&bpre)[ROUTER_BATCH],
+                                            int n, int k, int normalize, float scaling, float* out, bool variant) {
     extern __shared__ float smem[];
     float* scores = smem;
     float* keys = smem + n;
     u32* taken = reinterpret_cast<u32*>(smem + 2 * n);
-    for (int e = threadIdx.x; e < n; e += blockDim.x) {
-        const float s = variant ? sigmoid_dev_variant_c(logits[e]) : sigmoid_c(logits[e]);
-        scores[e] = s;
-        keys[e] = s + bias[e];
-        taken[e] = 0u;
+    for (int base = threadIdx.x; base < n; base += ROUTER_BATCH * blockDim.x) {
+        float lg[ROUTER_BATCH], bb[ROUTER_BATCH];
+#pragma unroll
+        for (int j = 0; j < ROUTER_BATCH; ++j) {
+            const int e = base + j * blockDim.x;
+            lg[j] = e < n ? logits[e] : C_ZERO;
+            bb[j] = base == (int)threadIdx.x ? bpre[j] : (e < n ? bias[e] : C_ZERO);
+        }
+#pragma unroll
+        for (int j = 0; j < ROUTER_BATCH; ++j) {
+            const int e = base + j * blockDim.x;
+            if (e >= n) break;
+            const float s = variant ? sigmoid_dev_variant_c(lg[j]) : sigmoid_c(lg[j]);
+            scores[e] = s;
+            keys[e] = s + bb[j];
+            taken[e] = 0u;
+        }
     }
     __syncthreads();
     if (threadIdx.x >= 32) return;
@@ -244,25 +263,38 @@ __device__ __forceinline__ void router_body(const float* logits, const float* bi
     }
 }
 
+// One block per lane (blockIdx.z) of router_topk_f32 (VARIANT false) or router_topk_dev_f32.
+// Weights first (WF): the bias is uploaded with the norm weights before any launch and no kernel
+// writes it, so the thread's first batch of it is loaded before kernel_entry()'s wait (its round
+// trip overlaps the tail of the router GEMV ahead); the logits and `out` only after the wait.
+template <bool VARIANT, bool WF>
+__device__ __forceinline__ void router_lane(const float* logits, const float* bias, int n, int k, int normalize,
+                                            float scaling, float* out, const LanePitch& lp) {
+    const int z = blockIdx.z;
+    bias = LANE_AT(bias, lp, 1, z);
+    float bpre[ROUTER_BATCH];
+#pragma unroll
+    for (int j = 0; j < ROUTER_BATCH; ++j) {
+        const int e = threadIdx.x + j * blockDim.x;
+        bpre[j] = e < n ? bias[e] : C_ZERO;
+    }
+    if constexpr (WF) kernel_entry();
+    router_body(LANE_AT(logits, lp, 0, z), bias, bpre, n, k, normalize, scaling, LANE_AT(out, lp, 2, z), VARIANT);
+}
+
 // twins::moe::router_topk (k <= 32, one block per lane). Lane grid: blockIdx.z = lane, slices
 // [logits, bias, out].
 extern "C" __global__ void __launch_bounds__(ROUTER_THREADS)
     router_topk_f32(const float* logits, const float* bias, int n, int k, int normalize, float scaling, float* out,
                     const LanePitch lp) {
-    kernel_entry();
-    const int z = blockIdx.z;
-    router_body(LANE_AT(logits, lp, 0, z), LANE_AT(bias, lp, 1, z), n, k, normalize, scaling, LANE_AT(out, lp, 2, z),
-                false);
+    router_lane<false, WEIGHTS_FIRST>(logits, bias, n, k, normalize, scaling, out, lp);
 }
 
 // twins::moe::router_topk_device_variant (the NUMERIC-CLASS DEV_ROUTER arithmetic); lanes as above.
 extern "C" __global__ void __launch_bounds__(ROUTER_THREADS)
     router_topk_dev_f32(const float* logits, const float* bias, int n, int k, int normalize, float scaling,
                         float* out, const LanePitch lp) {
-    kernel_entry();
-    const int z = blockIdx.z;
-    router_body(LANE_AT(logits, lp, 0, z), LANE_AT(bias, lp, 1, z), n, k, normalize, scaling, LANE_AT(out, lp, 2, z),
-                true);
+    router_lane<true, WEIGHTS_FIRST>(logits, bias, n, k, normalize, scaling, out, lp);
 }
 
 // out[i] = swiglu_c(gate[i], up[i], limit).

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 /// What a weights-first path may not name before its wait: the activations and outputs of
 /// the kernels that take it (and a task's slice of x), read or written only after the wait.
-const AFTER_THE_WAIT: [&str; 6] = ["x", "xk", "out", "a", "h", "y"];
+const AFTER_THE_WAIT: [&str; 7] = ["x", "xk", "out", "a", "h", "y", "logits"];
 
 /// `src` without its `//` comments (a comment may name anything).
 fn code_of(src: &str) -> String {
