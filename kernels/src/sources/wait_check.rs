@@ -318,7 +318,15 @@ fn check_kernel_waits(src: &str) -> Result<(usize, Openings), String> {
 fn every_kernel_opens_with_kernel_entry() {
     let (seen, open) = check_kernel_waits(&cuda_source()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(seen, KERNEL_NAMES.len(), "kernels found by the body scan against KERNEL_NAMES");
-    let expected = ["add_rmsnorm_f32", "gemv_partials_bf16", "gemv_rows_batch_bf16", "gemv_rows_bf16", "rmsnorm_f32"];
+    let expected = [
+        "add_rmsnorm_f32",
+        "gemv_partials_bf16",
+        "gemv_rows_batch_bf16",
+        "gemv_rows_bf16",
+        "rmsnorm_f32",
+        "router_topk_dev_f32",
+        "router_topk_f32",
+    ];
     assert_eq!(open.weights_first, expected, "the kernels that load weights before their wait");
     assert_eq!(open.settled_first, ["expert_gate_up_bpl_f32"], "the kernels whose settled blocks may run ahead");
     let code = code_of(&cuda_source());
