@@ -369,12 +369,61 @@ extern "C" __global__ void fold_slots_f32(const float* ids, int k, int first_slo
 // of them; 18 at `step`'s TP1). (slot, part) advance as counters, not divisions: the unrolled
 // index stays a register index. The adds keep their order: t = s · n_parts + p, ascending.
 #define FC_BATCH 32
+// Slots of the constant-count path (fold_combine_np): up to FC_KMAX routed slots and the shared one.
+#define FC_KMAX 8
+
+// Element i of fold_combine_f32 for NP parts a slot and k <= FC_KMAX routed slots: the slot weights
+// and every (slot, part) value loaded first, all in one batch (the general loop below issued each
+// weight load where its slot started, after the adds before it: one more memory round trip), then
+// the same adds in the same order — y_s = ((+0 + P0) + P1) + ..., routed = routed + w[s] · y_s.
+template <int NP>
+__device__ __forceinline__ void fold_combine_np(const float* parts, int pitch, const float* w, int k, int width,
+                                                float* out, int i) {
+    float ws[FC_KMAX];
+#pragma unroll
+    for (int s = 0; s < FC_KMAX; ++s) ws[s] = s < k ? w[s] : C_ZERO;
+    float v[FC_KMAX + 1][NP];
+#pragma unroll
+    for (int s = 0; s <= FC_KMAX; ++s) {
+#pragma unroll
+        for (int p = 0; p < NP; ++p) v[s][p] = s <= k ? parts[(size_t)s * pitch + (size_t)p * width + i] : C_ZERO;
+    }
+    float routed = C_ZERO;
+    float shared = C_ZERO;
+#pragma unroll
+    for (int s = 0; s <= FC_KMAX; ++s) {
+        if (s > k) break;
+        float y = C_ZERO;
+#pragma unroll
+        for (int p = 0; p < NP; ++p) y = y + v[s][p];
+        if (s < k) {
+            routed = routed + ws[s] * y;
+        } else {
+            shared = y;
+        }
+    }
+    out[i] = routed;
+    out[width + i] = shared;
+}
+
 extern "C" __global__ void fold_combine_f32(const float* parts, int pitch, int n_parts, const float* w, int k,
                                             int width, float* out, const LanePitch lp) {
     kernel_entry();
     parts = LANE_AT(parts, lp, 0, blockIdx.z);
     w = LANE_AT(w, lp, 1, blockIdx.z);
     out = LANE_AT(out, lp, 2, blockIdx.z);
+    if (k <= FC_KMAX && (n_parts == 1 || n_parts == 2 || n_parts == 4)) {  // kernel-uniform
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
+            if (n_parts == 1) {
+                fold_combine_np<1>(parts, pitch, w, k, width, out, i);
+            } else if (n_parts == 2) {
+                fold_combine_np<2>(parts, pitch, w, k, width, out, i);
+            } else {
+                fold_combine_np<4>(parts, pitch, w, k, width, out, i);
+            }
+        }
+        return;
+    }
     const int total = (k + 1) * n_parts;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
         float routed = C_ZERO;

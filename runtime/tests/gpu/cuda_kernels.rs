@@ -213,7 +213,9 @@ fn elementwise_match_twins() -> Ran {
 fn norms_match_twins() -> Ran {
     let mut rng = Rng::new(23);
     let mut cases = Vec::new();
-    for (rows, width) in [(1, 1024), (3, 4096), (2, 100), (4, 31), (1, 1)] {
+    // Up to 16 · 256 values a row is held in registers, above that staged in shared memory
+    // (norm.cu): 4096 and 4097 are either side.
+    for (rows, width) in [(1, 1024), (3, 4096), (2, 4097), (1, 6000), (2, 100), (4, 31), (1, 1)] {
         let mut c = Case::new(format!("rmsnorm {rows}x{width}"));
         let (x, w) = (c.buf(rng.vec(rows * width, 8.0)), c.buf(rng.vec(width, 2.0)));
         let out = c.out(rows * width);
@@ -298,7 +300,15 @@ fn moe_kernels_match_twins() -> Ran {
     let mut rng = Rng::new(25);
     let mut cases = Vec::new();
     for (n, k, normalize, dup) in
-        [(8, 2, true, false), (288, 8, true, false), (288, 8, false, true), (16, 16, true, true), (64, 4, true, false)]
+        // 600 experts: a second batch of candidates per thread (moe.cu's ROUTER_BATCH) and the scan path.
+        [
+            (8, 2, true, false),
+            (288, 8, true, false),
+            (288, 8, false, true),
+            (16, 16, true, true),
+            (64, 4, true, false),
+            (600, 8, true, true),
+        ]
     {
         for device_variant in [false, true] {
             let mut logits = rng.vec(n, 6.0);

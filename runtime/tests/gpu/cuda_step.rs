@@ -177,8 +177,9 @@ fn moe_join_and_residual_kernels_match_twins() -> Ran {
         let out = c.out(2 * width);
         c.ops.push(Op::CombineScaled { route, y, w, macros, out });
         cases.push(c);
-        // (k + 1) · n_parts values per element: one load batch of the kernel (≤ 32) or several.
-        for n_parts in [1, 2, 3] {
+        // (k + 1) · n_parts values per element: the constant-count path (k ≤ 8, 1, 2 or 4 parts),
+        // one load batch of the general loop (≤ 32) or several.
+        for n_parts in [1, 2, 3, 4] {
             let mut c = Case::new(format!("fold_combine k {k} parts {n_parts} width {width}"));
             let pitch = n_parts * width + 3;
             let parts = c.buf(rng.vec(k * pitch + n_parts * width, 4.0));
