@@ -19,13 +19,19 @@
 
 // One head: y = rmsnorm_c(x_h, w, eps) (dot32 over 128 values by one warp), then NeoX RoPE with
 // cos_sin = [64 cos][64 sin]: y[i] = a*c - b*s, y[i+64] = b*c + a*s for i < 64. Lane l holds
-// elements l, l+32, l+64, l+96 (its dot32 lane and both of its rotation pairs), so it reads
-// everything before writing anything: `out` may alias `xh`. `out2` (may be null) receives a copy.
-__device__ __forceinline__ void rope_head(const float* xh, float* out, float* out2, const float* w, float eps,
-                                          const float* cos_sin, int lane) {
-    float v[4];
+// elements l, l+32, l+64, l+96 (its dot32 lane and both of its rotation pairs): `v` and `wv` are
+// the lane's values of x_h and w (rope_head_load). Every cos/sin value is loaded before the first
+// store (a store ahead of a load it may alias waits for the load's round trip: the k = 1 pair
+// used to wait a second time behind the k = 0 stores), so `out` may alias x_h or cos_sin.
+// `out2` (may be null) receives a copy.
+__device__ __forceinline__ void rope_head_vals(const float (&v)[4], const float (&wv)[4], float* out, float* out2,
+                                               float eps, const float* cos_sin, int lane) {
+    float cs[4];  // c(lane), c(lane + 32), s(lane), s(lane + 32)
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = xh[lane + 32 * k];
+    for (int k = 0; k < 2; ++k) {
+        cs[k] = cos_sin[lane + 32 * k];
+        cs[k + 2] = cos_sin[64 + lane + 32 * k];
+    }
     float acc = C_ZERO;
 #pragma unroll
     for (int k = 0; k < 4; ++k) acc = acc + v[k] * v[k];
@@ -33,13 +39,13 @@ __device__ __forceinline__ void rope_head(const float* xh, float* out, float* ou
     const float inv = rsqrt_c(div_c(ss, C_HEAD_DIM_F) + eps);
     float nrm[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) nrm[k] = (v[k] * inv) * w[lane + 32 * k];
+    for (int k = 0; k < 4; ++k) nrm[k] = (v[k] * inv) * wv[k];
     // pairs (i, i+64) for i = lane (k = 0, 2) and i = lane + 32 (k = 1, 3)
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
         const int i = lane + 32 * k;
-        const float c = cos_sin[i];
-        const float s = cos_sin[64 + i];
+        const float c = cs[k];
+        const float s = cs[k + 2];
         const float a = nrm[k];
         const float b = nrm[k + 2];
         const float lo = a * c - b * s;
@@ -51,6 +57,25 @@ __device__ __forceinline__ void rope_head(const float* xh, float* out, float* ou
             out2[i + 64] = hi;
         }
     }
+}
+
+// The lane's four values of a head (x_h and its norm weights w): elements lane + 32 k.
+__device__ __forceinline__ void rope_head_load(const float* xh, const float* w, int lane, float (&v)[4],
+                                               float (&wv)[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        v[k] = xh[lane + 32 * k];
+        wv[k] = w[lane + 32 * k];
+    }
+}
+
+// rope_head_vals of head x_h: everything this lane reads is read before it writes, so `out` may
+// alias `xh`.
+__device__ __forceinline__ void rope_head(const float* xh, float* out, float* out2, const float* w, float eps,
+                                          const float* cos_sin, int lane) {
+    float v[4], wv[4];
+    rope_head_load(xh, w, lane, v, wv);
+    rope_head_vals(v, wv, out, out2, eps, cos_sin, lane);
 }
 
 // In place, for each head of x ([heads][128]): rope_head. One warp per head.
@@ -101,22 +126,34 @@ extern "C" __global__ void rope_append_f32(const float* q, const float* k, const
     k_out = LANE_AT(k_out, lp, 8, z);
     k_cache = LANE_AT(k_cache, lp, 9, z);
     v_cache = LANE_AT(v_cache, lp, 10, z);
-    const unsigned p = pos[0];
-    if (p >= (unsigned)positions || p >= (unsigned)cache_positions) return;
     const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
+    // The warp's head values (and norm weights) do not depend on the position: they are loaded in
+    // the same round trip as it, and the cos/sin row (which does) in the next. Loading them after
+    // the position, and v's copy value by value behind its stores, cost up to four more.
+    float hv[4] = {C_ZERO, C_ZERO, C_ZERO, C_ZERO};
+    float wv[4] = {C_ZERO, C_ZERO, C_ZERO, C_ZERO};
+    if (gw < q_heads) {
+        rope_head_load(q + (size_t)gw * HEAD_DIM, q_norm, lane, hv, wv);
+    } else if (gw < q_heads + kv_heads) {
+        rope_head_load(k + (size_t)(gw - q_heads) * HEAD_DIM, k_norm, lane, hv, wv);
+    } else if (gw < q_heads + 2 * kv_heads) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) hv[j] = v[(size_t)(gw - q_heads - kv_heads) * HEAD_DIM + lane + 32 * j];
+    }
+    const unsigned p = pos[0];
+    if (p >= (unsigned)positions || p >= (unsigned)cache_positions) return;
     const float* cs = table + (size_t)p * HEAD_DIM;
     const size_t row = (size_t)p * kv_heads * HEAD_DIM;
     if (gw < q_heads) {
-        rope_head(q + (size_t)gw * HEAD_DIM, q_out + (size_t)gw * HEAD_DIM, nullptr, q_norm, eps, cs, lane);
+        rope_head_vals(hv, wv, q_out + (size_t)gw * HEAD_DIM, nullptr, eps, cs, lane);
     } else if (gw < q_heads + kv_heads) {
         const int h = gw - q_heads;
-        rope_head(k + (size_t)h * HEAD_DIM, k_out + (size_t)h * HEAD_DIM, k_cache + row + (size_t)h * HEAD_DIM, k_norm,
-                  eps, cs, lane);
+        rope_head_vals(hv, wv, k_out + (size_t)h * HEAD_DIM, k_cache + row + (size_t)h * HEAD_DIM, eps, cs, lane);
     } else if (gw < q_heads + 2 * kv_heads) {
         const int h = gw - q_heads - kv_heads;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) v_cache[row + (size_t)h * HEAD_DIM + lane + 32 * j] = v[(size_t)h * HEAD_DIM + lane + 32 * j];
+        for (int j = 0; j < 4; ++j) v_cache[row + (size_t)h * HEAD_DIM + lane + 32 * j] = hv[j];
     }
 }
 

@@ -359,9 +359,12 @@ extern "C" __global__ void residual_add_f32(const float* h, const float* a, cons
     sum = LANE_AT(sum, lp, 3, z);
     out = LANE_AT(out, lp, 4, z);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        // h is read with a and b, before sum is stored (a load behind a store it may alias waits
+        // for the store's round trip): the twin's values, which read every input first.
+        const float hv = h[i];
         const float v = a[i] + b[i];
         sum[i] = v;
-        out[i] = h[i] + v;
+        out[i] = hv + v;
     }
 }
 
