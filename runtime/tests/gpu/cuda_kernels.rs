@@ -369,6 +369,10 @@ fn moe_kernels_match_twins() -> Ran {
     }
     ties[3] = f32::NAN;
     argmax_inputs.push(("ties and NaN".into(), ties));
+    // More values than the grid has threads (several per thread: argmax_f32's load batches).
+    let mut long = rng.vec(70_001, 10.0);
+    long[70_000] = 11.0;
+    argmax_inputs.push(("long with its best in the tail".into(), long));
     for (label, xs) in argmax_inputs {
         let mut c = Case::new(format!("argmax {label}"));
         let x = c.buf(xs);
@@ -376,6 +380,12 @@ fn moe_kernels_match_twins() -> Ran {
         c.ops.push(Op::Argmax { x, out });
         cases.push(c);
     }
+    // A slice that starts one value into its buffer.
+    let mut c = Case::new("argmax unaligned 4098");
+    let x = c.buf(rng.vec(4099, 10.0)).sub(1, 4098);
+    let out = c.out(1);
+    c.ops.push(Op::Argmax { x, out });
+    cases.push(c);
     check_cases("moe", cases, &[FAST])?;
     Ok(())
 }
