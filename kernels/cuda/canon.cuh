@@ -95,6 +95,18 @@ __device__ __forceinline__ void kernel_entry() {
 #define C_TWO_M9 __uint_as_float(0x3B000000u)
 #define C_TWO_P120 __uint_as_float(0x7B800000u)
 
+// v[j] = p[base + j * stride] for j < B (+0.0 where base + j * stride >= n): the B loads of a batch
+// are issued before any value is used (a loop that used each value as it arrived paid a memory
+// round trip per value). Moves loads only: the values are the same.
+template <int B>
+__device__ __forceinline__ void load_batch(const float* __restrict__ p, int base, int stride, int n, float (&v)[B]) {
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+        const int i = base + j * stride;
+        v[j] = i < n ? p[i] : C_ZERO;
+    }
+}
+
 __device__ __forceinline__ bool is_nan_c(float x) { return x != x; }
 
 // 2^k for -126 <= k <= 127, from exponent bits (exact).

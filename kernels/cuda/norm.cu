@@ -24,18 +24,10 @@ __device__ __forceinline__ void norm_stage(const float* __restrict__ a, const fl
                                            float* sx, int n) {
     for (int base = threadIdx.x; base < n; base += NORM_BATCH * blockDim.x) {
         float v[NORM_BATCH];
-#pragma unroll
-        for (int j = 0; j < NORM_BATCH; ++j) {
-            const int i = base + j * blockDim.x;
-            v[j] = i < n ? a[i] : C_ZERO;
-        }
+        load_batch(a, base, blockDim.x, n, v);
         if (b != nullptr) {
             float u[NORM_BATCH];
-#pragma unroll
-            for (int j = 0; j < NORM_BATCH; ++j) {
-                const int i = base + j * blockDim.x;
-                u[j] = i < n ? b[i] : C_ZERO;
-            }
+            load_batch(b, base, blockDim.x, n, u);
 #pragma unroll
             for (int j = 0; j < NORM_BATCH; ++j) v[j] = v[j] + u[j];
         }
@@ -56,12 +48,7 @@ __device__ __forceinline__ void norm_stage(const float* __restrict__ a, const fl
 // loads its weights batch by batch).
 __device__ __forceinline__ void norm_weights(const float* __restrict__ w, int n, float (&wpre)[NORM_BATCH]) {
     if (n > NORM_BATCH * NORM_LANES) return;
-    const int tid = threadIdx.x;
-#pragma unroll
-    for (int j = 0; j < NORM_BATCH; ++j) {
-        const int i = tid + j * NORM_LANES;
-        wpre[j] = i < n ? w[i] : C_ZERO;
-    }
+    load_batch(w, threadIdx.x, NORM_LANES, n, wpre);
 }
 
 // The canonical fold of the block: each warp's 32 lane sums by the butterfly, then the 8 warp sums
@@ -106,11 +93,7 @@ __device__ __forceinline__ void rmsnorm_block(const float* sx, const float* __re
     }
     for (int base = tid; base < n; base += NORM_BATCH * NORM_LANES) {
         float wv[NORM_BATCH];
-#pragma unroll
-        for (int j = 0; j < NORM_BATCH; ++j) {
-            const int i = base + j * NORM_LANES;
-            wv[j] = i < n ? w[i] : C_ZERO;
-        }
+        load_batch(w, base, NORM_LANES, n, wv);
 #pragma unroll
         for (int j = 0; j < NORM_BATCH; ++j) {
             const int i = base + j * NORM_LANES;
@@ -133,18 +116,10 @@ __device__ __forceinline__ void norm_row_regs(const float* x, const float* a, fl
     if (blockDim.x != NORM_LANES) __trap();
     const int tid = threadIdx.x;
     float v[NORM_BATCH];
-#pragma unroll
-    for (int j = 0; j < NORM_BATCH; ++j) {
-        const int i = tid + j * NORM_LANES;
-        v[j] = i < n ? x[i] : C_ZERO;
-    }
+    load_batch(x, tid, NORM_LANES, n, v);
     if constexpr (ADD) {
         float u[NORM_BATCH];
-#pragma unroll
-        for (int j = 0; j < NORM_BATCH; ++j) {
-            const int i = tid + j * NORM_LANES;
-            u[j] = i < n ? a[i] : C_ZERO;
-        }
+        load_batch(a, tid, NORM_LANES, n, u);
 #pragma unroll
         for (int j = 0; j < NORM_BATCH; ++j) v[j] = v[j] + u[j];
     }

@@ -13,14 +13,15 @@
         }                                                                              \
     } while (0)
 
-// `kernel<<<grid, block, 0, s>>>(args...)`, with programmatic stream serialization when
+// `kernel<<<grid, block, smem, s>>>(args...)`, with programmatic stream serialization when
 // `programmatic` (the runtime's launches on sm_90: the kernel's blocks may be scheduled while the
 // kernel ahead still runs, and wait in `griddepcontrol.wait`).
 template <typename K, typename... A>
-static void launch_ex(bool programmatic, K kernel, dim3 grid, dim3 block, cudaStream_t s, A... args) {
+static void launch_smem(bool programmatic, K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -28,4 +29,10 @@ static void launch_ex(bool programmatic, K kernel, dim3 grid, dim3 block, cudaSt
     cfg.attrs = &attr;
     cfg.numAttrs = programmatic ? 1 : 0;
     CK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+// launch_smem without dynamic shared memory.
+template <typename K, typename... A>
+static void launch_ex(bool programmatic, K kernel, dim3 grid, dim3 block, cudaStream_t s, A... args) {
+    launch_smem(programmatic, kernel, grid, block, 0, s, args...);
 }

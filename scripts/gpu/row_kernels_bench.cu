@@ -140,20 +140,10 @@ static void same(const char* what, const std::vector<float>& a, const std::vecto
     if (diff) ++failures;
 }
 
-// kernel<<<grid, block, smem, st>>>(args...) with programmatic stream serialization (as the runtime).
+// The runtime's launch: programmatic stream serialization.
 template <typename Kf, typename... A>
 static void go(Kf kernel, int grid, int block, size_t smem, cudaStream_t st, A... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(block);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, kernel, args...));
+    launch_smem(true, kernel, dim3(grid), dim3(block), smem, st, args...);
 }
 
 int main(int argc, char** argv) {
