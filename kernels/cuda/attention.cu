@@ -21,8 +21,8 @@
 // cos_sin = [64 cos][64 sin]: y[i] = a*c - b*s, y[i+64] = b*c + a*s for i < 64. Lane l holds
 // elements l, l+32, l+64, l+96 (its dot32 lane and both of its rotation pairs): `v` and `wv` are
 // the lane's values of x_h and w (rope_head_load). Every cos/sin value is loaded before the first
-// store (a store ahead of a load it may alias waits for the load's round trip: the k = 1 pair
-// used to wait a second time behind the k = 0 stores), so `out` may alias x_h or cos_sin.
+// store (the k = 1 pair's loads, placed after the k = 0 stores they may alias, were issued only
+// once the k = 0 values had arrived: a second round trip), so `out` may alias x_h or cos_sin.
 // `out2` (may be null) receives a copy.
 __device__ __forceinline__ void rope_head_vals(const float (&v)[4], const float (&wv)[4], float* out, float* out2,
                                                float eps, const float* cos_sin, int lane) {

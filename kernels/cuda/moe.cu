@@ -165,9 +165,9 @@ __device__ __forceinline__ void router_select_scan(const float* keys, const floa
 // reduction tree. Dynamic shared memory: n scores, n keys, n taken flags (as u32).
 //
 // A thread scores candidates e = t, t + blockDim, ... in batches of ROUTER_BATCH, every load of a
-// batch issued before the first exp (a loop that scored each candidate as it arrived issued the
-// bias load after the sigmoid: two memory round trips per candidate). `bpre` holds the first
-// batch's bias values (router_bias_first, loaded before the kernel's wait: the bias is a weight).
+// batch issued before the first exp (one candidate per loop iteration issued candidates 256..287
+// of `step`'s 288 in a second run of loads: a second round trip). `bpre` holds the first batch's
+// bias values (router_lane loads them before the kernel's wait: the bias is a weight).
 __device__ __forceinline__ void router_body(const float* logits, const float* bias, const float (&bpre)[ROUTER_BATCH],
                                             int n, int k, int normalize, float scaling, float* out, bool variant) {
     extern __shared__ float smem[];
@@ -359,8 +359,9 @@ extern "C" __global__ void residual_add_f32(const float* h, const float* a, cons
     sum = LANE_AT(sum, lp, 3, z);
     out = LANE_AT(out, lp, 4, z);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        // h is read with a and b, before sum is stored (a load behind a store it may alias waits
-        // for the store's round trip): the twin's values, which read every input first.
+        // h is read with a and b, before sum is stored: placed after that store (which it may
+        // alias), its load was issued only once a and b had arrived — a second round trip. The
+        // values are the twin's, which reads every input first.
         const float hv = h[i];
         const float v = a[i] + b[i];
         sum[i] = v;
