@@ -172,8 +172,7 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
         Err("--no-torch".to_string())
     } else {
         // Layer 0's median distinct experts per pass: the anchor reads as many.
-        let distinct =
-            routes.as_ref().and_then(|r| r.distinct.first().and_then(|d| super::bench_floor::lower_median(d.clone())));
+        let distinct = routes.as_ref().and_then(|r| r.median_distinct(0));
         super::bench_torch::run_torch(args, model, positions, pass, distinct)
     };
 

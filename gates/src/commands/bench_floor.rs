@@ -99,6 +99,12 @@ pub fn lower_median<T: Ord + Copy>(mut v: Vec<T>) -> Option<T> {
 }
 
 impl PassRoutes {
+    /// Layer `l`'s median (lower) distinct routed experts per timed pass: the receipt's
+    /// `L<l>.distinct_experts`, and what the PyTorch anchor is asked to read (`--distinct`).
+    pub fn median_distinct(&self, l: usize) -> Option<usize> {
+        self.distinct.get(l).and_then(|d| lower_median(d.clone()))
+    }
+
     /// Bytes layer `l` must read in the i-th timed pass: dense weights once, each distinct routed
     /// expert once, the shared expert once, and the K/V of each row's session (one session for
     /// columns).
@@ -146,7 +152,7 @@ pub fn per_token(
         if let Some(bw) = bandwidth {
             line += &format!(", {:.2}× the one-token floor", per_token_us / (bytes.total() as f64 / bw * 1e6));
         }
-        let Some(distinct) = routes.distinct.get(l).and_then(|d| lower_median(d.clone())) else {
+        let Some(distinct) = routes.median_distinct(l) else {
             lines.push(line);
             continue;
         };
