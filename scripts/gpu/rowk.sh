@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The single-row kernels and the loads they wait for (eighteenth session, 2026-12-06):
-#   [NEW=rowk] [R=2] [MICRO=0] [SHAPES="t8 b8"] bash scripts/gpu/rowk.sh [S]
+#   [NEW=rowk] [EXTRA="b c"] [R=2] [MICRO=0] [SHAPES="t8 b8"] bash scripts/gpu/rowk.sh [S]
 # With NEW (a build carried as target-g/mg-NEW and gpu-NEW beside target-g/mg-main): NEW's GPU
 # tests of the kernels it changes (cuda_kernels::, cuda_lane_grid::, then cuda_step:: with the
 # step-preset device-host gate) first. Then (MICRO=0 skips it) scripts/gpu/row_kernels_bench.cu:
@@ -8,7 +8,8 @@
 # with the caches flushed and warm. Then the b1 bench of main and NEW interleaved (R rounds), ncu
 # of NEW's b1 bench, NEW's selftest and ncu of main's b1 bench; then, with SHAPES, the PyTorch
 # anchor at those shapes (scripts/gpu/anchors.sh without its ncu). Every step runs while its time
-# is left. Logs: docs/gpu/2026-12-06-rowk/.
+# is left. EXTRA: more builds (target-g/mg-NAME) in the b1 rounds between main and NEW. Logs:
+# docs/gpu/2026-12-06-rowk/.
 set -uo pipefail
 source scripts/gpu/libs.sh
 call_start rowk "${1:-500}"
@@ -31,7 +32,7 @@ for cache in all none; do
 done
 fi
 if [ -n "${NEW:-}" ]; then
-  b1_rounds "${R:-2}" main "$NEW"
+  b1_rounds "${R:-2}" main ${EXTRA:-} "$NEW"
   ncu_b1 "ncu-b1-$NEW" 40 "target-g/mg-$NEW" all
   selftest_cuda "$NEW" 40
   [ "${MICRO:-1}" = 1 ] && ncu_b1 ncu-b1-main 40 target-g/mg-main all

@@ -29,6 +29,6 @@ python3 "$here/nvrtc_cubin.py" "$root" "$cubin"
 for k in "$@"; do
   printf '%s:' "$k"
   cuobjdump -sass -fun "$k" "$cubin" |
-    grep -oE '\b(LDG|STG|LDS|STS|ACQBULK|BAR|SHFL|ATOMG|REDG|EXIT)[A-Z0-9.]*' |
+    grep -oE '\b(LDG|STG|LDS|STS|ACQBULK|UBLKPF|BAR|SHFL|ATOMG|REDG|EXIT)[A-Z0-9.]*' |
     sed -E 's/\..*//' | uniq -c | awk '{printf " %s %s", $1, $2} END {print ""}'
 done
