@@ -243,8 +243,7 @@ impl CudaBackend {
                 ctx.new_stream().map_err(|e| driver_err(loc("stream"), e))?
             };
             let sync_event = ctx.new_event(None).map_err(|e| driver_err(loc("event"), e))?;
-            let scratch =
-                DeviceBuffer::zeroed(ctx, &stream, 4 * (1 + 2 * launch::ARGMAX_MAX_BLOCKS), "reduction scratch")?;
+            let scratch = DeviceBuffer::zeroed(ctx, &stream, launch::ARGMAX_SCRATCH_BYTES, "reduction scratch")?;
             ranks.push(Rank {
                 dev,
                 stream,

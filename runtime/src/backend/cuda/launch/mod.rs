@@ -27,8 +27,11 @@ const ELEMENTWISE_THREADS: u32 = 256;
 const ATTN_THREADS: u32 = 128;
 const ROUTER_THREADS: u32 = 256;
 const ARGMAX_THREADS: u32 = 256;
-/// Blocks of the multi-block argmax: its scratch (per rank) holds a counter and 2 words per block.
-pub(crate) const ARGMAX_MAX_BLOCKS: usize = 128;
+/// Blocks of the multi-block argmax.
+const ARGMAX_MAX_BLOCKS: usize = 128;
+/// Bytes of the argmax's scratch per rank: the counter (word 0) and the 64-bit best code (words
+/// 2..3, 8-byte aligned), zeroed once and left zero by every launch (moe.cu `argmax_f32`).
+pub(crate) const ARGMAX_SCRATCH_BYTES: usize = 16;
 const DIGEST_THREADS: u32 = 256;
 /// Dynamic shared memory available without opting in (bytes).
 const SMEM_LIMIT: usize = 48 << 10;
