@@ -44,34 +44,6 @@ __device__ __forceinline__ bool key_better(float ka, u32 ia, float kb, u32 ib, b
     return higher_id ? ia > ib : ia < ib;
 }
 
-// Block-wide arg-best of (key, id) under key_better; every thread returns the winner.
-__device__ __forceinline__ void block_best(float& key, u32& id, bool higher_id, float* s_key, u32* s_id) {
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ok = __shfl_xor_sync(MEMRA_FULL_MASK, key, o);
-        const u32 oi = __shfl_xor_sync(MEMRA_FULL_MASK, id, o);
-        if (key_better(ok, oi, key, id, higher_id)) {
-            key = ok;
-            id = oi;
-        }
-    }
-    const int warp = threadIdx.x >> 5;
-    const int n_warps = blockDim.x >> 5;
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) {
-        s_key[warp] = key;
-        s_id[warp] = id;
-    }
-    __syncthreads();
-    key = s_key[0];
-    id = s_id[0];
-    for (int w = 1; w < n_warps; ++w) {
-        if (key_better(s_key[w], s_id[w], key, id, higher_id)) {
-            key = s_key[w];
-            id = s_id[w];
-        }
-    }
-}
-
 // key_better as one unsigned 64-bit rank (larger ranks higher; 0 = no candidate): the upper word
 // orders the key — NaN is 1, below every number; -0.0 counts as +0.0; a float's bits map to an
 // unsigned order (negative: all bits flipped; otherwise the sign bit set) — and the lower word

@@ -4,16 +4,16 @@
 //
 // Production kernels come from kernels/cuda (included in NVRTC's order). The rewrites measured on
 // 2026-12-06 (docs/gpu/2026-12-06-rowk/): the one-pass norms in registers and fold_combine's
-// constant-count path won and are production since (norm.cu, experts.cu); the one left here lost:
+// constant-count path won and are production since (norm.cu, experts.cu); the ones left here lost:
 // - `argmax_cluster_f32`: one cluster of 8 blocks of 1024 threads (sm_90 thread-block clusters):
 //   every thread reads float4s, the 8 block bests are combined through distributed shared memory
 //   after a cluster barrier — no scratch in global memory, no atomic. 8.9 µs against argmax_f32's
 //   6.4 (one H100, ncu, caches flushed).
-// Added in the nineteenth session (not yet measured; docs/gpu/2026-12-06-prefetch/):
-// - `argmax_block_f32`: one block of 1024 threads, 8 float4 loads per thread in one run, the best as
-//   one rank code through shuffles — the form the k19 candidate puts in moe.cu;
-// - `argmax_atomic_f32`: argmax_f32's grid, the block bests combined by a 64-bit atomic maximum
-//   instead of the last block reading every block's pair.
+// - `argmax_block_f32` (nineteenth session): one block of 1024 threads, 8 float4 loads per thread in
+//   one run, the best as one rank code through shuffles: 6.15 µs against 6.62 (one H100, ncu,
+//   flushed) — lost to the form that won: the production grid with its block bests combined by
+//   one 64-bit atomic maximum, 4.08 µs alone, argmax_f32 since (moe.cu;
+//   docs/gpu/2026-12-06-prefetch/).
 //
 // Build and run on the GPU machine (nvcc there; the flags are NVRTC's):
 //   nvcc -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
@@ -36,6 +36,35 @@
 #include "cuda_check.cuh"
 
 // ---- argmax over one cluster of 8 blocks ----
+// Block-wide arg-best of (key, id) under key_better; every thread returns the winner (argmax_f32's
+// block step until the nineteenth session).
+__device__ __forceinline__ void block_best(float& key, u32& id, bool higher_id, float* s_key, u32* s_id) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ok = __shfl_xor_sync(MEMRA_FULL_MASK, key, o);
+        const u32 oi = __shfl_xor_sync(MEMRA_FULL_MASK, id, o);
+        if (key_better(ok, oi, key, id, higher_id)) {
+            key = ok;
+            id = oi;
+        }
+    }
+    const int warp = threadIdx.x >> 5;
+    const int n_warps = blockDim.x >> 5;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) {
+        s_key[warp] = key;
+        s_id[warp] = id;
+    }
+    __syncthreads();
+    key = s_key[0];
+    id = s_id[0];
+    for (int w = 1; w < n_warps; ++w) {
+        if (key_better(s_key[w], s_id[w], key, id, higher_id)) {
+            key = s_key[w];
+            id = s_id[w];
+        }
+    }
+}
+
 #define AC_BLOCKS 8
 #define AC_THREADS 1024
 
@@ -108,18 +137,10 @@ extern "C" __global__ void __cluster_dims__(AC_BLOCKS, 1, 1) __launch_bounds__(A
 // ---- argmax in one block of 1024 threads ----
 // Every thread issues all its loads (AB_LOADS float4s: 32,768 values) before its first compare, one
 // run; the block's best as one rank code (moe.cu's rank_code: a plain unsigned maximum) through
-// warp shuffles and one shared-memory round; no scratch, no atomic, no second launch-wide step.
+// warp shuffles and one shared-memory round (moe.cu's argmax_code and warp_max_code); no scratch, no
+// atomic, no second launch-wide step.
 #define AB_THREADS 1024
 #define AB_LOADS 8
-
-__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long c) {
-    for (int o = 16; o > 0; o >>= 1) c = max_u64(c, __shfl_xor_sync(MEMRA_FULL_MASK, c, o));
-    return c;
-}
-
-__device__ __forceinline__ unsigned long long value_code(float v, int i) {
-    return is_nan_c(v) ? 0ull : rank_code(v, (u32)i, false);
-}
 
 extern "C" __global__ void __launch_bounds__(AB_THREADS) argmax_block_f32(const float* x, int n, float* out) {
     kernel_entry();
@@ -137,48 +158,19 @@ extern "C" __global__ void __launch_bounds__(AB_THREADS) argmax_block_f32(const 
         for (int j = 0; j < AB_LOADS; ++j) {
             const int i = base + j * 4 * AB_THREADS;
             if (i >= n4) break;
-            best = max_u64(best, value_code(q[j].x, i));
-            best = max_u64(best, value_code(q[j].y, i + 1));
-            best = max_u64(best, value_code(q[j].z, i + 2));
-            best = max_u64(best, value_code(q[j].w, i + 3));
+            best = max_u64(best, argmax_code(q[j].x, i));
+            best = max_u64(best, argmax_code(q[j].y, i + 1));
+            best = max_u64(best, argmax_code(q[j].z, i + 2));
+            best = max_u64(best, argmax_code(q[j].w, i + 3));
         }
     }
-    for (int i = n4 + threadIdx.x; i < n; i += AB_THREADS) best = max_u64(best, value_code(x[i], i));
-    best = warp_max_u64(best);
+    for (int i = n4 + threadIdx.x; i < n; i += AB_THREADS) best = max_u64(best, argmax_code(x[i], i));
+    best = warp_max_code(best);
     if ((threadIdx.x & 31) == 0) s_code[threadIdx.x >> 5] = best;
     __syncthreads();
     if (threadIdx.x < 32) {
-        best = warp_max_u64(s_code[threadIdx.x]);
+        best = warp_max_code(s_code[threadIdx.x]);
         if (threadIdx.x == 0) out[0] = __uint_as_float(best == 0ull ? 0u : rank_id(best, false));
-    }
-}
-
-// ---- argmax over the production grid, combined by a 64-bit atomic maximum ----
-// As argmax_f32 (128 blocks of 256, one value per thread), but each block's best rank code goes to
-// one 64-bit word by atomicMax; the last block (the counter) reads that one word instead of every
-// block's pair and reducing them. scratch: [counter, pad, code lo, code hi].
-extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
-    argmax_atomic_f32(const float* x, int n, float* out, u32* scratch) {
-    kernel_entry();
-    __shared__ unsigned long long s_code[ARGMAX_THREADS / 32];
-    unsigned long long best = 0ull;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        best = max_u64(best, value_code(x[i], i));
-    best = warp_max_u64(best);
-    if ((threadIdx.x & 31) == 0) s_code[threadIdx.x >> 5] = best;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        best = warp_max_u64(threadIdx.x < ARGMAX_THREADS / 32 ? s_code[threadIdx.x] : 0ull);
-        if (threadIdx.x == 0) {
-            unsigned long long* word = reinterpret_cast<unsigned long long*>(scratch + 2);
-            atomicMax(word, best);
-            __threadfence();
-            if (atomicAdd(scratch, 1u) == gridDim.x - 1) {
-                const unsigned long long c = atomicExch(word, 0ull);
-                out[0] = __uint_as_float(c == 0ull ? 0u : rank_id(c, false));
-                scratch[0] = 0u;
-            }
-        }
     }
 }
 
@@ -242,13 +234,11 @@ int main(int argc, char** argv) {
     logits[777] = 9.0f;
     logits[31000] = 9.0f;  // a tie: the lower index wins
     float* lg = dev(logits);
-    float *am0 = dev(fill(1, 0)), *am1 = dev(fill(1, 0)), *am2 = dev(fill(1, 0)), *am3 = dev(fill(1, 0));
+    float *am0 = dev(fill(1, 0)), *am1 = dev(fill(1, 0)), *am2 = dev(fill(1, 0));
     std::vector<unsigned> zero(1 + 2 * AM_BLOCKS, 0u);
-    u32 *scratch, *scratch2;
+    u32* scratch;
     CK(cudaMalloc(&scratch, zero.size() * 4));
     CK(cudaMemcpy(scratch, zero.data(), zero.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMalloc(&scratch2, 16));
-    CK(cudaMemset(scratch2, 0, 16));
     const int pitch = NP * N;
     float *parts = dev(fill((size_t)(K + 1) * pitch, 5)), *fw = dev(fill(K, 6)), *fc = dev(fill(2 * N, 0));
     const size_t smem = N * sizeof(float);
@@ -260,15 +250,13 @@ int main(int argc, char** argv) {
         go(argmax_f32, AM_BLOCKS, ARGMAX_THREADS, 0, st, clg, V, am0, scratch);
         go(argmax_cluster_f32, AC_BLOCKS, AC_THREADS, 0, st, clg, V, am1);
         go(argmax_block_f32, 1, AB_THREADS, 0, st, clg, V, am2);
-        go(argmax_atomic_f32, AM_BLOCKS, ARGMAX_THREADS, 0, st, clg, V, am3, scratch2);
         go(fold_combine_f32, N / 256, 256, 0, st, cparts, pitch, NP, cfw, K, N, fc, lp);
     }
     CK(cudaStreamSynchronize(st));
     CK(cudaGetLastError());
     same("argmax (cluster)", back(am0, 1), back(am1, 1));
     same("argmax (one block)", back(am0, 1), back(am2, 1));
-    same("argmax (atomic max)", back(am0, 1), back(am3, 1));
-    for (const float* d : {am0, am1, am2, am3}) {
+    for (const float* d : {am0, am1, am2}) {
         const float got = back(d, 1)[0];
         u32 gi;
         memcpy(&gi, &got, 4);
