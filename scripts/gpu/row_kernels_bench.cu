@@ -39,14 +39,7 @@
 // Block-wide arg-best of (key, id) under key_better; every thread returns the winner (argmax_f32's
 // block step until the nineteenth session).
 __device__ __forceinline__ void block_best(float& key, u32& id, bool higher_id, float* s_key, u32* s_id) {
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ok = __shfl_xor_sync(MEMRA_FULL_MASK, key, o);
-        const u32 oi = __shfl_xor_sync(MEMRA_FULL_MASK, id, o);
-        if (key_better(ok, oi, key, id, higher_id)) {
-            key = ok;
-            id = oi;
-        }
-    }
+    warp_best(key, id, higher_id);
     const int warp = threadIdx.x >> 5;
     const int n_warps = blockDim.x >> 5;
     __syncthreads();
