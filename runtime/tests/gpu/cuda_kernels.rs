@@ -373,6 +373,13 @@ fn moe_kernels_match_twins() -> Ran {
     let mut long = rng.vec(70_001, 10.0);
     long[70_000] = 11.0;
     argmax_inputs.push(("long with its best in the tail".into(), long));
+    // Every value below zero but signed zeros in four blocks, -0.0 first: the blocks' rank codes
+    // meet in one atomic maximum, where -0.0 and +0.0 must tie and the lowest index win.
+    let mut zeros: Vec<f32> = rng.vec(32_768, 10.0).iter().map(|v| -v.abs() - 1.0).collect();
+    for (i, z) in [(5_000, -0.0), (9_000, 0.0), (20_000, -0.0), (32_767, 0.0)] {
+        zeros[i] = z;
+    }
+    argmax_inputs.push(("negatives with signed zeros across blocks".into(), zeros));
     for (label, xs) in argmax_inputs {
         let mut c = Case::new(format!("argmax {label}"));
         let x = c.buf(xs);
