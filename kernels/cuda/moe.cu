@@ -71,6 +71,12 @@ __device__ __forceinline__ unsigned long long max_u64(unsigned long long a, unsi
     return a > b ? a : b;
 }
 
+// The largest rank code of the warp, in every lane (the router's selection rounds, argmax's blocks).
+__device__ __forceinline__ unsigned long long warp_max_code(unsigned long long c) {
+    for (int o = 16; o > 0; o >>= 1) c = max_u64(c, __shfl_xor_sync(MEMRA_FULL_MASK, c, o));
+    return c;
+}
+
 // The lane's rank codes in descending order: a bitonic network over ROUTER_LANE_CAND (a power of
 // two) with constant indices, so the codes stay in registers. Zero codes (no candidate) sort last.
 __device__ __forceinline__ void sort_codes_desc(unsigned long long (&c)[ROUTER_LANE_CAND]) {
@@ -209,7 +215,7 @@ __device__ __forceinline__ void router_body(const float* logits, const float* bi
             unsigned long long best = 0ull;
 #pragma unroll
             for (int j = 0; j < ROUTER_LANE_CAND; ++j) best = max_u64(best, code[j]);
-            for (int o = 16; o > 0; o >>= 1) best = max_u64(best, __shfl_xor_sync(MEMRA_FULL_MASK, best, o));
+            best = warp_max_code(best);
             const u32 id = rank_id(best, variant);
 #pragma unroll
             for (int j = 0; j < ROUTER_LANE_CAND; ++j) {
@@ -345,11 +351,6 @@ extern "C" __global__ void residual_add_f32(const float* h, const float* a, cons
 // NaN, which never wins and never enters.
 __device__ __forceinline__ unsigned long long argmax_code(float v, int i) {
     return is_nan_c(v) ? 0ull : rank_code(v, (u32)i, false);
-}
-
-__device__ __forceinline__ unsigned long long warp_max_code(unsigned long long c) {
-    for (int o = 16; o > 0; o >>= 1) c = max_u64(c, __shfl_xor_sync(MEMRA_FULL_MASK, c, o));
-    return c;
 }
 
 // out[0] = bits of the index of the largest value (lowest index on ties, NaN never wins, 0 when

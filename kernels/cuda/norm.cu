@@ -176,10 +176,11 @@ __device__ __forceinline__ void norm_rows(const float* x, const float* a, const 
 }
 
 // y = rmsnorm(x) row by row; `rows` rows of `n` values, one weight row `w` of n; grid = rows.
-// Lane grid: blockIdx.z = lane, slices [x, w, y]. The launch bounds keep the staging batched:
-// without a minimum block count, ptxas fits this kernel in 32 registers (full occupancy) by
-// issuing x's loads one at a time while wpre is held across them; 4 blocks per SM (at most 64
-// registers) leaves it 48 and the loads in two batches.
+// Lane grid: blockIdx.z = lane, slices [x, w, y]. The launch bounds were chosen for the staged
+// rows (n > 4096): without a minimum block count, ptxas fits this kernel in 32 registers (full
+// occupancy) by issuing x's loads one at a time while wpre is held across them; 4 blocks per SM
+// (at most 64 registers) leaves it 48 and the loads in two batches. The register rows
+// (norm_row_regs, n <= 4096) were measured under the same bounds (one load run).
 extern "C" __global__ void __launch_bounds__(NORM_LANES, 4)
     rmsnorm_f32(const float* x, const float* w, float eps, float* y, int n, int rows, const LanePitch lp) {
     norm_rows<false, WEIGHTS_FIRST>(x, nullptr, w, eps, nullptr, y, n, rows, lp);
