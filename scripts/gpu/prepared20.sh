@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The twentieth session's two kernel changes, prepared when no machine started
 # (docs/gpu/2026-12-06-prepared/): `next` = main + fcr.patch (the moe_join's kernel computes the
-# residual: one dependent launch fewer per layer) + attn.patch (attention's key rows loaded one
-# batch per round trip instead of one position per round trip); `attn` = main + attn.patch alone.
+# residual: one dependent launch fewer per layer) + attn.patch (attention's key rows and values
+# loaded one batch per round trip, not one position or half a partition per round trip); `attn` =
+# main + attn.patch alone.
 # Build here first (target-g/ is ignored; carry ["target-g"], about 40 MB):
 #   bash scripts/gpu/carry.sh main
 #   for b in next attn; do git worktree add /work/$b HEAD; done
