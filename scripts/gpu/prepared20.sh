@@ -4,8 +4,9 @@
 # residual: one dependent launch fewer per layer) + attn.patch (attention's key rows and values
 # loaded one batch per round trip, not one position or half a partition per round trip); `attn` =
 # main + attn.patch alone.
-# Build here first (target-g/ is ignored; carry ["target-g"], about 40 MB):
-#   bash scripts/gpu/carry.sh main
+# Build here first (target-g/ is ignored; carry ["target-g"]: these five binaries are about 40 MB,
+# the tree about 18 MB, so nothing else may sit in target-g under the 64 MiB limit):
+#   rm -rf target-g; bash scripts/gpu/carry.sh main
 #   for b in next attn; do git worktree add /work/$b HEAD; done
 #   git -C /work/next apply "$PWD/docs/gpu/2026-12-06-prepared/fcr.patch" "$PWD/docs/gpu/2026-12-06-prepared/attn.patch"
 #   git -C /work/attn apply "$PWD/docs/gpu/2026-12-06-prepared/attn.patch"
