@@ -125,11 +125,11 @@ pass_rounds() {
     for v in "$@"; do bench_step "b$b-$v-$r" "target-g/mg-$v" "$b"; done
   done
 }
-# `step_module NAME`: target-g/gpu-NAME's cuda_step:: module (the grouped expert kernels against
-# their twins, the step-preset device-host gate), one thread, into /tmp/gpu_NAME_step.log; its
-# result lines and first panics.
+# `step_module NAME [NEED_S]`: target-g/gpu-NAME's cuda_step:: module (the grouped expert kernels
+# against their twins, the step-preset device-host gate), one thread, into /tmp/gpu_NAME_step.log
+# (skipped with less than NEED_S, default 60, left); its result lines and first panics.
 step_module() {
-  step "gpu_$1_step" 60 env MEMRA_GPU_STEP=1 "target-g/gpu-$1" --test-threads=1 cuda_step::
+  step "gpu_$1_step" "${2:-60}" env MEMRA_GPU_STEP=1 "target-g/gpu-$1" --test-threads=1 cuda_step::
   grep -E "^test result|step preset device-host|panicked" "/tmp/gpu_$1_step.log" | head -6
 }
 # `pack_logs ARCHIVE GLOB...`: the files and folders of /tmp matching a GLOB that this call wrote

@@ -25,15 +25,8 @@ set -uo pipefail
 source scripts/gpu/libs.sh
 mode=${1:?usage: prepared20.sh full|h200|min [S]}
 call_start "prepared20-$mode" "${2:-560}"
-modules() { # the modules the changes touch, on next's GPU binary
-  step gpu_next_step 80 env MEMRA_GPU_STEP=1 target-g/gpu-next --test-threads=1 cuda_step::
-  grep -E "^test result|step preset device-host|panicked" /tmp/gpu_next_step.log | head -6
-  local m
-  for m in cuda_kernels cuda_lane_grid; do
-    step "gpu_next_$m" 40 target-g/gpu-next --test-threads=1 "$m::"
-    grep -E "^test result|panicked" "/tmp/gpu_next_$m.log" | head -6
-  done
-}
+T=target-g/gpu-next
+modules() { step_module next 80; gpu_modules cuda_kernels:: cuda_lane_grid::; } # the modules the changes touch
 case $mode in
   full)
     b1_rounds 2 main attn next
@@ -58,5 +51,5 @@ case $mode in
     selftest_cuda next 45 ;;
   *) echo "prepared20.sh: unknown mode $mode (full, h200, min)" >&2; exit 2 ;;
 esac
-pack_logs "prepared20-$mode.tgz" 'b1-*' 'b8-*' 'gpu_next*' selftest.log single.log 'ncu-*' 'shape-*'
+pack_logs "prepared20-$mode.tgz" 'b1-*' 'b8-*' 'gpu_next*' 'gpu_cuda*' selftest.log single.log 'ncu-*' 'shape-*'
 echo "done in $(( $(date +%s)-STEPS_START ))s"
