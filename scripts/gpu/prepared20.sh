@@ -2,13 +2,14 @@
 # The twentieth session's two kernel changes, prepared when no machine started
 # (docs/gpu/2026-12-06-prepared/): `next` = main + fcr.patch (the moe_join's kernel computes the
 # residual: one dependent launch fewer per layer) + attn.patch (attention's key rows and values
-# loaded one batch per round trip, not one position or half a partition per round trip); `attn` =
-# main + attn.patch alone.
+# loaded one batch per round trip, not one position or half a partition per round trip) + cols.patch
+# (SPEC_FA2's two-column kernel walks its keys the same way; the single-lane kernels' SASS is
+# unchanged by it); `attn` = main + attn.patch alone.
 # Build here first (target-g/ is ignored; carry ["target-g"]: these five binaries are about 40 MB,
 # the tree about 18 MB, so nothing else may sit in target-g under the 64 MiB limit):
 #   rm -rf target-g; bash scripts/gpu/carry.sh main
 #   for b in next attn; do git worktree add /work/$b HEAD; done
-#   git -C /work/next apply "$PWD/docs/gpu/2026-12-06-prepared/fcr.patch" "$PWD/docs/gpu/2026-12-06-prepared/attn.patch"
+#   git -C /work/next apply "$PWD"/docs/gpu/2026-12-06-prepared/{fcr,attn,cols}.patch
 #   git -C /work/attn apply "$PWD/docs/gpu/2026-12-06-prepared/attn.patch"
 #   bash scripts/gpu/carry.sh next /work/next; bash scripts/gpu/carry.sh attn /work/attn; rm target-g/gpu-attn
 # Then one call, most needed first within each mode:
@@ -31,6 +32,7 @@ case $mode in
   full)
     b1_rounds 2 main attn next
     modules
+    gpu_modules cuda_passes:: # cols.patch: SPEC_FA2's kernel against the host oracle (t2)
     selftest_cuda next 45
     pass_rounds 1 8 main next
     ncu_bench ncu-b1-main 45 target-g/mg-main all 1 200 80 "[a-z]"
