@@ -181,35 +181,73 @@ __device__ __forceinline__ float max_in_order_c(const float* xs, int n) {
 // Each score is still dot32_warp's sequence (lane l: +0 then q[l]·k[l], q[l+32]·k[l+32], … in order, then the
 // butterfly); only the loads moved. Rows past `len` are not read (the last valid row stands in).
 #define ATTN_BATCH 8
-#define ATTN_VBATCH 16
-__device__ __forceinline__ void attention_scores(const float* qh, const float* k, size_t stride, size_t kv_off,
-                                                 int len, float* scores) {
+// Phase 2's values of a partition in one load run: ATTN_VBATCH = ATTN_PARTITION (16 took two round
+// trips for a partition of more than 16 positions; 64 registers, no spill, NVRTC 13.0).
+#define ATTN_VBATCH 32
+// NQ columns of one session share the walk (SPEC_FA2: each key row is loaded once for both
+// columns' scores); column c has its own causal bound lens[c] and its own score row. The walk
+// covers the longest bound; a column's score past its bound is computed on a stand-in row and not
+// stored. NQ = 1 is the single-lane kernels' phase 1.
+template <int NQ>
+__device__ __forceinline__ void attention_scores_cols(const float* const (&qh)[NQ], const float* k, size_t stride,
+                                                      size_t kv_off, const int (&lens)[NQ],
+                                                      float* const (&scores)[NQ]) {
     constexpr int WARPS = ATTN_THREADS / 32;
     constexpr int PER_LANE = HEAD_DIM / 32;
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
-    float qv[PER_LANE];
+    int walk = lens[0];
 #pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) qv[i] = qh[lane + 32 * i];
-    for (int t0 = warp; t0 < len; t0 += WARPS * ATTN_BATCH) {
+    for (int c = 1; c < NQ; ++c) walk = max(walk, lens[c]);
+    float qv[NQ][PER_LANE];
+#pragma unroll
+    for (int c = 0; c < NQ; ++c) {
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) qv[c][i] = qh[c][lane + 32 * i];
+    }
+    for (int t0 = warp; t0 < walk; t0 += WARPS * ATTN_BATCH) {
         float kv[ATTN_BATCH][PER_LANE];
 #pragma unroll
         for (int j = 0; j < ATTN_BATCH; ++j) {
-            const float* kt = k + (size_t)min(t0 + WARPS * j, len - 1) * stride + kv_off;
+            const float* kt = k + (size_t)min(t0 + WARPS * j, walk - 1) * stride + kv_off;
 #pragma unroll
             for (int i = 0; i < PER_LANE; ++i) kv[j][i] = kt[lane + 32 * i];
         }
+        // Every row of the batch is dotted (a row past the bound repeats the last valid one and is
+        // not stored) and the scores are stored after the batch: with a `break` at the first row
+        // past `len` and a store after each dot, ptxas issued each row's loads after the previous
+        // row's butterfly — a memory round trip per position instead of one per batch (SASS,
+        // NVRTC 13.0).
+        float sc[NQ][ATTN_BATCH];
 #pragma unroll
         for (int j = 0; j < ATTN_BATCH; ++j) {
-            const int t = t0 + WARPS * j;
-            if (t >= len) break;  // warp-uniform
-            float acc = C_ZERO;
 #pragma unroll
-            for (int i = 0; i < PER_LANE; ++i) acc = acc + qv[i] * kv[j][i];
-            const float s = butterfly32(acc) * C_ATTN_SCALE;
-            if (lane == 0) scores[t] = s;
+            for (int c = 0; c < NQ; ++c) {
+                float acc = C_ZERO;
+#pragma unroll
+                for (int i = 0; i < PER_LANE; ++i) acc = acc + qv[c][i] * kv[j][i];
+                sc[c][j] = butterfly32(acc) * C_ATTN_SCALE;
+            }
+        }
+        if (lane == 0) {
+#pragma unroll
+            for (int c = 0; c < NQ; ++c) {
+#pragma unroll
+                for (int j = 0; j < ATTN_BATCH; ++j) {
+                    const int t = t0 + WARPS * j;
+                    if (t < lens[c]) scores[c][t] = sc[c][j];
+                }
+            }
         }
     }
+}
+
+__device__ __forceinline__ void attention_scores(const float* qh, const float* k, size_t stride, size_t kv_off,
+                                                 int len, float* scores) {
+    const float* const q1[1] = {qh};
+    const int l1[1] = {len};
+    float* const s1[1] = {scores};
+    attention_scores_cols<1>(q1, k, stride, kv_off, l1, s1);
 }
 
 // Phase 2 of one head: thread d's output dimension from the scores (partitions of part_len).
@@ -325,22 +363,10 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
     const int group = q_heads / kv_heads;
     const size_t stride = (size_t)kv_heads * HEAD_DIM;
     const size_t kv_off = (size_t)(h / group) * HEAD_DIM;
-    const float* q0 = q + (size_t)h * HEAD_DIM;
-    const float* q1 = q + (size_t)q_pitch + (size_t)h * HEAD_DIM;
-    const int warp = threadIdx.x >> 5;
-    const int lane = threadIdx.x & 31;
-    const int walk = max(len0, len1);
-    for (int t = warp; t < walk; t += ATTN_THREADS / 32) {
-        const float* kt = k + (size_t)t * stride + kv_off;
-        if (t < len0) {
-            const float s = dot32_warp(q0, kt, HEAD_DIM, lane) * C_ATTN_SCALE;
-            if (lane == 0) scores2[t] = s;
-        }
-        if (t < len1) {
-            const float s = dot32_warp(q1, kt, HEAD_DIM, lane) * C_ATTN_SCALE;
-            if (lane == 0) scores2[max_len + t] = s;
-        }
-    }
+    const float* const qs[2] = {q + (size_t)h * HEAD_DIM, q + (size_t)q_pitch + (size_t)h * HEAD_DIM};
+    const int lens[2] = {len0, len1};
+    float* const ss[2] = {scores2, scores2 + max_len};
+    attention_scores_cols<2>(qs, k, stride, kv_off, lens, ss);
     __syncthreads();
     const int d = threadIdx.x;
     if (len0 > 0) out[(size_t)h * HEAD_DIM + d] = attention_combine(scores2, v, stride, kv_off, len0, part_len, gate[h]);

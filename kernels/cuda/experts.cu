@@ -360,10 +360,9 @@ extern "C" __global__ void fold_slots_f32(const float* ids, int k, int first_slo
     }
 }
 
-// The TP-sharded moe_join in one launch (twins::experts::fold_combine): per element i, slot s's
-// output y_s = ((+0 + P0) + P1) + ... of its n_parts partials (parts[s * pitch + p * width + i]),
+// The TP-sharded moe_join (twins::experts::fold_combine), element by element: slot s's output
+// y_s = ((+0 + P0) + P1) + ... of its n_parts partials (parts[s * pitch + p * width + i]),
 // routed = sum over s < k of w[s] * y_s in slot order from +0.0, shared = y_k.
-// Lane grid: blockIdx.z = lane, slices [parts, w, out].
 // The (slot, part) values of an element, up to FC_BATCH of them, are all read before any is added:
 // a loop that adds each value as it arrives waits a memory round trip per value ((k + 1) · n_parts
 // of them; 18 at `step`'s TP1). (slot, part) advance as counters, not divisions: the unrolled
@@ -372,13 +371,13 @@ extern "C" __global__ void fold_slots_f32(const float* ids, int k, int first_slo
 // Slots of the constant-count path (fold_combine_np): up to FC_KMAX routed slots and the shared one.
 #define FC_KMAX 8
 
-// Element i of fold_combine_f32 for NP parts a slot and k <= FC_KMAX routed slots: the slot weights
+// Element i for NP parts a slot and k <= FC_KMAX routed slots: the slot weights
 // and every (slot, part) value loaded first, all in one batch (the general loop below issued each
 // weight load where its slot started, after the adds before it: one more memory round trip), then
 // the same adds in the same order — y_s = ((+0 + P0) + P1) + ..., routed = routed + w[s] · y_s.
 template <int NP>
-__device__ __forceinline__ void fold_combine_np(const float* parts, int pitch, const float* w, int k, int width,
-                                                float* out, int i) {
+__device__ __forceinline__ void fold_combine_np(const float* parts, int pitch, const float* w, int k, int width, int i,
+                                                float& routed, float& shared) {
     float ws[FC_KMAX];
 #pragma unroll
     for (int s = 0; s < FC_KMAX; ++s) ws[s] = s < k ? w[s] : C_ZERO;
@@ -388,8 +387,8 @@ __device__ __forceinline__ void fold_combine_np(const float* parts, int pitch, c
 #pragma unroll
         for (int p = 0; p < NP; ++p) v[s][p] = s <= k ? parts[(size_t)s * pitch + (size_t)p * width + i] : C_ZERO;
     }
-    float routed = C_ZERO;
-    float shared = C_ZERO;
+    routed = C_ZERO;
+    shared = C_ZERO;
 #pragma unroll
     for (int s = 0; s <= FC_KMAX; ++s) {
         if (s > k) break;
@@ -402,62 +401,80 @@ __device__ __forceinline__ void fold_combine_np(const float* parts, int pitch, c
             shared = y;
         }
     }
-    out[i] = routed;
-    out[width + i] = shared;
 }
 
-extern "C" __global__ void fold_combine_f32(const float* parts, int pitch, int n_parts, const float* w, int k,
-                                            int width, float* out, const LanePitch lp) {
-    kernel_entry();
-    parts = LANE_AT(parts, lp, 0, blockIdx.z);
-    w = LANE_AT(w, lp, 1, blockIdx.z);
-    out = LANE_AT(out, lp, 2, blockIdx.z);
-    if (k <= FC_KMAX && (n_parts == 1 || n_parts == 2 || n_parts == 4)) {  // kernel-uniform
-        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
-            if (n_parts == 1) {
-                fold_combine_np<1>(parts, pitch, w, k, width, out, i);
-            } else if (n_parts == 2) {
-                fold_combine_np<2>(parts, pitch, w, k, width, out, i);
-            } else {
-                fold_combine_np<4>(parts, pitch, w, k, width, out, i);
+// Element i of any other count: the (slot, part) values in batches of FC_BATCH, adds in order.
+__device__ __forceinline__ void fold_combine_any(const float* parts, int pitch, int n_parts, const float* w, int k,
+                                                 int width, int i, float& routed, float& shared) {
+    const int total = (k + 1) * n_parts;
+    routed = C_ZERO;
+    float y = C_ZERO;
+    float ws = C_ZERO;
+    int s = 0, p = 0;  // the (slot, part) of value t0
+    for (int t0 = 0; t0 < total; t0 += FC_BATCH) {
+        float v[FC_BATCH];
+        int ls = s, lp_ = p;
+#pragma unroll
+        for (int j = 0; j < FC_BATCH; ++j) {
+            v[j] = t0 + j < total ? parts[(size_t)ls * pitch + (size_t)lp_ * width + i] : C_ZERO;
+            if (++lp_ == n_parts) {
+                lp_ = 0;
+                ++ls;
             }
         }
-        return;
+#pragma unroll
+        for (int j = 0; j < FC_BATCH; ++j) {
+            if (t0 + j >= total) break;
+            if (p == 0) {
+                y = C_ZERO;
+                ws = s < k ? w[s] : C_ZERO;  // read as the slot starts, used at its last part
+            }
+            y = y + v[j];
+            if (p == n_parts - 1 && s < k) routed = routed + ws * y;
+            if (++p == n_parts) {
+                p = 0;
+                ++s;
+            }
+        }
     }
-    const int total = (k + 1) * n_parts;
+    shared = y;
+}
+
+// The moe_join and the residual in one launch (twins::moe::fold_combine_residual; a launch of
+// its own for the residual cost a dependent launch per layer): per element, fold_combine's
+// out = [routed | shared], then sum = routed + shared and x = h + sum — residual_add's two
+// roundings in that order. h is loaded before the parts, so its round trip is in their batch;
+// nothing is stored before every value of the element is loaded.
+// Lane grid: blockIdx.z = lane, slices [parts, w, h, out, sum, x].
+extern "C" __global__ void fold_combine_residual_f32(const float* parts, int pitch, int n_parts, const float* w, int k,
+                                                     int width, const float* h, float* out, float* sum, float* x,
+                                                     const LanePitch lp) {
+    kernel_entry();
+    const int z = blockIdx.z;
+    parts = LANE_AT(parts, lp, 0, z);
+    w = LANE_AT(w, lp, 1, z);
+    h = LANE_AT(h, lp, 2, z);
+    out = LANE_AT(out, lp, 3, z);
+    sum = LANE_AT(sum, lp, 4, z);
+    x = LANE_AT(x, lp, 5, z);
+    const bool np_path = k <= FC_KMAX && (n_parts == 1 || n_parts == 2 || n_parts == 4);  // kernel-uniform
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x) {
-        float routed = C_ZERO;
-        float y = C_ZERO;
-        float ws = C_ZERO;
-        int s = 0, p = 0;  // the (slot, part) of value t0
-        for (int t0 = 0; t0 < total; t0 += FC_BATCH) {
-            float v[FC_BATCH];
-            int ls = s, lp_ = p;
-#pragma unroll
-            for (int j = 0; j < FC_BATCH; ++j) {
-                v[j] = t0 + j < total ? parts[(size_t)ls * pitch + (size_t)lp_ * width + i] : C_ZERO;
-                if (++lp_ == n_parts) {
-                    lp_ = 0;
-                    ++ls;
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < FC_BATCH; ++j) {
-                if (t0 + j >= total) break;
-                if (p == 0) {
-                    y = C_ZERO;
-                    ws = s < k ? w[s] : C_ZERO;  // read as the slot starts, used at its last part
-                }
-                y = y + v[j];
-                if (p == n_parts - 1 && s < k) routed = routed + ws * y;
-                if (++p == n_parts) {
-                    p = 0;
-                    ++s;
-                }
-            }
+        const float hv = h[i];
+        float routed, shared;
+        if (!np_path) {
+            fold_combine_any(parts, pitch, n_parts, w, k, width, i, routed, shared);
+        } else if (n_parts == 1) {
+            fold_combine_np<1>(parts, pitch, w, k, width, i, routed, shared);
+        } else if (n_parts == 2) {
+            fold_combine_np<2>(parts, pitch, w, k, width, i, routed, shared);
+        } else {
+            fold_combine_np<4>(parts, pitch, w, k, width, i, routed, shared);
         }
         out[i] = routed;
-        out[width + i] = y;
+        out[width + i] = shared;
+        const float v = routed + shared;
+        sum[i] = v;
+        x[i] = hv + v;
     }
 }
 

@@ -141,7 +141,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "expert_down_f32",
     "expert_down_bpl_f32",
     "fold_slots_f32",
-    "fold_combine_f32",
+    "fold_combine_residual_f32",
     "select_slots_f32",
     "combine_owned_f32",
     // down8.cu

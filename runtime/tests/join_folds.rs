@@ -81,7 +81,9 @@ impl Provenance {
             Op::FoldSlots { slots, parts, parts_pitch, .. } => {
                 Some((parts, span(parts, slots.saturating_sub(1) * parts_pitch + parts.len).len))
             }
-            Op::FoldCombine { parts, pitch, w, .. } => Some((parts, span(parts, w.len * pitch + parts.len).len)),
+            Op::FoldCombineResidual { parts, pitch, w, .. } => {
+                Some((parts, span(parts, w.len * pitch + parts.len).len))
+            }
             _ => None,
         }
     }
@@ -103,7 +105,7 @@ impl Provenance {
             | Op::FoldAddRmsNorm { n_parts, .. }
             | Op::FoldLanes { n_parts, .. }
             | Op::FoldSlots { n_parts, .. }
-            | Op::FoldCombine { n_parts, .. } => n_parts,
+            | Op::FoldCombineResidual { n_parts, .. } => n_parts,
             _ => unreachable!("parts_of names the folds"),
         };
         let width = match *op {
@@ -202,7 +204,7 @@ fn every_join_fold_reads_partials_summed_from_plus_zero_and_none_is_negative_zer
     assert!(seen.get("fold").copied().unwrap_or(0) > 0, "no o_join fold inspected: {seen:?}");
     assert!(seen.get("fold_add_rmsnorm").copied().unwrap_or(0) > 0, "no OPROJ_TAIL fold inspected: {seen:?}");
     assert!(
-        seen.get("fold_combine").or(seen.get("fold_slots")).copied().unwrap_or(0) > 0,
+        seen.get("fold_combine_residual").or(seen.get("fold_slots")).copied().unwrap_or(0) > 0,
         "no moe_join fold inspected: {seen:?}"
     );
 }

@@ -75,9 +75,12 @@ fn a_receipt_against_itself_is_no_regression_and_against_a_3x_faster_base_it_reg
     let rows = effects(&out.stdout);
     assert!(rows.iter().any(|(_, e)| e == "SLOWER"), "{}", out.stdout);
     assert!(rows.iter().all(|(_, e)| e != "FASTER"), "{}", out.stdout);
-    // The ratios are the edit's: every seam's median ratio is about 3.
+    // The ratios are the edit's: every seam's median ratio is about 3 — the base's nanoseconds
+    // are integers divided by 3, so a seam of a few hundred ns (the residual's marks, where the
+    // moe_join's kernel computed it) reads up to about ×3.1.
+    let ratio = |l: &str| l.split_whitespace().find_map(|w| w.strip_prefix('×')?.parse::<f64>().ok());
     let slower: Vec<&(String, String)> = rows.iter().filter(|(_, e)| e == "SLOWER").collect();
-    assert!(slower.iter().all(|(l, _)| l.contains("×2.9") || l.contains("×3.0")), "{slower:?}");
+    assert!(slower.iter().all(|(l, _)| ratio(l).is_some_and(|r| (2.9..=3.2).contains(&r))), "{slower:?}");
 
     // A fresh run against the 3×-faster base (timing: the machine to this test alone).
     let _alone = machine_alone();

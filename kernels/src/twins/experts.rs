@@ -124,7 +124,7 @@ pub fn fold_slot(parts: &[f32], n_parts: usize, scale: Option<f32>, out: &mut [f
     }
 }
 
-/// The TP-sharded moe_join in one kernel (`fold_combine_f32`): for every slot s of `k + 1`
+/// The TP-sharded moe_join (`fold_combine_residual_f32`'s first half): for every slot s of `k + 1`
 /// (k = `w.len()`, the last the shared expert) `y_s` = [`fold_slot`] of its `n_parts` partials at
 /// `parts[s·pitch ..]`; then `out = [Σ_{s<k} w[s]·y_s | y_k]` (`combine_shared`'s order). The
 /// same operations as a `fold_slots` of every slot followed by `combine_shared`, without storing
@@ -138,6 +138,24 @@ pub fn fold_combine(parts: &[f32], pitch: usize, n_parts: usize, w: &[f32], out:
         fold_slot(&parts[s * pitch..], n_parts, None, ys);
     }
     crate::twins::moe::combine_shared(&y, w, out);
+}
+
+/// The moe_join and the residual in one kernel (`fold_combine_residual_f32`): [`fold_combine`]
+/// into `out = [routed | shared]`, then [`residual_add`](crate::twins::moe::residual_add) of `h`
+/// and out's two halves into `sum` and `x` — the operations of the two kernels it replaces, in
+/// their order. `residual` is `(sum, x)`.
+pub fn fold_combine_residual(
+    parts: &[f32],
+    pitch: usize,
+    n_parts: usize,
+    w: &[f32],
+    h: &[f32],
+    out: &mut [f32],
+    (sum, x): (&mut [f32], &mut [f32]),
+) {
+    fold_combine(parts, pitch, n_parts, w, out);
+    let (routed, shared) = out.split_at(out.len() / 2);
+    crate::twins::moe::residual_add(h, routed, shared, sum, x);
 }
 
 /// The expert-parallel gather at the root (`select_slots_f32`): for each routed slot s

@@ -372,12 +372,14 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
         scales: None,
         out: root.y.sub(first_slot * hidden, n * hidden),
     };
-    let merged = routed_sharded && shared_sharded && g_r == g_s;
+    let merged = join_takes_residual(ctx);
     if merged {
-        // Every slot folded and combined in one kernel: the moe_join seam is complete.
+        // Every slot folded and combined, and the residual, in one kernel: the moe_join seam is
+        // complete and the residual seam's values are written (`residual` launches nothing).
         let parts = root.epart_all.sub(0, k * stride + g_r * hidden);
         let w = root.route.sub(k, k);
-        ctx.launch(0, Op::FoldCombine { parts, pitch: stride, n_parts: g_r, w, out: root.moe })?;
+        let (h, sum, x) = (root.h, root.moe_sum, root.x);
+        ctx.launch(0, Op::FoldCombineResidual { parts, pitch: stride, n_parts: g_r, w, h, out: root.moe, sum, x })?;
         return ctx.seam(l, Seam::MoeJoin, &Ctx::root_part(root.moe));
     }
     if routed_sharded {
@@ -578,13 +580,24 @@ fn down_combine(ctx: &mut Ctx, r: usize, group: crate::backend::GroupId) -> Resu
     Ok(())
 }
 
-/// residual: h + (routed + shared), in exactly that operand order.
+/// Whether the moe_join folds every slot at the root in one kernel (every slot TP-sharded with
+/// one K-block count) — the kernel that also computes the residual (`FoldCombineResidual`).
+fn join_takes_residual(ctx: &Ctx) -> bool {
+    ctx.placement.experts == ExpertMode::TensorParallel
+        && ctx.placement.shared_sharded
+        && ctx.placement.down_kblocks == ctx.placement.shared_kblocks
+}
+
+/// residual: h + (routed + shared), in exactly that operand order — its own launch unless the
+/// moe_join's kernel computed it (then the seam times no launch and observes the same values).
 fn residual(ctx: &mut Ctx, l: usize) -> Result<()> {
     let hidden = ctx.model.config.hidden;
     let root = ctx.buffers.root.clone();
     let (routed, shared) = (root.moe.sub(0, hidden), root.moe.sub(hidden, hidden));
     ctx.begin(l, Seam::Residual)?;
-    ctx.launch(0, Op::ResidualAdd { h: root.h, a: routed, b: shared, sum: root.moe_sum, out: root.x })?;
+    if !join_takes_residual(ctx) {
+        ctx.launch(0, Op::ResidualAdd { h: root.h, a: routed, b: shared, sum: root.moe_sum, out: root.x })?;
+    }
     ctx.seam(l, Seam::Residual, &Ctx::root_part(root.x))
 }
 

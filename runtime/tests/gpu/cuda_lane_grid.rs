@@ -106,16 +106,26 @@ fn plain_cases(rng: &mut Rng, lanes: usize, gap: usize) -> Vec<LaneCase> {
         v.push(LaneCase { case: c, kernel });
     }
     {
-        let mut c = Case::new(label("fold_combine"));
+        let mut c = Case::new(label("fold_combine_residual"));
         let (k, n_parts, width) = (8, 2, 512);
         let pitch = n_parts * width + 5;
         let parts = input(&mut c, rng, k * pitch + n_parts * width, lanes, gap, 3.0);
-        let w = input(&mut c, rng, k, lanes, gap, 1.0);
+        let (w, h) = (input(&mut c, rng, k, lanes, gap, 1.0), input(&mut c, rng, width, lanes, gap, 2.0));
         let out = output(&mut c, 2 * width, lanes, gap);
+        let (sum, x) = (output(&mut c, width, lanes, gap), output(&mut c, width, lanes, gap));
         c.ops = (0..lanes)
-            .map(|l| Op::FoldCombine { parts: parts.at(l), pitch, n_parts, w: w.at(l), out: out.at(l) })
+            .map(|l| Op::FoldCombineResidual {
+                parts: parts.at(l),
+                pitch,
+                n_parts,
+                w: w.at(l),
+                h: h.at(l),
+                out: out.at(l),
+                sum: sum.at(l),
+                x: x.at(l),
+            })
             .collect();
-        v.push(LaneCase { case: c, kernel: "fold_combine" });
+        v.push(LaneCase { case: c, kernel: "fold_combine_residual" });
     }
     {
         // Rows' rope: every lane its own position (lane 1's past the table: it writes nothing)

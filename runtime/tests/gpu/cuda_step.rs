@@ -180,12 +180,12 @@ fn moe_join_and_residual_kernels_match_twins() -> Ran {
         // (k + 1) · n_parts values per element: the constant-count path (k ≤ 8, 1, 2 or 4 parts),
         // one load batch of the general loop (≤ 32) or several.
         for n_parts in [1, 2, 3, 4] {
-            let mut c = Case::new(format!("fold_combine k {k} parts {n_parts} width {width}"));
+            let mut c = Case::new(format!("fold_combine_residual k {k} parts {n_parts} width {width}"));
             let pitch = n_parts * width + 3;
             let parts = c.buf(rng.vec(k * pitch + n_parts * width, 4.0));
-            let w = c.buf(rng.vec(k, 1.0));
-            let out = c.out(2 * width);
-            c.ops.push(Op::FoldCombine { parts, pitch, n_parts, w, out });
+            let (w, h) = (c.buf(rng.vec(k, 1.0)), c.buf(rng.vec(width, 9.0)));
+            let (out, sum, x) = (c.out(2 * width), c.out(width), c.out(width));
+            c.ops.push(Op::FoldCombineResidual { parts, pitch, n_parts, w, h, out, sum, x });
             cases.push(c);
         }
         let mut c = Case::new(format!("residual_add {width}"));

@@ -165,10 +165,13 @@ fn execute_experts(a: &mut Arena, op: Op, obs: Observe) {
                 write_slice(a, Slice::new(out.buf, out.offset + j * width, width), &o);
             }
         }
-        Op::FoldCombine { parts, pitch, n_parts, w, out } => {
-            let mut o = vec![0.0f32; out.len];
-            experts::fold_combine(read_slice(a, parts), pitch, n_parts, read_slice(a, w), &mut o);
+        Op::FoldCombineResidual { parts, pitch, n_parts, w, h, out, sum, x } => {
+            let (mut o, mut sv, mut xv) = (vec![0.0f32; out.len], vec![0.0f32; sum.len], vec![0.0f32; x.len]);
+            let (p, wv, hv) = (read_slice(a, parts), read_slice(a, w), read_slice(a, h));
+            experts::fold_combine_residual(p, pitch, n_parts, wv, hv, &mut o, (&mut sv, &mut xv));
             write_slice(a, out, &o);
+            write_slice(a, sum, &sv);
+            write_slice(a, x, &xv);
         }
         Op::SelectSlots { route, rule, ranks, src, rank_pitch, out } => {
             let ids = read_slice(a, route).to_vec();
@@ -452,7 +455,7 @@ pub(super) fn execute(a: &mut Arena, op: Op, obs: Observe) {
         | Op::ExpertGateUpRows { .. }
         | Op::ExpertDown { .. }
         | Op::FoldSlots { .. }
-        | Op::FoldCombine { .. }
+        | Op::FoldCombineResidual { .. }
         | Op::SelectSlots { .. }
         | Op::CombineOwned { .. }
         | Op::ExpertDownCombine { .. }) => execute_experts(a, op, obs),

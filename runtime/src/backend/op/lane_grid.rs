@@ -20,8 +20,9 @@ fn written(op: &Op) -> Option<&'static [usize]> {
     // Not `Fold`: one fold launch for every column of a pass is TCOL_OPROJ's mechanism (a door,
     // witnessed by its `fold_lanes` launches), so the canonical path keeps one fold per lane.
     Some(match op {
-        Op::RmsNorm { .. } | Op::Router { .. } | Op::FoldCombine { .. } | Op::FoldSlots { .. } => &[2],
+        Op::RmsNorm { .. } | Op::Router { .. } | Op::FoldSlots { .. } => &[2],
         Op::AddRmsNorm { .. } | Op::ResidualAdd { .. } => &[3, 4],
+        Op::FoldCombineResidual { .. } => &[3, 4, 5],
         Op::ExpertGateUp { .. } | Op::ExpertDown { .. } => &[2],
         // q_out, k_out and the two caches: rows append to their own sessions' caches. The
         // columns of a pass share one cache (each column's row of it), so their cache slices

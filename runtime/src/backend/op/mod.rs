@@ -265,10 +265,20 @@ pub enum Op {
         scales: Option<GroupId>,
         out: Slice,
     },
-    /// The TP-sharded moe_join in one kernel: every one of the `w.len + 1` slots folded from its
-    /// `n_parts` partials (`[part][width]` at `s·pitch` of `parts`), then
-    /// `out = [Σ_{s<k} w[s]·y_s | y_k]` (`out` is `2·width`).
-    FoldCombine { parts: Slice, pitch: usize, n_parts: usize, w: Slice, out: Slice },
+    /// The TP-sharded moe_join and the residual in one kernel: every one of the `w.len + 1` slots
+    /// folded from its `n_parts` partials (`[part][width]` at `s·pitch` of `parts`), then
+    /// `out = [Σ_{s<k} w[s]·y_s | y_k]` (`out` is `2·width`), then `ResidualAdd`'s
+    /// `sum = routed + shared` and `x = h + sum` (each `width`).
+    FoldCombineResidual {
+        parts: Slice,
+        pitch: usize,
+        n_parts: usize,
+        w: Slice,
+        h: Slice,
+        out: Slice,
+        sum: Slice,
+        x: Slice,
+    },
     /// Expert-parallel gather: `out[s] = src[o·rank_pitch + s·width ..]` for each routed slot,
     /// `o = rule.owner_of(route[s])` (below `ranks`); `width = out.len / route.len`. Bytes only.
     SelectSlots { route: Slice, rule: OwnerRule, ranks: usize, src: Slice, rank_pitch: usize, out: Slice },

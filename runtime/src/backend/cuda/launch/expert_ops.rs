@@ -195,17 +195,20 @@ impl CudaBackend {
                     lane_p
                 )
             }
-            Op::FoldCombine { parts, pitch, n_parts, w, out } => {
-                let what = "fold_combine";
-                let (pp, wp, op_ptr) = (
-                    self.slice_ptr(rank, parts, what)?,
-                    self.slice_ptr(rank, w, what)?,
-                    self.slice_ptr(rank, out, what)?,
-                );
+            Op::FoldCombineResidual { parts, pitch, n_parts, w, h, out, sum, x } => {
+                let what = "fold_combine_residual";
+                let p = |s: Slice| self.slice_ptr(rank, s, what);
+                let (pp, wp, hp, op_ptr, sp, xp) = (p(parts)?, p(w)?, p(h)?, p(out)?, p(sum)?, p(x)?);
                 if out.len % 2 != 0 {
                     return Err(shape_err(what, format!("out of {} values is not [routed | shared]", out.len)));
                 }
                 let width = out.len / 2;
+                if h.len != width || sum.len != width || x.len != width {
+                    return Err(shape_err(
+                        what,
+                        format!("h {} sum {} x {}: each must be out's half ({width})", h.len, sum.len, x.len),
+                    ));
+                }
                 Self::check_strided(what, "parts", parts, w.len + 1, pitch, n_parts * width)?;
                 if width == 0 {
                     return Ok(());
@@ -218,7 +221,23 @@ impl CudaBackend {
                 );
                 let c = self.on_lanes_z(cfg(elementwise_grid(width), ELEMENTWISE_THREADS, 0));
                 let lane_p = self.lane_pitch();
-                launch!(self, rank, "fold_combine_f32", c, pp, pitch_i, np, wp, k, w_i, op_ptr, lane_p)
+                launch!(
+                    self,
+                    rank,
+                    "fold_combine_residual_f32",
+                    c,
+                    pp,
+                    pitch_i,
+                    np,
+                    wp,
+                    k,
+                    w_i,
+                    hp,
+                    op_ptr,
+                    sp,
+                    xp,
+                    lane_p
+                )
             }
             Op::SelectSlots { route, rule, ranks, src, rank_pitch, out } => {
                 let what = "select_slots";

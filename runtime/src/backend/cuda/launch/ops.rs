@@ -404,7 +404,7 @@ impl CudaBackend {
             | Op::ExpertGateUpRows { .. }
             | Op::ExpertDown { .. }
             | Op::FoldSlots { .. }
-            | Op::FoldCombine { .. }
+            | Op::FoldCombineResidual { .. }
             | Op::SelectSlots { .. }
             | Op::CombineOwned { .. } => self.launch_expert_op(rank, op, to),
         }
