@@ -359,8 +359,8 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
             }
         }
     }
-    // Folds of the sharded slots at the root: routed (and the shared expert with it when its G
-    // is the same), then the shared expert on its own.
+    // Folds of the sharded slots at the root where one kernel does not take every slot (below):
+    // the routed slots, then the shared expert on its own.
     let fold_root = |first_slot: usize, n: usize, g: usize| Op::FoldSlots {
         route: root_route,
         first_slot,
@@ -372,8 +372,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
         scales: None,
         out: root.y.sub(first_slot * hidden, n * hidden),
     };
-    let merged = join_takes_residual(ctx);
-    if merged {
+    if join_takes_residual(ctx) {
         // Every slot folded and combined, and the residual, in one kernel: the moe_join seam is
         // complete and the residual seam's values are written (`residual` launches nothing).
         let parts = root.epart_all.sub(0, k * stride + g_r * hidden);
@@ -385,7 +384,7 @@ fn moe_join(ctx: &mut Ctx, l: usize, host_ids: Option<&[usize]>) -> Result<()> {
     if routed_sharded {
         ctx.launch(0, fold_root(0, k, g_r))?;
     }
-    if shared_sharded && !merged {
+    if shared_sharded {
         ctx.launch(0, fold_root(k, 1, g_s))?;
     }
     if !shared_sharded {
