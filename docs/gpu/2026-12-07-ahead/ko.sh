@@ -11,7 +11,9 @@ call_start knockout "${1:-300}"
 ko_bench() { # NAME KERNELS (comma-separated, "" = none)
   step "ko-$1" 40 env KO_KERNELS="$2" target-g/mg-ko bench --backend cuda --preset step --layers 2 --graph \
     --no-torch --batch 1 --out "/tmp/ko-$1"
-  echo "ko-$1: $(grep -E '^[01] ' "/tmp/ko-$1.log" | awk 'NF==5 {printf "L%s ungated %s gated %s; ", $1, $2, $3}')"
+  local row; row=$(grep -E '^[01] ' "/tmp/ko-$1.log" | awk 'NF==5 {printf "L%s ungated %s gated %s; ", $1, $2, $3}')
+  # No layer row means the run did not happen (call 1's env names were refused at start): say so.
+  echo "ko-$1: ${row:-NO RESULT: $(grep -m1 -iE 'error|panicked' "/tmp/ko-$1.log")}"
 }
 SMALL=rmsnorm_f32,add_rmsnorm_f32,fold_f32,fold_combine_residual_f32,rope_append_f32
 for r in 0 1; do

@@ -21,6 +21,7 @@ import glob, json, os
 for d in sorted(glob.glob('/tmp/b1-*/')):
     f = glob.glob(d + 'run-*.json')
     if not f:
+        print(os.path.basename(d.rstrip('/')).ljust(16), 'NO RESULT (no receipt: see its log)')
         continue
     lat = {(x['layer'], x['seam']): x['median_ns'] / 1000 for x in json.load(open(f[0]))['measurements']['latency']}
     cols = ['rope', 'o_proj', 'o_join', 'experts', 'moe_join', 'qkv']
