@@ -2,7 +2,7 @@
 # What each kernel costs inside the graph (twenty-fourth session): the b1 bench of a build of branch
 # ko (main + KO_KERNELS: the kernels named there are not launched; timing only, its results
 # are wrong, never landed: ko.patch) with one kernel left out at a time, interleaved with main.
-#   bash docs/gpu/2026-12-07-ahead/ko.sh S        carry ["target-g"] with mg-main and mg-ko
+#   [R=ROUNDS] bash docs/gpu/2026-12-07-ahead/ko.sh S   carry ["target-g"] with mg-main and mg-ko (R: 2)
 # A kernel whose output decides control flow (the router's top-k: which experts are read) is not
 # knocked out: stale ids would change what the experts read.
 set -uo pipefail
@@ -16,7 +16,7 @@ ko_bench() { # NAME KERNELS (comma-separated, "" = none)
   echo "ko-$1: ${row:-NO RESULT: $(grep -m1 -iE 'error|panicked' "/tmp/ko-$1.log")}"
 }
 SMALL=rmsnorm_f32,add_rmsnorm_f32,fold_f32,fold_combine_residual_f32,rope_append_f32
-for r in 0 1; do
+for r in $(seq 0 $(( ${R:-2} - 1 ))); do
   bench_step "main-$r" target-g/mg-main 1
   ko_bench "none-$r" ""
   ko_bench "rmsnorm-$r" rmsnorm_f32
