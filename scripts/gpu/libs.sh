@@ -174,6 +174,22 @@ row_floor() {
     grep -E '"(empty|copy_row|norm_shape)' /tmp/floor_ncu_$cc.log | awk -F'","' '{k=$5; sub(/\(.*/,"",k); v=$NF; gsub(/[",]/,"",v); c[k]++; if (c[k] > 10) {s[k]+=v; n[k]++}} END {for (k in s) printf "  %-12s %3d launches  mean %7.1f ns\n", k, n[k], s[k]/n[k]}'
   done
 }
+# `seam_table PREFIX`: per seam (µs, medians of the seam-timed run, layer 0 / layer 1) of every
+# bench receipt under /tmp/PREFIX*/: the weights-ahead carriers (rope, o_join, moe_join) and the
+# streams they prefetch for (o_proj, experts, qkv); NO RESULT for a run that wrote no receipt.
+seam_table() {
+  python3 - "$1" <<'PY'
+import glob, json, os, sys
+for d in sorted(glob.glob('/tmp/' + sys.argv[1] + '*/')):
+    f = glob.glob(d + 'run-*.json')
+    if not f:
+        print(os.path.basename(d.rstrip('/')).ljust(16), 'NO RESULT (no receipt: see its log)')
+        continue
+    lat = {(x['layer'], x['seam']): x['median_ns'] / 1000 for x in json.load(open(f[0]))['measurements']['latency']}
+    cols = ['rope', 'o_proj', 'o_join', 'experts', 'moe_join', 'qkv']
+    print(os.path.basename(d.rstrip('/')).ljust(16), ' '.join(f"{c} {lat.get((0, c), 0):.1f}/{lat.get((1, c), 0):.1f}" for c in cols))
+PY
+}
 # `bench_summary LOG`: one line from a bench log of `--layers 2`: per layer the experts and qkv seams
 # (µs / floor µs), then each layer's gated latency.
 bench_summary() {

@@ -13,19 +13,7 @@ for r in 0 1; do
   for v in side pf3b pf3a; do bench_step "b1-$v-on-$r" "target-g/mg-$v" 1; done
 done
 bench_step "b1-side-off-0" target-g/mg-side 1 --no-weights-ahead
-# Per seam (µs, medians, layer 0 / layer 1) of every run above: the carriers (rope, o_join,
-# moe_join) and the streams they prefetch for (o_proj, experts, qkv).
-python3 - <<'PY'
-import glob, json, os
-for d in sorted(glob.glob('/tmp/b1-*/')):
-    f = glob.glob(d + 'run-*.json')
-    if not f:
-        print(os.path.basename(d.rstrip('/')).ljust(16), 'NO RESULT (no receipt: see its log)')
-        continue
-    lat = {(x['layer'], x['seam']): x['median_ns'] / 1000 for x in json.load(open(f[0]))['measurements']['latency']}
-    cols = ['rope', 'o_proj', 'o_join', 'experts', 'moe_join', 'qkv']
-    print(os.path.basename(d.rstrip('/')).ljust(16), ' '.join(f"{c} {lat.get((0, c), 0):.1f}/{lat.get((1, c), 0):.1f}" for c in cols))
-PY
+seam_table b1-
 for b in /tmp/b1-*.log; do echo "$(basename "$b" .log): $(bench_summary "$b")"; done
 step gpu_side_launch 40 target-g/gpu-side --test-threads=1 cuda_launch::weights_ahead
 grep -E "^test result|weights ahead into L2|panicked" -A3 /tmp/gpu_side_launch.log | head -6

@@ -19,17 +19,7 @@ bench_step "c3-side-ser-on" target-g/mg-side 1 --serialized-launches
 bench_step "c3-side-ser-off" target-g/mg-side 1 "--serialized-launches --no-weights-ahead"
 step gpu_side2_step 45 target-g/gpu-side2 --test-threads=1 cuda_step::
 grep -E "^test result|panicked" -A3 /tmp/gpu_side2_step.log | head -6
-python3 - <<'PY'
-import glob, json, os
-for d in sorted(glob.glob('/tmp/c3-*/')):
-    f = glob.glob(d + 'run-*.json')
-    if not f:
-        print(os.path.basename(d.rstrip('/')).ljust(16), 'NO RESULT (no receipt: see its log)')
-        continue
-    lat = {(x['layer'], x['seam']): x['median_ns'] / 1000 for x in json.load(open(f[0]))['measurements']['latency']}
-    cols = ['rope', 'o_proj', 'o_join', 'experts', 'moe_join', 'qkv']
-    print(os.path.basename(d.rstrip('/')).ljust(16), ' '.join(f"{c} {lat.get((0, c), 0):.1f}/{lat.get((1, c), 0):.1f}" for c in cols))
-PY
+seam_table c3-
 for b in /tmp/c3-*.log; do echo "$(basename "$b" .log): $(grep -E '^[01] ' "$b" | awk 'NF==5 {printf "L%s ungated %s gated %s; ", $1, $2, $3}')"; done
 pack_logs side2.tgz 'c3-*' 'gpu_*.log'
 echo "side2 part done in $(( $(date +%s)-STEPS_START ))s"
