@@ -174,6 +174,11 @@ row_floor() {
     grep -E '"(empty|copy_row|norm_shape)' /tmp/floor_ncu_$cc.log | awk -F'","' '{k=$5; sub(/\(.*/,"",k); v=$NF; gsub(/[",]/,"",v); c[k]++; if (c[k] > 10) {s[k]+=v; n[k]++}} END {for (k in s) printf "  %-12s %3d launches  mean %7.1f ns\n", k, n[k], s[k]/n[k]}'
   done
 }
+# `layer_rows LOG`: one line from a bench log of `--layers 2`: each layer's ungated and gated
+# latency (µs); empty where the run wrote no layer row.
+layer_rows() {
+  grep -E '^[01] ' "$1" | awk 'NF==5 {printf "L%s ungated %s gated %s; ", $1, $2, $3}'
+}
 # `seam_table PREFIX`: per seam (µs, medians of the seam-timed run, layer 0 / layer 1) of every
 # bench receipt under /tmp/PREFIX*/: the weights-ahead carriers (rope, o_join, moe_join) and the
 # streams they prefetch for (o_proj, experts, qkv); NO RESULT for a run that wrote no receipt.

@@ -11,7 +11,7 @@ call_start knockout "${1:-300}"
 ko_bench() { # NAME KERNELS (comma-separated, "" = none)
   step "ko-$1" 40 env KO_KERNELS="$2" target-g/mg-ko bench --backend cuda --preset step --layers 2 --graph \
     --no-torch --batch 1 --out "/tmp/ko-$1"
-  local row; row=$(grep -E '^[01] ' "/tmp/ko-$1.log" | awk 'NF==5 {printf "L%s ungated %s gated %s; ", $1, $2, $3}')
+  local row; row=$(layer_rows "/tmp/ko-$1.log")
   # No layer row means the run did not happen (call 1's env names were refused at start): say so.
   echo "ko-$1: ${row:-NO RESULT: $(grep -m1 -iE 'error|panicked' "/tmp/ko-$1.log")}"
 }

@@ -20,6 +20,6 @@ bench_step "c3-side-ser-off" target-g/mg-side 1 "--serialized-launches --no-weig
 step gpu_side2_step 45 target-g/gpu-side2 --test-threads=1 cuda_step::
 grep -E "^test result|panicked" -A3 /tmp/gpu_side2_step.log | head -6
 seam_table c3-
-for b in /tmp/c3-*.log; do echo "$(basename "$b" .log): $(grep -E '^[01] ' "$b" | awk 'NF==5 {printf "L%s ungated %s gated %s; ", $1, $2, $3}')"; done
+for b in /tmp/c3-*.log; do echo "$(basename "$b" .log): $(layer_rows "$b")"; done
 pack_logs side2.tgz 'c3-*' 'gpu_*.log'
 echo "side2 part done in $(( $(date +%s)-STEPS_START ))s"
