@@ -278,6 +278,9 @@ fn attention_kernels_match_twins() -> Ran {
         (100, 16, 8, 6.0),
         (256, 32, 8, 2.0),
         (64, 2, 1, 40.0),
+        // The most positions whose scores fit a block's shared memory (the launch's capacity rule,
+        // 47 KiB): 376 partitions.
+        (12032, 2, 1, 2.0),
     ] {
         let mut c = Case::new(format!("decode_attention len {len} q {q_heads} kv {kv_heads} x{score_scale}"));
         let cap = len + 3; // a cache allocated for more positions than are read

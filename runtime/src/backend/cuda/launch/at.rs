@@ -4,7 +4,7 @@
 //! the parent module; the position itself can only be checked by the kernels, which write nothing
 //! when it is out of range (exactly like their host twins).
 
-use super::{attention_shape, cfg, elementwise_grid, i32_of, shape_err, ATTN_THREADS, HEAD_DIM};
+use super::{attention_shape, attention_smem, cfg, elementwise_grid, i32_of, shape_err, ATTN_THREADS, HEAD_DIM};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::{Op, Slice};
 use crate::Result;
@@ -98,7 +98,8 @@ impl CudaBackend {
                     self.slice_ptr(rank, out, what)?,
                 );
                 // Shared memory holds the scores of the longest sequence the graph may see.
-                let smem = attention_shape(what, [q, k, v, gate, out], max_len, q_heads, kv_heads)?;
+                attention_shape(what, [q, k, v, gate, out], max_len, q_heads, kv_heads)?;
+                let smem = attention_smem(what, max_len, 1)?;
                 let (max_i, qh, kvh) = (i32_of(what, "max_len", max_len)?, q_heads as i32, kv_heads as i32);
                 let part = i32_of(what, "partition", partition)?;
                 launch!(

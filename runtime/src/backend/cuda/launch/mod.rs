@@ -33,8 +33,12 @@ const ARGMAX_MAX_BLOCKS: usize = 128;
 /// 2..3, 8-byte aligned), zeroed once and left zero by every launch (moe.cu `argmax_f32`).
 pub(crate) const ARGMAX_SCRATCH_BYTES: usize = 16;
 const DIGEST_THREADS: u32 = 256;
-/// Dynamic shared memory available without opting in (bytes).
-const SMEM_LIMIT: usize = 48 << 10;
+/// Dynamic shared memory a block gets without opting in (bytes): 48 KiB less 1 KiB. Every sm_90
+/// kernel already holds 1 KiB of static shared memory (`cuobjdump -res-usage` shows SHARED:1024
+/// for the attention kernels, which declare none). A 48 KiB request failed to launch (a 12288-wide
+/// norm row, CUDA_ERROR_INVALID_VALUE on the H200); 47 KiB of attention scratch launched there
+/// (docs/gpu/2026-12-07-attn/).
+const SMEM_LIMIT: usize = (48 << 10) - 1024;
 const HEAD_DIM: usize = 128;
 
 fn cfg(grid: usize, block: u32, smem: usize) -> LaunchConfig {
@@ -63,8 +67,8 @@ fn i32_of(op: &str, what: &str, v: usize) -> Result<i32> {
 }
 
 /// The shape rules of decode attention over `len` positions (`[q, k, v, gate, out]`, the twin's
-/// asserts); returns the dynamic shared memory the scores need.
-fn attention_shape(what: &str, s: [Slice; 5], len: usize, q_heads: usize, kv_heads: usize) -> Result<usize> {
+/// asserts).
+fn attention_shape(what: &str, s: [Slice; 5], len: usize, q_heads: usize, kv_heads: usize) -> Result<()> {
     let [q, k, v, gate, out] = s;
     let need = len.checked_mul(kv_heads).and_then(|n| n.checked_mul(HEAD_DIM));
     let ok = len >= 1
@@ -83,16 +87,25 @@ fn attention_shape(what: &str, s: [Slice; 5], len: usize, q_heads: usize, kv_hea
             ),
         ));
     }
-    if len * 4 > SMEM_LIMIT {
-        return Err(capacity_err(
-            what,
-            "positions",
-            len,
-            SMEM_LIMIT / 4,
-            format!("{len} positions exceed the {} scores held in shared memory", SMEM_LIMIT / 4),
-        ));
+    Ok(())
+}
+
+/// The dynamic shared memory of an attention launch over `held` positions (bytes): the scores of
+/// each of `columns` columns (attention.cu), or a capacity error naming the most positions that fit.
+fn attention_smem(what: &str, held: usize, columns: usize) -> Result<usize> {
+    let most = SMEM_LIMIT / 4 / columns;
+    if held <= most {
+        return Ok(columns * held * 4);
     }
-    Ok(len * 4)
+    Err(capacity_err(
+        what,
+        "positions",
+        held,
+        most,
+        format!(
+            "{held} positions exceed shared memory: {columns} score row(s) fit {most} positions in {SMEM_LIMIT} bytes"
+        ),
+    ))
 }
 
 /// A kernel parameter: a pointer to `v` (a value type the kernels take by value, never a
@@ -157,3 +170,21 @@ pub(crate) mod lane_grid;
 pub(crate) mod lanes;
 mod ops;
 mod passes;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attention_smem_holds_each_columns_scores_and_names_the_most_that_fit() {
+        assert_eq!(attention_smem("t", 40, 1).unwrap(), 40 * 4);
+        assert_eq!(attention_smem("t", 40, 2).unwrap(), 80 * 4);
+        for columns in [1, 2] {
+            let err = attention_smem("t", SMEM_LIMIT, columns).unwrap_err().to_string();
+            let most: usize = err.split(" fit ").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
+            assert!(attention_smem("t", most, columns).is_ok(), "{err}");
+            assert!(attention_smem("t", most + 1, columns).is_err(), "{err}");
+            assert!(columns * most * 4 <= SMEM_LIMIT && columns * (most + 1) * 4 > SMEM_LIMIT, "{err}");
+        }
+    }
+}

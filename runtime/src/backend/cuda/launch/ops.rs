@@ -5,8 +5,8 @@
 
 use super::gemv::GemvMode;
 use super::{
-    attention_shape, cfg, elementwise_grid, i32_of, shape_err, ARGMAX_MAX_BLOCKS, ARGMAX_THREADS, ATTN_THREADS,
-    ELEMENTWISE_THREADS, HEAD_DIM, ROUTER_THREADS, SMEM_LIMIT,
+    attention_shape, attention_smem, cfg, elementwise_grid, i32_of, shape_err, ARGMAX_MAX_BLOCKS, ARGMAX_THREADS,
+    ATTN_THREADS, ELEMENTWISE_THREADS, HEAD_DIM, ROUTER_THREADS, SMEM_LIMIT,
 };
 use crate::backend::cuda::CudaBackend;
 use crate::backend::{Op, RowOrder, Slice};
@@ -227,7 +227,8 @@ impl CudaBackend {
                     self.slice_ptr(rank, gate, what)?,
                     self.slice_ptr(rank, out, what)?,
                 );
-                let smem = attention_shape(what, [q, k, v, gate, out], len, q_heads, kv_heads)?;
+                attention_shape(what, [q, k, v, gate, out], len, q_heads, kv_heads)?;
+                let smem = attention_smem(what, len, 1)?;
                 let (len_i, qh, kvh) = (len as i32, q_heads as i32, kv_heads as i32);
                 launch!(
                     self,

@@ -3,7 +3,9 @@
 //! (`AttentionRows`), TCOL_OPROJ's fold of every column in one launch (`FoldLanes`). Each lane's
 //! values are exactly the single-lane kernel's; the shapes are checked here lane by lane.
 
-use super::{attention_shape, cfg, elementwise_grid, i32_of, shape_err, ATTN_THREADS, ELEMENTWISE_THREADS};
+use super::{
+    attention_shape, attention_smem, cfg, elementwise_grid, i32_of, shape_err, ATTN_THREADS, ELEMENTWISE_THREADS,
+};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::op::{block, span};
 use crate::backend::Op;
@@ -47,10 +49,9 @@ impl CudaBackend {
                         ),
                     ));
                 }
-                let mut smem = 0;
                 for i in 0..rows {
                     let b = |s, p| block(s, p, i);
-                    smem = attention_shape(
+                    attention_shape(
                         what,
                         [b(q, pt.q), b(k, pt.kv), b(v, pt.kv), b(gate, pt.gate), b(out, pt.out)],
                         max_len,
@@ -58,6 +59,7 @@ impl CudaBackend {
                         kv_heads,
                     )?;
                 }
+                let smem = attention_smem(what, max_len, if walk_once { 2 } else { 1 })?;
                 let ptr = |s, p| self.slice_ptr(rank, span(s, p, rows), what);
                 let (qp, kp, vp, gp, pp, op_) = (
                     ptr(q, pt.q)?,
@@ -85,7 +87,7 @@ impl CudaBackend {
                         self,
                         rank,
                         "decode_attention_cols2_f32",
-                        cfg(q_heads, ATTN_THREADS, 2 * smem),
+                        cfg(q_heads, ATTN_THREADS, smem),
                         qp,
                         kp,
                         vp,
