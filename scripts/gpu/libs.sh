@@ -181,7 +181,8 @@ layer_rows() {
 }
 # `seam_table PREFIX`: per seam (µs, medians of the seam-timed run, layer 0 / layer 1) of every
 # bench receipt under /tmp/PREFIX*/: the weights-ahead carriers (rope, o_join, moe_join) and the
-# streams they prefetch for (o_proj, experts, qkv); NO RESULT for a run that wrote no receipt.
+# streams they prefetch for (o_proj, experts, qkv); NO RESULT for a run that wrote no receipt, "-"
+# for a seam its receipt lacks.
 seam_table() {
   python3 - "$1" <<'PY'
 import glob, json, os, sys
@@ -192,7 +193,9 @@ for d in sorted(glob.glob('/tmp/' + sys.argv[1] + '*/')):
         continue
     lat = {(x['layer'], x['seam']): x['median_ns'] / 1000 for x in json.load(open(f[0]))['measurements']['latency']}
     cols = ['rope', 'o_proj', 'o_join', 'experts', 'moe_join', 'qkv']
-    print(os.path.basename(d.rstrip('/')).ljust(16), ' '.join(f"{c} {lat.get((0, c), 0):.1f}/{lat.get((1, c), 0):.1f}" for c in cols))
+    # A seam the receipt lacks prints as "-", never as a 0 µs seam.
+    v = lambda k: f"{lat[k]:.1f}" if k in lat else '-'
+    print(os.path.basename(d.rstrip('/')).ljust(16), ' '.join(f"{c} {v((0, c))}/{v((1, c))}" for c in cols))
 PY
 }
 # `bench_summary LOG`: one line from a bench log of `--layers 2`: per layer the experts and qkv seams

@@ -33,10 +33,11 @@ const ARGMAX_MAX_BLOCKS: usize = 128;
 /// 2..3, 8-byte aligned), zeroed once and left zero by every launch (moe.cu `argmax_f32`).
 pub(crate) const ARGMAX_SCRATCH_BYTES: usize = 16;
 const DIGEST_THREADS: u32 = 256;
-/// Dynamic shared memory a block gets without opting in (bytes): 48 KiB less 1 KiB. Every sm_90
-/// kernel already holds 1 KiB of static shared memory (`cuobjdump -res-usage` shows SHARED:1024
-/// for the attention kernels, which declare none). A 48 KiB request failed to launch (a 12288-wide
-/// norm row, CUDA_ERROR_INVALID_VALUE on the H200); 47 KiB of attention scratch launched there
+/// Dynamic shared memory a block gets without opting in (bytes), for every kernel that stages a
+/// row or scores (norms, attention, the router): 48 KiB less 1 KiB. Every sm_90 kernel already
+/// holds 1 KiB of static shared memory (`cuobjdump -res-usage` shows SHARED:1024 for the
+/// attention kernels, which declare none). A 48 KiB request failed to launch (a 12288-wide norm
+/// row, CUDA_ERROR_INVALID_VALUE on the H200); 47 KiB of attention scratch launched there
 /// (docs/gpu/2026-12-07-attn/).
 const SMEM_LIMIT: usize = (48 << 10) - 1024;
 const HEAD_DIM: usize = 128;

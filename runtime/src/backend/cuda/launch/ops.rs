@@ -13,19 +13,18 @@ use crate::backend::{Op, RowOrder, Slice};
 use crate::error::RuntimeError;
 use crate::Result;
 
-/// Dynamic shared memory of the norm kernels: one staged row of `n` f32 (one block per row).
-/// The kernels' static shared memory (the warp sums) comes out of the same 48 KiB a block gets
-/// without an opt-in attribute, so 1 KiB of it is kept for them (a 12288-wide row, exactly
-/// 48 KiB, failed to launch with CUDA_ERROR_INVALID_VALUE on the H200).
+/// Dynamic shared memory of the norm kernels: one staged row of `n` f32 (one block per row),
+/// within `SMEM_LIMIT` (a 12288-wide row, exactly 48 KiB, failed to launch on the H200). Their
+/// warp sums add 32 bytes of static shared memory to the 1 KiB that limit keeps; a row at the
+/// limit has not been launched.
 fn norm_smem(n: usize) -> Result<usize> {
-    const MAX: usize = (48 << 10) - 1024;
-    if n * 4 > MAX {
+    if n * 4 > SMEM_LIMIT {
         return Err(RuntimeError::Capacity {
             what: "rmsnorm shared memory (bytes)".into(),
             value: n * 4,
-            limit: MAX,
+            limit: SMEM_LIMIT,
             rule: format!(
-                "rmsnorm: a row of {n} values needs {} bytes of shared memory, more than the {MAX} a block gets",
+                "rmsnorm: a row of {n} values needs {} bytes of shared memory, more than the {SMEM_LIMIT} a block gets",
                 n * 4
             ),
         });
