@@ -7,7 +7,10 @@
 //   with programmatic stream serialization, as the runtime does;
 // - `split, plain launches`: the same without it;
 // - `fused`: experts_fused_f32 (experts_fuse_kernels.cuh): one grid, down blocks waiting per slot;
-// - `fused, early codes`: as fused, each down block's first codes loaded before its wait.
+// - `fused, early codes`: as fused, each down block's first codes loaded before its wait;
+// - `split, 8-row gate/up` and `fused, 8-row gate/up`: gate/up blocks of 8 rows (1,440 blocks,
+//   about two waves), so that in the fused grid the first slots' down blocks can start while the
+//   last slots' gate/up blocks still read.
 // Each sample is 8 layers back to back, each on its own expert set (4 sets, 566 MB: no layer finds
 // its codes in L2); µs per layer = the sample's median / 8. Before timing, the fused kernels' act
 // and down partials are compared with the split launches' bit for bit.
@@ -49,7 +52,7 @@ static_assert(sizeof(Entry) == 112, "ExpertEntry is 112 bytes");
 int main() {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     const int H = 4096, F = 1280, SLOTS = 9, K = 8, SETS = 4, LAYERS = 8;
-    const int rpb_g = 16, rpb_d = 51, gblocks = (F + rpb_g - 1) / rpb_g, dblocks = (H + rpb_d - 1) / rpb_d;
+    const int rpb_d = 51, dblocks = (H + rpb_d - 1) / rpb_d;
     const int act_pitch = F, out_pitch = H * 2;  // down: 1280 columns = 2 K-blocks of 640
     const size_t mat = (size_t)H * F, per_set = mat * 3 * SLOTS;
     const double tbs = copy_tbs();
@@ -93,6 +96,10 @@ int main() {
     CK(cudaMemset(ctl, 0, 64 * 4));
     LanePitch lp{};
     lp.lanes = 1;
+    // Gate/up rows per block: the runtime's 16 (720 blocks, one wave at 6 per SM), or 8 (1,440
+    // blocks, about two waves: in the fused grid the first slots' down blocks can then start while
+    // the last slots' gate/up blocks still read).
+    int rpb_g = 16, gblocks = F / 16;
     auto split = [&](bool pdl, int set) {
         launch_ex(pdl, expert_gate_up_bpl_f32, dim3(gblocks, SLOTS), dim3(GEMV_THREADS), 0,
                   (const ExpertEntry*)tables[set], SLOTS, K, (const float*)d_ids, K, 0, (const float*)d_x,
@@ -110,13 +117,18 @@ int main() {
     const size_t na = (size_t)SLOTS * act_pitch, no = (size_t)SLOTS * out_pitch;
     std::vector<float> a0(na), o0(no), a1(na), o1(no);
     for (int set = 0; set < SETS; ++set) {
+        rpb_g = 16;
+        gblocks = F / rpb_g;
         CK(cudaMemset(d_act, 0xFF, na * 4));
         CK(cudaMemset(d_out, 0xFF, no * 4));
         split(true, set);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(a0.data(), d_act, na * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(o0.data(), d_out, no * 4, cudaMemcpyDeviceToHost));
-        for (bool early : {false, true}) {
+        for (int form = 0; form < 3; ++form) {
+            const bool early = form == 1;
+            rpb_g = form == 2 ? 8 : 16;
+            gblocks = F / rpb_g;
             CK(cudaMemset(d_act, 0xFF, na * 4));
             CK(cudaMemset(d_out, 0xFF, no * 4));
             fused(early, set);
@@ -130,8 +142,8 @@ int main() {
                 bad_o += memcmp(&o0[i], &o1[i], 4) != 0;
                 nan_o += o0[i] != o0[i];
             }
-            printf("bits, set %d, fused%s: act %d of %zu differ, down partials %d of %zu (split NaN %d)\n", set,
-                   early ? " early" : "", bad_a, na, bad_o, no, nan_o);
+            printf("bits, set %d, %s: act %d of %zu differ, down partials %d of %zu (split NaN %d)\n", set,
+                   form == 0 ? "fused" : form == 1 ? "fused early" : "fused 8-row", bad_a, na, bad_o, no, nan_o);
             if (bad_a != 0 || bad_o != 0 || nan_o != 0) {
                 printf("FAILED: the fused kernel's bits differ from the split launches'\n");
                 return 1;
@@ -142,15 +154,21 @@ int main() {
     const double floor_us = bytes / (tbs * 1e12) * 1e6;
     printf("per layer: %.1f MB, floor %.1f us at the copy rate\n", bytes / 1e6, floor_us);
     printf("%-28s %10s %10s %8s\n", "form", "median us", "min us", "x floor");
-    const char* names[] = {"split (programmatic)", "split, plain launches", "fused", "fused, early codes"};
-    std::vector<std::vector<float>> all(4);
+    const char* names[] = {"split (programmatic)", "split, plain launches", "fused", "fused, early codes",
+                           "split, 8-row gate/up", "fused, 8-row gate/up"};
+    const int FORMS = 6;
+    std::vector<std::vector<float>> all(FORMS);
     for (int round = 0; round < 3; ++round) {
-        for (int f = 0; f < 4; ++f) {
+        for (int f = 0; f < FORMS; ++f) {
+            rpb_g = f >= 4 ? 8 : 16;
+            gblocks = F / rpb_g;
             auto layer = [&](int l) {
                 if (f == 0) split(true, l % SETS);
                 if (f == 1) split(false, l % SETS);
                 if (f == 2) fused(false, l % SETS);
                 if (f == 3) fused(true, l % SETS);
+                if (f == 4) split(true, l % SETS);
+                if (f == 5) fused(false, l % SETS);
             };
             for (int l = 0; l < LAYERS; ++l) layer(l);  // warm
             const std::vector<float> ms = timed_ms(31, [&] {
@@ -158,12 +176,12 @@ int main() {
             });
             CK(cudaGetLastError());
             const double us = ms[ms.size() / 2] * 1000.0 / LAYERS, mn = ms[0] * 1000.0 / LAYERS;
-            printf("round %d %-20s %10.1f %10.1f %8.2f\n", round, names[f], us, mn, us / floor_us);
+            printf("round %d %-24s %10.1f %10.1f %8.2f\n", round, names[f], us, mn, us / floor_us);
             all[f].push_back((float)us);
         }
     }
     printf("summary (median of the rounds' medians, us per layer):");
-    for (int f = 0; f < 4; ++f) {
+    for (int f = 0; f < FORMS; ++f) {
         std::sort(all[f].begin(), all[f].end());
         printf(" %s %.1f;", names[f], all[f][1]);
     }
