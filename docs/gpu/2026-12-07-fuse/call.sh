@@ -5,6 +5,7 @@
 # interleaved with main, the attention twin tests, the whole GPU binary, a second b1 round, the
 # longer context, b8 — as attn.sh with V=attn2, most informative first.
 #   bash docs/gpu/2026-12-07-fuse/call.sh S     carry ["target-g"] with mg-main, mg-attn2, gpu-attn2
+#   PROBE_ONLY=1 bash docs/gpu/2026-12-07-fuse/call.sh S    (1) only
 set -uo pipefail
 source scripts/gpu/libs.sh
 V=${V:-attn2}
@@ -14,6 +15,7 @@ step fuse_build 100 "$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -
 grep -v "^$" /tmp/fuse_build.log | tail -5
 step fuse_bench 40 /tmp/experts_fuse
 cat /tmp/fuse_bench.log
+[ -n "${PROBE_ONLY:-}" ] && { pack_logs fuse.tgz 'fuse_*.log'; echo "done in $(( $(date +%s)-STEPS_START ))s"; exit 0; }
 for v in main $V; do bench_step "a-$v-0" "target-g/mg-$v" 1; done
 step gpu_${V}_kernels 20 target-g/gpu-$V --test-threads=1 cuda_kernels::attention
 grep -E "^test result|panicked" -A3 /tmp/gpu_${V}_kernels.log | head -6
