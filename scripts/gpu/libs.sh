@@ -20,6 +20,10 @@ export LD_LIBRARY_PATH
 # Steps under one call's deadline (device calls are short and the machine keeps nothing):
 # `steps_start SECONDS`, then `step NAME NEED_S CMD...` runs CMD while NEED_S seconds are left,
 # logs it to /tmp/NAME.log and prints its exit status and time; `left` prints the seconds left.
+# Each step's log, and the JSON receipts of a bench written to /tmp/NAME/, are copied into
+# $OUT/steps/ as soon as the step ends: a call the device cuts short (its limit can be below the
+# script's S near the end of the budget) still brings back every step it finished, where
+# `pack_logs` at the script's end would never run (2026-12-07: one call lost its receipts so).
 steps_start() { STEPS_START=$(date +%s); STEPS_DEADLINE=$1; }
 left() { echo $(( STEPS_DEADLINE - ($(date +%s) - STEPS_START) )); }
 step() {
@@ -27,6 +31,17 @@ step() {
   if [ "$(left)" -lt "$need" ]; then echo "$name: SKIPPED ($(left)s left, needs ~${need}s)"; return; fi
   local t0=$(date +%s); timeout "$(left)" "$@" > /tmp/$name.log 2>&1; local rc=$?
   echo "$name: exit $rc in $(( $(date +%s)-t0 ))s"
+  keep_step "$name"
+}
+keep_step() {
+  [ -n "${OUT:-}" ] || return 0
+  mkdir -p "$OUT/steps"
+  cp "/tmp/$1.log" "$OUT/steps/" 2>/dev/null
+  if [ -d "/tmp/$1" ]; then
+    mkdir -p "$OUT/steps/$1"
+    find "/tmp/$1" -maxdepth 2 -name '*.json' -size -2M -exec cp {} "$OUT/steps/$1/" \; 2>/dev/null
+  fi
+  return 0
 }
 
 # `gpu_call NAME`: the common start of a call script — GPU tests must not skip
