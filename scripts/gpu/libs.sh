@@ -81,6 +81,14 @@ nvcc_build() {
     -I kernels/cuda -o "/tmp/$2" "$3"
   tail -5 "/tmp/$1.log"
 }
+# `experts_fuse_probe`: scripts/gpu/experts_fuse_bench.cu (the experts seam as one launch, against
+# the shipped split launches; docs/gpu/2026-12-07-fuse/) built with nvcc and run into
+# /tmp/fuse_bench.log, printed whole (bits first, then µs per layer per form; `gpu_tools` first).
+experts_fuse_probe() {
+  nvcc_build fuse_build experts_fuse scripts/gpu/experts_fuse_bench.cu 60
+  step fuse_bench 40 /tmp/experts_fuse
+  cat /tmp/fuse_bench.log
+}
 # `read_ceiling NEED_S PATTERN`: scripts/gpu/read_ceiling_bench.cu built with nvcc and run once into
 # /tmp/read_run.log; prints its lines matching PATTERN (`gpu_tools` first).
 read_ceiling() {

@@ -6,7 +6,8 @@
 #                                       the whole GPU binary with the step-preset gate, b8 with the
 #                                       PyTorch anchor, selftest, then issue 24's other shapes
 #                                       (t8, b2, b4, t2, t4; no PyTorch) and b8 with the rows' door
-#                                       DECODE_V2 (the form a batched-serving user runs) while time is left
+#                                       DECODE_V2 (the form a batched-serving user runs) while time is left;
+#                                       after selftest, the one-launch experts probe (experts_fuse_probe)
 # Carry target-g/ (`bash scripts/gpu/carry.sh NAME` builds it: mg-NAME = memra-gates, gpu-NAME =
 # the runtime's GPU test binary, stripped; NAME defaults to main). Measured first at 02e752d (docs/gpu/2026-12-05-remeasure/).
 set -uo pipefail
@@ -25,11 +26,12 @@ ncu_b1 "ncu-b1-$N" 60 $B/mg-$N
 whole_gpu "$N" 240
 bench_shape shape-b8 100 --batch 8
 selftest_cuda "$N" 40
+experts_fuse_probe  # the one-launch experts probe on the same card (docs/gpu/2026-12-07-fuse/)
 bench_shape shape-t8 40 --no-torch --columns 8
 bench_shape shape-b2 40 --no-torch --batch 2
 bench_shape shape-b4 40 --no-torch --batch 4
 bench_shape shape-t2 40 --no-torch --columns 2
 bench_shape shape-t4 40 --no-torch --columns 4
 bench_shape shape-b8-v2 40 --no-torch --batch 8 --door decode_v2 --door f32_mirror
-pack_logs remeasure.tgz 'gpu_*.log' selftest.log 'b1-*' 'shape-*' 'ncu-*.log'
+pack_logs remeasure.tgz 'gpu_*.log' selftest.log 'b1-*' 'shape-*' 'ncu-*.log' 'fuse_*.log'
 echo "done in $(( $(date +%s)-STEPS_START ))s"

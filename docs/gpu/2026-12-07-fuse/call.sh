@@ -10,11 +10,7 @@ set -uo pipefail
 source scripts/gpu/libs.sh
 V=${V:-attn2}
 call_start fuse "${1:-500}"
-step fuse_build 100 "$NVCC" -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
-  -I kernels/cuda -I scripts/gpu -o /tmp/experts_fuse scripts/gpu/experts_fuse_bench.cu
-grep -v "^$" /tmp/fuse_build.log | tail -5
-step fuse_bench 40 /tmp/experts_fuse
-cat /tmp/fuse_bench.log
+experts_fuse_probe
 [ -n "${PROBE_ONLY:-}" ] && { pack_logs fuse.tgz 'fuse_*.log'; echo "done in $(( $(date +%s)-STEPS_START ))s"; exit 0; }
 for v in main $V; do bench_step "a-$v-0" "target-g/mg-$v" 1; done
 step gpu_${V}_kernels 20 target-g/gpu-$V --test-threads=1 cuda_kernels::attention
