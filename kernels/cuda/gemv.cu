@@ -302,7 +302,10 @@ __device__ __forceinline__ int brev5_c(int m) {
 // L2, that wait took several µs before any code load; docs/gpu/2026-12-06-variants/). The same
 // values land in the same places either way. Stores: lane l of a warp writes values 4l .. 4l + 3
 // of one block, at banks 4 · brev3(l % 8) + l / 8 (+ a constant per store): 32 distinct banks.
+// CG: x was written by other blocks of the same launch, so it is read through L2 (ld.global.cg)
+// instead of the non-coherent path; the same values land in the same places.
 #define BPL_X4 (BPL_MAX_NB * E4M3_BLOCK / 4 / GEMV_THREADS)
+template <bool CG = false>
 __device__ __forceinline__ void bpl_stage_x(const float* __restrict__ x, int cols, float* xs) {
     if ((reinterpret_cast<size_t>(x) & 15) == 0 && blockDim.x == GEMV_THREADS) {  // block-uniform
         const float4* x4 = reinterpret_cast<const float4*>(x);
@@ -311,7 +314,7 @@ __device__ __forceinline__ void bpl_stage_x(const float* __restrict__ x, int col
 #pragma unroll
         for (int i = 0; i < BPL_X4; ++i) {
             const int c4 = threadIdx.x + i * GEMV_THREADS;
-            if (c4 < n4) v[i] = __ldg(x4 + c4);
+            if (c4 < n4) v[i] = CG ? __ldcg(x4 + c4) : __ldg(x4 + c4);
         }
 #pragma unroll
         for (int i = 0; i < BPL_X4; ++i) {
@@ -329,7 +332,7 @@ __device__ __forceinline__ void bpl_stage_x(const float* __restrict__ x, int col
     }
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
         const int b = c >> 7, e = c & 127;
-        xs[b * BPL_XS_PITCH + 4 * brev5_c(e & 31) + (e >> 5)] = x[c];
+        xs[b * BPL_XS_PITCH + 4 * brev5_c(e & 31) + (e >> 5)] = CG ? __ldcg(x + c) : x[c];
     }
 }
 

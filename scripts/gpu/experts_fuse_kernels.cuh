@@ -16,31 +16,6 @@
 // between gate/up and down, and act staged with L2-coherent loads (it is written in this launch).
 // EARLY: a down block loads its first pair of codes (weights: written by no kernel) before it waits.
 
-// x staged as bpl_stage_x does (same values, same places), read with ld.global.cg: act is written
-// by other blocks of this launch, so the non-coherent path (__ldg) may not be used for it.
-__device__ __forceinline__ void stage_x_cg(const float* x, int cols, float* xs) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    const int n4 = cols / 4;
-    float4 v[BPL_X4];
-#pragma unroll
-    for (int i = 0; i < BPL_X4; ++i) {
-        const int c4 = threadIdx.x + i * GEMV_THREADS;
-        if (c4 < n4) v[i] = __ldcg(x4 + c4);
-    }
-#pragma unroll
-    for (int i = 0; i < BPL_X4; ++i) {
-        const int c4 = threadIdx.x + i * GEMV_THREADS;
-        if (c4 < n4) {
-            const int e = (c4 & 31) * 4;
-            float* xb = xs + (c4 >> 5) * BPL_XS_PITCH + (e >> 5);
-            xb[4 * brev5_c(e & 31)] = v[i].x;
-            xb[4 * brev5_c((e + 1) & 31)] = v[i].y;
-            xb[4 * brev5_c((e + 2) & 31)] = v[i].z;
-            xb[4 * brev5_c((e + 3) & 31)] = v[i].w;
-        }
-    }
-}
-
 __device__ __forceinline__ u32 ld_acquire_u32(const u32* p) {
     u32 v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -135,7 +110,7 @@ __device__ __forceinline__ void experts_fused_body(const ExpertEntry* table, int
                 while (ld_acquire_u32(ctl + 2 + slot) < (u32)gblocks) __nanosleep(100);
             }
             __syncthreads();
-            stage_x_cg(act + (size_t)slot * act_pitch, en.down_cols, xs);
+            bpl_stage_x<true>(act + (size_t)slot * act_pitch, en.down_cols, xs);  // L2-coherent: act is written in this launch
             __syncthreads();
             if (EARLY) {
                 pairs_first_loaded(c0, codes, reinterpret_cast<const float*>(en.down_scales), r_first, nrows, nb, xs,
