@@ -7,7 +7,6 @@
 //   with programmatic stream serialization, as the runtime does;
 // - `split, plain launches`: the same without it;
 // - `fused`: experts_fused_f32 (experts_fuse_kernels.cuh): one grid, down blocks waiting per slot;
-// - `fused, early codes`: as fused, each down block's first codes loaded before its wait;
 // - `split, 8-row gate/up` and `fused, 8-row gate/up`: gate/up blocks of 8 rows (1,440 blocks,
 //   about two waves), so that in the fused grid the first slots' down blocks can start while the
 //   last slots' gate/up blocks still read.
@@ -108,8 +107,8 @@ int main() {
                   (const ExpertEntry*)tables[set], SLOTS, K, (const float*)d_ids, K, 0, (const float*)d_act,
                   act_pitch, d_out, out_pitch, rpb_d, lp);
     };
-    auto fused = [&](bool early, int set) {
-        launch_ex(true, early ? experts_fused_early_f32 : experts_fused_f32, dim3((gblocks + dblocks) * SLOTS),
+    auto fused = [&](int set) {
+        launch_ex(true, experts_fused_f32, dim3((gblocks + dblocks) * SLOTS),
                   dim3(GEMV_THREADS), 0, (const ExpertEntry*)tables[set], SLOTS, K, (const float*)d_ids, K, SLOTS,
                   (const float*)d_x, d_act, act_pitch, d_out, out_pitch, rpb_g, gblocks, rpb_d, dblocks, ctl);
     };
@@ -125,14 +124,13 @@ int main() {
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(a0.data(), d_act, na * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(o0.data(), d_out, no * 4, cudaMemcpyDeviceToHost));
-        for (int form = 0; form < 3; ++form) {
-            const bool early = form == 1;
-            rpb_g = form == 2 ? 8 : 16;
+        for (int form = 0; form < 2; ++form) {
+            rpb_g = form == 1 ? 8 : 16;
             gblocks = F / rpb_g;
             CK(cudaMemset(d_act, 0xFF, na * 4));
             CK(cudaMemset(d_out, 0xFF, no * 4));
-            fused(early, set);
-            fused(early, set);  // twice: the counters' reset by the last block is exercised
+            fused(set);
+            fused(set);  // twice: the counters' reset by the last block is exercised
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(a1.data(), d_act, na * 4, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(o1.data(), d_out, no * 4, cudaMemcpyDeviceToHost));
@@ -143,7 +141,7 @@ int main() {
                 nan_o += o0[i] != o0[i];
             }
             printf("bits, set %d, %s: act %d of %zu differ, down partials %d of %zu (split NaN %d)\n", set,
-                   form == 0 ? "fused" : form == 1 ? "fused early" : "fused 8-row", bad_a, na, bad_o, no, nan_o);
+                   form == 0 ? "fused" : "fused 8-row", bad_a, na, bad_o, no, nan_o);
             if (bad_a != 0 || bad_o != 0 || nan_o != 0) {
                 printf("FAILED: the fused kernel's bits differ from the split launches'\n");
                 return 1;
@@ -154,21 +152,20 @@ int main() {
     const double floor_us = bytes / (tbs * 1e12) * 1e6;
     printf("per layer: %.1f MB, floor %.1f us at the copy rate\n", bytes / 1e6, floor_us);
     printf("%-28s %10s %10s %8s\n", "form", "median us", "min us", "x floor");
-    const char* names[] = {"split (programmatic)", "split, plain launches", "fused", "fused, early codes",
-                           "split, 8-row gate/up", "fused, 8-row gate/up"};
-    const int FORMS = 6;
+    const char* names[] = {"split (programmatic)", "split, plain launches", "fused", "split, 8-row gate/up",
+                           "fused, 8-row gate/up"};
+    const int FORMS = 5;
     std::vector<std::vector<float>> all(FORMS);
     for (int round = 0; round < 3; ++round) {
         for (int f = 0; f < FORMS; ++f) {
-            rpb_g = f >= 4 ? 8 : 16;
+            rpb_g = f >= 3 ? 8 : 16;
             gblocks = F / rpb_g;
             auto layer = [&](int l) {
                 if (f == 0) split(true, l % SETS);
                 if (f == 1) split(false, l % SETS);
-                if (f == 2) fused(false, l % SETS);
-                if (f == 3) fused(true, l % SETS);
-                if (f == 4) split(true, l % SETS);
-                if (f == 5) fused(false, l % SETS);
+                if (f == 2) fused(l % SETS);
+                if (f == 3) split(true, l % SETS);
+                if (f == 4) fused(l % SETS);
             };
             for (int l = 0; l < LAYERS; ++l) layer(l);  // warm
             const std::vector<float> ms = timed_ms(31, [&] {

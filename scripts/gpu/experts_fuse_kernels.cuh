@@ -14,7 +14,6 @@
 // bpl_row, bpl_kpart, swiglu_c): the act values and down partials must equal the split launches'
 // bit for bit (the bench checks). What changes: one launch instead of two, no grid-wide barrier
 // between gate/up and down, and act staged with L2-coherent loads (it is written in this launch).
-// EARLY: a down block loads its first pair of codes (weights: written by no kernel) before it waits.
 
 __device__ __forceinline__ u32 ld_acquire_u32(const u32* p) {
     u32 v;
@@ -22,35 +21,8 @@ __device__ __forceinline__ u32 ld_acquire_u32(const u32* p) {
     return v;
 }
 
-// bpl_pairs with the thread's first pair of codes already in registers (EARLY).
-__device__ __forceinline__ void pairs_first_loaded(const uint4 (&c0)[8], const u8* __restrict__ codes,
-                                                   const float* __restrict__ scales, int r_first, int nrows, int nb,
-                                                   const float* xs, float* sv) {
-    const uint4* base = reinterpret_cast<const uint4*>(codes);
-    const int npairs = nrows * nb;
-    const size_t q0 = (size_t)r_first * nb;
-    for (int ql = threadIdx.x; ql < npairs; ql += blockDim.x) {
-        uint4 c[8];
-        if (ql == (int)threadIdx.x) {
-#pragma unroll
-            for (int g = 0; g < 8; ++g) c[g] = c0[g];
-        } else {
-            const size_t q = q0 + (size_t)ql;
-            const uint4* v = base + (q >> 5) * 256 + (q & 31);
-#pragma unroll
-            for (int g = 0; g < 8; ++g) c[g] = __ldg(v + g * 32);
-        }
-        const int rl = ql / nb;
-        const int b = ql - rl * nb;
-        const float d = bpl_dot(c, xs + b * BPL_XS_PITCH);
-        const int r = r_first + rl;
-        sv[ql] = __ldg(scales + (size_t)(r / E4M3_BLOCK) * nb + b) * d;
-    }
-}
-
 // ctl: [0] ticket, [1] blocks done, [2 + s] gate/up blocks done of slot s. Unclamped SwiGLU, routed
 // ids as expert_gate_up_bpl_f32 reads them; every entry E4M3 block per lane without NVFP4 scales.
-template <bool EARLY>
 __device__ __forceinline__ void experts_fused_body(const ExpertEntry* table, int n_entries, int experts,
                                                    const float* ids, int k, int slots, const float* x, float* act,
                                                    int act_pitch, float* out, int out_pitch, int rpb_g, int gblocks,
@@ -99,25 +71,13 @@ __device__ __forceinline__ void experts_fused_body(const ExpertEntry* table, int
             const int nrows = min(rpb_d, rows - r_first);
             const int nb = en.down_cols / E4M3_BLOCK, bk = en.down_kw / E4M3_BLOCK, nk = en.down_cols / en.down_kw;
             const u8* codes = reinterpret_cast<const u8*>(en.down);
-            uint4 c0[8];
-            if (EARLY && (int)threadIdx.x < nrows * nb) {
-                const size_t q = (size_t)r_first * nb + threadIdx.x;
-                const uint4* v = reinterpret_cast<const uint4*>(codes) + (q >> 5) * 256 + (q & 31);
-#pragma unroll
-                for (int g = 0; g < 8; ++g) c0[g] = __ldg(v + g * 32);
-            }
             if (threadIdx.x == 0) {
                 while (ld_acquire_u32(ctl + 2 + slot) < (u32)gblocks) __nanosleep(100);
             }
             __syncthreads();
             bpl_stage_x<true>(act + (size_t)slot * act_pitch, en.down_cols, xs);  // L2-coherent: act is written in this launch
             __syncthreads();
-            if (EARLY) {
-                pairs_first_loaded(c0, codes, reinterpret_cast<const float*>(en.down_scales), r_first, nrows, nb, xs,
-                                   sv);
-            } else {
-                bpl_pairs(codes, reinterpret_cast<const float*>(en.down_scales), 0, r_first, nrows, nb, xs, sv);
-            }
+            bpl_pairs(codes, reinterpret_cast<const float*>(en.down_scales), 0, r_first, nrows, nb, xs, sv);
             __syncthreads();
             float* o = out + (size_t)slot * out_pitch;
             for (int i = threadIdx.x; i < nrows * nk; i += blockDim.x) {
@@ -141,14 +101,6 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
     experts_fused_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int slots,
                       const float* x, float* act, int act_pitch, float* out, int out_pitch, int rpb_g, int gblocks,
                       int rpb_d, int dblocks, u32* ctl) {
-    experts_fused_body<false>(table, n_entries, experts, ids, k, slots, x, act, act_pitch, out, out_pitch, rpb_g,
+    experts_fused_body(table, n_entries, experts, ids, k, slots, x, act, act_pitch, out, out_pitch, rpb_g,
                               gblocks, rpb_d, dblocks, ctl);
-}
-
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 6)
-    experts_fused_early_f32(const ExpertEntry* table, int n_entries, int experts, const float* ids, int k, int slots,
-                            const float* x, float* act, int act_pitch, float* out, int out_pitch, int rpb_g,
-                            int gblocks, int rpb_d, int dblocks, u32* ctl) {
-    experts_fused_body<true>(table, n_entries, experts, ids, k, slots, x, act, act_pitch, out, out_pitch, rpb_g,
-                             gblocks, rpb_d, dblocks, ctl);
 }
