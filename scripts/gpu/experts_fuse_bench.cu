@@ -10,9 +10,12 @@
 // - `split, 8-row gate/up` and `fused, 8-row gate/up`: gate/up blocks of 8 rows (1,440 blocks,
 //   about two waves), so that in the fused grid the first slots' down blocks can start while the
 //   last slots' gate/up blocks still read.
-// Each sample is 8 layers back to back, each on its own expert set (4 sets, 566 MB: no layer finds
-// its codes in L2); µs per layer = the sample's median / 8. Before timing, the fused kernels' act
-// and down partials are compared with the split launches' bit for bit.
+// Each form is timed as the runtime runs it: 8 layers back to back captured as one CUDA graph on a
+// non-blocking stream (programmatic launches become programmatic edges), each layer on its own
+// expert set (4 sets, 566 MB: no layer finds its codes in L2); µs per layer = the median replay / 8.
+// Before timing, the fused kernels' act and down partials are compared with the split launches'
+// bit for bit, after checking that the split launches' own outputs are a real reference (every
+// value written, finite, and not all zero).
 //
 // Build and run on the GPU machine (nvcc there):
 //   nvcc -O3 -std=c++17 -arch=sm_90 --fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
@@ -93,56 +96,77 @@ int main() {
     u32* ctl;
     CK(cudaMalloc(&ctl, 64 * 4));
     CK(cudaMemset(ctl, 0, 64 * 4));
+    CK(cudaDeviceSynchronize());  // the setup ran on the legacy stream, which `st` does not wait for
     LanePitch lp{};
     lp.lanes = 1;
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     // Gate/up rows per block: the runtime's 16 (720 blocks, one wave at 6 per SM), or 8 (1,440
     // blocks, about two waves: in the fused grid the first slots' down blocks can then start while
     // the last slots' gate/up blocks still read).
     int rpb_g = 16, gblocks = F / 16;
     auto split = [&](bool pdl, int set) {
-        launch_ex(pdl, expert_gate_up_bpl_f32, dim3(gblocks, SLOTS), dim3(GEMV_THREADS), 0,
+        launch_ex(pdl, expert_gate_up_bpl_f32, dim3(gblocks, SLOTS), dim3(GEMV_THREADS), st,
                   (const ExpertEntry*)tables[set], SLOTS, K, (const float*)d_ids, K, 0, (const float*)d_x,
                   SWIGLU_PLAIN, 0.0f, d_act, act_pitch, rpb_g, lp, 0);
-        launch_ex(pdl, expert_down_bpl_f32, dim3(dblocks, SLOTS), dim3(GEMV_THREADS), 0,
+        launch_ex(pdl, expert_down_bpl_f32, dim3(dblocks, SLOTS), dim3(GEMV_THREADS), st,
                   (const ExpertEntry*)tables[set], SLOTS, K, (const float*)d_ids, K, 0, (const float*)d_act,
                   act_pitch, d_out, out_pitch, rpb_d, lp);
     };
     auto fused = [&](int set) {
         launch_ex(true, experts_fused_f32, dim3((gblocks + dblocks) * SLOTS),
-                  dim3(GEMV_THREADS), 0, (const ExpertEntry*)tables[set], SLOTS, K, (const float*)d_ids, K, SLOTS,
+                  dim3(GEMV_THREADS), st, (const ExpertEntry*)tables[set], SLOTS, K, (const float*)d_ids, K, SLOTS,
                   (const float*)d_x, d_act, act_pitch, d_out, out_pitch, rpb_g, gblocks, rpb_d, dblocks, ctl);
     };
-    // Bits: each fused form against the split launches, on every set.
+    // Bits: each fused form against the split launches, on every set. Every buffer is poisoned
+    // (0xFF bytes: a NaN) before each run, and act and the partials are written whole by both.
     const size_t na = (size_t)SLOTS * act_pitch, no = (size_t)SLOTS * out_pitch;
     std::vector<float> a0(na), o0(no), a1(na), o1(no);
+    auto poison = [&] {
+        CK(cudaMemsetAsync(d_act, 0xFF, na * 4, st));
+        CK(cudaMemsetAsync(d_out, 0xFF, no * 4, st));
+    };
+    auto fetch = [&](std::vector<float>& a, std::vector<float>& o) {
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(a.data(), d_act, na * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(o.data(), d_out, no * 4, cudaMemcpyDeviceToHost));
+    };
     for (int set = 0; set < SETS; ++set) {
         rpb_g = 16;
         gblocks = F / rpb_g;
-        CK(cudaMemset(d_act, 0xFF, na * 4));
-        CK(cudaMemset(d_out, 0xFF, no * 4));
+        poison();
         split(true, set);
-        CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(a0.data(), d_act, na * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(o0.data(), d_out, no * 4, cudaMemcpyDeviceToHost));
+        fetch(a0, o0);
+        // The reference must be one: a value left unwritten or non-finite, or an all-zero buffer,
+        // would let a fused kernel "match" without computing anything.
+        size_t bad_ref = 0, nonzero_a = 0, nonzero_o = 0;
+        for (float v : a0) {
+            bad_ref += !std::isfinite(v);
+            nonzero_a += v != 0.0f;
+        }
+        for (float v : o0) {
+            bad_ref += !std::isfinite(v);
+            nonzero_o += v != 0.0f;
+        }
+        printf("reference, set %d: %zu non-finite or unwritten values; %zu of %zu act and %zu of %zu partials nonzero\n",
+               set, bad_ref, nonzero_a, na, nonzero_o, no);
+        if (bad_ref != 0 || nonzero_a < na / 2 || nonzero_o < no / 2) {
+            printf("FAILED: the split launches' outputs are no reference to compare with\n");
+            return 1;
+        }
         for (int form = 0; form < 2; ++form) {
             rpb_g = form == 1 ? 8 : 16;
             gblocks = F / rpb_g;
-            CK(cudaMemset(d_act, 0xFF, na * 4));
-            CK(cudaMemset(d_out, 0xFF, no * 4));
+            poison();
             fused(set);
             fused(set);  // twice: the counters' reset by the last block is exercised
-            CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(a1.data(), d_act, na * 4, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(o1.data(), d_out, no * 4, cudaMemcpyDeviceToHost));
-            int bad_a = 0, bad_o = 0, nan_o = 0;
+            fetch(a1, o1);
+            int bad_a = 0, bad_o = 0;
             for (size_t i = 0; i < na; ++i) bad_a += memcmp(&a0[i], &a1[i], 4) != 0;
-            for (size_t i = 0; i < no; ++i) {
-                bad_o += memcmp(&o0[i], &o1[i], 4) != 0;
-                nan_o += o0[i] != o0[i];
-            }
-            printf("bits, set %d, %s: act %d of %zu differ, down partials %d of %zu (split NaN %d)\n", set,
-                   form == 0 ? "fused" : "fused 8-row", bad_a, na, bad_o, no, nan_o);
-            if (bad_a != 0 || bad_o != 0 || nan_o != 0) {
+            for (size_t i = 0; i < no; ++i) bad_o += memcmp(&o0[i], &o1[i], 4) != 0;
+            printf("bits, set %d, %s: act %d of %zu differ, down partials %d of %zu\n", set,
+                   form == 0 ? "fused" : "fused 8-row", bad_a, na, bad_o, no);
+            if (bad_a != 0 || bad_o != 0) {
                 printf("FAILED: the fused kernel's bits differ from the split launches'\n");
                 return 1;
             }
@@ -155,6 +179,9 @@ int main() {
     const char* names[] = {"split (programmatic)", "split, plain launches", "fused", "split, 8-row gate/up",
                            "fused, 8-row gate/up"};
     const int FORMS = 5;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
     std::vector<std::vector<float>> all(FORMS);
     for (int round = 0; round < 3; ++round) {
         for (int f = 0; f < FORMS; ++f) {
@@ -167,11 +194,24 @@ int main() {
                 if (f == 3) split(true, l % SETS);
                 if (f == 4) fused(l % SETS);
             };
-            for (int l = 0; l < LAYERS; ++l) layer(l);  // warm
-            const std::vector<float> ms = timed_ms(31, [&] {
-                for (int l = 0; l < LAYERS; ++l) layer(l);
-            });
-            CK(cudaGetLastError());
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            for (int l = 0; l < LAYERS; ++l) layer(l);
+            cudaGraph_t g;
+            CK(cudaStreamEndCapture(st, &g));
+            cudaGraphExec_t ge;
+            CK(cudaGraphInstantiate(&ge, g, 0));
+            for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, st));  // warm
+            std::vector<float> ms(31);
+            for (float& m : ms) {
+                CK(cudaEventRecord(e0, st));
+                CK(cudaGraphLaunch(ge, st));
+                CK(cudaEventRecord(e1, st));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaEventElapsedTime(&m, e0, e1));
+            }
+            std::sort(ms.begin(), ms.end());
+            CK(cudaGraphExecDestroy(ge));
+            CK(cudaGraphDestroy(g));
             const double us = ms[ms.size() / 2] * 1000.0 / LAYERS, mn = ms[0] * 1000.0 / LAYERS;
             printf("round %d %-24s %10.1f %10.1f %8.2f\n", round, names[f], us, mn, us / floor_us);
             all[f].push_back((float)us);
