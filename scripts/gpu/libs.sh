@@ -20,8 +20,8 @@ export LD_LIBRARY_PATH
 # Steps under one call's deadline (device calls are short and the machine keeps nothing):
 # `steps_start SECONDS`, then `step NAME NEED_S CMD...` runs CMD while NEED_S seconds are left,
 # logs it to /tmp/NAME.log and prints its exit status and time; `left` prints the seconds left.
-# Each step's log, and the JSON receipts of a bench written to /tmp/NAME/, are copied into
-# $OUT/steps/ as soon as the step ends: a call the device cuts short (its limit can be below the
+# Each step's log, and the JSON receipts of a bench written to /tmp/NAME/, are appended to
+# $OUT/steps.tar as soon as the step ends: a call the device cuts short (its limit can be below the
 # script's S near the end of the budget) still brings back every step it finished, where
 # `pack_logs` at the script's end would never run (2026-12-07: one call lost its receipts so).
 steps_start() { STEPS_START=$(date +%s); STEPS_DEADLINE=$1; }
@@ -35,11 +35,14 @@ step() {
 }
 keep_step() {
   [ -n "${OUT:-}" ] || return 0
-  mkdir -p "$OUT/steps"
-  cp "/tmp/$1.log" "$OUT/steps/" 2>/dev/null
-  if [ -d "/tmp/$1" ]; then
-    mkdir -p "$OUT/steps/$1"
-    find "/tmp/$1" -maxdepth 2 -name '*.json' -size -2M -exec cp {} "$OUT/steps/$1/" \; 2>/dev/null
+  local tarf="$OUT/steps.tar" files=("$1.log")
+  [ -d "/tmp/$1" ] && files+=($(cd /tmp && find "$1" -maxdepth 2 -name '*.json' -size -2M))
+  # One archive, not a folder of files: at most 8 files come back from $OUT (2026-12-08: a call's
+  # 149 step files were cut to 5). A step whose receipts would take it past 14 MiB (16 is the
+  # limit per file) adds its log alone.
+  (cd /tmp && tar -rf "$tarf" "${files[@]}") 2>/dev/null
+  if [ "$(stat -c %s "$tarf" 2>/dev/null || echo 0)" -gt $((14 << 20)) ]; then
+    tar -f "$tarf" --delete "${files[@]:1}" 2>/dev/null
   fi
   return 0
 }
