@@ -2,7 +2,9 @@
 # Main re-measured as one build (tenth session, 2026-12-05): issue 27's "done means" asks for the
 # target table, ncu's per-kernel table and every module of the GPU test binary from one call on the
 # same build. One call of about 9 minutes (timeout_s 600):
-#   [NAME=main] bash scripts/gpu/remeasure.sh [S]   b1 with the PyTorch anchor, a second b1, ncu of one b1 bench,
+#   [NAME=main] [SHORT=1] bash scripts/gpu/remeasure.sh [S]   (SHORT: b1 with the anchor, the whole
+#                                       GPU binary, ncu, selftest only: about 300 s)
+#   without SHORT:   b1 with the PyTorch anchor, a second b1, ncu of one b1 bench,
 #                                       the whole GPU binary with the step-preset gate, b8 with the
 #                                       PyTorch anchor, selftest, then issue 24's other shapes
 #                                       (t8, b2, b4, t2, t4; no PyTorch) and b8 with the rows' door
@@ -21,6 +23,15 @@ bench_shape() { # NAME NEED_S FLAGS...
   echo "$name: $(bench_summary "/tmp/$name.log")"
   grep -E "per token|fastest form|overhead" "/tmp/$name.log" | head -4
 }
+LOGS=('gpu_*.log' selftest.log 'b1-*' 'shape-*' 'ncu-*.log' 'fuse_*.log' 'm-*')
+if [ -n "${SHORT:-}" ]; then  # issue 27's "done means" alone, for a call near the end of the budget
+  bench_shape shape-b1 100 --batch 1
+  whole_gpu "$N" 200
+  ncu_b1 "ncu-b1-$N" 50 $B/mg-$N
+  selftest_cuda "$N" 30
+  pack_logs remeasure.tgz "${LOGS[@]}"
+  echo "done in $(( $(date +%s)-STEPS_START ))s"; exit
+fi
 bench_shape shape-b1 100 --batch 1
 bench_shape b1-again 40 --no-torch --batch 1
 ncu_b1 "ncu-b1-$N" 60 $B/mg-$N
@@ -41,5 +52,5 @@ bench_shape shape-b4 40 --no-torch --batch 4
 bench_shape shape-t2 40 --no-torch --columns 2
 bench_shape shape-t4 40 --no-torch --columns 4
 bench_shape shape-b8-v2 40 --no-torch --batch 8 --door decode_v2 --door f32_mirror
-pack_logs remeasure.tgz 'gpu_*.log' selftest.log 'b1-*' 'shape-*' 'ncu-*.log' 'fuse_*.log' 'm-*'
+pack_logs remeasure.tgz "${LOGS[@]}"
 echo "done in $(( $(date +%s)-STEPS_START ))s"
