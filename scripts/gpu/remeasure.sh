@@ -2,8 +2,8 @@
 # Main re-measured as one build (tenth session, 2026-12-05): issue 27's "done means" asks for the
 # target table, ncu's per-kernel table and every module of the GPU test binary from one call on the
 # same build. One call of about 9 minutes (timeout_s 600):
-#   [NAME=main] [SHORT=1] bash scripts/gpu/remeasure.sh [S]   (SHORT: b1 with the anchor, the whole
-#                                       GPU binary, ncu, selftest only: about 300 s)
+#   [NAME=main] [SHORT=1] bash scripts/gpu/remeasure.sh [S]   (SHORT: b1 with the anchor, ncu, the
+#                                       whole GPU binary, selftest only: about 330 s)
 #   without SHORT:   b1 with the PyTorch anchor, a second b1, ncu of one b1 bench,
 #                                       the whole GPU binary with the step-preset gate, b8 with the
 #                                       PyTorch anchor, selftest, then issue 24's other shapes
@@ -26,8 +26,8 @@ bench_shape() { # NAME NEED_S FLAGS...
 LOGS=('gpu_*.log' selftest.log 'b1-*' 'shape-*' 'ncu-*.log' 'fuse_*.log' 'm-*')
 if [ -n "${SHORT:-}" ]; then  # issue 27's "done means" alone, for a call near the end of the budget
   bench_shape shape-b1 100 --batch 1
-  whole_gpu "$N" 200
   ncu_b1 "ncu-b1-$N" 50 $B/mg-$N
+  whole_gpu "$N" 180
   selftest_cuda "$N" 30
   pack_logs remeasure.tgz "${LOGS[@]}"
   echo "done in $(( $(date +%s)-STEPS_START ))s"; exit
