@@ -10,7 +10,7 @@
 #                                       (t8, b2, b4, t2, t4; no PyTorch) and b8 with the rows' door
 #                                       DECODE_V2 (the form a batched-serving user runs) while time is left;
 #                                       after selftest, the one-launch experts probe (experts_fuse_probe)
-#                                       and, where target-g/mg-$CAND was carried, b1 main / CAND x2
+#                                       and, for each of $CANDS carried as target-g/mg-CAND, b1 main / CAND x2
 # Carry target-g/ (`bash scripts/gpu/carry.sh NAME` builds it: mg-NAME = memra-gates, gpu-NAME =
 # the runtime's GPU test binary, stripped; NAME defaults to main). Measured first at 02e752d (docs/gpu/2026-12-05-remeasure/).
 set -uo pipefail
@@ -39,11 +39,13 @@ whole_gpu "$N" 240
 bench_shape shape-b8 100 --batch 8
 selftest_cuda "$N" 40
 experts_fuse_probe  # the one-launch experts probe on the same card (docs/gpu/2026-12-07-fuse/)
-# A candidate build carried beside main (target-g/mg-CAND, CAND=mlp by default: mlp.patch's
-# Op::ExpertMlp) gets two b1 rounds interleaved with main on the same card before the other shapes.
-C=${CAND:-mlp}
-if [ -x "$B/mg-$C" ]; then
-  for r in 0 1; do for v in "$N" "$C"; do bench_step "m-$v-$r" "$B/mg-$v" 1; done; done
+# Candidate builds carried beside main (target-g/mg-CAND for each CAND in $CANDS, default "mlp
+# noahead": docs/gpu/2026-12-07-fuse/'s patches) get two b1 rounds interleaved with main on the same
+# card before the other shapes; a candidate not carried is left out.
+cands=()
+for c in ${CANDS:-mlp noahead}; do [ -x "$B/mg-$c" ] && cands+=("$c"); done
+if [ ${#cands[@]} -gt 0 ]; then
+  for r in 0 1; do for v in "$N" "${cands[@]}"; do bench_step "m-$v-$r" "$B/mg-$v" 1; done; done
   seam_table m-
 fi
 bench_shape shape-t8 40 --no-torch --columns 8
