@@ -23,14 +23,16 @@ bench_shape() { # NAME NEED_S FLAGS...
   echo "$name: $(bench_summary "/tmp/$name.log")"
   grep -E "per token|fastest form|overhead" "/tmp/$name.log" | head -4
 }
-LOGS=('gpu_*.log' selftest.log 'b1-*' 'shape-*' 'ncu-*.log' 'fuse_*.log' 'm-*')
+finish() {
+  pack_logs remeasure.tgz 'gpu_*.log' selftest.log 'b1-*' 'shape-*' 'ncu-*.log' 'fuse_*.log' 'm-*'
+  echo "done in $(( $(date +%s)-STEPS_START ))s"
+}
 if [ -n "${SHORT:-}" ]; then  # issue 27's "done means" alone, for a call near the end of the budget
   bench_shape shape-b1 100 --batch 1
   ncu_b1 "ncu-b1-$N" 50 $B/mg-$N
   whole_gpu "$N" 180
   selftest_cuda "$N" 30
-  pack_logs remeasure.tgz "${LOGS[@]}"
-  echo "done in $(( $(date +%s)-STEPS_START ))s"; exit
+  finish; exit
 fi
 bench_shape shape-b1 100 --batch 1
 bench_shape b1-again 40 --no-torch --batch 1
@@ -54,5 +56,4 @@ bench_shape shape-b4 40 --no-torch --batch 4
 bench_shape shape-t2 40 --no-torch --columns 2
 bench_shape shape-t4 40 --no-torch --columns 4
 bench_shape shape-b8-v2 40 --no-torch --batch 8 --door decode_v2 --door f32_mirror
-pack_logs remeasure.tgz "${LOGS[@]}"
-echo "done in $(( $(date +%s)-STEPS_START ))s"
+finish
