@@ -9,7 +9,9 @@
 #                                       PyTorch anchor, selftest, then issue 24's other shapes
 #                                       (t8, b2, b4, t2, t4; no PyTorch) and b8 with the rows' door
 #                                       DECODE_V2 (the form a batched-serving user runs) while time is left;
-#                                       after selftest, the one-launch experts probe (experts_fuse_probe)
+#                                       after selftest, what a kernel that only reads reaches at each
+#                                       seam's size on this card (read_ceiling: never measured on an
+#                                       H200, it says how near the experts and qkv targets can come)
 #                                       and, for each of $CANDS carried as target-g/mg-CAND, b1 main / CAND x2
 # Carry target-g/ (`bash scripts/gpu/carry.sh NAME` builds it: mg-NAME = memra-gates, gpu-NAME =
 # the runtime's GPU test binary, stripped; NAME defaults to main). Measured first at 02e752d (docs/gpu/2026-12-05-remeasure/).
@@ -24,7 +26,7 @@ bench_shape() { # NAME NEED_S FLAGS...
   grep -E "per token|fastest form|overhead" "/tmp/$name.log" | head -4
 }
 finish() {
-  pack_logs remeasure.tgz 'gpu_*.log' selftest.log 'b1-*' 'shape-*' 'ncu-*.log' 'fuse_*.log' 'm-*'
+  pack_logs remeasure.tgz 'gpu_*.log' selftest.log 'b1-*' 'shape-*' 'ncu-*.log' 'read_*.log' 'm-*'
   echo "done in $(( $(date +%s)-STEPS_START ))s"
 }
 if [ -n "${SHORT:-}" ]; then  # issue 27's "done means" alone, for a call near the end of the budget
@@ -40,12 +42,14 @@ ncu_b1 "ncu-b1-$N" 60 $B/mg-$N
 whole_gpu "$N" 240
 bench_shape shape-b8 100 --batch 8
 selftest_cuda "$N" 40
-experts_fuse_probe  # the one-launch experts probe on the same card (docs/gpu/2026-12-07-fuse/)
-# Candidate builds carried beside main (target-g/mg-CAND for each CAND in $CANDS, default "mlp
-# noahead": docs/gpu/2026-12-07-fuse/'s patches) get two b1 rounds interleaved with main on the same
-# card before the other shapes; a candidate not carried is left out.
+# The read ceiling replaces the one-grid experts probe here (the route it measured is closed:
+# docs/gpu/2026-12-07-fuse/; `experts_fuse_probe` in libs.sh still runs it).
+read_ceiling 40 "copy|stream U=8|bpl|variant"
+# Candidate builds carried beside main (target-g/mg-CAND for each CAND in $CANDS) get two b1
+# rounds interleaved with main on the same card before the other shapes; a candidate not carried
+# is left out.
 cands=()
-for c in ${CANDS:-mlp noahead}; do [ -x "$B/mg-$c" ] && cands+=("$c"); done
+for c in ${CANDS:-}; do [ -x "$B/mg-$c" ] && cands+=("$c"); done
 if [ ${#cands[@]} -gt 0 ]; then
   for r in 0 1; do for v in "$N" "${cands[@]}"; do bench_step "m-$v-$r" "$B/mg-$v" 1; done; done
   seam_table m-

@@ -40,7 +40,7 @@ pub struct Builtin {
 pub enum HostRankPolicy {
     /// Threads where a run has the cores to itself and ranks to spread over them (one job at a
     /// time, TP > 1); inline where the plan's jobs already fill the cores (`workers` ≥ 2) or the
-    /// run has one rank, since rank threads then only add hand-offs (docs/PERFORMANCE.md).
+    /// run has one rank, since rank threads then only add hand-offs (docs/gpu/2026-12-03-performance-history.md).
     Auto {
         workers: usize,
     },

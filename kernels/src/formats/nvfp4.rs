@@ -44,7 +44,7 @@ pub fn e2m1_encode(x: f32) -> u8 {
     // The code is the number of midpoints between neighbouring magnitudes that `a` passes: `>`
     // where the lower neighbour has the even code (a tie stays on it), `>=` where the upper one
     // has. Counted without branches: quantizing a matrix meets every threshold at random, and a
-    // chain of branches mispredicted there (docs/PERFORMANCE.md).
+    // chain of branches mispredicted there (docs/gpu/2026-12-03-performance-history.md).
     let code = u8::from(a > 0.25)
         + u8::from(a >= 0.75)
         + u8::from(a > 1.25)

@@ -15,7 +15,7 @@
 //! the send it waits for, which was issued earlier), so every value is the same: the arenas are
 //! private and copies carry the only cross-rank data. It exists for plans whose jobs already fill
 //! the cores, where TP rank threads on a core each only add hand-offs (measured in
-//! docs/PERFORMANCE.md).
+//! docs/gpu/2026-12-03-performance-history.md).
 //!
 //! `execute.rs` maps each op onto its twin on a rank's arena (with the coverage counters and
 //! planted defects the twins' values feed), `rows.rs` spreads the large GEMVs of one launch over

@@ -3,7 +3,7 @@
 //! operations in the same order, so the same bits, faster.
 //!
 //! Why: the twins are most of a host run's time, and they decode one weight at a time
-//! (docs/PERFORMANCE.md, issue 13). Here 16 weights are decoded at once
+//! (docs/gpu/2026-12-03-performance-history.md, issue 13). Here 16 weights are decoded at once
 //! ([`avx512`](self::avx512) says how for each format).
 //!
 //! The canonical arithmetic is the twin's, operation by operation: each of the 32 lanes accumulates
