@@ -444,6 +444,15 @@ pub struct BenchArgs {
     /// With --compare: judge this existing performance receipt against BASE; nothing is run.
     #[arg(long, value_name = "NEW.json", requires = "compare")]
     pub against: Option<PathBuf>,
+    /// Judge issue 27's targets (one H200, `step`, TP1, b1, --graph) from this existing b1
+    /// receipt, and from ncu's profile of the same build with --ncu; nothing is run. Every row
+    /// MET / NOT MET / NOT MEASURED; exit status 0 only when every row is MET.
+    #[arg(long, value_name = "RECEIPT.json", conflicts_with = "compare")]
+    pub targets: Option<PathBuf>,
+    /// With --targets: ncu's CSV of one b1 bench (`ncu --metrics gpu__time_duration.sum --csv`,
+    /// the program's own lines may be in it), for the single-row kernels' times.
+    #[arg(long, value_name = "PROFILE.csv", requires = "targets")]
+    pub ncu: Option<PathBuf>,
 }
 
 /// `plot`.

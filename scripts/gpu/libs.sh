@@ -126,6 +126,16 @@ bench_b1_b8() {
 # method notes), so it runs with `--clock-control none` and its times are at the clocks the card
 # runs (the logs before this line was added are at base clocks).
 ncu_b1() { ncu_bench "$1" "$2" "${3:-$G}" "${4:-all}" 1 200 80; }
+# `targets_b1 BIN BENCH_DIR [NCU_LOG]`: issue 27's target table (`bench --targets`) from the b1
+# receipt a bench_shape step wrote into BENCH_DIR and, where it exists, ncu_b1's log of the same
+# build; printed whole (the rows, the anchor, ncu per kernel, the verdict).
+targets_b1() {
+  local r; r=$(ls "$2"/run-*.json 2>/dev/null | head -1)
+  [ -n "$r" ] || { echo "targets: no receipt in $2"; return; }
+  if [ -n "${3:-}" ] && [ -f "$3" ]; then step targets 10 "$1" bench --targets "$r" --ncu "$3"
+  else step targets 10 "$1" bench --targets "$r"; fi
+  cat /tmp/targets.log
+}
 # `ncu_bench NAME NEED_S BIN CACHE BATCH SKIP COUNT [REGEX]`: the common body — COUNT launches of
 # BIN's bench at B = BATCH after SKIP, CSV into $OUT, the means per kernel (ncu_means REGEX).
 ncu_bench() {

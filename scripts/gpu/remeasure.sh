@@ -4,7 +4,8 @@
 # same build. One call of about 9 minutes (timeout_s 600):
 #   [NAME=main] [SHORT=1] bash scripts/gpu/remeasure.sh [S]   (SHORT: b1 with the anchor, ncu, the
 #                                       whole GPU binary, selftest only: about 330 s)
-#   without SHORT:   b1 with the PyTorch anchor, a second b1, ncu of one b1 bench,
+#   without SHORT:   b1 with the PyTorch anchor, a second b1, ncu of one b1 bench, issue 27's
+#                                       target table from the two (bench --targets; SHORT too),
 #                                       the whole GPU binary with the step-preset gate, b8 with the
 #                                       PyTorch anchor, selftest, then issue 24's other shapes
 #                                       (t8, b2, b4, t2, t4; no PyTorch) and b8 with the rows' door
@@ -26,12 +27,13 @@ bench_shape() { # NAME NEED_S FLAGS...
   grep -E "per token|fastest form|overhead" "/tmp/$name.log" | head -4
 }
 finish() {
-  pack_logs remeasure.tgz 'gpu_*.log' selftest.log 'b1-*' 'shape-*' 'ncu-*.log' 'read_*.log' 'm-*'
+  pack_logs remeasure.tgz 'gpu_*.log' selftest.log targets.log 'b1-*' 'shape-*' 'ncu-*.log' 'read_*.log' 'm-*'
   echo "done in $(( $(date +%s)-STEPS_START ))s"
 }
 if [ -n "${SHORT:-}" ]; then  # issue 27's "done means" alone, for a call near the end of the budget
   bench_shape shape-b1 100 --batch 1
   ncu_b1 "ncu-b1-$N" 50 $B/mg-$N
+  targets_b1 $B/mg-$N /tmp/shape-b1 "/tmp/ncu-b1-$N.log"
   whole_gpu "$N" 180
   selftest_cuda "$N" 30
   finish; exit
@@ -39,6 +41,7 @@ fi
 bench_shape shape-b1 100 --batch 1
 bench_shape b1-again 40 --no-torch --batch 1
 ncu_b1 "ncu-b1-$N" 60 $B/mg-$N
+targets_b1 $B/mg-$N /tmp/shape-b1 "/tmp/ncu-b1-$N.log"  # the target table of this call
 whole_gpu "$N" 240
 bench_shape shape-b8 100 --batch 8
 selftest_cuda "$N" 40

@@ -4,6 +4,7 @@ mod bad_input;
 mod bad_inputs;
 mod bench_anchor;
 mod bench_compare;
+mod bench_targets;
 mod determinism;
 mod diff;
 mod docs_engine;

@@ -78,6 +78,9 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
     if let (Some(base), Some(new)) = (&args.compare, &args.against) {
         return super::bench_compare::compare_receipts(base, new);
     }
+    if let Some(receipt) = &args.targets {
+        return super::bench_targets::report(receipt, args.ncu.as_deref());
+    }
     // Read the base before the run: an unreadable one is refused before minutes of timing.
     let base = args.compare.as_ref().map(|p| super::bench_compare::read("--compare", p)).transpose()?;
     let registry = plan::load_registry(&None)?;
@@ -183,9 +186,13 @@ pub fn bench(args: &BenchArgs, prov: Provenance) -> Result<Status, GateError> {
         let layer_ns: u64 = Seam::LAYER.iter().filter_map(|s| seam_median(&record, l, *s, warmup)).sum();
         let qkv_ns = seam_median(&record, l, Seam::Qkv, warmup).unwrap_or(0);
         let exp_ns = seam_median(&record, l, Seam::Experts, warmup).unwrap_or(0);
+        let o_ns = seam_median(&record, l, Seam::OProj, warmup).unwrap_or(0);
         let floor = |b: u64| bandwidth.map(|bw| b as f64 / bw * 1e9);
         if let (Some(fq), Some(fe), Some(fl)) = (floor(bytes.qkv), floor(bytes.experts), floor(bytes.total())) {
             ratios.insert(format!("L{l}.qkv_over_floor"), qkv_ns as f64 / fq);
+            if let Some(fo) = floor(bytes.o_proj).filter(|_| o_ns > 0) {
+                ratios.insert(format!("L{l}.o_proj_over_floor"), o_ns as f64 / fo);
+            }
             ratios.insert(format!("L{l}.experts_over_floor"), exp_ns as f64 / fe);
             ratios.insert(format!("L{l}.layer_over_floor"), layer_ns as f64 / fl);
         }

@@ -75,7 +75,8 @@ impl GatingCost {
     /// The receipt's ratios: per layer gated/ungated and seams/ungated, ungated over the floor,
     /// gated and ungated over PyTorch's fastest whole-layer graph replay (`_pytorch_graph`) and over
     /// its fastest form of all, eager or graph (`_pytorch_fastest`: the anchor), and the overall
-    /// gate overhead.
+    /// gate overhead; beside them the two whole-layer medians themselves (`L<l>.layer_gated_us`,
+    /// `L<l>.layer_ungated_us`: what `bench --targets` judges; a receipt's latencies are per seam).
     pub fn ratios(
         &self,
         floors_ns: &[Option<f64>],
@@ -87,6 +88,10 @@ impl GatingCost {
             let u = self.ungated[l] as f64;
             if u <= 0.0 {
                 continue;
+            }
+            out.insert(format!("L{l}.layer_ungated_us"), u / 1e3);
+            if let Some(&g) = self.gated.get(l).filter(|g| **g > 0) {
+                out.insert(format!("L{l}.layer_gated_us"), g as f64 / 1e3);
             }
             out.insert(format!("L{l}.layer_gated_over_ungated"), self.gated.get(l).copied().unwrap_or(0) as f64 / u);
             out.insert(
@@ -137,6 +142,7 @@ mod tests {
         assert!((c.overhead().unwrap() - 0.05).abs() < 1e-12);
         let r = c.ratios(&[Some(50.0)], Some(0.4), Some(0.2));
         assert!((r["L0.layer_gated_over_ungated"] - 1.05).abs() < 1e-12);
+        assert_eq!((r["L0.layer_gated_us"], r["L0.layer_ungated_us"]), (0.105, 0.1));
         assert!((r["L0.layer_ungated_over_floor"] - 2.0).abs() < 1e-12);
         assert!((r["L0.layer_ungated_over_pytorch_graph"] - 0.25).abs() < 1e-12);
         // An eager form faster than every graph form is the anchor.
