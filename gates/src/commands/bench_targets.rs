@@ -126,6 +126,15 @@ pub fn judge(r: &Receipt, profile: Option<&NcuProfile>) -> Vec<Row> {
         r.measurements.latency.iter().filter(|e| e.seam == "experts").map(|e| e.layer).collect();
     layers.sort_unstable();
     layers.dedup();
+    if layers.is_empty() {
+        // No layer timed: the per-layer targets would pass by their absence.
+        rows.push(Row {
+            target: "layers".into(),
+            value: "no experts seam in the receipt's latencies".into(),
+            limit: "at least one layer".into(),
+            verdict: Verdict::NotMeasured,
+        });
+    }
     for l in layers {
         let k = |name: &str| format!("L{l}.{name}");
         let miss = |name: &str| format!("no {} in the receipt", k(name));
@@ -334,6 +343,9 @@ mod tests {
         // The defect planted: no profile, or a row kernel gone from it.
         let none = judge(&r, None);
         assert_eq!(row(&none, "single-row kernels (ncu)").verdict, Verdict::NotMeasured);
+        let mut untimed = r.clone();
+        untimed.measurements.latency.clear();
+        assert_eq!(row(&judge(&untimed, Some(&p)), "layers").verdict, Verdict::NotMeasured);
         p.kernels.retain(|k| !k.name.starts_with("argmax_"));
         assert_eq!(row(&judge(&r, Some(&p)), "argmax_* (ncu)").verdict, Verdict::NotMeasured);
     }
