@@ -56,23 +56,33 @@ pub struct Row {
     pub verdict: Verdict,
 }
 
-fn judged(target: String, value: Option<f64>, limit: f64, fmt: fn(f64) -> String, missing: &str) -> Row {
+/// A figure printed with `fmt` at its unit's decimals, or more where that would print a value
+/// other than the limit as the limit (1.3503 against ≤ 1.35 is NOT MET and reads `1.3503×`).
+fn judged(target: String, value: Option<f64>, limit: f64, fmt: fn(f64, usize) -> String, missing: &str) -> Row {
     let (value, verdict) = match value {
-        Some(v) if v.is_finite() => (fmt(v), if v <= limit { Verdict::Met } else { Verdict::NotMet }),
+        Some(v) if v.is_finite() => {
+            let mut d = 0;
+            while d < 6 && v != limit && fmt(v, d) == fmt(limit, d) {
+                d += 1;
+            }
+            (fmt(v, d), if v <= limit { Verdict::Met } else { Verdict::NotMet })
+        }
         _ => (missing.to_string(), Verdict::NotMeasured),
     };
-    Row { target, value, limit: format!("≤ {}", fmt(limit)), verdict }
+    Row { target, value, limit: format!("≤ {}", fmt(limit, 0)), verdict }
 }
 
-fn us(v: f64) -> String {
-    format!("{v:.1} µs")
+/// µs at 1 + `more` decimals.
+fn us(v: f64, more: usize) -> String {
+    format!("{v:.*} µs", 1 + more)
 }
-/// Three decimals: a ratio of 1.3503 against a limit of 1.35 must not print as its limit.
-fn times(v: f64) -> String {
-    format!("{v:.3}×")
+/// A ratio at 2 + `more` decimals.
+fn times(v: f64, more: usize) -> String {
+    format!("{v:.*}×", 2 + more)
 }
-fn percent(v: f64) -> String {
-    format!("{:.1} %", v * 100.0)
+/// A fraction as a percentage at 1 + `more` decimals.
+fn percent(v: f64, more: usize) -> String {
+    format!("{:.*} %", 1 + more, v * 100.0)
 }
 
 /// The card of a CUDA receipt (`cuda: …; NAME ARCH MEM; …` → `NAME ARCH MEM`).
@@ -168,7 +178,7 @@ pub fn judge(r: &Receipt, profile: Option<&NcuProfile>) -> Vec<Row> {
         None => rows.push(Row {
             target: "single-row kernels (ncu)".into(),
             value: "no --ncu profile".into(),
-            limit: format!("≤ {}", us(ROW_KERNEL_US)),
+            limit: format!("≤ {}", us(ROW_KERNEL_US, 0)),
             verdict: Verdict::NotMeasured,
         }),
         Some(p) => {
@@ -348,6 +358,18 @@ mod tests {
         assert_eq!(row(&judge(&untimed, Some(&p)), "layers").verdict, Verdict::NotMeasured);
         p.kernels.retain(|k| !k.name.starts_with("argmax_"));
         assert_eq!(row(&judge(&r, Some(&p)), "argmax_* (ncu)").verdict, Verdict::NotMeasured);
+    }
+
+    #[test]
+    fn a_figure_just_past_its_limit_never_prints_as_the_limit() {
+        let r = judged("x".into(), Some(1.35028), 1.35, times, "");
+        assert_eq!((r.value.as_str(), r.limit.as_str(), r.verdict), ("1.3503×", "≤ 1.35×", Verdict::NotMet));
+        let r = judged("x".into(), Some(1.363), 1.35, times, "");
+        assert_eq!((r.value.as_str(), r.verdict), ("1.36×", Verdict::NotMet));
+        let r = judged("x".into(), Some(1.35), 1.35, times, "");
+        assert_eq!((r.value.as_str(), r.verdict), ("1.35×", Verdict::Met));
+        let r = judged("x".into(), Some(100.04), 100.0, us, "");
+        assert_eq!((r.value.as_str(), r.verdict), ("100.04 µs", Verdict::NotMet));
     }
 
     #[test]
