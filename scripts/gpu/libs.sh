@@ -132,8 +132,8 @@ ncu_b1() { ncu_bench "$1" "$2" "${3:-$G}" "${4:-all}" 1 200 80; }
 targets_b1() {
   local r; r=$(ls "$2"/run-*.json 2>/dev/null | head -1)
   [ -n "$r" ] || { echo "targets: no receipt in $2"; return; }
-  if [ -n "${3:-}" ] && [ -f "$3" ]; then step targets 10 "$1" bench --targets "$r" --ncu "$3"
-  else step targets 10 "$1" bench --targets "$r"; fi
+  local ncu=(); [ -f "${3:-}" ] && ncu=(--ncu "$3")
+  step targets 10 "$1" bench --targets "$r" ${ncu[@]+"${ncu[@]}"}
   cat /tmp/targets.log
 }
 # `ncu_bench NAME NEED_S BIN CACHE BATCH SKIP COUNT [REGEX]`: the common body — COUNT launches of

@@ -21,7 +21,13 @@ use std::path::Path;
 pub const REGRESSION_EXIT: u8 = 3;
 
 /// The door that captures the whole step (`bench --graph`).
-const GRAPH_DOOR: &str = "MEMRA_STEP_TP_GRAPH";
+pub(super) const GRAPH_DOOR: &str = "MEMRA_STEP_TP_GRAPH";
+
+/// The card of a CUDA receipt: its name, architecture and memory (`cuda: <ranks>; <name> <arch>
+/// <GiB>; …` → `<name> <arch> <GiB>`), not its ordinal or the compile options.
+pub(super) fn cuda_card(r: &Receipt) -> Option<&str> {
+    r.measurements.device.as_deref().map(|d| d.split("; ").nth(1).unwrap_or(d))
+}
 
 /// One judged latency.
 #[derive(Debug, Clone)]
@@ -48,10 +54,9 @@ fn identity(r: &Receipt) -> Vec<(&'static str, String)> {
     let layers = r.measurements.latency.iter().filter(|e| e.seam != "final_norm" && e.seam != "logits");
     let n_layers = layers.map(|e| e.layer + 1).max().unwrap_or(0);
     let graph = c.doors.get(GRAPH_DOOR).copied().unwrap_or(false);
-    // The device: its name, architecture and memory (`cuda: <ranks>; <name> <arch> <GiB>; <nvrtc>`),
-    // not its ordinal or the compile options; the host's description on the host backend.
-    let device = match (&r.measurements.device, c.backend) {
-        (Some(d), Backend::Cuda) => d.split("; ").nth(1).unwrap_or(d).to_string(),
+    // The device: the card on CUDA; the host's description on the host backend.
+    let device = match (cuda_card(r), c.backend) {
+        (Some(d), Backend::Cuda) => d.to_string(),
         _ => r.measurements.host.clone(),
     };
     vec![

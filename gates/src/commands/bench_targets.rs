@@ -10,6 +10,7 @@
 //! receipt or profile lacks is NOT MEASURED, never met. Exit status 0 only when every row is MET.
 //! The router seam is not judged as a BF16 GEMV: it holds the top-k too (its kernels are).
 
+use super::bench_compare::{cuda_card, GRAPH_DOOR};
 use super::ncu_profile::{self, NcuProfile};
 use super::Status;
 use crate::error::GateError;
@@ -85,15 +86,10 @@ fn percent(v: f64, more: usize) -> String {
     format!("{:.*} %", 1 + more, v * 100.0)
 }
 
-/// The card of a CUDA receipt (`cuda: …; NAME ARCH MEM; …` → `NAME ARCH MEM`).
-fn card(r: &Receipt) -> Option<String> {
-    r.measurements.device.as_deref().and_then(|d| d.split("; ").nth(1)).map(str::to_string)
-}
-
 /// Refuse a receipt the targets are not about, naming the field, its value and the rule.
 fn check_shape(path: &Path, r: &Receipt) -> Result<(), GateError> {
     let c = &r.evidence.config;
-    let graph = c.doors.get("MEMRA_STEP_TP_GRAPH").copied().unwrap_or(false);
+    let graph = c.doors.get(GRAPH_DOOR).copied().unwrap_or(false);
     let wrong: Option<(&str, String, &str)> = if c.backend != Backend::Cuda {
         Some(("backend", c.backend.as_str().into(), "cuda"))
     } else if c.model.preset != "step" {
@@ -121,12 +117,12 @@ pub fn judge(r: &Receipt, profile: Option<&NcuProfile>) -> Vec<Row> {
     let ratios = r.evidence.performance.as_ref().map(|p| &p.ratios);
     let ratio = |k: &str| ratios.and_then(|m| m.get(k)).copied();
     let mut rows = Vec::new();
-    let device = card(r);
+    let device = cuda_card(r);
     rows.push(Row {
         target: "card".into(),
-        value: device.clone().unwrap_or("not named".into()),
+        value: device.unwrap_or("not named").into(),
         limit: format!("an {CARD}"),
-        verdict: match &device {
+        verdict: match device {
             Some(d) if d.contains(CARD) => Verdict::Met,
             Some(_) => Verdict::NotMet,
             None => Verdict::NotMeasured,
@@ -199,7 +195,7 @@ pub fn judge(r: &Receipt, profile: Option<&NcuProfile>) -> Vec<Row> {
 
 /// The printed table, the anchor and profile lines, and the verdict.
 pub fn lines(r: &Receipt, rows: &[Row], profile: Option<&NcuProfile>) -> Vec<String> {
-    let mut out = vec![format!("issue 27's targets, receipt {} ({}):", r.run_id, card(r).unwrap_or("no card".into()))];
+    let mut out = vec![format!("issue 27's targets, receipt {} ({}):", r.run_id, cuda_card(r).unwrap_or("no card"))];
     let width = |f: fn(&Row) -> &str, title: &str| {
         rows.iter().map(|r| f(r).chars().count()).chain([title.chars().count()]).max().unwrap_or(0)
     };
@@ -208,9 +204,7 @@ pub fn lines(r: &Receipt, rows: &[Row], profile: Option<&NcuProfile>) -> Vec<Str
     for row in rows {
         out.push(format!("  {:<wt$}  {:<wv$}  {:<wl$}  {}", row.target, row.value, row.limit, row.verdict.as_str()));
     }
-    let extra = &r.measurements.extra;
-    if let Some((k, v)) = extra.iter().find(|(k, _)| k.starts_with("pytorch_fastest.") && k.ends_with("_median_us")) {
-        let form = k.trim_start_matches("pytorch_fastest.").trim_end_matches("_median_us");
+    if let Some((form, v)) = super::bench_torch::fastest_form(&r.measurements.extra) {
         out.push(format!("  anchor (not a target): PyTorch's fastest form {form}, {v:.1} µs per layer, same call"));
     }
     if let Some(p) = profile {
@@ -245,7 +239,7 @@ pub fn report(receipt_path: &Path, ncu: Option<&Path>) -> Result<Status, GateErr
                 .map_err(|e| GateError::usage(format!("--ncu {}: cannot read it: {e}", p.display())))?;
             let profile =
                 ncu_profile::parse(&text).map_err(|e| GateError::usage(format!("--ncu {}: {e}", p.display())))?;
-            if let (Some(pd), Some(rd)) = (&profile.device, card(&r)) {
+            if let (Some(pd), Some(rd)) = (&profile.device, cuda_card(&r)) {
                 if !rd.starts_with(pd.as_str()) {
                     return Err(GateError::usage(format!(
                         "--ncu {}: profiled on {pd}, the receipt ran on {rd}; the table judges one card",
@@ -382,7 +376,7 @@ mod tests {
         let e = check_shape(path, &b8).unwrap_err().to_string();
         assert!(e.contains("lanes per pass is 8"), "{e}");
         let mut eager = r.clone();
-        eager.evidence.config.doors.insert("MEMRA_STEP_TP_GRAPH".into(), false);
+        eager.evidence.config.doors.insert(GRAPH_DOOR.into(), false);
         assert!(check_shape(path, &eager).unwrap_err().to_string().contains("graph is off"));
         let mut tp2 = r;
         tp2.evidence.config.tp = 2;

@@ -59,9 +59,18 @@ pub fn torch_extra(t: &serde_json::Value) -> BTreeMap<String, f64> {
         }
     }
     if let (Some(form), Some(us)) = (t["fastest"]["form"].as_str(), t["fastest"]["median_us"].as_f64()) {
-        extra.insert(format!("pytorch_fastest.{form}_median_us"), us);
+        extra.insert(format!("{FASTEST}{form}{MEDIAN}"), us);
     }
     extra
+}
+
+const FASTEST: &str = "pytorch_fastest.";
+const MEDIAN: &str = "_median_us";
+
+/// The anchor a receipt recorded (`torch_extra`'s fastest form): its name (`<form>.<mode>`) and
+/// median µs, or None for a bench without PyTorch.
+pub fn fastest_form(extra: &BTreeMap<String, f64>) -> Option<(&str, f64)> {
+    extra.iter().find_map(|(k, v)| Some((k.strip_prefix(FASTEST)?.strip_suffix(MEDIAN)?, *v)))
 }
 
 /// The anchor's table: one line per form (fastest marked), the forms not timed and why.
@@ -96,7 +105,8 @@ pub fn torch_form_lines(t: &serde_json::Value) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{torch_extra, torch_form_lines};
+    use super::{fastest_form, torch_extra, torch_form_lines};
+    use std::collections::BTreeMap;
 
     /// The shape `scripts/bench/torch_layer.py` prints (its docstring), with made-up numbers.
     fn anchor() -> serde_json::Value {
@@ -126,6 +136,8 @@ mod tests {
         assert_eq!(e["pytorch_fastest.index_einsum.graph_median_us"], 395.0);
         assert_eq!(e["pytorch_layer_graph_median_us"], 395.0);
         assert_eq!(e.keys().filter(|k| k.starts_with("pytorch_fastest.")).count(), 1);
+        assert_eq!(fastest_form(&e), Some(("index_einsum.graph", 395.0)));
+        assert_eq!(fastest_form(&BTreeMap::new()), None);
         let lines = torch_form_lines(&anchor());
         assert!(lines[0].contains("index_einsum.graph") && lines[0].contains("fastest"), "{lines:?}");
         assert_eq!(lines.iter().filter(|l| l.contains("fastest")).count(), 1, "{lines:?}");
